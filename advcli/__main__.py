@@ -1,0 +1,3 @@
+from advcli.cli import main
+
+main()

@@ -1,0 +1,95 @@
+"""Zero-variance and singleton accounting: how much of a log carries no group signal.
+
+A group of n >= 2 rollouts whose rewards satisfy max - min <= tol gives every member the same
+relative advantage, 0: its rollouts and their action tokens are spent without a learning signal
+from the group baseline. So does a singleton group (n = 1). The common reward of a zero-variance
+group is called *all-correct* when it equals the log's highest reward, *all-wrong* when it equals
+the lowest, and *other* otherwise (when every reward of the log is equal, positive counts as
+correct).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advcli.core.group import GroupStats
+
+
+@dataclass
+class AuditReport:
+    """Numbers of one audit; shares are fractions in [0, 1]."""
+
+    groups: int
+    rollouts: int
+    action_tokens: int
+    zero_variance_groups: int
+    zero_variance_all_correct: int
+    zero_variance_all_wrong: int
+    zero_variance_other: int
+    singleton_groups: int
+    zero_variance_rollouts: int
+    singleton_rollouts: int
+    no_signal_rollout_share: float
+    no_signal_action_token_share: float
+    zero_variance_rollout_share: float
+    group_sizes: dict[int, int] = field(default_factory=dict)
+    reward_histogram: list[tuple[float, float, int]] = field(default_factory=list)
+
+
+def audit(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    stats: GroupStats,
+    action_tokens: np.ndarray,
+    *,
+    bins: int = 10,
+) -> AuditReport:
+    """Audit one log: ``rewards``, ``codes`` and ``action_tokens`` have one entry per rollout."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(rewards)
+    zv_row = stats.zero_variance[codes]
+    single_row = stats.singleton[codes]
+    tokens = np.asarray(action_tokens, dtype=np.int64)
+    total_tokens = int(tokens.sum())
+    no_signal = zv_row | single_row
+
+    zv_groups = np.flatnonzero(stats.zero_variance)
+    common = stats.mean[zv_groups]
+    hi, lo = (rewards.max(), rewards.min()) if n else (0.0, 0.0)
+    if hi > lo:
+        correct = np.isclose(common, hi, rtol=0, atol=1e-9)
+        wrong = np.isclose(common, lo, rtol=0, atol=1e-9)
+    else:
+        correct = common > 0
+        wrong = ~correct
+    sizes, size_counts = np.unique(stats.size[stats.size > 0], return_counts=True)
+
+    histogram: list[tuple[float, float, int]] = []
+    if n:
+        edges_lo, edges_hi = (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+        counts, edges = np.histogram(rewards, bins=bins, range=(edges_lo, edges_hi))
+        histogram = [
+            (float(edges[i]), float(edges[i + 1]), int(c)) for i, c in enumerate(counts) if c
+        ]
+
+    return AuditReport(
+        groups=int((stats.size > 0).sum()),
+        rollouts=n,
+        action_tokens=total_tokens,
+        zero_variance_groups=len(zv_groups),
+        zero_variance_all_correct=int(correct.sum()),
+        zero_variance_all_wrong=int(wrong.sum()),
+        zero_variance_other=int((~correct & ~wrong).sum()),
+        singleton_groups=int(stats.singleton.sum()),
+        zero_variance_rollouts=int(zv_row.sum()),
+        singleton_rollouts=int(single_row.sum()),
+        no_signal_rollout_share=float(no_signal.mean()) if n else 0.0,
+        no_signal_action_token_share=float(tokens[no_signal].sum() / total_tokens)
+        if total_tokens
+        else 0.0,
+        zero_variance_rollout_share=float(zv_row.mean()) if n else 0.0,
+        group_sizes={int(s): int(c) for s, c in zip(sizes, size_counts)},
+        reward_histogram=histogram,
+    )

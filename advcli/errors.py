@@ -1,0 +1,52 @@
+"""The one exception family of advcli.
+
+Every error a user can cause is an :class:`AdvcliError`. The CLI turns it into a single line on
+stderr and the exit code below, in one place (``advcli.cli``); no other module prints errors.
+"""
+
+from __future__ import annotations
+
+
+class AdvcliError(Exception):
+    """Base class: a message for the user and the process exit code."""
+
+    exit_code = 1
+
+
+class DataError(AdvcliError):
+    """The input data is wrong: a value, a length, a missing column. Exit code 1."""
+
+    exit_code = 1
+
+
+class SchemaError(DataError):
+    """A column is missing, of the wrong type, or ambiguous. Exit code 1."""
+
+
+class UsageError(AdvcliError):
+    """The command line is wrong: an unknown method, conflicting options. Exit code 2."""
+
+    exit_code = 2
+
+
+class OutputError(AdvcliError):
+    """An output cannot be written: it exists, or it is one of the inputs. Exit code 2."""
+
+    exit_code = 2
+
+
+class ThresholdExceeded(AdvcliError):
+    """``audit --fail-above`` found more zero-variance rollouts than allowed. Exit code 3."""
+
+    exit_code = 3
+
+
+def where(file: str | None, row: int | None = None, column: str | None = None, *, line: bool = False) -> str:
+    """Format a location prefix: ``file: row 3, column 'reward'`` (``line 4`` for JSONL)."""
+    parts = []
+    if row is not None:
+        parts.append(f"{'line' if line else 'row'} {row}")
+    if column is not None:
+        parts.append(f"column '{column}'")
+    head = file or "<input>"
+    return f"{head}: {', '.join(parts)}" if parts else head
