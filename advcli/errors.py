@@ -41,7 +41,9 @@ class ThresholdExceeded(AdvcliError):
     exit_code = 3
 
 
-def where(file: str | None, row: int | None = None, column: str | None = None, *, line: bool = False) -> str:
+def where(
+    file: str | None, row: int | None = None, column: str | None = None, *, line: bool = False
+) -> str:
     """Format a location prefix: ``file: row 3, column 'reward'`` (``line 4`` for JSONL)."""
     parts = []
     if row is not None:

@@ -90,6 +90,6 @@ def audit(
         if total_tokens
         else 0.0,
         zero_variance_rollout_share=float(zv_row.mean()) if n else 0.0,
-        group_sizes={int(s): int(c) for s, c in zip(sizes, size_counts)},
+        group_sizes={int(s): int(c) for s, c in zip(sizes, size_counts, strict=True)},
         reward_histogram=histogram,
     )

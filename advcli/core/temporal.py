@@ -76,9 +76,7 @@ def place_rewards(
         inside = preceding >= offsets[stray_rows]
         orphaned[stray_rows[~inside]] = True
         moved[stray_rows[inside]] = True
-        rewards += np.bincount(
-            preceding[inside], weights=rewards[stray[inside]], minlength=n
-        )
+        rewards += np.bincount(preceding[inside], weights=rewards[stray[inside]], minlength=n)
         rewards[stray] = 0.0
     return rewards, moved, orphaned
 
@@ -142,7 +140,9 @@ def discounted_returns(
     next_value: np.ndarray | None = None,
 ) -> np.ndarray:
     """Return-to-go G_k = r_k + gamma * G_{k+1}, with G after the last step = ``next_value``."""
-    return reverse_discounted_scan(rewards, _per_step(gamma, step_offsets), step_offsets, next_value)
+    return reverse_discounted_scan(
+        rewards, _per_step(gamma, step_offsets), step_offsets, next_value
+    )
 
 
 def monte_carlo(
@@ -176,9 +176,9 @@ def gae(
 
 def adaptive_lambda(action_counts: np.ndarray, alpha: float) -> np.ndarray:
     """VAPO's length-adaptive lambda = clamp(1 - 1 / (alpha * l), 0, 1), l = action tokens."""
-    l = np.asarray(action_counts, dtype=np.float64)
+    n_actions = np.asarray(action_counts, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        lam = 1.0 - 1.0 / (alpha * l)
+        lam = 1.0 - 1.0 / (alpha * n_actions)
     return np.clip(np.nan_to_num(lam, nan=0.0, neginf=0.0), 0.0, 1.0)
 
 

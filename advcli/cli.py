@@ -1,0 +1,219 @@
+"""The ``advcli`` command line: a thin layer over :mod:`advcli.pipeline`.
+
+Every :class:`~advcli.errors.AdvcliError` becomes one line on stderr and its exit code here, in
+:func:`main`: 0 ok, 1 bad data, 2 bad usage, 3 audit threshold exceeded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Optional
+
+import orjson
+import typer
+
+from advcli import __version__, pipeline, render
+from advcli.errors import AdvcliError, ThresholdExceeded
+from advcli.params import METHODS, Params
+
+app = typer.Typer(
+    name="advcli",
+    help="Offline advantages for logged LLM reinforcement-learning rollouts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Inputs = Annotated[
+    list[str], typer.Argument(help="Parquet or JSONL files, directories or globs; - for stdin.")
+]
+Col = Annotated[
+    Optional[list[str]],  # noqa: UP045 (typer needs Optional on Python 3.10)
+    typer.Option("--col", help="Map a role to a column: --col reward=score (repeatable)."),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr.")]
+
+
+def _print_json(obj: object) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+@app.command()
+def schema(inputs: Inputs, col: Col = None, as_json: Json = False) -> None:
+    """Show the detected column roles, types, row count and token statistics."""
+    info = pipeline.describe(pipeline.load(inputs, col))
+    if as_json:
+        _print_json(info)
+    else:
+        render.schema_report(", ".join(info["files"]), info)
+
+
+@app.command()
+def annotate(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    method: Annotated[str, typer.Option(help=f"One of: {', '.join(METHODS)}.")],
+    convention: Annotated[
+        str, typer.Option(help="seed, verl, trl, openrlhf or torchrl defaults.")
+    ] = "seed",
+    scale: Annotated[str, typer.Option(help="grpo: group, batch or none (Dr. GRPO).")] = "group",
+    std_ddof: Annotated[Optional[int], typer.Option(help="ddof of the group std.")] = None,  # noqa: UP045
+    eps: Annotated[Optional[float], typer.Option(help="eps of std + eps.")] = None,  # noqa: UP045
+    eps_placement: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="add (std + eps) or max (max(std, eps))."),
+    ] = None,
+    singleton: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Groups of one: zero, raw, error or drop."),
+    ] = None,
+    zero_variance: Annotated[
+        str, typer.Option(help="keep (flagged, advantage 0) or drop zero-variance groups.")
+    ] = "keep",
+    zero_variance_tol: Annotated[
+        float, typer.Option(help="A group is zero-variance when max - min <= this.")
+    ] = 1e-9,
+    batch_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Rollouts per completion-ordered batch (batch-mean, whitening)."),
+    ] = None,
+    partial: Annotated[str, typer.Option(help="A trailing short batch: drop or keep.")] = "drop",
+    gamma: Annotated[float, typer.Option(help="Discount per action step.")] = 1.0,
+    lam: Annotated[str, typer.Option(help="GAE lambda, or 'adaptive' (needs --alpha).")] = "0.95",
+    alpha: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1)."),
+    ] = None,
+    lam_critic: Annotated[
+        float, typer.Option(help="Lambda of the returns (critic targets).")
+    ] = 1.0,
+    observations: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="skip (not time steps) or step (zero-reward, zero-value steps)."),
+    ] = None,
+    segments: Annotated[
+        str, typer.Option(help="Segmented rollouts: compaction or chain.")
+    ] = "compaction",
+    whiten: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="none or batch (token-weighted, per batch)."),
+    ] = None,
+    whiten_ddof: Annotated[Optional[int], typer.Option(help="ddof of whitening.")] = None,  # noqa: UP045
+    strict: Annotated[
+        bool, typer.Option(help="A reward on a non-action token is an error, not moved.")
+    ] = False,
+    col: Col = None,
+    fmt: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--format", help="parquet or jsonl (default: from --out)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output.")] = False,
+    quiet: Quiet = False,
+    as_json: Json = False,
+) -> None:
+    """Write the log back with per-token advantages and group statistics."""
+    params = Params(
+        method=method,
+        convention=convention,
+        scale=scale,
+        std_ddof=std_ddof,
+        eps=eps,
+        eps_placement=eps_placement,
+        singleton=singleton,
+        zero_variance=zero_variance,
+        zero_variance_tol=zero_variance_tol,
+        batch_size=batch_size,
+        partial=partial,
+        gamma=gamma,
+        lam=lam,
+        alpha=alpha,
+        lam_critic=lam_critic,
+        observations=observations,
+        segments=segments,
+        whiten=whiten,
+        whiten_ddof=whiten_ddof,
+        strict=strict,
+    )
+    result = pipeline.annotate(
+        inputs, out, params, col=col, fmt=fmt, force=force, stage=render.Stages(quiet)
+    )
+    if as_json:
+        _print_json(result)
+    if not quiet:
+        render.summary(f"annotate: {out}", result)
+
+
+@app.command()
+def audit(
+    inputs: Inputs,
+    col: Col = None,
+    as_json: Json = False,
+    list_: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--list", help="Print the prompt ids of zero-variance or singleton groups."),
+    ] = None,
+    fail_above: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Exit with status 3 when the zero-variance share of rollouts is above."),
+    ] = None,
+    zero_variance_tol: Annotated[float, typer.Option(help="max - min <= this.")] = 1e-9,
+) -> None:
+    """Report zero-variance and singleton groups: what carries no group signal."""
+    if list_ not in (None, "zero-variance", "singleton"):
+        msg = f"expected zero-variance or singleton, saw {list_!r}"
+        raise typer.BadParameter(msg, param_hint="--list")
+    report, log, _ro, stats = pipeline.run_audit(inputs, col=col, tol=zero_variance_tol)
+    if list_:
+        flags = stats.zero_variance if list_ == "zero-variance" else stats.singleton
+        for key in pipeline.group_keys(log, flags):
+            sys.stdout.write(f"{key}\n")
+    elif as_json:
+        _print_json(report.__dict__ | {"files": log.sources.files})
+    else:
+        render.audit_report(", ".join(log.sources.files), report)
+    if fail_above is not None and report.zero_variance_rollout_share > fail_above:
+        msg = (
+            f"zero-variance groups hold {report.zero_variance_rollout_share:.1%} of the "
+            f"rollouts, above --fail-above {fail_above:g}"
+        )
+        raise ThresholdExceeded(msg)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"advcli {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True)
+    ] = False,
+) -> None:
+    """Offline advantages for logged LLM reinforcement-learning rollouts."""
+
+
+def main() -> None:
+    """Entry point: run the app, turning every error into one line and an exit code.
+
+    Typer reports usage errors itself (exit code 2); advcli's own errors are printed here.
+    """
+    try:
+        app()
+    except AdvcliError as exc:
+        sys.stderr.write(f"advcli: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("advcli: interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # a bug: still one line, unless the user asks for the traceback
+        if os.environ.get("ADVCLI_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"advcli: internal error: {type(exc).__name__}: {exc} "
+            "(set ADVCLI_DEBUG=1 for the traceback, and please report it)\n"
+        )
+        sys.exit(70)

@@ -1,0 +1,1 @@
+"""The I/O layer: input discovery and reading, column roles, validation, atomic writers."""

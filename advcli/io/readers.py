@@ -1,0 +1,234 @@
+"""Find input files and read them into one Arrow table, remembering where each row came from.
+
+Parquet (``.parquet``) and JSONL (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``; ``-`` is JSONL on
+stdin). Several files, a directory or a glob are read as one log, in the order given (a directory
+or glob in sorted order).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from advcli.errors import DataError, UsageError, where
+from advcli.io.schema import jsonl_dtypes
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+STDIN = "-"
+
+
+def is_jsonl(path: str) -> bool:
+    return path == STDIN or path.lower().endswith(JSONL_SUFFIXES)
+
+
+def is_parquet(path: str) -> bool:
+    return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def expand_inputs(patterns: list[str]) -> list[str]:
+    """Files named by paths, directories and globs, in order, each once."""
+    files: list[str] = []
+    for pattern in patterns:
+        if pattern == STDIN:
+            found = [STDIN]
+        elif os.path.isdir(pattern):
+            found = sorted(
+                str(p) for p in Path(pattern).iterdir() if is_jsonl(p.name) or is_parquet(p.name)
+            )
+            if not found:
+                msg = f"{pattern}: the directory holds no .parquet or .jsonl files"
+                raise UsageError(msg)
+        elif any(ch in pattern for ch in "*?["):
+            found = sorted(glob.glob(pattern, recursive=True))
+            if not found:
+                msg = f"{pattern}: no file matches this pattern"
+                raise UsageError(msg)
+        else:
+            if not os.path.exists(pattern):
+                msg = f"{pattern}: no such file. Hint: check the path, or quote a glob pattern"
+                raise UsageError(msg)
+            found = [pattern]
+        for f in found:
+            if not (is_jsonl(f) or is_parquet(f)):
+                msg = (
+                    f"{f}: unknown input format. Hint: advcli reads .parquet and .jsonl "
+                    "(.jsonl.gz, .jsonl.zst) files"
+                )
+                raise UsageError(msg)
+            if f not in files:
+                files.append(f)
+    return files
+
+
+@dataclass
+class Sources:
+    """Where every row of the combined table came from, for error messages."""
+
+    files: list[str] = field(default_factory=list)
+    row_counts: list[int] = field(default_factory=list)
+    _line_cache: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    _stdin_bytes: bytes | None = field(default=None, repr=False)
+
+    def locate(self, row: int) -> tuple[str, int, bool]:
+        """``(file, position, is_line)``: a 0-based global row as a file row or JSONL line."""
+        for f, n in zip(self.files, self.row_counts, strict=True):
+            if row < n:
+                if is_jsonl(f):
+                    return f, self._line_number(f, row), True
+                return f, row, False
+            row -= n
+        return (self.files[-1] if self.files else "<input>"), row, False
+
+    def at(self, row: int, column: str | None = None) -> str:
+        """Location prefix for an error: ``file: row 3, column 'reward'``."""
+        f, pos, is_line = self.locate(row)
+        return where(f, pos, column, line=is_line)
+
+    def _line_number(self, path: str, row: int) -> int:
+        """1-based line of the row-th JSON object (blank lines are skipped by the reader)."""
+        if path not in self._line_cache:
+            data = self._stdin_bytes if path == STDIN else _read_bytes(path)
+            lines = (data or b"").split(b"\n")
+            self._line_cache[path] = [i + 1 for i, ln in enumerate(lines) if ln.strip()]
+        numbers = self._line_cache[path]
+        return numbers[row] if row < len(numbers) else row + 1
+
+
+def _read_bytes(path: str) -> bytes:
+    if path == STDIN:
+        return sys.stdin.buffer.read()
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if path.endswith(".gz"):
+        import gzip
+
+        return gzip.decompress(data)
+    if path.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
+            raise UsageError(msg) from None
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    return data
+
+
+def read_parquet(path: str) -> pa.Table:
+    try:
+        return pq.read_table(path, pre_buffer=False)
+    except (pa.ArrowInvalid, OSError) as exc:
+        msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file is complete"
+        raise DataError(msg) from None
+
+
+def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table:
+    data = _read_bytes(path)
+    if path == STDIN:
+        sources._stdin_bytes = data
+    first = _first_object(path, data)
+    overrides = jsonl_dtypes(list(first), mapping, first) if first is not None else {}
+    try:
+        frame = pl.read_ndjson(io.BytesIO(data), schema_overrides=overrides or None)
+    except Exception as exc:  # polars raises several error types without line numbers
+        _diagnose_jsonl(path, data, overrides)
+        msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
+        raise DataError(msg) from None
+    return frame.to_arrow()
+
+
+def _first_object(path: str, data: bytes) -> dict | None:
+    for number, line in enumerate(data.split(b"\n", 64)[:64], start=1):
+        if line.strip():
+            return _parse_line(path, number, line)
+    return None
+
+
+def _parse_line(path: str, number: int, line: bytes) -> dict:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        loc = where(path, number, line=True)
+        msg = f"{loc}: not valid JSON ({exc}). Hint: one JSON object per line"
+        raise DataError(msg) from None
+    if not isinstance(obj, dict):
+        msg = (
+            f"{where(path, number, line=True)}: expected a JSON object, saw "
+            f"{type(obj).__name__}. Hint: one JSON object per line"
+        )
+        raise DataError(msg)
+    return obj
+
+
+def _diagnose_jsonl(path: str, data: bytes, overrides: dict[str, pl.DataType]) -> None:
+    """Find the first line polars could not read, and raise a precise error for it."""
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        obj = _parse_line(path, number, line)
+        for key, dtype in overrides.items():
+            value = obj.get(key)
+            if value is None:
+                continue
+            inner = dtype.inner  # type: ignore[attr-defined]
+            if not isinstance(value, list) or not all(_fits(v, inner) for v in value):
+                shown = orjson.dumps(value).decode()[:60]
+                msg = (
+                    f"{where(path, number, key, line=True)}: expected a list of "
+                    f"{_describe(inner)}, saw {shown}. Hint: every line must use the same types"
+                )
+                raise DataError(msg)
+
+
+def _fits(value: object, inner: pl.DataType) -> bool:
+    if value is None:
+        return True
+    if inner == pl.Boolean:
+        return isinstance(value, bool)
+    if inner.is_integer():
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _describe(inner: pl.DataType) -> str:
+    if inner == pl.Boolean:
+        return "booleans"
+    return "integers" if inner.is_integer() else "numbers"
+
+
+def read_inputs(
+    patterns: list[str], mapping: dict[str, str] | None = None
+) -> tuple[pa.Table, Sources]:
+    """Read every input into one table; raise a clear error for an empty or unreadable one.
+
+    ``mapping`` is the ``--col`` mapping, used to type JSONL list columns explicitly.
+    """
+    files = expand_inputs(patterns)
+    sources = Sources()
+    tables = []
+    for f in files:
+        table = read_jsonl(f, sources, mapping or {}) if is_jsonl(f) else read_parquet(f)
+        sources.files.append(f)
+        sources.row_counts.append(table.num_rows)
+        tables.append(table)
+    if not tables or sum(sources.row_counts) == 0:
+        msg = f"{', '.join(files) or '<input>'}: the input has no rows. Hint: check the file"
+        raise DataError(msg)
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        msg = (
+            f"{', '.join(files)}: the files have different columns or types ({exc}). "
+            "Hint: annotate them separately"
+        )
+        raise DataError(msg) from None
+    return table, sources

@@ -1,0 +1,375 @@
+"""Validate a log and turn it into flat numpy arrays (the core's input).
+
+Every check is vectorised and reports the first offending row with its file, row (JSONL: line)
+and column, what was seen, and a hint. Nothing here computes an estimator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from advcli.core.ragged import lengths, row_of
+from advcli.errors import DataError, SchemaError
+from advcli.io.readers import Sources
+from advcli.io.schema import SPAN_KINDS, Roles
+
+
+@dataclass
+class Rollouts:
+    """A validated log as flat arrays. Per-row arrays have one entry per table row."""
+
+    offsets: np.ndarray  # int64 token offsets, from 0
+    mask: np.ndarray  # bool per token: the policy sampled it
+    reward: np.ndarray | None  # float64 per row
+    token_rewards: np.ndarray | None  # float64 per token
+    values: np.ndarray | None  # float64 per token (NaN allowed off actions)
+    group_codes: np.ndarray | None  # int64 per row
+    group_keys: pa.Array | None  # the prompt id of each group code
+    rollout_codes: np.ndarray  # int64 per row; segments of one rollout share it
+    rollout_keys: pa.Array | None  # rollout id of each rollout code (None: row numbers)
+    segment_rank: np.ndarray  # int64 per row: 0 for the first segment
+    segmented: bool  # the log has rows that are segments of a longer rollout
+    completion_time: np.ndarray | None  # float64 per row
+    truncated: np.ndarray  # bool per row
+    bootstrap: np.ndarray  # float64 per row (0 where not truncated)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_rollouts(self) -> int:
+        return int(self.rollout_codes.max()) + 1 if self.n_rows else 0
+
+    def last_segment_row(self) -> np.ndarray:
+        """For every rollout, the row of its last segment."""
+        out = np.zeros(self.n_rollouts, dtype=np.int64)
+        order = np.lexsort((self.segment_rank, self.rollout_codes))
+        out[self.rollout_codes[order]] = order  # later (higher rank) rows overwrite earlier
+        return out
+
+    def is_last_segment(self) -> np.ndarray:
+        last = np.zeros(self.n_rows, dtype=bool)
+        last[self.last_segment_row()] = True
+        return last
+
+
+def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A list column as (flat child values, int64 offsets from 0), handling sliced arrays."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
+    values = arr.values.slice(offsets[0], offsets[-1] - offsets[0])
+    return values, offsets - offsets[0]
+
+
+def _numeric(values: pa.Array, fill: float = np.nan) -> np.ndarray:
+    if values.null_count:
+        values = pc.fill_null(values.cast(pa.float64()), fill)
+    return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _first(bad: np.ndarray) -> int:
+    return int(np.flatnonzero(bad)[0])
+
+
+class _Checker:
+    """Raises the first problem found, located by file, row and column."""
+
+    def __init__(self, table: pa.Table, sources: Sources):
+        self.table = table
+        self.sources = sources
+
+    def fail(self, row: int, column: str | None, problem: str, hint: str) -> None:
+        msg = f"{self.sources.at(row, column)}: {problem}. Hint: {hint}"
+        raise DataError(msg)
+
+    def no_nulls(self, column: str, what: str) -> None:
+        col = self.table.column(column)
+        if col.null_count:
+            row = _first(col.is_null().to_numpy(zero_copy_only=False))
+            self.fail(row, column, f"{what} is missing (null)", f"every row needs a {what}")
+
+    def finite(self, column: str, x: np.ndarray, rows: np.ndarray | None = None) -> None:
+        bad = ~np.isfinite(x)
+        if bad.any():
+            i = _first(bad)
+            row = i if rows is None else int(rows[i])
+            self.fail(row, column, f"value {x[i]} is not a finite number", "fix or drop the row")
+
+
+def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str]) -> Rollouts:
+    """Validate ``table`` and return its flat arrays.
+
+    ``needs`` names the roles the chosen method requires (e.g. ``{"prompt_id", "reward"}``); a
+    missing one is a :class:`SchemaError` listing the columns found.
+    """
+    check = _Checker(table, sources)
+    files = ", ".join(sources.files)
+    for role in ["input_ids", *sorted(needs)]:
+        if roles[role] is None:
+            msg = (
+                f"{files}: no '{role}' column. Columns found: {', '.join(table.column_names)}. "
+                f"Hint: name it with --col {role}=COLUMN"
+            )
+            raise SchemaError(msg)
+
+    ids_col = roles["input_ids"]
+    check.no_nulls(ids_col, "token list")
+    _, offsets = flat_list(table.column(ids_col))
+    n_tokens = lengths(offsets)
+
+    def token_list(role: str) -> pa.Array | None:
+        col = roles[role]
+        if col is None:
+            return None
+        check.no_nulls(col, f"'{col}' list")
+        values, offs = flat_list(table.column(col))
+        bad = lengths(offs) != n_tokens
+        if bad.any():
+            row = _first(bad)
+            check.fail(
+                row,
+                col,
+                f"{lengths(offs)[row]} entries but '{ids_col}' has {n_tokens[row]} tokens",
+                "every per-token column needs one entry per token",
+            )
+        return values
+
+    mask = _mask(check, roles, table, offsets, token_list("action_mask"))
+    token_rewards = values = None
+    if (tr := token_list("token_rewards")) is not None:
+        token_rewards = _numeric(tr)
+        check.finite(roles["token_rewards"], token_rewards, row_of(offsets))
+    if (vals := token_list("values")) is not None:
+        values = _numeric(vals)
+        at_actions = np.flatnonzero(mask)
+        check.finite(roles["values"], values[at_actions], row_of(offsets)[at_actions])
+
+    reward = None
+    if roles["reward"] is not None:
+        check.no_nulls(roles["reward"], "reward")
+        reward = _numeric(table.column(roles["reward"]).combine_chunks())
+        check.finite(roles["reward"], reward)
+
+    group_codes = group_keys = None
+    if roles["prompt_id"] is not None:
+        check.no_nulls(roles["prompt_id"], "prompt id")
+        group_codes, group_keys = _codes(table.column(roles["prompt_id"]))
+
+    rollout_codes, rollout_keys = (
+        _codes(table.column(roles["rollout_id"]))
+        if roles["rollout_id"] is not None
+        else (np.arange(table.num_rows, dtype=np.int64), None)
+    )
+    segment_rank = _segments(check, roles, table, rollout_codes, rollout_keys)
+    if group_codes is not None and roles["segment_index"] is not None:
+        first = np.full(int(rollout_codes.max()) + 1, -1, dtype=np.int64)
+        first[rollout_codes[::-1]] = group_codes[::-1]
+        bad = first[rollout_codes] != group_codes
+        if bad.any():
+            check.fail(
+                _first(bad),
+                roles["prompt_id"],
+                "segments of one rollout have different prompt ids",
+                "segments of a rollout share its prompt_id",
+            )
+
+    completion = None
+    if roles["completion_time"] is not None:
+        check.no_nulls(roles["completion_time"], "completion time")
+        col = table.column(roles["completion_time"]).combine_chunks()
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.int64())
+        completion = _numeric(col)
+
+    truncated = np.zeros(table.num_rows, dtype=bool)
+    bootstrap = np.zeros(table.num_rows)
+    if roles["truncated"] is not None:
+        flags = table.column(roles["truncated"]).combine_chunks()
+        truncated = pc.fill_null(flags, False).to_numpy(zero_copy_only=False).astype(bool)
+    if truncated.any():
+        boot_col = roles["bootstrap_value"]
+        if boot_col is None:
+            check.fail(
+                _first(truncated),
+                roles["truncated"],
+                "the row is truncated but the log has no bootstrap_value column",
+                "add 'bootstrap_value' (the critic's value after the last token), "
+                "or mark the row as not truncated",
+            )
+        boot = _numeric(table.column(boot_col).combine_chunks())
+        bad = truncated & ~np.isfinite(boot)
+        if bad.any():
+            check.fail(
+                _first(bad),
+                boot_col,
+                f"the row is truncated but its bootstrap value is {boot[_first(bad)]}",
+                "give a finite bootstrap value (the critic's value after the last token)",
+            )
+        bootstrap = np.where(truncated, boot, 0.0)
+
+    return Rollouts(
+        offsets=offsets,
+        mask=mask,
+        reward=reward,
+        token_rewards=token_rewards,
+        values=values,
+        group_codes=group_codes,
+        group_keys=group_keys,
+        rollout_codes=rollout_codes,
+        rollout_keys=rollout_keys,
+        segment_rank=segment_rank,
+        segmented=roles["segment_index"] is not None,
+        completion_time=completion,
+        truncated=truncated,
+        bootstrap=bootstrap,
+    )
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Dense int64 codes in order of first appearance, and the key of each code."""
+    encoded = column.combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary
+
+
+def _mask(
+    check: _Checker, roles: Roles, table: pa.Table, offsets: np.ndarray, mask_values: pa.Array
+) -> np.ndarray:
+    n = int(offsets[-1])
+    if mask_values is not None:
+        col = roles["action_mask"]
+        if mask_values.null_count:
+            i = _first(mask_values.is_null().to_numpy(zero_copy_only=False))
+            row = int(row_of(offsets)[i])
+            check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
+        if pa.types.is_boolean(mask_values.type):
+            return mask_values.to_numpy(zero_copy_only=False).astype(bool)
+        m = mask_values.to_numpy(zero_copy_only=False)
+        bad = (m != 0) & (m != 1)
+        if bad.any():
+            i = _first(bad)
+            row = int(row_of(offsets)[i])
+            check.fail(
+                row,
+                col,
+                f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
+                "1 marks a token the policy sampled, 0 any other token",
+            )
+        return m.astype(bool)
+    if roles["spans"] is None:
+        return np.ones(n, dtype=bool)
+    return _spans_mask(check, roles["spans"], table, offsets)
+
+
+def _spans_mask(check: _Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
+    """The action mask from spans [start, end) of kind prompt | action | observation."""
+    check.no_nulls(col, "spans list")
+    spans, span_offsets = flat_list(table.column(col))
+    rows = row_of(span_offsets)
+    start = _numeric(spans.field("start"), fill=-1).astype(np.int64)
+    end = _numeric(spans.field("end"), fill=-1).astype(np.int64)
+    kind = spans.field("kind")
+    n_tokens = lengths(offsets)[rows]
+    bad = (start < 0) | (end < start) | (end > n_tokens)
+    if bad.any():
+        i = _first(bad)
+        check.fail(
+            int(rows[i]),
+            col,
+            f"span [{start[i]}, {end[i]}) is out of range for {n_tokens[i]} tokens",
+            "spans are [start, end) token positions with end exclusive",
+        )
+    known = pc.is_in(kind, value_set=pa.array(SPAN_KINDS)).to_numpy(zero_copy_only=False)
+    if not known.all():
+        i = _first(~known)
+        check.fail(
+            int(rows[i]),
+            col,
+            f"span kind {kind[i].as_py()!r}",
+            f"a span's kind is one of {', '.join(SPAN_KINDS)}",
+        )
+    order = np.lexsort((start, rows))
+    s, e, r = start[order], end[order], rows[order]
+    overlap = (r[1:] == r[:-1]) & (s[1:] < e[:-1])
+    if overlap.any():
+        i = _first(overlap)
+        check.fail(
+            int(r[i]),
+            col,
+            f"spans [{s[i]}, {e[i]}) and [{s[i + 1]}, {e[i + 1]}) overlap",
+            "each token belongs to at most one span",
+        )
+    is_action = (kind.to_numpy(zero_copy_only=False) == "action") & (end > start)
+    base = offsets[rows[is_action]]
+    n = int(offsets[-1])
+    edges = np.bincount(base + start[is_action], minlength=n + 1)
+    edges -= np.bincount(base + end[is_action], minlength=n + 1)
+    return np.cumsum(edges[:n]) > 0
+
+
+def _segments(
+    check: _Checker,
+    roles: Roles,
+    table: pa.Table,
+    rollout_codes: np.ndarray,
+    rollout_keys: pa.Array | None,
+) -> np.ndarray:
+    """0-based rank of each row among its rollout's segments; checks repeats and gaps."""
+    col = roles["segment_index"]
+    n = table.num_rows
+    if col is None:
+        sorted_codes = np.sort(rollout_codes)
+        repeats = np.diff(sorted_codes) == 0
+        if roles["rollout_id"] is not None and repeats.any():
+            dup_code = sorted_codes[_first(repeats)]
+            check.fail(
+                int(np.flatnonzero(rollout_codes == dup_code)[1]),
+                roles["rollout_id"],
+                f"rollout id {rollout_keys[dup_code].as_py()!r} appears on several rows "
+                "but the log has no segment_index",
+                "give segments a 'segment_index' column, or make rollout ids unique",
+            )
+        return np.zeros(n, dtype=np.int64)
+    if roles["rollout_id"] is None:
+        msg = (
+            f"{', '.join(check.sources.files)}: the log has '{col}' but no rollout_id column. "
+            "Hint: segments of one rollout share a rollout_id; name it with --col rollout_id=COLUMN"
+        )
+        raise SchemaError(msg)
+    check.no_nulls(col, "segment index")
+    seg = table.column(col).combine_chunks()
+    if not pa.types.is_integer(seg.type):
+        msg = f"{check.sources.at(0, col)}: segment indices must be integers, saw {seg.type}"
+        raise SchemaError(msg)
+    seg = seg.to_numpy(zero_copy_only=False).astype(np.int64)
+    base = int(seg.min())
+    order = np.lexsort((seg, rollout_codes))
+    codes_sorted, seg_sorted = rollout_codes[order], seg[order]
+    first = np.r_[True, codes_sorted[1:] != codes_sorted[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    rank_sorted = np.arange(n) - start
+    expected = base + rank_sorted
+    bad = seg_sorted != expected
+    if bad.any():
+        i = _first(bad)
+        rid = rollout_keys[codes_sorted[i]].as_py()
+        repeated = i > 0 and not first[i] and seg_sorted[i] == seg_sorted[i - 1]
+        problem = (
+            f"rollout {rid!r} has segment {seg_sorted[i]} twice"
+            if repeated
+            else f"rollout {rid!r} has segment {seg_sorted[i]} but no segment {expected[i]}"
+        )
+        check.fail(
+            int(order[i]),
+            col,
+            problem,
+            f"segments of a rollout are numbered {base}, {base + 1}, ... without gaps",
+        )
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = rank_sorted
+    return rank

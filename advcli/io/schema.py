@@ -1,0 +1,179 @@
+"""Column roles: which column of a log plays which part, found by name, alias or ``--col``.
+
+A role is resolved to the canonical column name if the log has it, else to the first alias the
+log has whose type fits. ``--col ROLE=COLUMN`` names it explicitly. Two fitting aliases and no
+canonical column is ambiguous: an error asks for ``--col``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+from advcli.errors import SchemaError, UsageError
+
+# kind: what type a role's column must have.
+#   key: string or integer scalar; num: numeric scalar; bool: boolean scalar;
+#   ids: list of integers; mask: list of 0/1 integers or booleans; nums: list of numbers;
+#   spans: list of {start, end, kind} structs.
+ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "prompt_id": ("key", ("uid", "prompt", "group_id", "prompt_idx", "query_id", "task_id")),
+    "rollout_id": ("key", ("sample_id", "trajectory_id", "traj_id", "episode_id")),
+    "segment_index": ("key", ("segment", "segment_id", "segment_idx")),
+    "input_ids": ("ids", ("token_ids", "tokens")),
+    "action_mask": ("mask", ("loss_mask", "response_mask", "assistant_mask", "assistant_masks")),
+    "spans": ("spans", ()),
+    "reward": ("num", ("score", "outcome_reward", "rewards")),
+    "token_rewards": ("nums", ("token_level_rewards", "dense_rewards")),
+    "values": ("nums", ("critic_values", "value_preds")),
+    "completion_time": ("num", ("finish_time", "end_time", "completed_at")),
+    "truncated": ("bool", ("is_truncated",)),
+    "bootstrap_value": ("num", ("last_value",)),
+}
+
+LIST_ROLES = ("input_ids", "action_mask", "token_rewards", "values")
+SPAN_KINDS = ("prompt", "action", "observation")
+
+
+def _fits(kind: str, t: pa.DataType) -> bool:
+    if kind == "key":
+        return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+    if kind == "num":
+        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
+    if kind == "bool":
+        return pa.types.is_boolean(t)
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    inner = t.value_type
+    if kind == "ids":
+        return pa.types.is_integer(inner)
+    if kind == "mask":
+        return pa.types.is_integer(inner) or pa.types.is_boolean(inner)
+    if kind == "nums":
+        return pa.types.is_integer(inner) or pa.types.is_floating(inner)
+    if kind == "spans":
+        return pa.types.is_struct(inner) and {"start", "end", "kind"} <= {
+            inner.field(i).name for i in range(inner.num_fields)
+        }
+    return False
+
+
+_KIND_TEXT = {
+    "key": "a string or integer",
+    "num": "a number",
+    "bool": "a boolean",
+    "ids": "a list of integers",
+    "mask": "a list of 0/1",
+    "nums": "a list of numbers",
+    "spans": "a list of {start, end, kind}",
+}
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The column that plays each role (None: the log has none)."""
+
+    columns: dict[str, str | None]
+    source: dict[str, str]  # role -> "canonical" | "alias" | "--col"
+
+    def __getitem__(self, role: str) -> str | None:
+        return self.columns.get(role)
+
+    @property
+    def mask_source(self) -> str:
+        """``action_mask``, ``spans``, or ``all`` (no mask: every token is an action)."""
+        if self.columns.get("action_mask"):
+            return "action_mask"
+        return "spans" if self.columns.get("spans") else "all"
+
+
+def parse_col_mapping(items: list[str] | None) -> dict[str, str]:
+    """``["reward=score", ...]`` as ``{"reward": "score"}``, checking the role names."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        role, sep, column = item.partition("=")
+        if not sep or not role or not column:
+            msg = f"--col {item!r}: expected ROLE=COLUMN, for example --col reward=score"
+            raise UsageError(msg)
+        if role not in ROLES:
+            msg = f"--col {item!r}: unknown role '{role}'. Roles: {', '.join(ROLES)}"
+            raise UsageError(msg)
+        mapping[role] = column
+    return mapping
+
+
+def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Roles:
+    """Find the column of every role in ``schema``."""
+    names = schema.names
+    columns: dict[str, str | None] = {}
+    source: dict[str, str] = {}
+    for role, (kind, aliases) in ROLES.items():
+        if role in mapping:
+            col = mapping[role]
+            if col not in names:
+                msg = (
+                    f"{files}: --col {role}={col}: no column '{col}'. "
+                    f"Columns found: {', '.join(names)}"
+                )
+                raise SchemaError(msg)
+            chosen, how = col, "--col"
+        elif role in names:
+            chosen, how = role, "canonical"
+        else:
+            fitting = [a for a in aliases if a in names and _fits(kind, schema.field(a).type)]
+            if len(fitting) > 1:
+                msg = (
+                    f"{files}: columns {', '.join(repr(a) for a in fitting)} could each be "
+                    f"'{role}'. Hint: choose one with --col {role}={fitting[0]}"
+                )
+                raise SchemaError(msg)
+            chosen, how = (fitting[0], "alias") if fitting else (None, "")
+        if chosen is not None and not _fits(kind, schema.field(chosen).type):
+            msg = (
+                f"{files}: column '{chosen}' ({role}) has type {schema.field(chosen).type}, "
+                f"expected {_KIND_TEXT[kind]}. Hint: map another column with --col {role}=COLUMN"
+            )
+            raise SchemaError(msg)
+        columns[role] = chosen
+        if chosen is not None:
+            source[role] = how
+    taken: dict[str, str] = {}
+    for role, col in columns.items():
+        if col is not None and col in taken:
+            msg = (
+                f"{files}: column '{col}' is mapped to both '{taken[col]}' and '{role}'. "
+                "Hint: fix the --col options"
+            )
+            raise SchemaError(msg)
+        if col is not None:
+            taken[col] = role
+    return Roles(columns, source)
+
+
+def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, pl.DataType]:
+    """Explicit polars dtypes for the list-role columns of a JSONL log.
+
+    Inference would give 64-bit lists, and a first line of integer rewards would type a float
+    column as integers.
+    """
+    dtypes: dict[str, pl.DataType] = {}
+    for role in LIST_ROLES:
+        kind, aliases = ROLES[role]
+        candidates = [mapping[role]] if role in mapping else [role, *aliases]
+        for col in candidates:
+            if col in keys and isinstance(first.get(col), list):
+                if kind == "ids":
+                    dtypes[col] = pl.List(pl.Int64)
+                elif kind == "mask":
+                    is_bool = any(isinstance(v, bool) for v in first[col])
+                    dtypes[col] = pl.List(pl.Boolean if is_bool else pl.Int64)
+                else:
+                    dtypes[col] = pl.List(pl.Float64)
+                break
+    return dtypes
+
+
+def describe_type(t: pa.DataType) -> str:
+    return str(t).replace("large_list", "list").replace("large_string", "string")

@@ -1,0 +1,99 @@
+"""Everything advcli shows a person: summaries, the audit report, schema, progress."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from advcli.core.audit import AuditReport
+
+stderr = Console(stderr=True)
+stdout = Console()
+
+
+def _fmt(x: object) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+class Stages:
+    """A spinner per stage of long work, on stderr; silent when quiet or not a terminal."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.quiet or not stderr.is_terminal:
+            yield
+            return
+        with stderr.status(f"{name}…"):
+            yield
+
+
+def summary(title: str, data: dict, console: Console = stderr) -> None:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) or "none"
+        table.add_row(key.replace("_", " "), _fmt(value))
+    console.print(table)
+
+
+def audit_report(name: str, report: AuditReport) -> None:
+    """The audit of one log: counts, shares, group sizes and a reward histogram."""
+    t = Table(title=f"audit: {name}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    rows = [
+        ("groups", report.groups),
+        ("rollouts", report.rollouts),
+        ("action tokens", report.action_tokens),
+        ("zero-variance groups", report.zero_variance_groups),
+        ("  all-correct", report.zero_variance_all_correct),
+        ("  all-wrong", report.zero_variance_all_wrong),
+        ("  other", report.zero_variance_other),
+        ("singleton groups", report.singleton_groups),
+        ("zero-variance rollouts", f"{report.zero_variance_rollout_share:.1%}"),
+        ("rollouts without signal", f"{report.no_signal_rollout_share:.1%}"),
+        ("action tokens without signal", f"{report.no_signal_action_token_share:.1%}"),
+    ]
+    for key, value in rows:
+        t.add_row(key, _fmt(value))
+    stdout.print(t)
+    sizes = Table(title="group sizes", title_justify="left")
+    sizes.add_column("size", justify="right")
+    sizes.add_column("groups", justify="right")
+    for size, count in report.group_sizes.items():
+        sizes.add_row(str(size), _fmt(count))
+    stdout.print(sizes)
+    hist = Table(title="rewards", title_justify="left")
+    hist.add_column("range")
+    hist.add_column("rollouts", justify="right")
+    hist.add_column("")
+    peak = max((c for _, _, c in report.reward_histogram), default=1)
+    for lo, hi, count in report.reward_histogram:
+        bar = "█" * max(1, int(np.ceil(30 * count / peak)))
+        hist.add_row(f"[{lo:.3g}, {hi:.3g})", _fmt(count), bar)
+    stdout.print(hist)
+
+
+def schema_report(name: str, info: dict) -> None:
+    t = Table(title=f"schema: {name}", title_justify="left")
+    t.add_column("column")
+    t.add_column("type")
+    t.add_column("role")
+    for column, (type_name, role) in info["columns"].items():
+        t.add_row(column, type_name, role)
+    stdout.print(t)
+    facts = {k: v for k, v in info.items() if k != "columns"}
+    summary("tokens", facts, stdout)
