@@ -183,7 +183,13 @@ def group_method(log: Log, ro: Rollouts, p: Params) -> Result:
     for name, values in rollout_cols.items():
         columns[name] = pa.array(values[ro.rollout_codes], from_pandas=True)
     keep = ~drop_rollout[ro.rollout_codes]
-    return Result(columns, keep, dropped, {"zero_variance_rollouts": zero_var}, token_adv)
+    stats_out = {"zero_variance_rollouts": zero_var}
+    if p.method != "batch-mean":
+        stats_out.update(
+            zero_variance_groups=int(stats.zero_variance.sum()),
+            singleton_groups=int(stats.singleton.sum()),
+        )
+    return Result(columns, keep, dropped, stats_out, token_adv)
 
 
 # --------------------------------------------------------------------------- token level
@@ -393,7 +399,42 @@ def summarize(log: Log, ro: Rollouts, result: Result, p: Params, table: pa.Table
     zv = result.stats.get("zero_variance_rollouts")
     if zv is not None:
         summary["zero_variance_rollout_share"] = float(zv.mean()) if len(zv) else 0.0
+    for key in ("zero_variance_groups", "singleton_groups"):
+        if key in result.stats:
+            summary[key] = result.stats[key]
     return summary
+
+
+@dataclass
+class Annotated:
+    """An annotated log, ready to write: the table, its metadata and the run's summary."""
+
+    table: pa.Table
+    metadata: dict
+    summary: dict
+    rollouts: Rollouts
+    log: Log
+
+
+def annotate_log(
+    log: Log,
+    p: Params,
+    *,
+    stage: Stage = _no_stage,
+    score: Callable[[Log, Rollouts], tuple[np.ndarray, dict]] | None = None,
+) -> Annotated:
+    """Run method ``p`` on a loaded log (scoring values first if ``score`` is given and needed)."""
+    p = resolve(p)
+    extra: dict = {}
+    values = None
+    if score is not None and log.roles["values"] is None:
+        with stage("scoring with the critic"):
+            base = extract(log.table, log.roles, log.sources, needs=set())
+            values, extra = score(log, base)
+    with stage("computing"):
+        ro, result = compute(log, p, values)
+        table = annotated_table(log, result)
+    return Annotated(table, metadata(p, log, extra), summarize(log, ro, result, p, table), ro, log)
 
 
 def annotate(
@@ -409,25 +450,16 @@ def annotate(
 ) -> dict:
     """``advcli annotate``: returns the summary; writes ``out`` atomically."""
     started = time.perf_counter()
-    p = resolve(p)
+    resolve(p)
     fmt = output_format(out, fmt)
     check_output(out, inputs, force=force)
     with stage("reading"):
         log = load(inputs, col)
-    extra: dict = {}
-    values = None
-    if score is not None and log.roles["values"] is None:
-        with stage("scoring with the critic"):
-            base = extract(log.table, log.roles, log.sources, needs=set())
-            values, extra = score(log, base)
-    with stage("computing"):
-        ro, result = compute(log, p, values)
-        table = annotated_table(log, result)
+    done = annotate_log(log, p, stage=stage, score=score)
     with stage("writing"):
-        write_table(table, out, fmt, metadata(p, log, extra))
-    summary = summarize(log, ro, result, p, table)
-    summary.update(output=out, seconds=round(time.perf_counter() - started, 3))
-    return summary
+        write_table(done.table, out, fmt, done.metadata)
+    done.summary.update(output=out, seconds=round(time.perf_counter() - started, 3))
+    return done.summary
 
 
 def run_audit(

@@ -16,6 +16,10 @@ stdout = Console()
 
 
 def _fmt(x: object) -> str:
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, list):
+        return ", ".join(str(v) for v in x)
     if isinstance(x, float):
         return f"{x:.6g}"
     if isinstance(x, int):
