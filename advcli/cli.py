@@ -37,7 +37,8 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progre
 
 
 def _print_json(obj: object) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+    option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    sys.stdout.write(orjson.dumps(obj, option=option).decode() + "\n")
 
 
 @app.command()

@@ -136,7 +136,10 @@ def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table
     if path == STDIN:
         sources._stdin_bytes = data
     first = _first_object(path, data)
-    overrides = jsonl_dtypes(list(first), mapping, first) if first is not None else {}
+    if first is None:
+        msg = f"{path}: the input has no rows. Hint: check the file"
+        raise DataError(msg)
+    overrides = jsonl_dtypes(list(first), mapping, first)
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema_overrides=overrides or None)
     except Exception as exc:  # polars raises several error types without line numbers

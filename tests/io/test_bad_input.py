@@ -1,0 +1,212 @@
+"""Every bad input gets one line naming file, row/line and column, a hint, and exit code 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import rollout, run, write_jsonl, write_parquet
+
+
+def err(proc) -> str:
+    text = proc.stderr.decode()
+    assert "Traceback" not in text
+    assert text.count("\n") == 1, text
+    return text.strip()
+
+
+def bad(tmp_path, rows, *args, method="grpo", name="log.jsonl"):
+    path = (
+        write_jsonl(tmp_path / name, rows)
+        if name.endswith(".jsonl")
+        else write_parquet(tmp_path / name, rows)
+    )
+    proc = run("annotate", path, "--method", method, "--out", str(tmp_path / "out.parquet"), *args)
+    assert not (tmp_path / "out.parquet").exists()
+    return proc, path
+
+
+def test_missing_column_lists_columns_found(tmp_path):
+    rows = [{"prompt_id": "a", "input_ids": [1, 2], "action_mask": [0, 1]}]
+    proc, path = bad(tmp_path, rows)
+    assert proc.returncode == 1
+    assert err(proc) == (
+        f"advcli: error: {path}: no 'reward' column. Columns found: prompt_id, input_ids, "
+        "action_mask. Hint: name it with --col reward=COLUMN"
+    )
+
+
+def test_group_method_without_group_key(tmp_path):
+    rows = [{"input_ids": [1, 2], "reward": 1.0}]
+    proc, path = bad(tmp_path, rows)
+    assert proc.returncode == 1
+    assert err(proc) == (
+        f"advcli: error: {path}: no 'prompt_id' column. Columns found: input_ids, reward. "
+        "Hint: name it with --col prompt_id=COLUMN"
+    )
+
+
+def test_list_length_differs_from_input_ids(tmp_path):
+    rows = [rollout("a", 1.0), rollout("a", 0.0, action_mask=[0, 1, 1])]
+    proc, path = bad(tmp_path, rows)
+    assert proc.returncode == 1
+    assert err(proc) == (
+        f"advcli: error: {path}: line 2, column 'action_mask': 3 entries but 'input_ids' has "
+        "5 tokens. Hint: every per-token column needs one entry per token"
+    )
+
+
+def test_mask_value_not_binary(tmp_path):
+    rows = [rollout("a", 1.0, action_mask=[0, 0, 1, 2, 1])]
+    proc, path = bad(tmp_path, rows)
+    assert err(proc) == (
+        f"advcli: error: {path}: line 1, column 'action_mask': mask value 2 at token 3; a mask "
+        "holds only 0 and 1. Hint: 1 marks a token the policy sampled, 0 any other token"
+    )
+
+
+def test_parquet_rows_are_named_by_row(tmp_path):
+    rows = [rollout("a", 1.0), rollout("a", float("nan"))]
+    proc, path = bad(tmp_path, rows, name="log.parquet")
+    assert proc.returncode == 1
+    assert err(proc) == (
+        f"advcli: error: {path}: row 1, column 'reward': value nan is not a finite number. "
+        "Hint: fix or drop the row"
+    )
+
+
+def test_non_finite_value_at_an_action_token(tmp_path):
+    rows = [rollout("a", 1.0, values=[0.0, 0.0, 0.5, float("inf"), 0.1])]
+    proc, path = bad(tmp_path, rows, method="gae", name="log.parquet")
+    assert err(proc) == (
+        f"advcli: error: {path}: row 0, column 'values': value inf is not a finite number. "
+        "Hint: fix or drop the row"
+    )
+
+
+def test_non_finite_value_off_actions_is_ignored(tmp_path):
+    rows = [rollout("a", 1.0, values=[float("nan"), None, 0.5, 0.2, 0.1])]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", path, "--method", "gae", "--out", str(tmp_path / "o.parquet"), "-q")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_invalid_json_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"prompt_id": "a", "input_ids": [1], "reward": 1}\n{"prompt_id": "b",,}\n')
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert err(proc).startswith(f"advcli: error: {path}: line 2: not valid JSON (")
+    assert err(proc).endswith("Hint: one JSON object per line")
+
+
+def test_wrong_type_in_a_later_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(
+        '{"prompt_id": "a", "input_ids": [1, 2], "reward": 1}\n\n'
+        '{"prompt_id": "a", "input_ids": "oops", "reward": 0}\n'
+    )
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert err(proc) == (
+        f"advcli: error: {path}: line 3, column 'input_ids': expected a list of integers, saw "
+        '"oops". Hint: every line must use the same types'
+    )
+
+
+def test_empty_input(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert err(proc) == f"advcli: error: {path}: the input has no rows. Hint: check the file"
+
+
+def test_unknown_method_is_a_usage_error(small_log, tmp_path):
+    proc = run("annotate", small_log, "--method", "ppo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 2
+    assert err(proc) == (
+        "advcli: error: unknown method 'ppo'. Methods: grpo, rloo, batch-mean, mc, td, gae, "
+        "reinforce-pp, reinforce-pp-baseline"
+    )
+
+
+def test_unknown_convention_is_a_usage_error(small_log, tmp_path):
+    proc = run(
+        "annotate",
+        small_log,
+        "--method",
+        "grpo",
+        "--convention",
+        "x",
+        "--out",
+        str(tmp_path / "o.parquet"),
+    )
+    assert proc.returncode == 2
+    assert err(proc) == (
+        "advcli: error: unknown convention 'x'. Conventions: seed, verl, trl, openrlhf, torchrl"
+    )
+
+
+def _spans(*spans):
+    return [{"start": s, "end": e, "kind": k} for s, e, k in spans]
+
+
+@pytest.mark.parametrize(
+    ("spans", "problem"),
+    [
+        (
+            _spans((0, 2, "prompt"), (2, 9, "action")),
+            "span [2, 9) is out of range for 5 tokens"
+            ". Hint: spans are [start, end) token positions with end exclusive",
+        ),
+        (
+            _spans((0, 3, "prompt"), (2, 5, "action")),
+            "spans [0, 3) and [2, 5) overlap. Hint: each token belongs to at most one span",
+        ),
+        (
+            _spans((0, 2, "prompt"), (2, 5, "tool")),
+            "span kind 'tool'. Hint: a span's kind is one of prompt, action, observation",
+        ),
+    ],
+)
+def test_bad_spans(tmp_path, spans, problem):
+    row = {"prompt_id": "a", "input_ids": [1, 2, 3, 4, 5], "reward": 1.0, "spans": spans}
+    proc, path = bad(tmp_path, [row])
+    assert err(proc) == f"advcli: error: {path}: line 1, column 'spans': {problem}"
+
+
+def test_existing_output_is_refused_without_force(small_log, tmp_path):
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"keep me")
+    proc = run("annotate", small_log, "--method", "grpo", "--out", str(out))
+    assert proc.returncode == 2
+    assert err(proc) == f"advcli: error: {out}: already exists. Hint: pass --force to replace it"
+    assert out.read_bytes() == b"keep me"
+
+
+def test_output_that_is_an_input_is_refused_even_with_force(small_log):
+    proc = run("annotate", small_log, "--method", "grpo", "--out", small_log, "--force")
+    assert proc.returncode == 2
+    assert err(proc) == (
+        f"advcli: error: {small_log}: this is one of the inputs; advcli never overwrites its "
+        "input. Hint: choose another --out"
+    )
+
+
+def test_singleton_error_rule_names_the_prompt(tmp_path):
+    rows = [rollout("a", 1.0), rollout("a", 0.0), rollout("lonely", 1.0)]
+    proc, path = bad(tmp_path, rows, "--convention", "openrlhf")
+    assert proc.returncode == 1
+    assert err(proc) == (
+        f"advcli: error: {path}: line 3, column 'prompt_id': prompt 'lonely' has a single "
+        "rollout; --singleton error (convention openrlhf) forbids singleton groups. "
+        "Hint: pass --singleton zero, raw or drop"
+    )
+
+
+def test_ambiguous_aliases_ask_for_col(tmp_path):
+    rows = [{"uid": "a", "group_id": "g", "input_ids": [1], "reward": 1.0}]
+    proc, path = bad(tmp_path, rows)
+    assert err(proc) == (
+        f"advcli: error: {path}: columns 'uid', 'group_id' could each be 'prompt_id'. "
+        "Hint: choose one with --col prompt_id=uid"
+    )

@@ -1,0 +1,243 @@
+"""The real ``advcli`` command on small logs: outputs, formats, metadata, audit, atomic writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from advcli.io import writers
+from advcli.io.writers import read_metadata
+from tests.conftest import SAMPLE, rollout, run, write_jsonl
+
+
+def ok(proc):
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc
+
+
+def test_annotate_grpo_values_and_metadata(small_log, tmp_path):
+    out = tmp_path / "o.parquet"
+    ok(run("annotate", small_log, "--method", "grpo", "--out", str(out), "-q"))
+    df = pl.read_parquet(out)
+    # group a: rewards [1, 0, 0, 0], population std sqrt(3)/4, eps 1e-6
+    std = np.sqrt(3) / 4
+    expected = [0.75 / (std + 1e-6)] + [-0.25 / (std + 1e-6)] * 3 + [0.0, 0.0]
+    np.testing.assert_allclose(df["advantage"].to_numpy(), expected, rtol=1e-6)
+    assert df["advantages"][0].to_list()[:2] == [0.0, 0.0]  # prompt tokens
+    np.testing.assert_allclose(df["advantages"][0].to_list()[2:], [expected[0]] * 3, rtol=1e-6)
+    assert df["zero_variance"].to_list() == [False] * 4 + [True] * 2
+    assert df["group_size"].to_list() == [4] * 4 + [2] * 2
+    meta = read_metadata(str(out))
+    assert meta["method"] == "grpo"
+    assert meta["params"]["std_ddof"] == 0 and meta["params"]["eps"] == 1e-6
+    assert meta["inputs"] == [small_log]
+
+
+def test_jsonl_and_parquet_round_trip(tmp_path):
+    a = tmp_path / "a.jsonl"
+    b = tmp_path / "b.parquet"
+    c = tmp_path / "c.jsonl"
+    ok(run("annotate", str(SAMPLE / "rollouts.parquet"), "--method", "rloo", "--out", str(a), "-q"))
+    ok(run("annotate", str(a), "--method", "rloo", "--out", str(b), "-q"))
+    ok(run("annotate", str(b), "--method", "rloo", "--out", str(c), "-q"))
+    first, last = pl.read_ndjson(a), pl.read_ndjson(c)
+    assert first.columns == last.columns
+    for name in ("prompt_id", "reward", "advantage", "model_version"):
+        assert first[name].to_list() == last[name].to_list()
+    np.testing.assert_allclose(
+        np.concatenate(first["advantages"].to_list()), np.concatenate(last["advantages"].to_list())
+    )
+    assert json.loads((tmp_path / "c.jsonl.meta.json").read_text())["method"] == "rloo"
+
+
+def test_parquet_and_jsonl_samples_give_the_same_numbers(tmp_path):
+    outs = []
+    for name in ("rollouts.parquet", "rollouts.jsonl"):
+        out = tmp_path / f"{name}.parquet"
+        ok(run("annotate", str(SAMPLE / name), "--method", "gae", "--out", str(out), "-q"))
+        outs.append(pl.read_parquet(out))
+    a, b = (np.concatenate(o["advantages"].to_list()) for o in outs)
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_passthrough_columns_are_untouched(tmp_path):
+    out = tmp_path / "o.parquet"
+    src = SAMPLE / "rollouts.parquet"
+    ok(run("annotate", str(src), "--method", "grpo", "--out", str(out), "-q"))
+    before, after = pq.read_table(src), pq.read_table(out)
+    for name in before.column_names:
+        assert after.column(name).equals(before.column(name)), name
+
+
+def test_stdin_directory_and_glob(small_log, tmp_path):
+    data = (tmp_path / "log.jsonl").read_bytes()
+    outs = {}
+    for label, args, stdin in [
+        ("stdin", ["-"], data),
+        ("dir", [str(tmp_path)], None),
+        ("glob", [str(tmp_path / "*.jsonl")], None),
+    ]:
+        out = tmp_path / "out" / f"{label}.parquet"
+        ok(run("annotate", *args, "--method", "grpo", "--out", str(out), "-q", stdin=stdin))
+        outs[label] = pl.read_parquet(out)["advantage"].to_list()
+    assert outs["stdin"] == outs["dir"] == outs["glob"]
+
+
+def test_json_summary(small_log, tmp_path):
+    proc = ok(
+        run(
+            "annotate",
+            small_log,
+            "--method",
+            "grpo",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--json",
+            "-q",
+        )
+    )
+    summary = json.loads(proc.stdout)
+    assert summary["rows"] == 6 and summary["groups"] == 2
+    assert summary["zero_variance_groups"] == 1
+    assert summary["zero_variance_rollout_share"] == pytest.approx(2 / 6)
+
+
+def test_zero_variance_drop_counts_rows(small_log, tmp_path):
+    out = tmp_path / "o.parquet"
+    proc = ok(
+        run(
+            "annotate",
+            small_log,
+            "--method",
+            "grpo",
+            "--zero-variance",
+            "drop",
+            "--out",
+            str(out),
+            "--json",
+            "-q",
+        )
+    )
+    assert json.loads(proc.stdout)["dropped"] == {"zero_variance": 2}
+    assert pl.read_parquet(out)["prompt_id"].to_list() == ["a"] * 4
+
+
+def test_col_mapping_and_aliases(tmp_path):
+    rows = [{"uid": "a", "tokens": [5, 6], "score": s, "loss_mask": [0, 1]} for s in (1, 0)]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    out = tmp_path / "o.parquet"
+    ok(run("annotate", path, "--method", "rloo", "--out", str(out), "-q"))
+    assert pl.read_parquet(out)["advantage"].to_list() == [1.0, -1.0]
+    rows = [{"q": "a", "input_ids": [5, 6], "r": s} for s in (1, 0)]
+    path = write_jsonl(tmp_path / "log2.jsonl", rows)
+    ok(
+        run(
+            "annotate",
+            path,
+            "--method",
+            "rloo",
+            "--col",
+            "prompt_id=q",
+            "--col",
+            "reward=r",
+            "--out",
+            str(tmp_path / "o2.parquet"),
+            "-q",
+        )
+    )
+
+
+def test_schema_reports_roles_and_all_action_default(tmp_path):
+    rows = [{"prompt_id": "a", "input_ids": [1, 2, 3], "reward": 1.0}]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    info = json.loads(ok(run("schema", path, "--json")).stdout)
+    assert info["columns"]["prompt_id"] == ["string", "prompt_id"]
+    assert info["actions"] == "no mask and no spans: every token is treated as an action"
+    assert info["tokens"] == 3 and info["action_tokens"] == 3
+
+
+def test_audit_json_list_and_threshold():
+    sample = str(SAMPLE / "rollouts.parquet")
+    report = json.loads(ok(run("audit", sample, "--json")).stdout)
+    assert report["groups"] == 4 and report["rollouts"] == 13
+    assert report["zero_variance_groups"] == 1 and report["zero_variance_all_correct"] == 1
+    assert report["singleton_groups"] == 1
+    assert report["zero_variance_rollout_share"] == pytest.approx(4 / 13)
+    assert report["no_signal_rollout_share"] == pytest.approx(5 / 13)
+    assert report["group_sizes"] == {"1": 1, "4": 3}
+    assert ok(run("audit", sample, "--list", "zero-variance")).stdout.decode() == "p-easy\n"
+    assert ok(run("audit", sample, "--list", "singleton")).stdout.decode() == "p-lonely\n"
+    proc = run("audit", sample, "--fail-above", "0.2", "--json")
+    assert proc.returncode == 3
+    assert proc.stderr.decode().strip() == (
+        "advcli: error: zero-variance groups hold 30.8% of the rollouts, above --fail-above 0.2"
+    )
+    ok(run("audit", sample, "--fail-above", "0.5", "--json"))
+
+
+def test_audit_terminal_report():
+    text = ok(run("audit", str(SAMPLE / "rollouts.jsonl"))).stdout.decode()
+    assert "zero-variance groups" in text and "all-correct" in text and "rewards" in text
+
+
+def test_atomic_write_leaves_nothing_when_writing_fails(monkeypatch, tmp_path):
+    """A failure mid-write removes the temporary file and never creates the target."""
+    import pyarrow as pa
+
+    def explode(table, where, **kwargs):
+        with open(where, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writers.pq, "write_table", explode)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(OSError):
+        writers.write_table(pa.table({"a": [1]}), str(out), "parquet", {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version_and_help():
+    assert ok(run("--version")).stdout.decode().startswith("advcli ")
+    assert "annotate" in ok(run("--help")).stdout.decode()
+
+
+def test_every_sample_method_runs(tmp_path):
+    for method in (
+        "grpo",
+        "rloo",
+        "batch-mean",
+        "mc",
+        "td",
+        "gae",
+        "reinforce-pp",
+        "reinforce-pp-baseline",
+    ):
+        out = tmp_path / f"{method}.parquet"
+        ok(
+            run(
+                "annotate",
+                str(SAMPLE / "rollouts.parquet"),
+                "--method",
+                method,
+                "--batch-size",
+                "4",
+                "--out",
+                str(out),
+                "-q",
+            )
+        )
+        df = pl.read_parquet(out)
+        for adv, mask in zip(df["advantages"].to_list(), df["action_mask"].to_list(), strict=True):
+            assert all(a == 0.0 for a, m in zip(adv, mask, strict=True) if m == 0)
+
+
+def test_rows_are_kept_in_input_order(tmp_path):
+    rows = [rollout(p, r) for p, r in [("b", 1), ("a", 0), ("b", 0), ("a", 1)]]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    out = tmp_path / "o.parquet"
+    ok(run("annotate", path, "--method", "rloo", "--out", str(out), "-q"))
+    assert pl.read_parquet(out)["advantage"].to_list() == [1.0, -1.0, -1.0, 1.0]
