@@ -38,11 +38,15 @@ import numpy as np
 from advcli.core.ragged import ranges
 from advcli.errors import DataError, UsageError
 
-# Measured with ``python -m bench.critic_bench`` (2 CPU cores, onnxruntime 1.32, the bench's
-# causal critic with d=128, 4,000 rows of lognormal length, median 1k, capped at 8k): tokens/s
-# rises with the budget up to 16k tokens per batch and is flat beyond it (within 5%), while
-# memory grows with it; see the table in bench/critic_bench.py's docstring.
-DEFAULT_BATCH_TOKENS = 16_384
+# Measured with ``python -m bench.critic_bench --rows 600 --repeat 5`` (2 shared vCPUs,
+# onnxruntime 1.32, the bench's causal critic with d=128: 855k tokens, lengths lognormal with
+# median 960, capped at 8k). Sorted batches, tokens/s (padding efficiency) by budget:
+#   1 (a row per batch) 1.61M (100%) | 2k 1.66M (99.8%) | 4k 1.65M (99.5%) | 8k 1.53M (98.8%)
+#   16k 1.42M (97.2%) | 32k 1.25M (94.2%) | 64k 1.18M (89.4%); unsorted at 16k: 0.78M (51.5%).
+# On the CPU a 1k-token row already fills the cores, so larger batches only add padding and
+# cache misses; 4k is at the top (runs on this shared machine vary by ~15%). Not measured on CUDA,
+# where larger batches may pay: bench/gpu_check.py times several budgets.
+DEFAULT_BATCH_TOKENS = 4096
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
