@@ -100,20 +100,25 @@ def _describe(args: list[Any]) -> str:
     return ", ".join(f"{a.name}: {_dtype(a)} [{_dims(a)}]" for a in args) or "none"
 
 
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _static(dim: Any) -> int | None:
     return dim if isinstance(dim, int) and dim > 0 else None
 
 
 def _open_session(ort: Any, path: Path, device: str) -> Any:
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: a CUDA fallback is reported through .provider
+    # Fatal only: errors reach the user as our exceptions, a CUDA fallback through .provider.
+    options.log_severity_level = 4
 
     def create(providers: list[str]) -> Any:
         try:
             return ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as e:  # onnxruntime raises its own types for unreadable models
-            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UsageError(f"{path}: cannot load the critic: {first_line}") from None
+            raise UsageError(f"{path}: cannot load the critic: {_first_line(e)}") from None
 
     has_cuda = CUDA in ort.get_available_providers()
     if device == "cuda" and not has_cuda:
@@ -320,7 +325,13 @@ class Critic:
             ids[slot, col] = input_ids[src]
             mask[slot, col] = 1
 
-            out = self._run(ids, mask)
+            try:
+                out = self._run(ids, mask)
+            except Exception as e:  # e.g. a token id outside the vocabulary, or out of memory
+                raise DataError(
+                    f"{self.path}: the critic failed on a batch of {height} x {width} tokens: "
+                    f"{_first_line(e)}"
+                ) from None
             if out.shape[:2] != (height, width) or out.size != height * width:
                 raise UsageError(
                     f"{self.path}: output '{self.output_name}' has shape {list(out.shape)} for "
