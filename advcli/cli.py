@@ -36,6 +36,45 @@ Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr.")]
 
 
+# Critic options, shared by `score` and `annotate --critic`.
+CriticPath = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--critic", help="ONNX critic: score values (annotate: when the log has none)."),
+]
+Device = Annotated[str, typer.Option(help="auto (CUDA when it works), cuda or cpu.")]
+BatchTokens = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(help="Padded tokens per critic batch (default 4096, measured on the CPU)."),
+]
+Shift = Annotated[
+    bool, typer.Option("--shift/--no-shift", help="values[t] = output[t-1] (causal heads).")
+]
+MaxLen = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(help="Longest row the critic takes (default: the model's static length)."),
+]
+MaxLenTruncate = Annotated[
+    str, typer.Option(help="A longer row: error, or left (score its last --max-len tokens).")
+]
+InputName = Annotated[Optional[str], typer.Option(help="The model's token-id input.")]  # noqa: UP045
+MaskName = Annotated[Optional[str], typer.Option(help="The model's attention-mask input.")]  # noqa: UP045
+OutputName = Annotated[Optional[str], typer.Option(help="The model's value output.")]  # noqa: UP045
+
+
+def _critic_options(path, device, batch_tokens, shift, max_len, truncate, inp, mask, outp):
+    return pipeline.CriticOptions(
+        path=path,
+        device=device,
+        batch_tokens=batch_tokens,
+        shift=shift,
+        max_len=max_len,
+        truncate=truncate,
+        input_name=inp,
+        mask_name=mask,
+        output_name=outp,
+    )
+
+
 def _print_json(obj: object) -> None:
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     sys.stdout.write(orjson.dumps(obj, option=option).decode() + "\n")
@@ -113,6 +152,15 @@ def annotate(
     force: Annotated[bool, typer.Option(help="Replace an existing output.")] = False,
     quiet: Quiet = False,
     as_json: Json = False,
+    critic: CriticPath = None,
+    device: Device = "auto",
+    batch_tokens: BatchTokens = None,
+    shift: Shift = True,
+    max_len: MaxLen = None,
+    max_len_truncate: MaxLenTruncate = "error",
+    input_name: InputName = None,
+    mask_name: MaskName = None,
+    output_name: OutputName = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
     params = Params(
@@ -137,13 +185,86 @@ def annotate(
         whiten_ddof=whiten_ddof,
         strict=strict,
     )
-    result = pipeline.annotate(
-        inputs, out, params, col=col, fmt=fmt, force=force, stage=render.Stages(quiet)
-    )
+    with render.token_progress("scoring", quiet) as progress:
+        scorer = None
+        if critic:
+            opts = _critic_options(
+                critic,
+                device,
+                batch_tokens,
+                shift,
+                max_len,
+                max_len_truncate,
+                input_name,
+                mask_name,
+                output_name,
+            )
+            scorer = pipeline.critic_scorer(opts, progress)
+        result = pipeline.annotate(
+            inputs,
+            out,
+            params,
+            col=col,
+            fmt=fmt,
+            force=force,
+            stage=render.Stages(quiet),
+            score=scorer,
+        )
     if as_json:
         _print_json(result)
     if not quiet:
         render.summary(f"annotate: {out}", result)
+
+
+@app.command()
+def score(
+    inputs: Inputs,
+    critic: Annotated[str, typer.Option("--critic", help="The ONNX critic.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    device: Device = "auto",
+    batch_tokens: BatchTokens = None,
+    shift: Shift = True,
+    max_len: MaxLen = None,
+    max_len_truncate: MaxLenTruncate = "error",
+    input_name: InputName = None,
+    mask_name: MaskName = None,
+    output_name: OutputName = None,
+    col: Col = None,
+    fmt: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--format", help="parquet or jsonl (default: from --out)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output.")] = False,
+    quiet: Quiet = False,
+    as_json: Json = False,
+) -> None:
+    """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
+    opts = _critic_options(
+        critic,
+        device,
+        batch_tokens,
+        shift,
+        max_len,
+        max_len_truncate,
+        input_name,
+        mask_name,
+        output_name,
+    )
+    with render.token_progress("scoring", quiet) as progress:
+        result = pipeline.score(
+            inputs,
+            out,
+            opts,
+            col=col,
+            fmt=fmt,
+            force=force,
+            stage=render.Stages(quiet),
+            progress=progress,
+        )
+    if as_json:
+        _print_json(result)
+    if not quiet:
+        render.summary(f"score: {out}", result)
 
 
 @app.command()

@@ -23,7 +23,7 @@ from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, UsageError
 from advcli.io.readers import Sources, read_inputs
-from advcli.io.rollouts import Rollouts, extract
+from advcli.io.rollouts import Rollouts, extract, flat_list
 from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
 from advcli.io.writers import check_output, output_format, write_table
 from advcli.params import GROUP_METHODS, VALUE_METHODS, Params, resolve
@@ -349,6 +349,15 @@ def compute(log: Log, p: Params, values: np.ndarray | None = None) -> tuple[Roll
         log.table, log.roles, log.sources, needs=required_roles(p.method, values is not None)
     )
     if values is not None:
+        bad = ro.mask & ~np.isfinite(values)
+        if bad.any():
+            row = int(row_of(ro.offsets)[np.flatnonzero(bad)[0]])
+            msg = (
+                f"{log.sources.at(row, log.roles['input_ids'])}: the critic gave no value for an "
+                "action token (a row's first token has no earlier output to shift from). "
+                "Hint: pass --no-shift if the model outputs V(s_t) itself"
+            )
+            raise DataError(msg)
         ro.values = values
     if p.method in GROUP_METHODS:
         return ro, group_method(log, ro, p)
@@ -517,3 +526,104 @@ def group_keys(log: Log, group_flags: np.ndarray) -> list:
     codes = np.flatnonzero(group_flags)
     ro_keys = log.table.column(log.roles["prompt_id"]).combine_chunks().dictionary_encode()
     return ro_keys.dictionary.take(pa.array(codes)).to_pylist()
+
+
+# --------------------------------------------------------------------------- critic
+
+
+@dataclass
+class CriticOptions:
+    """How to run an ONNX critic (``advcli score`` and ``annotate --critic``)."""
+
+    path: str
+    device: str = "auto"
+    batch_tokens: int | None = None
+    shift: bool = True
+    max_len: int | None = None
+    truncate: str = "error"
+    input_name: str | None = None
+    mask_name: str | None = None
+    output_name: str | None = None
+
+
+def critic_scorer(
+    opts: CriticOptions, progress: Callable[[int, int], None] | None = None
+) -> Callable[[Log, Rollouts], tuple[np.ndarray, dict]]:
+    """A function that scores a log's tokens with the critic: (values per token, metadata)."""
+    from advcli.critic import DEFAULT_BATCH_TOKENS, load_critic
+
+    def score(log: Log, ro: Rollouts) -> tuple[np.ndarray, dict]:
+        critic = load_critic(
+            opts.path,
+            device=opts.device,
+            input_name=opts.input_name,
+            mask_name=opts.mask_name,
+            output_name=opts.output_name,
+        )
+        ids, _ = flat_list(log.table.column(log.roles["input_ids"]))
+        started = time.perf_counter()
+        values = critic.score(
+            ids.to_numpy(zero_copy_only=False),
+            ro.offsets,
+            batch_tokens=opts.batch_tokens or DEFAULT_BATCH_TOKENS,
+            shift=opts.shift,
+            max_len=opts.max_len,
+            truncate=opts.truncate,
+            describe_row=lambda row: log.sources.at(row, log.roles["input_ids"]),
+            progress=progress,
+        )
+        seconds = time.perf_counter() - started
+        meta = {
+            "critic": {
+                "file": str(opts.path),
+                "sha256": critic.sha256,
+                "provider": critic.provider,
+                "alignment": "shifted: values[t] = output[t - 1]"
+                if opts.shift
+                else "unshifted: values[t] = output[t]",
+                "batch_tokens": opts.batch_tokens or DEFAULT_BATCH_TOKENS,
+                "truncated_rows": critic.last_truncated_rows,
+                "tokens_per_second": round(int(ro.offsets[-1]) / seconds) if seconds else None,
+            }
+        }
+        return values.astype(np.float64), meta
+
+    return score
+
+
+def score(
+    inputs: list[str],
+    out: str,
+    opts: CriticOptions,
+    *,
+    col: list[str] | None = None,
+    fmt: str | None = None,
+    force: bool = False,
+    stage: Stage = _no_stage,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """``advcli score``: add (or replace) a ``values`` column computed by the critic."""
+    started = time.perf_counter()
+    fmt = output_format(out, fmt)
+    check_output(out, inputs, force=force)
+    with stage("reading"):
+        log = load(inputs, col)
+    ro = extract(log.table, log.roles, log.sources, needs=set())
+    values, meta = critic_scorer(opts, progress)(log, ro)
+    column = log.roles["values"] or "values"
+    table = log.table
+    if column in table.column_names:
+        table = table.drop_columns([column])
+    table = table.append_column(column, list_column(values, ro.offsets))
+    meta.update(advcli_version=__version__, command="score", inputs=log.sources.files)
+    with stage("writing"):
+        write_table(table, out, fmt, meta)
+    return {
+        "rows": ro.n_rows,
+        "tokens": int(ro.offsets[-1]),
+        "provider": meta["critic"]["provider"],
+        "tokens_per_second": meta["critic"]["tokens_per_second"],
+        "truncated_rows": meta["critic"]["truncated_rows"],
+        "output": out,
+        "seconds": round(time.perf_counter() - started, 3),
+    }

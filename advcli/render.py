@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from advcli.core.audit import AuditReport
@@ -40,6 +41,29 @@ class Stages:
             return
         with stderr.status(f"{name}…"):
             yield
+
+
+@contextlib.contextmanager
+def token_progress(description: str, quiet: bool) -> Iterator:
+    """A progress bar with tokens/s; yields a ``callback(done, total)``."""
+    if quiet or not stderr.is_terminal:
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} tokens"),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task(description, total=None, rate="")
+
+        def update(done: int, total: int) -> None:
+            speed = bar.tasks[0].speed
+            bar.update(task, completed=done, total=total, rate=f"{speed or 0:,.0f} tokens/s")
+
+        yield update
 
 
 def summary(title: str, data: dict, console: Console = stderr) -> None:

@@ -1,0 +1,90 @@
+"""`advcli score` and `annotate --critic` with a tiny ONNX critic built by the tests."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from bench.critic_model import build_critic, make_weights, reference
+from tests.conftest import SAMPLE, run
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def critic(tmp_path_factory):
+    path = tmp_path_factory.mktemp("critic") / "critic.onnx"
+    weights = make_weights(vocab=32000, dim=8, hidden=8)
+    build_critic(path, weights)
+    return str(path), weights
+
+
+def test_score_adds_shifted_values(critic, tmp_path):
+    path, weights = critic
+    out = tmp_path / "scored.parquet"
+    proc = run(
+        "score",
+        str(SAMPLE / "rollouts.parquet"),
+        "--critic",
+        path,
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--json",
+        "-q",
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    summary = json.loads(proc.stdout)
+    assert summary["provider"] == "CPUExecutionProvider" and summary["rows"] == 14
+    df = pl.read_parquet(out)
+    for ids, values in zip(df["input_ids"], df["values"], strict=True):
+        expected = reference(weights, ids.to_numpy())
+        got = values.to_numpy()
+        assert np.isnan(got[0])
+        np.testing.assert_allclose(got[1:], expected[:-1], rtol=1e-5, atol=1e-6)
+    meta = json.loads(pq.read_schema(out).metadata[b"advcli"])
+    assert meta["critic"]["provider"] == "CPUExecutionProvider"
+    assert meta["critic"]["alignment"].startswith("shifted")
+    assert len(meta["critic"]["sha256"]) == 64
+
+
+def test_annotate_with_critic_equals_annotate_with_scored_values(critic, tmp_path):
+    path, _ = critic
+    raw = tmp_path / "raw.parquet"
+    table = pq.read_table(SAMPLE / "rollouts.parquet").drop_columns(["values"])
+    pq.write_table(table, raw)
+    scored = tmp_path / "scored.parquet"
+    assert run("score", str(raw), "--critic", path, "--out", str(scored), "-q").returncode == 0
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    args = ["--method", "gae", "--gamma", "0.99", "--lam", "0.9", "-q"]
+    proc = run("annotate", str(raw), "--critic", path, "--out", str(a), *args)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert run("annotate", str(scored), "--out", str(b), *args).returncode == 0
+    adv_a = np.concatenate(pl.read_parquet(a)["advantages"].to_list())
+    adv_b = np.concatenate(pl.read_parquet(b)["advantages"].to_list())
+    np.testing.assert_array_equal(adv_a, adv_b)
+
+
+def test_cuda_without_cuda_is_a_clear_error(critic, tmp_path):
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this machine has CUDA")
+    proc = run(
+        "score",
+        str(SAMPLE / "rollouts.parquet"),
+        "--critic",
+        critic[0],
+        "--device",
+        "cuda",
+        "--out",
+        str(tmp_path / "o.parquet"),
+    )
+    assert proc.returncode == 2
+    text = proc.stderr.decode()
+    assert text.count("\n") == 1 and "pip install 'advcli[gpu]'" in text
