@@ -109,9 +109,11 @@ def audit_report(name: str, report: AuditReport) -> None:
     hist.add_column("rollouts", justify="right")
     hist.add_column("")
     peak = max((c for _, _, c in report.reward_histogram), default=1)
-    for lo, hi, count in report.reward_histogram:
+    last = len(report.reward_histogram) - 1
+    for i, (lo, hi, count) in enumerate(report.reward_histogram):
         bar = "█" * max(1, int(np.ceil(30 * count / peak)))
-        hist.add_row(f"[{lo:.3g}, {hi:.3g})", _fmt(count), bar)
+        close = "]" if i == last else ")"
+        hist.add_row(f"[{lo:.3g}, {hi:.3g}{close}", _fmt(count), bar)
     stdout.print(hist)
 
 
