@@ -1,0 +1,101 @@
+"""Generate a synthetic multi-turn rollout log of a given size (Parquet or JSONL).
+
+Lengths are long-tailed (lognormal, median ~1.5k tokens, capped at 32k); every rollout has a
+prompt span, then action / observation / action turns; per-token critic values; groups of
+``--group-size`` rollouts per prompt, about a fifth of them zero-variance. Written in chunks, so
+memory stays bounded whatever the size: ``python -m bench.generate --tokens 50e6 --out log.parquet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from advcli.core.ragged import offsets_from_lengths, row_of
+from advcli.io.writers import ROW_GROUP_ROWS, parquet_options
+
+MAX_LEN = 32_768
+
+
+def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
+    return np.clip(rng.lognormal(np.log(1500), 0.9, n), 64, MAX_LEN).astype(np.int64)
+
+
+def chunk(rng: np.random.Generator, first_row: int, n_rows: int, group_size: int) -> pa.Table:
+    """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups)."""
+    n_tok = lengths(rng, n_rows)
+    offsets = offsets_from_lengths(n_tok)
+    total = int(offsets[-1])
+    rows = row_of(offsets)
+    pos = np.arange(total) - offsets[:-1][rows]
+    # prompt: first ~12%; an observation span in the middle ~15%; the rest actions.
+    prompt_end = (n_tok * 0.12).astype(np.int64)[rows]
+    obs_start = (n_tok * 0.5).astype(np.int64)[rows]
+    obs_end = (n_tok * 0.65).astype(np.int64)[rows]
+    mask = ((pos >= prompt_end) & ~((pos >= obs_start) & (pos < obs_end))).astype(np.int8)
+    group = (first_row + np.arange(n_rows)) // group_size
+    p_correct = rng.uniform(0, 1, group.max() - group.min() + 1)
+    p_correct[rng.uniform(0, 1, len(p_correct)) < 0.1] = 1.0  # all-correct groups
+    p_correct[rng.uniform(0, 1, len(p_correct)) < 0.1] = 0.0  # all-wrong groups
+    reward = (rng.uniform(0, 1, n_rows) < p_correct[group - group.min()]).astype(np.float32)
+
+    def lists(values: np.ndarray) -> pa.Array:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+    return pa.table(
+        {
+            "prompt_id": pa.array([f"prompt-{g}" for g in group]),
+            "rollout_id": pa.array(first_row + np.arange(n_rows)),
+            "input_ids": lists(rng.integers(0, 150_000, total, dtype=np.int32)),
+            "action_mask": lists(mask),
+            "values": lists(rng.uniform(0, 1, total).astype(np.float32)),
+            "reward": pa.array(reward),
+            "completion_time": pa.array(first_row + rng.uniform(0, 64, n_rows)),
+        }
+    )
+
+
+def generate(out: str, tokens: float, group_size: int = 16, seed: int = 0) -> tuple[int, int]:
+    """Write about ``tokens`` tokens to ``out``; returns (rows, tokens) written."""
+    rng = np.random.default_rng(seed)
+    rows_per_chunk = group_size * (ROW_GROUP_ROWS // group_size)
+    written_rows = written_tokens = 0
+    writer = None
+    try:
+        while written_tokens < tokens:
+            table = chunk(rng, written_rows, rows_per_chunk, group_size)
+            if out.endswith(".jsonl"):
+                import polars as pl
+
+                with open(out, "ab" if writer else "wb") as fh:
+                    pl.from_arrow(table).write_ndjson(fh)
+                writer = True
+            else:
+                if writer is None:
+                    writer = pq.ParquetWriter(out, table.schema, **parquet_options(table.schema))
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            written_rows += table.num_rows
+            written_tokens += int(pc.list_value_length(table["input_ids"]).to_numpy().sum())
+    finally:
+        if writer not in (None, True):
+            writer.close()
+    return written_rows, written_tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", type=float, default=50e6)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rows, tokens = generate(args.out, args.tokens, args.group_size, args.seed)
+    print(f"{args.out}: {rows:,} rows, {tokens:,} tokens")
+
+
+if __name__ == "__main__":
+    main()
