@@ -64,8 +64,8 @@ def reverse_discounted_scan(
     ends = offsets[1:]
     nonempty = ends > starts
     rx = x[::-1].copy()
-    ra = np.empty(n)
-    ra[1:] = coef[::-1][:-1]  # reversed: element i follows element i - 1 with coef of the latter
+    # Reversed: y_r[i] = x_r[i] + coef_r[i] * y_r[i - 1], each element keeping its own coef.
+    ra = coef[::-1].copy()
     # The first reversed element of each row (its last element) starts fresh, seeded by carry.
     row_first = n - ends[nonempty]
     ra[row_first] = 0.0
