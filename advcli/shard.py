@@ -414,6 +414,9 @@ def first_fit_decreasing(
     space finds the first bin with room.
     """
     n = len(sizes)
+    if n and int(np.max(sizes)) > capacity:
+        msg = f"an item of {int(np.max(sizes))} does not fit in bins of {capacity}"
+        raise ValueError(msg)
     seg = np.zeros(n, dtype=np.int64) if segments is None else np.asarray(segments)
     order = np.lexsort((np.arange(n), -np.asarray(sizes, dtype=np.int64), seg))
     bins = np.empty(n, dtype=np.int64)

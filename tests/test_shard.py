@@ -153,6 +153,8 @@ def test_annotated_input_gives_the_same_shards_and_jsonl_works(capsys, tmp_path)
     assert code == 2 and "already annotated with method 'gae'" in err and "Hint:" in err
     code, _, err = run(capsys, "shard", annotated, "--param", "gamma=0.9", "--out", tmp_path / "x")
     assert code == 2 and "--param apply to raw logs" in err
+    code, _, err = run(capsys, "shard", annotated, SAMPLE, "--out", tmp_path / "x")
+    assert code == 2 and "a raw log among logs annotated by advcli" in err
     jsonl = ok(capsys, "shard", SAMPLE_JSONL, "--method", "gae", "--out", tmp_path / "j")
     assert jsonl["tokens"] == summary["tokens"] and jsonl["samples"] == 14
 
@@ -200,7 +202,7 @@ def test_packed_rows_unpack_to_the_original_rollouts(capsys, tmp_path, log_path)
     out = tmp_path / "p"
     summary = ok(
         capsys, "shard", log_path, "--method", "grpo", "--out", out, "--pack", 128,
-        "--keep", "old_logprobs", "--tokens-per-shard", 1500,
+        "--keep", "old_logprobs", "--keep", "model_version", "--tokens-per-shard", 1500,
     )  # fmt: skip
     ref, mask = reference(log_path)
     got = ds.dataset(shard_files(out), format="parquet").to_table()
@@ -216,6 +218,13 @@ def test_packed_rows_unpack_to_the_original_rollouts(capsys, tmp_path, log_path)
         assert rec["old_logprobs"] == row["old_logprobs"]
         assert rec["prompt_id"] == row["prompt_id"]
         assert rec["loss_mask"] == mask[offsets[i] : offsets[i + 1]].astype(int).tolist()
+    versions = dict(
+        zip(ref["rollout_id"].to_pylist(), ref["model_version"].to_pylist(), strict=True)
+    )
+    for ids, vs in zip(
+        got["rollout_id"].to_pylist(), got["model_version"].to_pylist(), strict=True
+    ):
+        assert vs == [versions[r] for r in ids]  # a per-row column: one value per rollout
     # unshuffled packs come in order of their first rollout: deterministic and near input order
     firsts = [
         ref.column("rollout_id").to_pylist().index(r[0]) for r in got["rollout_id"].to_pylist()
@@ -426,6 +435,8 @@ def test_verify_catches_truncated_altered_and_missing_shards(capsys, tmp_path, l
     fails(f"{files[0]}: missing")
     manifest_path.unlink()
     fails("no manifest")
+    code, _, err = run(capsys, "verify", tmp_path / "nowhere")
+    assert code == 2 and "no such folder" in err
 
 
 def test_sigkill_leaves_no_complete_looking_output(tmp_path):
@@ -436,10 +447,9 @@ def test_sigkill_leaves_no_complete_looking_output(tmp_path):
             "--out", str(out), "--rows-per-shard", "20"]  # fmt: skip
     proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    while not list(tmp_path.glob(".out.*.tmp")) and proc.poll() is None:
+    while not list(tmp_path.glob(".out.*.tmp/*.parquet")) and proc.poll() is None:
         assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.2)  # some shards written
+        time.sleep(0.002)  # kill once the first shards are in the temporary folder
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "finished before the kill: make the log bigger"
