@@ -14,6 +14,7 @@ import orjson
 import typer
 
 from advcli import __version__, pipeline, render
+from advcli import shard as sharding
 from advcli.errors import AdvcliError, ThresholdExceeded
 from advcli.params import METHODS, Params
 
@@ -301,6 +302,115 @@ def audit(
             f"rollouts, above --fail-above {fail_above:g}"
         )
         raise ThresholdExceeded(msg)
+
+
+@app.command()
+def shard(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=f"Raw logs: one of {', '.join(METHODS)}. Annotated logs keep theirs."),
+    ] = None,
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Raw logs: seed, verl, trl, openrlhf or torchrl defaults."),
+    ] = None,
+    param: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--param",
+            help="Raw logs: any other annotate option as KEY=VALUE, e.g. --param gamma=0.99 "
+            "(repeatable).",
+        ),
+    ] = None,
+    rows_per_shard: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Rows per shard (instead of --tokens-per-shard)."),
+    ] = None,
+    tokens_per_shard: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help=f"Tokens per shard (default {sharding.DEFAULT_TOKENS_PER_SHARD:,})."),
+    ] = None,
+    keep: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--keep", help="Also write this column, e.g. old_logprobs (repeatable)."),
+    ] = None,
+    drop_zero_variance: Annotated[
+        bool, typer.Option(help="Leave out rollouts of zero-variance groups.")
+    ] = False,
+    drop_singletons: Annotated[bool, typer.Option(help="Leave out groups of one.")] = False,
+    shuffle: Annotated[bool, typer.Option(help="A global, seeded, deterministic shuffle.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of --shuffle.")] = 0,
+    keep_groups: Annotated[
+        bool, typer.Option(help="Keep a group's rollouts adjacent and in one shard.")
+    ] = False,
+    pack: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Pack rollouts first-fit-decreasing into rows of at most N tokens."),
+    ] = None,
+    truncate: Annotated[
+        bool, typer.Option(help="Cut rollouts longer than --pack N to N tokens (counted).")
+    ] = False,
+    loss_weights: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="Add loss_weight: token-mean, seq-mean-token-mean or seq-mean-token-sum."
+        ),
+    ] = None,
+    split: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Hold out prompts by hash: val=0.02 writes DIR/train and DIR/val."),
+    ] = None,
+    col: Col = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    quiet: Quiet = False,
+    as_json: Json = False,
+) -> None:
+    """Write annotated rollouts as training-ready Parquet shards with a manifest."""
+    opts = sharding.ShardOptions(
+        rows_per_shard=rows_per_shard,
+        tokens_per_shard=tokens_per_shard,
+        keep=list(keep or []),
+        drop_zero_variance=drop_zero_variance,
+        drop_singletons=drop_singletons,
+        shuffle=shuffle,
+        seed=seed,
+        keep_groups=keep_groups,
+        pack=pack,
+        truncate=truncate,
+        loss_weights=loss_weights,
+        split=split,
+    )
+    result = sharding.shard(
+        inputs,
+        out,
+        opts,
+        method=method,
+        convention=convention,
+        param=param,
+        col=col,
+        force=force,
+        stage=render.Stages(quiet),
+    )
+    if as_json:
+        _print_json(result)
+    if not quiet:
+        render.summary(f"shard: {out}", result)
+
+
+@app.command()
+def verify(
+    folder: Annotated[str, typer.Argument(help="A folder written by advcli shard.")],
+    quiet: Quiet = False,
+    as_json: Json = False,
+) -> None:
+    """Re-read every shard: checksums, schema, row and token counts against the manifest."""
+    result = sharding.verify(folder)
+    if as_json:
+        _print_json(result)
+    if not quiet:
+        render.summary(f"verify: {folder}", result)
 
 
 def version_callback(value: bool) -> None:
