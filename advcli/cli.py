@@ -186,21 +186,20 @@ def annotate(
         whiten_ddof=whiten_ddof,
         strict=strict,
     )
-    with render.token_progress("scoring", quiet) as progress:
-        scorer = None
-        if critic:
-            opts = _critic_options(
-                critic,
-                device,
-                batch_tokens,
-                shift,
-                max_len,
-                max_len_truncate,
-                input_name,
-                mask_name,
-                output_name,
-            )
-            scorer = pipeline.critic_scorer(opts, progress)
+    opts = None
+    if critic:
+        opts = _critic_options(
+            critic,
+            device,
+            batch_tokens,
+            shift,
+            max_len,
+            max_len_truncate,
+            input_name,
+            mask_name,
+            output_name,
+        )
+    with render.Activity(quiet) as activity:
         result = pipeline.annotate(
             inputs,
             out,
@@ -208,8 +207,9 @@ def annotate(
             col=col,
             fmt=fmt,
             force=force,
-            stage=render.Stages(quiet),
-            score=scorer,
+            stage=activity.stage,
+            progress=activity.progress,
+            critic=opts,
         )
     if as_json:
         _print_json(result)
@@ -251,16 +251,9 @@ def score(
         mask_name,
         output_name,
     )
-    with render.token_progress("scoring", quiet) as progress:
+    with render.Activity(quiet) as activity, activity.stage("scoring"):
         result = pipeline.score(
-            inputs,
-            out,
-            opts,
-            col=col,
-            fmt=fmt,
-            force=force,
-            stage=render.Stages(quiet),
-            progress=progress,
+            inputs, out, opts, col=col, fmt=fmt, force=force, progress=activity.progress
         )
     if as_json:
         _print_json(result)
@@ -287,15 +280,15 @@ def audit(
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
-    report, log, _ro, stats = pipeline.run_audit(inputs, col=col, tol=zero_variance_tol)
+    report, sources, rows, stats = pipeline.run_audit(inputs, col=col, tol=zero_variance_tol)
     if list_:
         flags = stats.zero_variance if list_ == "zero-variance" else stats.singleton
-        for key in pipeline.group_keys(log, flags):
+        for key in pipeline.group_keys(rows, flags):
             sys.stdout.write(f"{key}\n")
     elif as_json:
-        _print_json(report.__dict__ | {"files": log.sources.files})
+        _print_json(report.__dict__ | {"files": sources.files})
     else:
-        render.audit_report(", ".join(log.sources.files), report)
+        render.audit_report(", ".join(sources.files), report)
     if fail_above is not None and report.zero_variance_rollout_share > fail_above:
         msg = (
             f"zero-variance groups hold {report.zero_variance_rollout_share:.1%} of the "
@@ -382,17 +375,18 @@ def shard(
         loss_weights=loss_weights,
         split=split,
     )
-    result = sharding.shard(
-        inputs,
-        out,
-        opts,
-        method=method,
-        convention=convention,
-        param=param,
-        col=col,
-        force=force,
-        stage=render.Stages(quiet),
-    )
+    with render.Activity(quiet) as activity:
+        result = sharding.shard(
+            inputs,
+            out,
+            opts,
+            method=method,
+            convention=convention,
+            param=param,
+            col=col,
+            force=force,
+            stage=activity.stage,
+        )
     if as_json:
         _print_json(result)
     if not quiet:

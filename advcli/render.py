@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from advcli.core.audit import AuditReport
@@ -28,42 +28,50 @@ def _fmt(x: object) -> str:
     return str(x)
 
 
-class Stages:
-    """A spinner per stage of long work, on stderr; silent when quiet or not a terminal."""
+class Activity:
+    """One live line on stderr for long work: the current stage, rows, tokens and tokens/s.
+
+    ``activity.stage(name)`` is a context manager naming what runs; ``activity.progress`` is
+    the ``(rows, tokens)`` callback of the pass that writes. Silent when quiet or when stderr is
+    not a terminal.
+    """
 
     def __init__(self, quiet: bool):
-        self.quiet = quiet
+        self.enabled = not quiet and stderr.is_terminal
+        self._bar: Progress | None = None
+        self._task = None
+
+    def __enter__(self) -> Activity:
+        if self.enabled:
+            self._bar = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TextColumn("{task.fields[rows]:,} rows, {task.completed:,.0f} tokens"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                console=stderr,
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task("starting", total=None, rows=0, rate="")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc_info)
+            self._bar = None
 
     @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        if self.quiet or not stderr.is_terminal:
-            yield
-            return
-        with stderr.status(f"{name}…"):
-            yield
+    def stage(self, name: str) -> Iterator[None]:
+        if self._bar is not None:
+            self._bar.reset(self._task, description=name, rows=0, rate="")
+        yield
 
-
-@contextlib.contextmanager
-def token_progress(description: str, quiet: bool) -> Iterator:
-    """A progress bar with tokens/s; yields a ``callback(done, total)``."""
-    if quiet or not stderr.is_terminal:
-        yield None
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:,.0f}/{task.total:,.0f} tokens"),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=stderr, transient=True) as bar:
-        task = bar.add_task(description, total=None, rate="")
-
-        def update(done: int, total: int) -> None:
-            speed = bar.tasks[0].speed
-            bar.update(task, completed=done, total=total, rate=f"{speed or 0:,.0f} tokens/s")
-
-        yield update
+    def progress(self, rows: int, tokens: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=tokens, rows=rows)
+            speed = self._bar.tasks[0].speed
+            self._bar.update(self._task, rate=f"{speed or 0:,.0f} tokens/s")
 
 
 def summary(title: str, data: dict, console: Console = stderr) -> None:

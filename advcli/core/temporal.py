@@ -27,13 +27,17 @@ from advcli.core.ragged import lengths, offsets_from_lengths, ranges, row_of
 from advcli.core.scan import reverse_discounted_scan
 
 
+def _action_offsets(action_pos: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per-row offsets into the sorted action positions (no per-token row index needed)."""
+    return np.searchsorted(action_pos, offsets).astype(np.int64)
+
+
 def last_action(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Flat index of each row's last action token, or -1 for a row without one."""
     action_pos = np.flatnonzero(mask)
-    counts = np.bincount(row_of(offsets)[action_pos], minlength=len(offsets) - 1)
-    action_offsets = offsets_from_lengths(counts)
-    out = np.full(len(counts), -1, dtype=np.int64)
-    has = counts > 0
+    action_offsets = _action_offsets(action_pos, offsets)
+    out = np.full(len(offsets) - 1, -1, dtype=np.int64)
+    has = action_offsets[1:] > action_offsets[:-1]
     out[has] = action_pos[action_offsets[1:][has] - 1]
     return out
 
@@ -88,24 +92,37 @@ def step_positions(
 
     ``skip``: the action tokens. ``step``: every token from each row's first to last action.
     """
-    mask = np.asarray(mask, dtype=bool)
     action_pos = np.flatnonzero(mask)
-    counts = np.bincount(row_of(offsets)[action_pos], minlength=len(offsets) - 1)
+    action_offsets = _action_offsets(action_pos, offsets)
     if observations == "skip":
-        return action_pos, offsets_from_lengths(counts)
-    action_offsets = offsets_from_lengths(counts)
-    has = counts > 0
-    first = np.zeros(len(counts), dtype=np.int64)
-    span = np.zeros(len(counts), dtype=np.int64)
+        return action_pos, action_offsets
+    has = action_offsets[1:] > action_offsets[:-1]
+    first = np.zeros(len(offsets) - 1, dtype=np.int64)
+    span = np.zeros(len(offsets) - 1, dtype=np.int64)
     first[has] = action_pos[action_offsets[:-1][has]]
     span[has] = action_pos[action_offsets[1:][has] - 1] - first[has] + 1
     return ranges(first, span), offsets_from_lengths(span)
 
 
-def _per_step(x: float | np.ndarray, step_offsets: np.ndarray) -> np.ndarray:
-    """A scalar or per-row parameter as one value per step."""
+def outcome_on_steps(
+    step_offsets: np.ndarray, outcome: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step rewards when the only reward is the outcome: it sits on each row's last step.
+
+    Equivalent to :func:`place_rewards` without ``token_rewards``, gathered at the steps, but
+    with no per-token array. Returns ``(rewards, orphaned)``.
+    """
+    rewards = np.zeros(int(step_offsets[-1]))
+    outcome = np.asarray(outcome, dtype=np.float64)
+    has = step_offsets[1:] > step_offsets[:-1]
+    rewards[step_offsets[1:][has] - 1] = outcome[has]
+    return rewards, ~has & (outcome != 0)
+
+
+def _per_step(x: float | np.ndarray, step_offsets: np.ndarray) -> float | np.ndarray:
+    """A scalar stays a scalar (the scan's fast path); a per-row parameter becomes per step."""
     if np.ndim(x) == 0:
-        return np.full(int(step_offsets[-1]), float(x))
+        return float(x)
     return np.repeat(np.asarray(x, dtype=np.float64), lengths(step_offsets))
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import glob
 import io
 import os
+import queue
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,3 +238,136 @@ def read_inputs(
         )
         raise DataError(msg) from None
     return table, sources
+
+
+class LogSource:
+    """A log to read in passes: all rows of a few columns, or batches of rows of any columns.
+
+    Parquet inputs are read from disk at every pass (memory stays bounded); JSONL inputs are
+    parsed once into memory.
+    """
+
+    schema: pa.Schema
+    sources: Sources
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.sources.row_counts)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        raise NotImplementedError
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        """``(first global row, table)`` for consecutive batches of ``rows`` rows."""
+        raise NotImplementedError
+
+
+class TableSource(LogSource):
+    def __init__(self, table: pa.Table, sources: Sources):
+        self.table = table
+        self.schema = table.schema
+        self.sources = sources
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return self.table.select(names)
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        table = self.table if names is None else self.table.select(names)
+        for start in range(0, table.num_rows, rows):
+            yield start, table.slice(start, rows)
+
+
+class ParquetSource(LogSource):
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.sources = Sources()
+        schemas = []
+        for f in files:
+            try:
+                meta = pq.read_metadata(f)
+                schemas.append(pq.read_schema(f))
+            except (pa.ArrowInvalid, OSError) as exc:
+                msg = f"{f}: not a readable Parquet file ({exc}). Hint: check the file is complete"
+                raise DataError(msg) from None
+            self.sources.files.append(f)
+            self.sources.row_counts.append(meta.num_rows)
+        if self.n_rows == 0:
+            msg = f"{', '.join(files)}: the input has no rows. Hint: check the file"
+            raise DataError(msg)
+        try:
+            self.schema = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            msg = (
+                f"{', '.join(files)}: the files have different columns or types ({exc}). "
+                "Hint: annotate them separately"
+            )
+            raise DataError(msg) from None
+        self.schema = self.schema.remove_metadata()
+
+    def _file_tables(self, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
+        for f in self.files:
+            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
+            for batch in pf.iter_batches(batch_size=rows, columns=names):
+                table = pa.Table.from_batches([batch])
+                target = pa.schema([self.schema.field(n) for n in table.column_names])
+                yield table if table.schema.equals(target) else table.cast(target)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        tables = [
+            pq.read_table(f, columns=names, pre_buffer=False).cast(
+                pa.schema([self.schema.field(n) for n in names])
+            )
+            for f in self.files
+        ]
+        return pa.concat_tables(tables)
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        start = 0
+        for table in self._file_tables(names, rows):
+            yield start, table
+            start += table.num_rows
+
+
+def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> LogSource:
+    """A Parquet-only log streams from disk; a log with JSONL is read into memory."""
+    files = expand_inputs(patterns)
+    if files and all(is_parquet(f) for f in files):
+        return ParquetSource(files)
+    table, sources = read_inputs(patterns, mapping)
+    return TableSource(table, sources)
+
+
+def prefetch(items: Iterator, depth: int = 2) -> Iterator:
+    """Produce ``items`` on a thread, ``depth`` ahead of the consumer (reading overlaps work).
+
+    An error on the thread is raised in the consumer; closing the generator early (an error
+    downstream) stops the thread.
+    """
+    done = object()
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                box.put(item)
+            box.put(done)
+        except BaseException as exc:  # handed to the consumer
+            box.put(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        while (item := box.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                box.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)

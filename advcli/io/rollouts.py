@@ -1,5 +1,12 @@
 """Validate a log and turn it into flat numpy arrays (the core's input).
 
+Two halves, so that a log larger than memory can be read in two passes:
+
+- :func:`extract_rows` reads the per-row scalar columns (ids, rewards, times, flags) of the
+  whole log: small even for a huge log;
+- :func:`extract_tokens` reads the token columns of one batch of rows (mask or spans, values,
+  token rewards).
+
 Every check is vectorised and reports the first offending row with its file, row (JSONL: line)
 and column, what was seen, and a hint. Nothing here computes an estimator.
 """
@@ -19,14 +26,11 @@ from advcli.io.schema import SPAN_KINDS, Roles
 
 
 @dataclass
-class Rollouts:
-    """A validated log as flat arrays. Per-row arrays have one entry per table row."""
+class Rows:
+    """The per-row scalar columns of a whole log, validated."""
 
-    offsets: np.ndarray  # int64 token offsets, from 0
-    mask: np.ndarray  # bool per token: the policy sampled it
+    n_rows: int
     reward: np.ndarray | None  # float64 per row
-    token_rewards: np.ndarray | None  # float64 per token
-    values: np.ndarray | None  # float64 per token (NaN allowed off actions)
     group_codes: np.ndarray | None  # int64 per row
     group_keys: pa.Array | None  # the prompt id of each group code
     rollout_codes: np.ndarray  # int64 per row; segments of one rollout share it
@@ -36,10 +40,6 @@ class Rollouts:
     completion_time: np.ndarray | None  # float64 per row
     truncated: np.ndarray  # bool per row
     bootstrap: np.ndarray  # float64 per row (0 where not truncated)
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.offsets) - 1
 
     @property
     def n_rollouts(self) -> int:
@@ -56,6 +56,25 @@ class Rollouts:
         last = np.zeros(self.n_rows, dtype=bool)
         last[self.last_segment_row()] = True
         return last
+
+
+@dataclass
+class Tokens:
+    """The token columns of a batch of rows, validated."""
+
+    offsets: np.ndarray  # int64 token offsets, from 0
+    mask: np.ndarray  # bool per token: the policy sampled it
+    values: np.ndarray | None  # float64 per token (NaN allowed off actions)
+    token_rewards: np.ndarray | None  # float64 per token
+
+    def action_counts(self) -> np.ndarray:
+        """Action tokens per row."""
+        return np.diff(np.searchsorted(np.flatnonzero(self.mask), self.offsets)).astype(np.int64)
+
+
+@dataclass
+class Rollouts(Rows, Tokens):
+    """A whole log in memory: its rows and its tokens."""
 
 
 def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -77,14 +96,18 @@ def _first(bad: np.ndarray) -> int:
 
 
 class _Checker:
-    """Raises the first problem found, located by file, row and column."""
+    """Raises the first problem found, located by file, row and column.
 
-    def __init__(self, table: pa.Table, sources: Sources):
+    ``row0`` is the global row of the table's first row (a batch of a larger log).
+    """
+
+    def __init__(self, table: pa.Table, sources: Sources, row0: int = 0):
         self.table = table
         self.sources = sources
+        self.row0 = row0
 
     def fail(self, row: int, column: str | None, problem: str, hint: str) -> None:
-        msg = f"{self.sources.at(row, column)}: {problem}. Hint: {hint}"
+        msg = f"{self.sources.at(self.row0 + row, column)}: {problem}. Hint: {hint}"
         raise DataError(msg)
 
     def no_nulls(self, column: str, what: str) -> None:
@@ -101,54 +124,32 @@ class _Checker:
             self.fail(row, column, f"value {x[i]} is not a finite number", "fix or drop the row")
 
 
-def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str]) -> Rollouts:
-    """Validate ``table`` and return its flat arrays.
-
-    ``needs`` names the roles the chosen method requires (e.g. ``{"prompt_id", "reward"}``); a
-    missing one is a :class:`SchemaError` listing the columns found.
-    """
-    check = _Checker(table, sources)
-    files = ", ".join(sources.files)
+def require(roles: Roles, columns: list[str], sources: Sources, needs: set[str]) -> None:
+    """A :class:`SchemaError` for the first needed role the log has no column for."""
     for role in ["input_ids", *sorted(needs)]:
         if roles[role] is None:
             msg = (
-                f"{files}: no '{role}' column. Columns found: {', '.join(table.column_names)}. "
-                f"Hint: name it with --col {role}=COLUMN"
+                f"{', '.join(sources.files)}: no '{role}' column. Columns found: "
+                f"{', '.join(columns)}. Hint: name it with --col {role}=COLUMN"
             )
             raise SchemaError(msg)
 
-    ids_col = roles["input_ids"]
-    check.no_nulls(ids_col, "token list")
-    _, offsets = flat_list(table.column(ids_col))
-    n_tokens = lengths(offsets)
 
-    def token_list(role: str) -> pa.Array | None:
-        col = roles[role]
-        if col is None:
-            return None
-        check.no_nulls(col, f"'{col}' list")
-        values, offs = flat_list(table.column(col))
-        bad = lengths(offs) != n_tokens
-        if bad.any():
-            row = _first(bad)
-            check.fail(
-                row,
-                col,
-                f"{lengths(offs)[row]} entries but '{ids_col}' has {n_tokens[row]} tokens",
-                "every per-token column needs one entry per token",
-            )
-        return values
+def row_columns(roles: Roles) -> list[str]:
+    """The scalar columns :func:`extract_rows` reads."""
+    names = ("prompt_id", "rollout_id", "segment_index", "reward", "completion_time")
+    return [roles[r] for r in (*names, "truncated", "bootstrap_value") if roles[r] is not None]
 
-    mask = _mask(check, roles, table, offsets, token_list("action_mask"))
-    token_rewards = values = None
-    if (tr := token_list("token_rewards")) is not None:
-        token_rewards = _numeric(tr)
-        check.finite(roles["token_rewards"], token_rewards, row_of(offsets))
-    if (vals := token_list("values")) is not None:
-        values = _numeric(vals)
-        at_actions = np.flatnonzero(mask)
-        check.finite(roles["values"], values[at_actions], row_of(offsets)[at_actions])
 
+def token_columns(roles: Roles, *, values: bool = True) -> list[str]:
+    """The list columns :func:`extract_tokens` reads (``values=False``: not the values)."""
+    names = ["input_ids", "action_mask", "spans", "token_rewards"] + (["values"] if values else [])
+    return [roles[r] for r in names if roles[r] is not None]
+
+
+def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
+    """Validate the scalar columns of a whole log (``table`` may hold only those)."""
+    check = _Checker(table, sources)
     reward = None
     if roles["reward"] is not None:
         check.no_nulls(roles["reward"], "reward")
@@ -212,12 +213,9 @@ def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str])
             )
         bootstrap = np.where(truncated, boot, 0.0)
 
-    return Rollouts(
-        offsets=offsets,
-        mask=mask,
+    return Rows(
+        n_rows=table.num_rows,
         reward=reward,
-        token_rewards=token_rewards,
-        values=values,
         group_codes=group_codes,
         group_keys=group_keys,
         rollout_codes=rollout_codes,
@@ -228,6 +226,57 @@ def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str])
         truncated=truncated,
         bootstrap=bootstrap,
     )
+
+
+def extract_tokens(
+    table: pa.Table, roles: Roles, sources: Sources, row0: int = 0, *, values: bool = True
+) -> Tokens:
+    """Validate the token columns of a batch whose first row is global row ``row0``."""
+    check = _Checker(table, sources, row0)
+    ids_col = roles["input_ids"]
+    check.no_nulls(ids_col, "token list")
+    _, offsets = flat_list(table.column(ids_col))
+    n_tokens = lengths(offsets)
+
+    def token_list(role: str) -> pa.Array | None:
+        col = roles[role]
+        if col is None:
+            return None
+        check.no_nulls(col, f"'{col}' list")
+        flat, offs = flat_list(table.column(col))
+        bad = lengths(offs) != n_tokens
+        if bad.any():
+            row = _first(bad)
+            check.fail(
+                row,
+                col,
+                f"{lengths(offs)[row]} entries but '{ids_col}' has {n_tokens[row]} tokens",
+                "every per-token column needs one entry per token",
+            )
+        return flat
+
+    mask = _mask(check, roles, table, offsets, token_list("action_mask"))
+    token_rewards = vals = None
+    if (tr := token_list("token_rewards")) is not None:
+        token_rewards = _numeric(tr)
+        check.finite(roles["token_rewards"], token_rewards, row_of(offsets))
+    if values and (flat := token_list("values")) is not None:
+        vals = _numeric(flat)
+        at_actions = np.flatnonzero(mask)
+        check.finite(roles["values"], vals[at_actions], row_of(offsets)[at_actions])
+    return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
+
+
+def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str]) -> Rollouts:
+    """Validate a whole in-memory log: :func:`extract_rows` and :func:`extract_tokens` at once.
+
+    ``needs`` names the roles the chosen method requires (e.g. ``{"prompt_id", "reward"}``); a
+    missing one is a :class:`SchemaError` listing the columns found.
+    """
+    require(roles, table.column_names, sources, needs)
+    rows = extract_rows(table, roles, sources)
+    tokens = extract_tokens(table, roles, sources)
+    return Rollouts(**vars(rows), **vars(tokens))
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

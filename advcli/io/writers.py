@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,14 +59,17 @@ def check_output(out: str, inputs: list[str], *, force: bool) -> None:
         raise OutputError(msg)
 
 
+def _temporary_beside(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it onto ``target`` on success."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temporary_beside(Path(target))
     try:
         yield tmp
         os.replace(tmp, target)
@@ -115,3 +120,99 @@ def read_metadata(path: str) -> dict | None:
     schema = pq.read_schema(path)
     raw = (schema.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else None
+
+
+class TableWriter:
+    """Write tables batch by batch to a temporary file; :meth:`commit` renames it into place.
+
+    Used as a context manager: leaving the block without :meth:`commit` (an error, an
+    interrupt) removes the temporary file, so the target is either complete or untouched.
+    """
+
+    def __init__(self, out: str, fmt: str, metadata: dict):
+        self.out = out
+        self.fmt = fmt
+        self.metadata = metadata
+        self._tmp = _temporary_beside(Path(out))
+        self._parquet: pq.ParquetWriter | None = None
+        self._jsonl = open(self._tmp, "wb") if fmt == "jsonl" else None  # noqa: SIM115
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if self.fmt == "jsonl":
+            pl.from_arrow(table).write_ndjson(self._jsonl)
+        else:
+            if self._parquet is None:
+                schema = with_metadata(table.schema, self.metadata)
+                self._parquet = pq.ParquetWriter(self._tmp, schema, **parquet_options(schema))
+            self._parquet.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def commit(self, empty_schema: pa.Schema | None = None) -> None:
+        """Finish the file and rename it into place (``empty_schema``: for a run with no rows)."""
+        if self.fmt == "parquet" and self._parquet is None and empty_schema is not None:
+            self.write(empty_schema.empty_table())
+        self._close()
+        if self.fmt == "jsonl":
+            write_json(f"{self.out}.meta.json", self.metadata)
+        os.replace(self._tmp, self.out)
+
+    def _close(self) -> None:
+        if self._parquet is not None:
+            self._parquet.close()
+            self._parquet = None
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self._close()
+        except Exception:
+            if exc_info[0] is None:  # an error already in flight is the one to report
+                raise
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+
+class BackgroundWriter:
+    """Run a :class:`TableWriter`'s writes on a thread, so reading and computing overlap them.
+
+    A context manager: the queue holds at most ``depth`` tables, which bounds memory; leaving
+    the block waits for the thread (dropping queued tables if the block failed), so the writer
+    is never closed under it. An error on the thread is raised in the caller.
+    """
+
+    def __init__(self, writer: TableWriter, depth: int = 2):
+        self.writer = writer
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._abandon = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while (table := self._queue.get()) is not None:
+            if self._error is None and not self._abandon:
+                try:
+                    self.writer.write(table)
+                except BaseException as exc:  # handed to the caller
+                    self._error = exc
+
+    def write(self, table: pa.Table) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(table)
+
+    def __enter__(self) -> BackgroundWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        self._abandon = exc_type is not None
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and exc_type is None:
+            raise self._error
