@@ -3,7 +3,8 @@
 Lengths are long-tailed (lognormal, median ~1.5k tokens, capped at 32k); every rollout has a
 prompt span, then action / observation / action turns; per-token critic values; groups of
 ``--group-size`` rollouts per prompt, about a fifth of them zero-variance. Written in chunks, so
-memory stays bounded whatever the size: ``python -m bench.generate --tokens 50e6 --out log.parquet``.
+memory stays bounded whatever the size:
+``python -m bench.generate --tokens 50e6 --out log.parquet``.
 """
 
 from __future__ import annotations
