@@ -15,6 +15,7 @@ import typer
 
 from advcli import __version__, pipeline, render
 from advcli import shard as sharding
+from advcli._malloc import tune_allocator
 from advcli.errors import AdvcliError, ThresholdExceeded
 from advcli.params import METHODS, Params
 
@@ -427,6 +428,7 @@ def main() -> None:
 
     Typer reports usage errors itself (exit code 2); advcli's own errors are printed here.
     """
+    tune_allocator()
     try:
         app()
     except AdvcliError as exc:

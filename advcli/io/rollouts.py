@@ -79,7 +79,9 @@ class Rollouts(Rows, Tokens):
 
 def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A list column as (flat child values, int64 offsets from 0), handling sliced arrays."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = column
+    if isinstance(column, pa.ChunkedArray):  # one chunk needs no copy
+        arr = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
     values = arr.values.slice(offsets[0], offsets[-1] - offsets[0])
     return values, offsets - offsets[0]
@@ -116,11 +118,21 @@ class _Checker:
             row = _first(col.is_null().to_numpy(zero_copy_only=False))
             self.fail(row, column, f"{what} is missing (null)", f"every row needs a {what}")
 
-    def finite(self, column: str, x: np.ndarray, rows: np.ndarray | None = None) -> None:
+    def finite(
+        self,
+        column: str,
+        x: np.ndarray,
+        offsets: np.ndarray | None = None,
+        positions: np.ndarray | None = None,
+    ) -> None:
+        """Every ``x`` finite; ``x`` is per row, or per token (``offsets``) at ``positions``."""
         bad = ~np.isfinite(x)
         if bad.any():
             i = _first(bad)
-            row = i if rows is None else int(rows[i])
+            row = i
+            if offsets is not None:
+                token = i if positions is None else int(positions[i])
+                row = int(np.searchsorted(offsets, token, side="right")) - 1
             self.fail(row, column, f"value {x[i]} is not a finite number", "fix or drop the row")
 
 
@@ -259,11 +271,11 @@ def extract_tokens(
     token_rewards = vals = None
     if (tr := token_list("token_rewards")) is not None:
         token_rewards = _numeric(tr)
-        check.finite(roles["token_rewards"], token_rewards, row_of(offsets))
+        check.finite(roles["token_rewards"], token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
         vals = _numeric(flat)
         at_actions = np.flatnonzero(mask)
-        check.finite(roles["values"], vals[at_actions], row_of(offsets)[at_actions])
+        check.finite(roles["values"], vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
 
 

@@ -1,0 +1,59 @@
+"""The GAE core alone (flat arrays in memory) against a plain per-rollout Python loop.
+
+Both take the same arrays: action mask, values, outcome reward, row offsets; observation-skip
+GAE with gamma = 0.99, lambda = 0.95; per-token float32 advantages out.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from advcli.core import temporal as T
+
+GAMMA, LAM = 0.99, 0.95
+
+
+def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray):
+    """advcli's core, composed as the pipeline composes it for one batch."""
+    positions, step_offsets = T.step_positions(mask, offsets, "skip")
+    rewards, _ = T.outcome_on_steps(step_offsets, reward)
+    adv = T.gae(
+        values[positions].astype(np.float64),
+        rewards,
+        step_offsets,
+        gamma=GAMMA,
+        lam=LAM,
+        next_value=np.zeros(len(offsets) - 1),
+    )
+    out = np.zeros(len(mask), dtype=np.float32)
+    out[positions] = adv
+    return out
+
+
+def gae_loop(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray):
+    """The plain way: a Python loop over each rollout's action tokens, backwards."""
+    out = np.zeros(len(mask), dtype=np.float32)
+    for row in range(len(offsets) - 1):
+        actions = [t for t in range(offsets[row], offsets[row + 1]) if mask[t]]
+        advantage, next_value = 0.0, 0.0
+        for i in range(len(actions) - 1, -1, -1):
+            t = actions[i]
+            r = float(reward[row]) if i == len(actions) - 1 else 0.0
+            v = float(values[t])
+            delta = r + GAMMA * next_value - v
+            advantage = delta + GAMMA * LAM * advantage
+            out[t] = advantage
+            next_value = v
+    return out
+
+
+def timed(fn, *args, repeat: int = 3) -> tuple[float, np.ndarray]:
+    """Best of ``repeat`` wall times."""
+    best, result = np.inf, None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = fn(*args)
+        best = min(best, time.perf_counter() - started)
+    return best, result
