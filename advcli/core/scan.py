@@ -28,7 +28,7 @@ CHUNK = 32
 _BLOCK_ROWS = 8192  # chunks scanned together: keeps a block's columns in cache
 _MAX_BLOCK = 256  # constant-discount path: elements per block
 _MIN_POWER = 1e-280  # c**L must stay a normal float64 (min ~2.2e-308)
-_CACHE_ELEMENTS = 1 << 20  # constant-discount path: blocks processed together stay in cache
+_CACHE_ELEMENTS = 1 << 18  # constant-discount path: blocks processed together stay in cache
 
 
 def linear_scan(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -75,15 +75,14 @@ def _constant_scan(x: np.ndarray, c: float, offsets: np.ndarray) -> np.ndarray:
     block = _block_length(c)
     powers = c ** np.arange(block, dtype=np.float64)
     inverse = 1.0 / powers
-    tail = c**block * inverse  # c**(block - j): from element j to the next block's first
     for lo_row, hi_row in zip(cuts[:-1], cuts[1:], strict=True):
         lo, hi = offsets[lo_row], offsets[hi_row]
         part_offsets = offsets[lo_row : hi_row + 1] - lo
-        out[lo:hi] = _constant_scan_piece(x[lo:hi], c, part_offsets, block, powers, inverse, tail)
+        out[lo:hi] = _constant_scan_piece(x[lo:hi], c, part_offsets, block, powers, inverse)
     return out
 
 
-def _constant_scan_piece(x, c, offsets, block, powers, inverse, tail) -> np.ndarray:
+def _constant_scan_piece(x, c, offsets, block, powers, inverse) -> np.ndarray:
     lens = np.diff(offsets)
     blocks_per_row = -(-lens // block)
     first_block = np.zeros(len(lens) + 1, dtype=np.int64)
@@ -95,19 +94,19 @@ def _constant_scan_piece(x, c, offsets, block, powers, inverse, tail) -> np.ndar
     padded = np.zeros(m * block)
     padded[dest] = x
     grid = padded.reshape(m, block)
-    # Within a block: y[j] = c**-j * sum_{t >= j} c**t * x[t].
+    # Scaled: grid[b, t] = c**t * x[t], so that y[j] = c**-j * sum_{t >= j} grid[b, t].
     grid *= powers
-    rev = grid[:, ::-1]
-    np.cumsum(rev, axis=1, out=rev)
-    grid *= inverse
-    # Join the blocks of a row: first(b) = local_first(b) + c**L * first(b + 1).
+    # Join the blocks of a row first: first(b) = local_first(b) + c**L * first(b + 1), where
+    # local_first(b) is the block's scaled sum. The carry then enters the block's cumulative sum
+    # as one more term at its end, c**L * first(b + 1).
     continues = np.ones(m, dtype=bool)
     continues[first_block[1:][blocks_per_row > 0] - 1] = False
     step = c**block * continues
-    firsts = linear_scan(grid[::-1, 0].copy(), step[::-1])[::-1]
-    carried = np.zeros(m)
-    carried[:-1] = np.where(continues[:-1], firsts[1:], 0.0)
-    grid += carried[:, None] * tail
+    firsts = linear_scan(grid.sum(axis=1)[::-1], step[::-1])[::-1]
+    grid[:-1, -1] += step[:-1] * firsts[1:]
+    rev = grid[:, ::-1]
+    np.cumsum(rev, axis=1, out=rev)
+    grid *= inverse
     return padded[dest]
 
 

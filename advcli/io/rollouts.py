@@ -64,7 +64,7 @@ class Tokens:
 
     offsets: np.ndarray  # int64 token offsets, from 0
     mask: np.ndarray  # bool per token: the policy sampled it
-    values: np.ndarray | None  # float64 per token (NaN allowed off actions)
+    values: np.ndarray | None  # float32 or float64 per token (NaN allowed off actions)
     token_rewards: np.ndarray | None  # float64 per token
 
     def action_counts(self) -> np.ndarray:
@@ -87,10 +87,14 @@ def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]
     return values, offsets - offsets[0]
 
 
-def _numeric(values: pa.Array, fill: float = np.nan) -> np.ndarray:
+def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
+    """As float64 numpy (nulls filled); ``floats=True`` keeps float32 as it is (no copy)."""
     if values.null_count:
         values = pc.fill_null(values.cast(pa.float64()), fill)
-    return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    out = values.to_numpy(zero_copy_only=False)
+    if floats and out.dtype.kind == "f":
+        return out
+    return out.astype(np.float64, copy=False)
 
 
 def _first(bad: np.ndarray) -> int:
@@ -273,7 +277,7 @@ def extract_tokens(
         token_rewards = _numeric(tr)
         check.finite(roles["token_rewards"], token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
-        vals = _numeric(flat)
+        vals = _numeric(flat, floats=True)  # widened later, only at the action steps
         at_actions = np.flatnonzero(mask)
         check.finite(roles["values"], vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)

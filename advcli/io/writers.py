@@ -60,8 +60,12 @@ def check_output(out: str, inputs: list[str], *, force: bool) -> None:
 
 
 def _temporary_beside(target: Path) -> Path:
+    """An empty file beside ``target``, with the permissions a new file gets (mkstemp: 0600)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     os.close(fd)
     return Path(name)
 
