@@ -36,6 +36,11 @@ Col = Annotated[
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr.")]
+Format = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--format", help="parquet or jsonl (default: from --out)."),
+]
+Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
 
 
 # Critic options, shared by `score` and `annotate --critic`.
@@ -63,7 +68,11 @@ MaskName = Annotated[Optional[str], typer.Option(help="The model's attention-mas
 OutputName = Annotated[Optional[str], typer.Option(help="The model's value output.")]  # noqa: UP045
 
 
-def _critic_options(path, device, batch_tokens, shift, max_len, truncate, inp, mask, outp):
+def _critic_options(
+    path, device, batch_tokens, shift, max_len, truncate, inp, mask, outp
+) -> pipeline.CriticOptions | None:
+    if path is None:
+        return None
     return pipeline.CriticOptions(
         path=path,
         device=device,
@@ -75,6 +84,13 @@ def _critic_options(path, device, batch_tokens, shift, max_len, truncate, inp, m
         mask_name=mask,
         output_name=outp,
     )
+
+
+def _report(title: str, result: dict, *, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        _print_json(result)
+    if not quiet:
+        render.summary(title, result)
 
 
 def _print_json(obj: object) -> None:
@@ -147,11 +163,8 @@ def annotate(
         bool, typer.Option(help="A reward on a non-action token is an error, not moved.")
     ] = False,
     col: Col = None,
-    fmt: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--format", help="parquet or jsonl (default: from --out)."),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing output.")] = False,
+    fmt: Format = None,
+    force: Force = False,
     quiet: Quiet = False,
     as_json: Json = False,
     critic: CriticPath = None,
@@ -187,19 +200,10 @@ def annotate(
         whiten_ddof=whiten_ddof,
         strict=strict,
     )
-    opts = None
-    if critic:
-        opts = _critic_options(
-            critic,
-            device,
-            batch_tokens,
-            shift,
-            max_len,
-            max_len_truncate,
-            input_name,
-            mask_name,
-            output_name,
-        )
+    opts = _critic_options(
+        critic, device, batch_tokens, shift, max_len, max_len_truncate,
+        input_name, mask_name, output_name,
+    )  # fmt: skip
     with render.Activity(quiet) as activity:
         result = pipeline.annotate(
             inputs,
@@ -212,10 +216,7 @@ def annotate(
             progress=activity.progress,
             critic=opts,
         )
-    if as_json:
-        _print_json(result)
-    if not quiet:
-        render.summary(f"annotate: {out}", result)
+    _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -232,34 +233,21 @@ def score(
     mask_name: MaskName = None,
     output_name: OutputName = None,
     col: Col = None,
-    fmt: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--format", help="parquet or jsonl (default: from --out)."),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing output.")] = False,
+    fmt: Format = None,
+    force: Force = False,
     quiet: Quiet = False,
     as_json: Json = False,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
     opts = _critic_options(
-        critic,
-        device,
-        batch_tokens,
-        shift,
-        max_len,
-        max_len_truncate,
-        input_name,
-        mask_name,
-        output_name,
-    )
+        critic, device, batch_tokens, shift, max_len, max_len_truncate,
+        input_name, mask_name, output_name,
+    )  # fmt: skip
     with render.Activity(quiet) as activity, activity.stage("scoring"):
         result = pipeline.score(
             inputs, out, opts, col=col, fmt=fmt, force=force, progress=activity.progress
         )
-    if as_json:
-        _print_json(result)
-    if not quiet:
-        render.summary(f"score: {out}", result)
+    _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -388,10 +376,7 @@ def shard(
             force=force,
             stage=activity.stage,
         )
-    if as_json:
-        _print_json(result)
-    if not quiet:
-        render.summary(f"shard: {out}", result)
+    _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import polars as pl
@@ -241,3 +242,11 @@ def test_rows_are_kept_in_input_order(tmp_path):
     out = tmp_path / "o.parquet"
     ok(run("annotate", path, "--method", "rloo", "--out", str(out), "-q"))
     assert pl.read_parquet(out)["advantage"].to_list() == [1.0, -1.0, -1.0, 1.0]
+
+
+def test_outputs_get_ordinary_file_permissions(small_log, tmp_path):
+    out = tmp_path / "o.parquet"
+    ok(run("annotate", small_log, "--method", "grpo", "--out", str(out), "-q"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
