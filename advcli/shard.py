@@ -1,13 +1,20 @@
 """``advcli shard`` and ``advcli verify``: annotated logs as training-ready Parquet shards.
 
-The work is split into pure steps on flat arrays plus offsets (no Python loop per token):
+Shard streams: memory is bounded by one bucket of rows (:data:`BUCKET_TOKENS`) plus a few
+batches, not by the log. The work is split into pure steps on per-row arrays (no Python loop
+per token) and three passes over the log:
 
-1. :func:`prepare` reads the inputs (annotating raw logs first) into :class:`Samples`;
+1. :func:`open_input` opens the inputs (planning the method for a raw log); :func:`measure`
+   reads the token columns batch by batch for every row's token and action counts
+   (:class:`Samples`);
 2. :func:`plan` drops rows without signal, splits by prompt hash, orders (shuffle, groups),
-   packs first-fit-decreasing and cuts shards;
-3. :func:`write_shards` writes every shard into a temporary folder beside ``DIR``, then the
-   manifest, then renames the folder into place;
-4. :func:`verify` re-reads a shard folder against its manifest.
+   packs first-fit-decreasing and cuts shards; :func:`layout` cuts the output into pieces
+   (one ``write_table`` each) and buckets (runs of pieces small enough to hold in memory);
+3. :func:`route` streams the annotated rows (running the method on a raw log) and appends
+   each row to its bucket, a temporary Arrow file, with its position in the output;
+4. :func:`write_pieces` reads one bucket at a time, puts its rows in order and writes its
+   pieces into the shards; then the manifest, then the folder is renamed into place;
+5. :func:`verify` re-reads a shard folder against its manifest.
 
 A sample is one row of the annotated table: a rollout, or a segment of one when the log is
 segmented (each segment is its own training sample, as in ``--segments compaction``).
@@ -23,7 +30,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -34,18 +41,28 @@ import pyarrow.parquet as pq
 from advcli import __version__
 from advcli.core.ragged import lengths, offsets_from_lengths, ranges
 from advcli.errors import DataError, OutputError, UsageError
-from advcli.io.readers import STDIN, expand_inputs, is_jsonl
-from advcli.io.rollouts import Rollouts, extract, flat_list
+from advcli.io.readers import STDIN, LogSource, Sources, expand_inputs, is_jsonl, prefetch
+from advcli.io.rollouts import (
+    Rows,
+    extract_rows,
+    extract_tokens,
+    flat_list,
+    require,
+    row_columns,
+    token_columns,
+)
+from advcli.io.schema import Roles
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options, read_metadata
 from advcli.params import Params, resolve
-from advcli.pipeline import Log, Stage, _no_stage, annotate_log, load
+from advcli.pipeline import BATCH_ROWS, Engine, Stage, _no_stage, engine, metadata, open_log
 
 FORMAT = "advcli-shards/1"
 MANIFEST = "manifest.json"
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
 ROW_GROUP_TOKENS = 1 << 20  # a streaming reader decodes at most ~1 Mi tokens at a time
+BUCKET_TOKENS = 1 << 23  # rows held in memory at once while writing (plus one piece)
 LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-SOURCE_ROW = "__advcli_source_row__"
+POSITION = "__advcli_position__"  # a bucket row's position in the output
 # Columns advcli writes; a --keep column may not take one of these names.
 OWN_COLUMNS = (
     "prompt_id",
@@ -185,30 +202,39 @@ def make_params(method: str, convention: str | None, items: list[str] | None) ->
 
 
 @dataclass
-class Samples:
-    """The annotated log as flat arrays: one sample per table row, tokens in ``offsets``."""
+class Input:
+    """The log to shard: where it streams from, and how its annotated rows come about."""
 
-    offsets: np.ndarray  # int64 per row
-    mask: np.ndarray  # bool per token
-    token_cols: dict[str, pa.Array]  # input_ids, advantages, returns, per-token --keep: flat
-    row_cols: dict[str, pa.Array]  # prompt_id, rollout_id, segment_index, per-row --keep
-    group: np.ndarray | None  # int64 group code per row (prompt id), None without prompts
-    group_keys: pa.Array | None  # the prompt id of each group code
-    source_row: np.ndarray  # int64 per row: its row in the input log (for error messages)
-    flags: dict[str, np.ndarray]  # zero_variance / singleton per row, where the table has them
+    source: LogSource
+    roles: Roles
+    rows: Rows  # the per-row columns of every input row, validated
+    run: Engine | None  # the method, planned (a raw log); None: the log is annotated already
+    metadata: dict  # method, params, roles (advcli metadata of the annotation)
+    dropped_by_method: dict
 
     @property
-    def n_rows(self) -> int:
-        return len(self.offsets) - 1
+    def annotated_input(self) -> bool:
+        return self.run is None
 
+    @property
+    def sources(self) -> Sources:
+        return self.source.sources
 
-@dataclass
-class Prepared:
-    samples: Samples
-    log: Log
-    metadata: dict  # method, params, roles (advcli metadata of the annotation)
-    annotated_input: bool
-    dropped_by_method: dict
+    @property
+    def added(self) -> dict[str, np.ndarray]:
+        """The per-row columns the method adds (or replaces) in the annotated log."""
+        return self.run.plan.columns if self.run is not None else {}
+
+    def columns(self) -> list[str]:
+        """The columns of the annotated log that ``--keep`` may name."""
+        return list(dict.fromkeys([*self.source.schema.names, *self.added]))
+
+    def kept_rows(self) -> np.ndarray:
+        """The input row of every sample (the method may drop rows)."""
+        keep = self.run.plan.keep if self.run is not None else None
+        if keep is None:
+            return np.arange(self.rows.n_rows, dtype=np.int64)
+        return np.flatnonzero(keep)
 
 
 def _file_metadata(path: str) -> dict | None:
@@ -217,24 +243,24 @@ def _file_metadata(path: str) -> dict | None:
     try:
         return read_metadata(path)
     except (OSError, ValueError, pa.ArrowException):
-        return None  # not readable: load() reports it properly
+        return None  # not readable: open_log() reports it properly
 
 
 def _same_run(a: dict, b: dict) -> bool:
     return (a.get("method"), a.get("params")) == (b.get("method"), b.get("params"))
 
 
-def prepare(
+def open_input(
     inputs: list[str],
-    opts: ShardOptions,
     *,
     method: str | None = None,
     convention: str | None = None,
     param: list[str] | None = None,
     col: list[str] | None = None,
     stage: Stage = _no_stage,
-) -> Prepared:
-    """Read ``inputs``; annotate them with ``method`` unless advcli annotated them already."""
+    batch_rows: int = BATCH_ROWS,
+) -> Input:
+    """Open ``inputs``; plan ``method`` on them unless advcli annotated them already."""
     files = expand_inputs(inputs)
     metas = [_file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
@@ -258,9 +284,8 @@ def prepare(
         roles = marked[0].get("roles") or {}
         user_cols += [f"{r}={c}" for r, c in sorted(roles.items()) if r not in given]
     with stage("reading"):
-        log = load(inputs, user_cols)
-    annotated_input = bool(marked) and "advantages" in log.table.column_names
-    if annotated_input:
+        source, roles = open_log(inputs, user_cols)
+    if marked and "advantages" in source.schema.names:
         meta = marked[0]
         if method is not None and method != meta["method"]:
             msg = (
@@ -274,111 +299,89 @@ def prepare(
                 "--param apply to raw logs. Hint: drop them, or shard the raw log"
             )
             raise UsageError(msg)
-        table = log.table
-        ro = extract(table, log.roles, log.sources, needs=set())
-        source_row = np.arange(table.num_rows, dtype=np.int64)
-        metadata = {k: meta.get(k) for k in ("method", "params")} | {
-            "roles": {k: v for k, v in log.roles.columns.items() if v}
-        }
-        dropped: dict = {}
-    else:
-        if method is None:
-            msg = (
-                f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
-                "Hint: pass --method grpo (or another method), or annotate the log first"
-            )
-            raise UsageError(msg)
-        p = make_params(method, convention, param)
-        row_numbers = pa.array(np.arange(log.table.num_rows, dtype=np.int64))
-        tagged = Log(log.table.append_column(SOURCE_ROW, row_numbers), log.sources, log.roles)
-        done = annotate_log(tagged, p, stage=stage)
-        table = done.table
-        source_row = table.column(SOURCE_ROW).to_numpy().astype(np.int64)
-        table = table.drop_columns([SOURCE_ROW])
-        ro = done.rollouts
-        if table.num_rows != ro.n_rows:  # the method dropped rows: extract the kept ones
-            ro = extract(table, log.roles, log.sources, needs=set())
-        metadata = {k: done.metadata[k] for k in ("method", "params", "roles")}
-        dropped = dict(done.summary.get("dropped") or {})
-    samples = collect(table, ro, log, opts.keep, source_row)
-    return Prepared(samples, log, metadata, annotated_input, dropped)
+        require(roles, source.schema.names, source.sources, set())
+        with stage("reading per-row columns"):
+            rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+        info = {k: meta.get(k) for k in ("method", "params")}
+        info["roles"] = {k: v for k, v in roles.columns.items() if v}
+        return Input(source, roles, rows, None, info, {})
+    if method is None:
+        msg = (
+            f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
+            "Hint: pass --method grpo (or another method), or annotate the log first"
+        )
+        raise UsageError(msg)
+    p = make_params(method, convention, param)
+    run = engine(source, roles, p, stage=stage, batch_rows=batch_rows)
+    info = {k: metadata(run)[k] for k in ("method", "params", "roles")}
+    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped))
 
 
-def collect(
-    table: pa.Table, ro: Rollouts, log: Log, keep: list[str], source_row: np.ndarray
-) -> Samples:
-    """The columns a trainer needs, as flat arrays; checks ``--keep`` and the token lists."""
-    roles = log.roles
-    offsets = ro.offsets
-    n_tok = lengths(offsets)
+def check_keep(inp: Input, keep: list[str]) -> list[str]:
+    """``--keep`` names, each once; every one a column of the annotated log."""
+    columns = inp.columns()
     for name in keep:
-        if name not in table.column_names or name == SOURCE_ROW:
-            shown = [c for c in table.column_names if c != SOURCE_ROW]
+        if name not in columns:
             msg = (
-                f"--keep {name}: no such column. Columns: {', '.join(shown)}. "
+                f"--keep {name}: no such column. Columns: {', '.join(columns)}. "
                 "Hint: --keep takes a column name of the log"
             )
             raise UsageError(msg)
+    return list(dict.fromkeys(keep))
 
-    def tokens_of(name: str, *, check: bool) -> pa.Array | None:
-        column = table.column(name)
-        if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
-            return None
-        if column.null_count:
-            return None
-        values, offs = flat_list(column)
-        bad = lengths(offs) != n_tok
-        if bad.any():
-            if check:
-                row = int(np.flatnonzero(bad)[0])
-                msg = (
-                    f"{log.sources.at(int(source_row[row]), name)}: {lengths(offs)[row]} values "
-                    f"but {n_tok[row]} tokens. Hint: an annotated log has one value per token"
-                )
-                raise DataError(msg)
-            return None
-        return values
 
-    token_cols: dict[str, pa.Array] = {}
-    ids, _ = flat_list(table.column(roles["input_ids"]))
-    token_cols["input_ids"] = ids
-    for name in ("advantages", "returns"):
-        if name in table.column_names:
-            values = tokens_of(name, check=True)
-            if values is None:
-                msg = (
-                    f"{log.sources.at(0, name)}: expected a list of numbers without nulls, saw "
-                    f"{table.schema.field(name).type}. Hint: annotate the raw log again"
-                )
-                raise DataError(msg)
-            token_cols[name] = values.cast(pa.float32())
-    row_cols: dict[str, pa.Array] = {}
-    for role in ("prompt_id", "rollout_id", "segment_index"):
-        if roles[role] is not None:
-            row_cols[role] = table.column(roles[role]).combine_chunks()
-    if "rollout_id" not in row_cols:
-        row_cols["rollout_id"] = pa.array(source_row)
-    for name in keep:
-        values = tokens_of(name, check=False)
-        if values is not None:
-            token_cols[name] = values
-        else:
-            row_cols[name] = table.column(name).combine_chunks()
+@dataclass
+class Samples:
+    """What the plan needs of every sample (a row of the annotated log), as per-row arrays."""
+
+    tokens: np.ndarray  # int64 tokens
+    actions: np.ndarray  # int64 action tokens
+    kept_actions: np.ndarray  # action tokens among the first --pack tokens (all without --pack)
+    group: np.ndarray | None  # group code (prompt id), in order of first appearance
+    group_keys: pa.Array | None  # the prompt id of each group code
+    source_row: np.ndarray  # int64: the sample's row in the input log
+    flags: dict[str, np.ndarray]  # zero_variance / singleton, where the annotated log has them
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.tokens)
+
+
+def first_appearance(codes: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Dense codes numbered in order of first appearance, and the key of each."""
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[by_first] = np.arange(len(uniq))
+    return rank[inverse.reshape(-1)], keys.take(pa.array(uniq[by_first]))
+
+
+def measure(inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS) -> Samples:
+    """Pass 1: every row's token and action counts (token columns, batch by batch)."""
+    source, roles, n = inp.source, inp.roles, inp.rows.n_rows
+    tokens, actions, kept_actions = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    names = token_columns(roles, values=False)
+    for row0, table in prefetch(source.batches(names, batch_rows)):
+        tok = extract_tokens(table, roles, source.sources, row0, values=False)
+        starts, ends = tok.offsets[:-1], tok.offsets[1:]
+        cut = ends if pack is None else np.minimum(ends, starts + pack)
+        before = offsets_from_lengths(tok.mask)  # action tokens before each token
+        at = slice(row0, row0 + len(starts))
+        tokens[at] = ends - starts
+        actions[at] = before[ends] - before[starts]
+        kept_actions[at] = before[cut] - before[starts]
+    rows = inp.kept_rows()
+    group = keys = None
+    if inp.rows.group_codes is not None:
+        group, keys = first_appearance(inp.rows.group_codes[rows], inp.rows.group_keys)
     flags = {}
     for name in ("zero_variance", "singleton"):
-        if name in table.column_names:
-            column = table.column(name).combine_chunks()
-            flags[name] = column.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-    return Samples(
-        offsets=offsets,
-        mask=ro.mask,
-        token_cols=token_cols,
-        row_cols=row_cols,
-        group=ro.group_codes,
-        group_keys=ro.group_keys,
-        source_row=source_row,
-        flags=flags,
-    )
+        if name in inp.added:
+            flags[name] = np.asarray(inp.added[name]).astype(bool)[rows]
+        elif name in source.schema.names:
+            column = source.columns([name]).column(0).combine_chunks().fill_null(False)
+            flags[name] = column.to_numpy(zero_copy_only=False).astype(bool)[rows]
+    return Samples(tokens[rows], actions[rows], kept_actions[rows], group, keys, rows, flags)
 
 
 # --------------------------------------------------------------------------- planning
@@ -492,8 +495,11 @@ class Plan:
     truncated: dict
 
 
-def plan(samples: Samples, opts: ShardOptions, log: Log) -> Plan:
-    """Drop, split, order, pack and cut: every decision, before any byte is written."""
+def plan(samples: Samples, opts: ShardOptions, locate: Callable[[int], str]) -> Plan:
+    """Drop, split, order, pack and cut: every decision, before any byte is written.
+
+    ``locate`` names an input row in an error (file, row, column).
+    """
     s = samples
     n = s.n_rows
     keep = np.ones(n, dtype=bool)
@@ -524,35 +530,30 @@ def plan(samples: Samples, opts: ShardOptions, log: Log) -> Plan:
         )
         raise UsageError(msg)
 
-    tok = lengths(s.offsets)
+    tok = s.tokens
     lens = tok.copy()
     truncated = {}
     if opts.pack is not None:
         over = keep & (tok > opts.pack)
         if over.any() and not opts.truncate:
             row = int(np.flatnonzero(over)[0])
-            where = log.sources.at(int(s.source_row[row]), log.roles["input_ids"])
             msg = (
-                f"{where}: a rollout of {tok[row]} tokens does not fit in --pack {opts.pack} "
-                f"({int(over.sum())} rollouts are longer). Hint: raise --pack, or pass "
-                "--truncate to cut them to --pack tokens (counted in the manifest)"
+                f"{locate(int(s.source_row[row]))}: a rollout of {tok[row]} tokens does not fit "
+                f"in --pack {opts.pack} ({int(over.sum())} rollouts are longer). Hint: raise "
+                "--pack, or pass --truncate to cut them to --pack tokens (counted in the manifest)"
             )
             raise DataError(msg)
         lens = np.minimum(tok, opts.pack)
-        cum_mask = np.r_[0, np.cumsum(s.mask, dtype=np.int64)]
-        kept_act = cum_mask[s.offsets[:-1] + lens] - cum_mask[s.offsets[:-1]]
-        all_act = cum_mask[s.offsets[1:]] - cum_mask[s.offsets[:-1]]
         truncated = {
             "rollouts": int(over.sum()),
             "tokens": int((tok - lens)[keep].sum()),
-            "action_tokens": int((all_act - kept_act)[keep].sum()),
+            "action_tokens": int((s.actions - s.kept_actions)[keep].sum()),
         }
     weight = None
     if opts.loss_weights is not None:
         weight = np.ones(n)
         if opts.loss_weights == "seq-mean-token-mean":
-            cum_mask = np.r_[0, np.cumsum(s.mask, dtype=np.int64)]
-            act = cum_mask[s.offsets[:-1] + lens] - cum_mask[s.offsets[:-1]]
+            act = s.kept_actions  # after --truncate
             weight = np.divide(1.0, act, out=np.zeros(n), where=act > 0)
 
     splits = parse_split(opts.split)
@@ -605,51 +606,254 @@ def plan(samples: Samples, opts: ShardOptions, log: Log) -> Plan:
     return Plan(out, lens, weight, dropped, truncated)
 
 
-# --------------------------------------------------------------------------- writing
+# --------------------------------------------------------------------------- layout
 
 
-def _list(values: pa.Array, offsets: np.ndarray) -> pa.Array:
-    if offsets[-1] < 2**31:
+@dataclass
+class Layout:
+    """Where every sample goes, and the runs of output written and held in memory at once.
+
+    Positions number the samples of all splits in output order. A *piece* is a run of output
+    rows of one shard written by one ``write_table`` (the row groups of a shard are cut by
+    tokens: at most ROW_GROUP_TOKENS, then at most ROW_GROUP_ROWS rows). A *bucket* is a run
+    of pieces of at most ``bucket_tokens`` tokens (or one piece): pass 2 gathers its rows into
+    one temporary file, pass 3 holds one bucket in memory at a time.
+    """
+
+    order: np.ndarray  # the sample at each position
+    position: np.ndarray  # per sample: its position, -1 when dropped
+    piece_split: np.ndarray  # per piece: its split, shard and output rows [row0, row1)
+    piece_shard: np.ndarray
+    piece_row0: np.ndarray
+    piece_row1: np.ndarray
+    piece_positions: np.ndarray  # piece i holds positions [piece_positions[i], ...[i + 1])
+    bucket_pieces: np.ndarray  # bucket j holds pieces [bucket_pieces[j], bucket_pieces[j + 1])
+
+    @property
+    def bucket_positions(self) -> np.ndarray:
+        return self.piece_positions[self.bucket_pieces]
+
+
+def layout(p: Plan, bucket_tokens: int = BUCKET_TOKENS) -> Layout:
+    """Cut every shard into pieces (its row groups) and the run of pieces into buckets."""
+    cols: list[list[int]] = [[], [], [], [], [], []]  # split, shard, row0, row1, start, tokens
+    base = 0  # positions before the split
+    for k, sp in enumerate(p.splits):
+        cum = offsets_from_lengths(p.lens[sp.order])[sp.row_offsets]  # tokens before a row
+        row_tokens = np.diff(cum)
+        for s in range(len(sp.shard_bounds) - 1):
+            a, b = int(sp.shard_bounds[s]), int(sp.shard_bounds[s + 1])
+            cuts = a + chunks(row_tokens[a:b], ROW_GROUP_TOKENS)
+            r0, r1 = cuts[:-1], cuts[1:]
+            values = (k, s, r0, r1, base + sp.row_offsets[r0], cum[r1] - cum[r0])
+            for col, v in zip(cols, values, strict=True):
+                col.extend(np.broadcast_to(v, len(r0)).tolist())
+        base += len(sp.order)
+    split, shard, row0, row1, start, tokens = (np.array(c, dtype=np.int64) for c in cols)
+    order = np.concatenate([sp.order for sp in p.splits])
+    position = np.full(len(p.lens), -1, dtype=np.int64)
+    position[order] = np.arange(len(order))
+    return Layout(
+        order=order,
+        position=position,
+        piece_split=split,
+        piece_shard=shard,
+        piece_row0=row0,
+        piece_row1=row1,
+        piece_positions=np.r_[start, len(order)].astype(np.int64),
+        bucket_pieces=chunks(tokens, bucket_tokens),
+    )
+
+
+# --------------------------------------------------------------------------- pass 2: routing
+
+
+def _list(values: pa.Array, offsets: np.ndarray, large: bool | None = None) -> pa.Array:
+    """A list array; a large list where the offsets (of the whole shard: ``large``) need it."""
+    if not (offsets[-1] >= 2**31 if large is None else large):
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
     return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), values)
 
 
-def shard_table(samples: Samples, p: Plan, sp: SplitPlan, a: int, b: int, packed: bool) -> pa.Table:
-    """Output rows ``[a, b)`` of split ``sp`` as a table."""
-    s = samples
-    lo, hi = sp.row_offsets[a], sp.row_offsets[b]
-    rows = sp.order[lo:hi]
-    row_offs = sp.row_offsets[a : b + 1] - lo  # samples per output row
-    slens = p.lens[rows]
-    sample_offs = offsets_from_lengths(slens)
-    tok_offs = sample_offs[row_offs]  # tokens per output row
-    take = pa.array(ranges(s.offsets[:-1][rows], slens))
-    take_rows = pa.array(rows)
-    mask = s.mask[take.to_numpy()]
+def per_token(column: pa.ChunkedArray, n_tokens: np.ndarray) -> pa.Array | None:
+    """The flat values of a list column without nulls and with one value per token, else None."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return None
+    if column.null_count:
+        return None
+    values, offsets = flat_list(column)
+    return values if np.array_equal(lengths(offsets), n_tokens) else None
+
+
+def _not_per_token(
+    column: pa.ChunkedArray, name: str, n_tokens: np.ndarray, rows: np.ndarray, sources: Sources
+) -> DataError:
+    """The error for an ``advantages`` or ``returns`` column :func:`per_token` refused."""
+    listed = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+    if listed and not column.null_count:
+        count = lengths(flat_list(column)[1])
+        row = int(np.flatnonzero(count != n_tokens)[0])
+        msg = (
+            f"{sources.at(int(rows[row]), name)}: {count[row]} values but {n_tokens[row]} "
+            "tokens. Hint: an annotated log has one value per token"
+        )
+        return DataError(msg)
+    msg = (
+        f"{sources.at(0, name)}: expected a list of numbers without nulls, saw "
+        f"{column.type}. Hint: annotate the raw log again"
+    )
+    return DataError(msg)
+
+
+def annotated_batches(
+    inp: Input, keep: list[str], batch_rows: int = BATCH_ROWS
+) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """The annotated log's rows in order, batch by batch, with their action masks."""
+    if inp.run is not None:
+        for table, _, mask in inp.run.annotated():
+            yield table, mask
+        return
+    roles, schema = inp.roles, inp.source.schema.names
+    names = [roles[r] for r in ("prompt_id", "rollout_id", "segment_index") if roles[r]]
+    names += token_columns(roles, values=False)
+    names += [n for n in ("advantages", "returns") if n in schema] + keep
+    for row0, table in prefetch(inp.source.batches(list(dict.fromkeys(names)), batch_rows)):
+        yield table, extract_tokens(table, inp.roles, inp.sources, row0, values=False).mask
+
+
+def sample_table(
+    table: pa.Table, mask: np.ndarray, inp: Input, keep: list[str], rows: np.ndarray
+) -> pa.Table:
+    """A batch of annotated rows under the shards' column names (``rows``: input rows)."""
+    roles = inp.roles
+    ids = table.column(roles["input_ids"])
+    offsets = flat_list(ids)[1]
+    n_tokens = lengths(offsets)
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for role in ("prompt_id", "rollout_id", "segment_index"):
+        if roles[role] is not None:
+            cols[role] = table.column(roles[role])
+    if "rollout_id" not in cols:
+        cols["rollout_id"] = pa.array(rows)
+    cols["input_ids"] = ids
+    cols["loss_mask"] = _list(pa.array(mask.astype(np.int8)), offsets)
+    for name in ("advantages", "returns"):
+        if name in table.column_names:
+            values = per_token(table.column(name), n_tokens)
+            if values is None:
+                raise _not_per_token(table.column(name), name, n_tokens, rows, inp.sources)
+            cols[name] = _list(values.cast(pa.float32()), offsets)
+    for name in keep:
+        cols[name] = table.column(name)
+    return pa.table(cols)
+
+
+IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # buckets: fast to write and read back
+
+
+def bucket_path(folder: Path, j: int) -> Path:
+    return folder / f"bucket-{j:06d}.arrow"
+
+
+def route(
+    inp: Input,
+    samples: Samples,
+    lay: Layout,
+    keep: list[str],
+    folder: Path,
+    batch_rows: int = BATCH_ROWS,
+) -> set[str]:
+    """Pass 2: append every sample to its bucket's file in ``folder``, with its position.
+
+    Returns the ``--keep`` columns that are per-token: list columns without nulls whose
+    lengths equal the token counts on every row.
+    """
+    folder.mkdir()
+    token_keep = set(keep)
+    starts = lay.bucket_positions[:-1]
+    writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+    done = 0
+    with contextlib.ExitStack() as stack:
+        for table, mask in annotated_batches(inp, keep, batch_rows):
+            n = table.num_rows
+            rows = samples.source_row[done : done + n]
+            position = lay.position[done : done + n]
+            done += n
+            batch = sample_table(table, mask, inp, keep, rows)
+            n_tokens = lengths(flat_list(batch.column("input_ids"))[1])
+            token_keep -= {k for k in token_keep if per_token(batch.column(k), n_tokens) is None}
+            take = np.flatnonzero(position >= 0)
+            bucket = np.searchsorted(starts, position[take], side="right") - 1
+            by_bucket = np.argsort(bucket, kind="stable")
+            batch = batch.append_column(POSITION, pa.array(position)).take(take[by_bucket])
+            bucket = bucket[by_bucket]
+            cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+                j = int(bucket[a])
+                if j not in writers:
+                    writers[j] = stack.enter_context(
+                        pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=IPC)
+                    )
+                writers[j].write_table(batch.slice(a, b - a))
+    return token_keep
+
+
+# --------------------------------------------------------------------------- pass 3: writing
+
+
+def piece_table(
+    t: pa.Table,
+    lens: np.ndarray,
+    weight: np.ndarray | None,
+    row_offsets: np.ndarray,
+    token_keep: set[str],
+    *,
+    packed: bool,
+    large_tokens: bool,
+    large_samples: bool,
+) -> pa.Table:
+    """Output rows of one piece. ``t`` holds its samples in order (as :func:`sample_table`),
+    output row r holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens`` tokens each;
+    ``large_*``: whether the shard needs large lists."""
+
+    def column(name: str) -> pa.Array:
+        return t.column(name).combine_chunks()
+
+    sample_offsets = offsets_from_lengths(lens)
+    tok_offsets = sample_offsets[row_offsets]  # tokens per output row
+    take_np = ranges(flat_list(column("input_ids"))[1][:-1], lens)
+    take = pa.array(take_np)
+
+    def tokens(name: str) -> pa.Array:
+        return _list(flat_list(column(name))[0].take(take), tok_offsets, large_tokens)
+
+    def per_row(name: str) -> pa.Array:
+        return _list(column(name), row_offsets, large_samples) if packed else column(name)
+
+    mask = flat_list(column("loss_mask"))[0].to_numpy()[take_np]
     cols: dict[str, pa.Array] = {}
     for name in ("prompt_id", "rollout_id", "segment_index"):
-        if name in s.row_cols:
-            values = s.row_cols[name].take(take_rows)
-            cols[name] = _list(values, row_offs) if packed else values
-    cols["input_ids"] = _list(s.token_cols["input_ids"].take(take), tok_offs)
+        if name in t.column_names:
+            cols[name] = per_row(name)
+    cols["input_ids"] = tokens("input_ids")
     if packed:
-        pos = np.arange(len(mask), dtype=np.int64) - np.repeat(sample_offs[:-1], slens)
-        cols["position_ids"] = _list(pa.array(pos.astype(np.int32)), tok_offs)
-        cols["seq_lens"] = _list(pa.array(slens.astype(np.int32)), row_offs)
-    cols["loss_mask"] = _list(pa.array(mask.astype(np.int8)), tok_offs)
+        pos = np.arange(len(mask), dtype=np.int64) - np.repeat(sample_offsets[:-1], lens)
+        cols["position_ids"] = _list(pa.array(pos.astype(np.int32)), tok_offsets, large_tokens)
+        cols["seq_lens"] = _list(pa.array(lens.astype(np.int32)), row_offsets, large_samples)
+    cols["loss_mask"] = _list(pa.array(mask), tok_offsets, large_tokens)
     for name in ("advantages", "returns"):
-        if name in s.token_cols:
-            cols[name] = _list(s.token_cols[name].take(take), tok_offs)
-    if p.weight is not None:
-        w = np.repeat(p.weight[rows], slens) * mask
-        cols["loss_weight"] = _list(pa.array(w.astype(np.float32)), tok_offs)
-    for name in s.token_cols:
-        if name not in cols:
-            cols[name] = _list(s.token_cols[name].take(take), tok_offs)
-    for name in s.row_cols:
-        if name not in cols:
-            values = s.row_cols[name].take(take_rows)
-            cols[name] = _list(values, row_offs) if packed else values
+        if name in t.column_names:
+            cols[name] = tokens(name)
+    if weight is not None:
+        w = np.repeat(weight, lens) * mask
+        cols["loss_weight"] = _list(pa.array(w.astype(np.float32)), tok_offsets, large_tokens)
+    kept = [n for n in t.column_names if n not in OWN_COLUMNS and n != POSITION]
+    for name in kept:
+        if name in token_keep:
+            cols[name] = tokens(name)
+    for name in kept:
+        if name not in token_keep:
+            cols[name] = per_row(name)
     return pa.table(cols)
 
 
@@ -665,15 +869,125 @@ def schema_list(schema: pa.Schema) -> list[list[str]]:
     return [[f.name, str(f.type)] for f in schema]
 
 
-def write_parquet(table: pa.Table, path: Path, metadata: dict) -> None:
-    """Write with fixed row groups: at most ROW_GROUP_TOKENS tokens or ROW_GROUP_ROWS rows."""
-    schema = table.schema.with_metadata({METADATA_KEY: json.dumps(metadata, sort_keys=True)})
-    table = table.replace_schema_metadata(schema.metadata)
-    tokens = lengths(table.column("input_ids").chunk(0).offsets.to_numpy().astype(np.int64))
-    bounds = chunks(tokens, ROW_GROUP_TOKENS)
-    with pq.ParquetWriter(path, schema, **parquet_options(schema)) as writer:
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            writer.write_table(table.slice(a, b - a), row_group_size=ROW_GROUP_ROWS)
+class ShardFiles:
+    """Writes the shards in order, piece by piece; one manifest record per shard."""
+
+    def __init__(self, folder: Path, p: Plan, metadata: dict):
+        self.folder = folder
+        self.plan = p
+        self.metadata = json.dumps(metadata, sort_keys=True)
+        self.named = len(p.splits) > 1
+        self.records: list[dict] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._current: tuple[int, int] | None = None
+
+    def write(self, split: int, shard: int, table: pa.Table) -> None:
+        if self._current != (split, shard):
+            self.close()
+            self._open(split, shard, table.schema)
+        table = table.replace_schema_metadata({METADATA_KEY: self.metadata})
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        mask = table.column("loss_mask").chunk(0).values
+        self._record.update(
+            rows=self._record["rows"] + table.num_rows,
+            tokens=self._record["tokens"] + len(mask),
+            action_tokens=self._record["action_tokens"] + int(np.asarray(mask).sum()),
+        )
+
+    def _open(self, split: int, shard: int, schema: pa.Schema) -> None:
+        sp = self.plan.splits[split]
+        folder = self.folder / sp.name if self.named else self.folder
+        folder.mkdir(exist_ok=True)
+        width = max(5, len(str(len(sp.shard_bounds) - 2)))
+        name = f"part-{shard:0{width}d}.parquet"
+        self._path = folder / name
+        a, b = sp.shard_bounds[shard], sp.shard_bounds[shard + 1]
+        self._record = {
+            "path": f"{sp.name}/{name}" if self.named else name,
+            "split": sp.name,
+            "rows": 0,
+            "samples": int(sp.row_offsets[b] - sp.row_offsets[a]),
+            "tokens": 0,
+            "action_tokens": 0,
+        }
+        schema = schema.with_metadata({METADATA_KEY: self.metadata})
+        self._writer = pq.ParquetWriter(self._path, schema, **parquet_options(schema))
+        self._current = (split, shard)
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._writer = None
+        path = self._path
+        self._record.update(
+            bytes=path.stat().st_size,
+            sha256=_sha256(path),
+            schema=schema_list(pq.read_schema(path)),  # as readers see it
+        )
+        self.records.append(self._record)
+
+
+def shard_totals(p: Plan) -> list[list[tuple[int, int]]]:
+    """Per split and shard: its tokens and samples (to choose list or large list)."""
+    out = []
+    for sp in p.splits:
+        cum = offsets_from_lengths(p.lens[sp.order])
+        first = sp.row_offsets[sp.shard_bounds]
+        out.append(list(zip(np.diff(cum[first]).tolist(), np.diff(first).tolist(), strict=True)))
+    return out
+
+
+def in_order(bucket: pa.Table) -> pa.Table:
+    """A bucket's rows by position, column by column (each column freed once copied)."""
+    order = pa.array(np.argsort(bucket.column(POSITION).to_numpy()))
+    cols = {}
+    for name in bucket.column_names:
+        cols[name] = bucket.column(name).take(order).combine_chunks()
+        bucket = bucket.drop_columns([name])
+    return pa.table(cols)
+
+
+def write_pieces(
+    folder: Path,
+    buckets: Path,
+    p: Plan,
+    lay: Layout,
+    opts: ShardOptions,
+    token_keep: set[str],
+    metadata: dict,
+) -> list[dict]:
+    """Pass 3: bucket by bucket, put the rows in order and write the pieces into the shards."""
+    files = ShardFiles(folder, p, metadata)
+    totals = shard_totals(p)
+    for j in range(len(lay.bucket_pieces) - 1):
+        path = bucket_path(buckets, j)
+        with pa.OSFile(str(path)) as fh:
+            bucket = pa.ipc.open_stream(fh).read_all()
+        path.unlink()
+        bucket = in_order(bucket)
+        first = int(lay.bucket_positions[j])
+        for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
+            k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
+            a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
+            sp = p.splits[k]
+            row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
+            samples = lay.order[a:b]
+            n_tokens, n_samples = totals[k][s]
+            table = piece_table(
+                bucket.slice(a - first, b - a),
+                p.lens[samples],
+                None if p.weight is None else p.weight[samples],
+                row_offsets - row_offsets[0],
+                token_keep,
+                packed=opts.pack is not None,
+                large_tokens=n_tokens >= 2**31,
+                large_samples=n_samples >= 2**31,
+            )
+            files.write(k, s, table)
+        del bucket
+    files.close()
+    return files.records
 
 
 def _umask() -> int:
@@ -733,9 +1047,9 @@ def check_out_dir(out: str, files: list[str], *, force: bool) -> Path:
     return target
 
 
-def input_record(path: str, log: Log) -> dict:
+def input_record(path: str, sources: Sources) -> dict:
     if path == STDIN:
-        data = log.sources._stdin_bytes or b""
+        data = sources._stdin_bytes or b""
         return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     record = {"path": path, "bytes": os.path.getsize(path), "sha256": _sha256(Path(path))}
     meta = Path(f"{path}.meta.json")
@@ -745,47 +1059,36 @@ def input_record(path: str, log: Log) -> dict:
 
 
 def write_shards(
-    target: Path, prepared: Prepared, p: Plan, opts: ShardOptions, *, force: bool
+    target: Path,
+    inp: Input,
+    samples: Samples,
+    p: Plan,
+    opts: ShardOptions,
+    keep: list[str],
+    *,
+    force: bool,
+    stage: Stage = _no_stage,
+    batch_rows: int = BATCH_ROWS,
+    bucket_tokens: int = BUCKET_TOKENS,
 ) -> dict:
-    """Write every shard and the manifest (last) into a temporary folder, then rename it."""
-    packed = opts.pack is not None
+    """Passes 2 and 3 into a temporary folder, then the manifest (last), then the rename."""
+    lay = layout(p, bucket_tokens)
     shard_meta = {
         "format": FORMAT,
         "advcli_version": __version__,
-        "method": prepared.metadata.get("method"),
-        "params": prepared.metadata.get("params"),
+        "method": inp.metadata.get("method"),
+        "params": inp.metadata.get("params"),
         "pack": opts.pack,
         "loss_weights": opts.loss_weights,
     }
-    records = []
-    named = len(p.splits) > 1
     with atomic_dir(target, force=force) as tmp:
-        for sp in p.splits:
-            folder = tmp / sp.name if named else tmp
-            folder.mkdir(exist_ok=True)
-            n_shards = len(sp.shard_bounds) - 1
-            width = max(5, len(str(n_shards - 1)))
-            for i in range(n_shards):
-                a, b = int(sp.shard_bounds[i]), int(sp.shard_bounds[i + 1])
-                table = shard_table(prepared.samples, p, sp, a, b, packed)
-                name = f"part-{i:0{width}d}.parquet"
-                path = folder / name
-                write_parquet(table, path, shard_meta)
-                mask = table.column("loss_mask").chunk(0).values
-                records.append(
-                    {
-                        "path": f"{sp.name}/{name}" if named else name,
-                        "split": sp.name,
-                        "rows": table.num_rows,
-                        "samples": int(sp.row_offsets[b] - sp.row_offsets[a]),
-                        "tokens": len(mask),
-                        "action_tokens": int(np.asarray(mask).astype(np.int64).sum()),
-                        "bytes": path.stat().st_size,
-                        "sha256": _sha256(path),
-                        "schema": schema_list(pq.read_schema(path)),  # as readers see it
-                    }
-                )
-        manifest = build_manifest(prepared, p, opts, records)
+        buckets = tmp / ".buckets"
+        with stage("annotating" if inp.run is not None else "reading rows"):
+            token_keep = route(inp, samples, lay, keep, buckets, batch_rows)
+        with stage("writing shards"):
+            records = write_pieces(tmp, buckets, p, lay, opts, token_keep, shard_meta)
+        buckets.rmdir()
+        manifest = build_manifest(inp, p, opts, records)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
@@ -797,18 +1100,18 @@ def _totals(records: list[dict]) -> dict:
     return out
 
 
-def build_manifest(prepared: Prepared, p: Plan, opts: ShardOptions, records: list[dict]) -> dict:
+def build_manifest(inp: Input, p: Plan, opts: ShardOptions, records: list[dict]) -> dict:
     dropped = dict(p.dropped)
-    if prepared.dropped_by_method:
-        dropped["by_method"] = prepared.dropped_by_method
+    if inp.dropped_by_method:
+        dropped["by_method"] = inp.dropped_by_method
     return {
         "format": FORMAT,
         "advcli_version": __version__,
-        "method": prepared.metadata.get("method"),
-        "params": prepared.metadata.get("params"),
-        "roles": prepared.metadata.get("roles"),
-        "annotated_input": prepared.annotated_input,
-        "inputs": [input_record(f, prepared.log) for f in prepared.log.sources.files],
+        "method": inp.metadata.get("method"),
+        "params": inp.metadata.get("params"),
+        "roles": inp.metadata.get("roles"),
+        "annotated_input": inp.annotated_input,
+        "inputs": [input_record(f, inp.sources) for f in inp.sources.files],
         "options": opts.as_dict(),
         "layout": "packed" if opts.pack is not None else "rows",
         "splits": {
@@ -832,27 +1135,53 @@ def shard(
     col: list[str] | None = None,
     force: bool = False,
     stage: Stage = _no_stage,
+    batch_rows: int = BATCH_ROWS,
+    bucket_tokens: int = BUCKET_TOKENS,
 ) -> dict:
-    """``advcli shard``: returns a summary; the folder ``out`` appears only when complete."""
+    """``advcli shard``: returns a summary; the folder ``out`` appears only when complete.
+
+    ``batch_rows`` (rows read at a time) and ``bucket_tokens`` (tokens held in memory while
+    writing) change memory and speed, never the output.
+    """
     started = time.perf_counter()
     check_options(opts)
     if method is not None or convention is not None or param:
         make_params(method or "grpo", convention, param)  # bad options fail before reading
     target = check_out_dir(out, expand_inputs(inputs), force=force)
-    prepared = prepare(
-        inputs, opts, method=method, convention=convention, param=param, col=col, stage=stage
+    inp = open_input(
+        inputs,
+        method=method,
+        convention=convention,
+        param=param,
+        col=col,
+        stage=stage,
+        batch_rows=batch_rows,
     )
+    keep = check_keep(inp, opts.keep)
+    with stage("counting tokens"):
+        samples = measure(inp, opts.pack, batch_rows)
     with stage("planning"):
-        p = plan(prepared.samples, opts, prepared.log)
+        ids = inp.roles["input_ids"]
+        p = plan(samples, opts, lambda row: inp.sources.at(row, ids))
     if not any(len(sp.order) for sp in p.splits):
         msg = (
-            f"{', '.join(prepared.log.sources.files)}: no rows left to write "
-            f"(dropped: {p.dropped or prepared.dropped_by_method}). "
+            f"{', '.join(inp.sources.files)}: no rows left to write "
+            f"(dropped: {p.dropped or inp.dropped_by_method}). "
             "Hint: drop --drop-zero-variance / --drop-singletons"
         )
         raise DataError(msg)
-    with stage("writing shards"):
-        manifest = write_shards(target, prepared, p, opts, force=force)
+    manifest = write_shards(
+        target,
+        inp,
+        samples,
+        p,
+        opts,
+        keep,
+        force=force,
+        stage=stage,
+        batch_rows=batch_rows,
+        bucket_tokens=bucket_tokens,
+    )
     summary = {
         "output": out,
         "method": manifest["method"],

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli import cli, pipeline
+from advcli import shard as sharding
 from advcli.params import Params
 from advcli.shard import chunks, first_fit_decreasing
 
@@ -193,6 +194,34 @@ def test_keep_groups_adjacent_and_in_one_shard(capsys, tmp_path, log_path):
     runs = [p for i, p in enumerate(sequence) if i == 0 or sequence[i - 1] != p]
     assert len(runs) == len(set(runs))  # adjacent
     assert runs != sorted(runs, key=lambda p: int(p[1:]))  # groups shuffled
+
+
+STREAM_CASES = [
+    {},
+    {"rows_per_shard": 17, "loss_weights": "seq-mean-token-mean"},
+    {"pack": 128, "keep": ["old_logprobs", "model_version"], "tokens_per_shard": 900},
+    {"pack": 40, "truncate": True, "loss_weights": "seq-mean-token-mean"},
+    {"shuffle": True, "seed": 3, "rows_per_shard": 25, "keep": ["old_logprobs"]},
+    {"shuffle": True, "seed": 4, "keep_groups": True, "tokens_per_shard": 700},
+    {"split": "val=0.25,test=0.1", "shuffle": True, "pack": 100, "keep_groups": True},
+    {"drop_zero_variance": True, "drop_singletons": True, "loss_weights": "token-mean"},
+]
+
+
+@pytest.mark.parametrize("case", STREAM_CASES)
+@pytest.mark.parametrize("param", [None, ["zero-variance=drop"]])
+def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param):
+    """Many small batches and buckets give the same folder as the whole log in one of each."""
+    folders = []
+    for name, batch_rows, bucket_tokens in (("one", 10**9, 2**62), ("many", 16, 500)):
+        out = tmp_path / name
+        opts = sharding.ShardOptions(**case)
+        sharding.shard([str(log_path)], str(out), opts, method="grpo", param=param,
+                       batch_rows=batch_rows, bucket_tokens=bucket_tokens)  # fmt: skip
+        folders.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
+    one, many = folders
+    assert len(one) > 1 and one == many
+    assert not list(tmp_path.rglob("*.arrow"))  # no bucket left behind
 
 
 # --------------------------------------------------------------------------- packing
