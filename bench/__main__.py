@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from advcli._malloc import tune_allocator
 from bench import core
 from bench.generate import generate
 
@@ -50,6 +51,7 @@ def tokens_in(path: Path) -> int:
 
 
 def main() -> None:
+    tune_allocator()  # as the advcli command does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="size of the Parquet log")
     parser.add_argument("--jsonl-tokens", type=float, default=5e6, help="size of the JSONL log")
@@ -120,7 +122,7 @@ def main() -> None:
         mask = mask_col.values.to_numpy().astype(bool)
         values = table.column("values").combine_chunks().values.to_numpy()
         reward = table.column("reward").to_numpy().astype(np.float64)
-        seconds, full = core.timed(core.gae_core, mask, values, reward, offsets)
+        seconds, full = core.timed(core.gae_core_batched, mask, values, reward, offsets)
         rows = int(np.searchsorted(offsets, args.loop_tokens)) or 1
         sub = offsets[: rows + 1]
         sub_len = int(sub[-1])

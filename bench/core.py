@@ -32,6 +32,19 @@ def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: 
     return out
 
 
+def gae_core_batched(
+    mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray, rows: int = 512
+) -> np.ndarray:
+    """The core over batches of ``rows`` rows, as the pipeline feeds it (arrays stay small)."""
+    out = np.empty(len(mask), dtype=np.float32)
+    for lo in range(0, len(offsets) - 1, rows):
+        hi = min(lo + rows, len(offsets) - 1)
+        a, b = offsets[lo], offsets[hi]
+        part = offsets[lo : hi + 1] - a
+        out[a:b] = gae_core(mask[a:b], values[a:b], reward[lo:hi], part)
+    return out
+
+
 def gae_loop(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray):
     """The plain way: a Python loop over each rollout's action tokens, backwards."""
     out = np.zeros(len(mask), dtype=np.float32)
