@@ -20,7 +20,6 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core import temporal as T
-from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths
 from advcli.core.scan import linear_scan
 from advcli.io.rollouts import Rows, Tokens
@@ -328,34 +327,6 @@ def first_steps(result: StepResult, p: Params) -> dict[str, np.ndarray]:
         out["advantage_critic"] = np.zeros(len(steps))
         out["advantage_critic"][has] = result.returns[first]
     return out
-
-
-class WhitenStats:
-    """Count, mean and M2 of the advantages per batch, merged over record batches (Chan)."""
-
-    def __init__(self, n_batches: int):
-        self.count = np.zeros(n_batches)
-        self.mean = np.zeros(n_batches)
-        self.m2 = np.zeros(n_batches)
-
-    def add(self, x: np.ndarray, batch: np.ndarray) -> None:
-        k = len(self.count)
-        count = np.bincount(batch, minlength=k).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, np.bincount(batch, x, minlength=k) / count, 0.0)
-        m2 = np.bincount(batch, (x - mean[batch]) ** 2, minlength=k)
-        total = self.count + count
-        delta = mean - self.mean
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac = np.where(total > 0, count / total, 0.0)
-        self.m2 += m2 + delta**2 * self.count * frac
-        self.mean += delta * frac
-        self.count = total
-
-    def std(self, ddof: int) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            var = np.where(self.count > ddof, self.m2 / (self.count - ddof), 0.0)
-        return np.sqrt(var + WHITEN_EPS)
 
 
 def whiten_batches(rows: Rows, p: Params) -> tuple[np.ndarray, int]:

@@ -23,7 +23,9 @@ import pyarrow as pa
 from advcli import __version__
 from advcli import methods as M
 from advcli.core import group as G
+from advcli.core import temporal as T
 from advcli.core.audit import AuditReport, audit
+from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import DataError, UsageError
 from advcli.io.readers import LogSource, Sources, TableSource, open_source, prefetch, read_inputs
@@ -188,12 +190,12 @@ class Engine:
         if "whiten" in passes:
             with stage("whitening statistics"):
                 batch_of_row, n_batches = M.whiten_batches(rows, p)
-                stats = M.WhitenStats(n_batches)
+                stats = T.BatchMoments(n_batches)
                 for row0, _, _, result in self.steps(self.plan):
                     act = result.is_action
                     step_batch = batch_of_row[M.step_rows(result, row0)]
                     stats.add(result.advantages[act], step_batch[act])
-                std = stats.std(p.whiten_ddof)
+                std = np.sqrt(stats.var(p.whiten_ddof) + WHITEN_EPS)
                 self.plan.whiten_mean = stats.mean[batch_of_row]
                 self.plan.whiten_std = std[batch_of_row]
 

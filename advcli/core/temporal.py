@@ -215,6 +215,38 @@ def actions_after(
     return after
 
 
+class BatchMoments:
+    """Count, mean and M2 (sum of squared deviations) of values per batch, built up chunk by
+    chunk: each chunk's moments are taken in two passes, then merged with Chan et al.'s
+    formula, so a batch spread over many chunks gets the same numbers as all at once.
+    """
+
+    def __init__(self, n_batches: int):
+        self.count = np.zeros(n_batches)
+        self.mean = np.zeros(n_batches)
+        self.m2 = np.zeros(n_batches)
+
+    def add(self, x: np.ndarray, batch: np.ndarray) -> None:
+        """Add values ``x``, each of batch ``batch[i]``."""
+        k = len(self.count)
+        x = np.asarray(x, dtype=np.float64)
+        count = np.bincount(batch, minlength=k).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, np.bincount(batch, x, minlength=k) / count, 0.0)
+            m2 = np.bincount(batch, (x - mean[batch]) ** 2, minlength=k)
+            total = self.count + count
+            frac = np.where(total > 0, count / total, 0.0)
+        delta = mean - self.mean
+        self.m2 += m2 + delta**2 * self.count * frac
+        self.mean += delta * frac
+        self.count = total
+
+    def var(self, ddof: int) -> np.ndarray:
+        """Variance per batch with ``ddof`` (0 where a batch has ``ddof`` values or fewer)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > ddof, self.m2 / (self.count - ddof), 0.0)
+
+
 def whiten(
     x: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, ddof: int, eps: float
 ) -> np.ndarray:
@@ -223,11 +255,7 @@ def whiten(
     ``x`` holds the action-token values; ``batch_codes`` the batch of each (float64 out).
     Whitening [1, 2, 3, 4] with ddof 1 gives [-1.161895, -0.387298, 0.387298, 1.161895].
     """
-    x = np.asarray(x, dtype=np.float64)
-    size = np.bincount(batch_codes, minlength=n_batches).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(batch_codes, weights=x, minlength=n_batches) / size
-        centred = x - mean[batch_codes]
-        var = np.bincount(batch_codes, weights=centred**2, minlength=n_batches) / (size - ddof)
-    var = np.where(size > ddof, var, 0.0)
-    return centred / np.sqrt(var[batch_codes] + eps)
+    moments = BatchMoments(n_batches)
+    moments.add(x, batch_codes)
+    std = np.sqrt(moments.var(ddof) + eps)
+    return (np.asarray(x, dtype=np.float64) - moments.mean[batch_codes]) / std[batch_codes]

@@ -522,3 +522,20 @@ def test_empty_inputs():
     pos, off = T.step_positions(mask, offsets, "step")
     assert pos.shape == (0,) and off.tolist() == [0, 0, 0]
     assert T.last_action(mask, offsets).tolist() == [-1, -1]
+
+
+def test_batch_moments_merged_over_chunks_equal_one_pass():
+    rng = np.random.default_rng(5)
+    x = rng.normal(3.0, 2.0, 1000)
+    batch = rng.integers(0, 4, 1000)
+    whole = T.BatchMoments(4)
+    whole.add(x, batch)
+    chunked = T.BatchMoments(4)
+    for lo in range(0, 1000, 37):
+        chunked.add(x[lo : lo + 37], batch[lo : lo + 37])
+    for b in range(4):
+        values = x[batch == b]
+        assert chunked.count[b] == len(values)
+        np.testing.assert_allclose(chunked.mean[b], values.mean(), rtol=1e-12)
+        np.testing.assert_allclose(chunked.var(1)[b], values.var(ddof=1), rtol=1e-10)
+    np.testing.assert_allclose(chunked.m2, whole.m2, rtol=1e-10)
