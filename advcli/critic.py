@@ -28,7 +28,6 @@ onnxruntime is imported only when a critic is loaded, so the rest of advcli work
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import numpy as np
 
 from advcli.core.ragged import ranges
 from advcli.errors import DataError, UsageError
+from advcli.io.checksum import file_sha256
 
 # Measured with ``python -m bench.critic_bench --rows 600 --repeat 5`` (2 shared vCPUs,
 # onnxruntime 1.32, the bench's causal critic with d=128: 855k tokens, lengths lognormal with
@@ -77,14 +77,6 @@ def _import_ort() -> Any:
             "pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
         ) from None
     return onnxruntime
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _dtype(arg: Any) -> str:
@@ -161,7 +153,7 @@ class Critic:
         output_name: str | None,
     ) -> None:
         self.path = path
-        self.sha256 = _sha256(path)
+        self.sha256 = file_sha256(path)
         self.provider: str = session.get_providers()[0]
         self._session = session
         self._ort = ort

@@ -41,7 +41,15 @@ import pyarrow.parquet as pq
 from advcli import __version__
 from advcli.core.ragged import lengths, offsets_from_lengths, ranges
 from advcli.errors import DataError, OutputError, UsageError
-from advcli.io.readers import STDIN, LogSource, Sources, expand_inputs, is_jsonl, prefetch
+from advcli.io.checksum import file_sha256
+from advcli.io.readers import (
+    STDIN,
+    LogSource,
+    Sources,
+    expand_inputs,
+    is_jsonl,
+    prefetch,
+)
 from advcli.io.rollouts import (
     Rows,
     extract_rows,
@@ -857,14 +865,6 @@ def piece_table(
     return pa.table(cols)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def schema_list(schema: pa.Schema) -> list[list[str]]:
     return [[f.name, str(f.type)] for f in schema]
 
@@ -922,7 +922,7 @@ class ShardFiles:
         path = self._path
         self._record.update(
             bytes=path.stat().st_size,
-            sha256=_sha256(path),
+            sha256=file_sha256(path),
             schema=schema_list(pq.read_schema(path)),  # as readers see it
         )
         self.records.append(self._record)
@@ -1051,10 +1051,10 @@ def input_record(path: str, sources: Sources) -> dict:
     if path == STDIN:
         data = sources._stdin_bytes or b""
         return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    record = {"path": path, "bytes": os.path.getsize(path), "sha256": _sha256(Path(path))}
+    record = {"path": path, "bytes": os.path.getsize(path), "sha256": file_sha256(Path(path))}
     meta = Path(f"{path}.meta.json")
     if is_jsonl(path) and meta.exists():
-        record["meta"] = {"path": str(meta), "sha256": _sha256(meta)}
+        record["meta"] = {"path": str(meta), "sha256": file_sha256(meta)}
     return record
 
 
@@ -1231,7 +1231,7 @@ def verify(folder: str) -> dict:
         size = path.stat().st_size
         if size != rec["bytes"]:
             _fail(f"{path}: {size} bytes, the manifest says {rec['bytes']} (truncated?)", regen)
-        digest = _sha256(path)
+        digest = file_sha256(path)
         if digest != rec["sha256"]:
             _fail(
                 f"{path}: sha256 {digest[:12]}…, the manifest says {rec['sha256'][:12]}… "

@@ -32,8 +32,3 @@ def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     out_offsets = offsets_from_lengths(lens)
     shift = np.repeat(np.asarray(starts, dtype=np.int64) - out_offsets[:-1], lens)
     return np.arange(total, dtype=np.int64) + shift
-
-
-def segment_sum(x: np.ndarray, rows: np.ndarray, n_rows: int) -> np.ndarray:
-    """Sum ``x`` per row in float64: ``out[r] = sum(x[rows == r])``."""
-    return np.bincount(rows, weights=np.asarray(x, dtype=np.float64), minlength=n_rows)
