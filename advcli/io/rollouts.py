@@ -278,8 +278,9 @@ def extract_tokens(
         check.finite(roles["token_rewards"], token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
         vals = _numeric(flat, floats=True)  # widened later, only at the action steps
-        at_actions = np.flatnonzero(mask)
-        check.finite(roles["values"], vals[at_actions], offsets, at_actions)
+        if not np.isfinite(vals).all():  # non-finite values off actions are allowed
+            at_actions = np.flatnonzero(mask)
+            check.finite(roles["values"], vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
 
 
