@@ -1,3 +1,6 @@
+"""The ``advcli`` command and ``python -m advcli``."""
+
 from advcli.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

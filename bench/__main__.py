@@ -20,12 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from advcli._malloc import tune_allocator
-from bench import core
 from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +48,6 @@ def tokens_in(path: Path) -> int:
 
 
 def main() -> None:
-    tune_allocator()  # as the advcli command does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="size of the Parquet log")
     parser.add_argument("--jsonl-tokens", type=float, default=5e6, help="size of the JSONL log")
@@ -116,26 +112,18 @@ def main() -> None:
         )
 
     if not args.skip_core:
-        table = pq.read_table(log, columns=["action_mask", "values", "reward"])
-        mask_col = table.column("action_mask").combine_chunks()
-        offsets = mask_col.offsets.to_numpy().astype(np.int64)
-        mask = mask_col.values.to_numpy().astype(bool)
-        values = table.column("values").combine_chunks().values.to_numpy()
-        reward = table.column("reward").to_numpy().astype(np.float64)
-        seconds, full = core.timed(core.gae_core_batched, mask, values, reward, offsets)
-        rows = int(np.searchsorted(offsets, args.loop_tokens)) or 1
-        sub = offsets[: rows + 1]
-        sub_len = int(sub[-1])
-        loop_seconds, loop = core.timed(
-            core.gae_loop, mask[:sub_len], values[:sub_len], reward[:rows], sub, repeat=1
-        )
-        agree = float(np.abs(loop - full[:sub_len]).max())
-        core_rate = len(mask) / seconds
-        loop_rate = sub_len / loop_seconds
+        print("running the GAE core and the Python loop …", file=sys.stderr)
+        proc = subprocess.run(
+            [py, "-m", "bench.core", str(log), str(args.loop_tokens)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        r = json.loads(proc.stdout)
+        core_rate, loop_rate = r["core_tokens_per_s"], r["loop_tokens_per_s"]
         lines.append(
-            f"GAE core (one core): {core_rate / 1e6:.1f} M tokens/s over {len(mask):,} "
-            f"tokens; Python loop: {loop_rate / 1e6:.2f} M tokens/s over {sub_len:,}; "
-            f"core/loop = {core_rate / loop_rate:.0f}x; max |difference| = {agree:.1e}"
+            f"GAE core (one core): {core_rate / 1e6:.1f} M tokens/s over {r['tokens']:,} tokens; "
+            f"Python loop: {loop_rate / 1e6:.2f} M tokens/s over {r['loop_tokens']:,}; "
+            f"core/loop = {core_rate / loop_rate:.0f}x; "
+            f"max |difference| = {r['max_abs_difference']:.1e}"
         )
 
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"

@@ -2,14 +2,19 @@
 
 Both take the same arrays: action mask, values, outcome reward, row offsets; observation-skip
 GAE with gamma = 0.99, lambda = 0.95; per-token float32 advantages out.
+``python -m bench.core LOG.parquet LOOP_TOKENS`` prints the timings as JSON.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 
 import numpy as np
+import pyarrow.parquet as pq
 
+from advcli._malloc import tune_allocator
 from advcli.core import temporal as T
 
 GAMMA, LAM = 0.99, 0.95
@@ -70,3 +75,29 @@ def timed(fn, *args, repeat: int = 3) -> tuple[float, np.ndarray]:
         result = fn(*args)
         best = min(best, time.perf_counter() - started)
     return best, result
+
+
+def main(log: str, loop_tokens: float) -> dict:
+    tune_allocator()  # as the advcli command does
+    table = pq.read_table(log, columns=["action_mask", "values", "reward"])
+    mask_col = table.column("action_mask").combine_chunks()
+    offsets = mask_col.offsets.to_numpy().astype(np.int64)
+    mask = mask_col.values.to_numpy().astype(bool)
+    values = table.column("values").combine_chunks().values.to_numpy()
+    reward = table.column("reward").to_numpy().astype(np.float64)
+    seconds, full = timed(gae_core_batched, mask, values, reward, offsets)
+    rows = int(np.searchsorted(offsets, loop_tokens)) or 1
+    sub = offsets[: rows + 1]
+    n_sub = int(sub[-1])
+    loop_seconds, loop = timed(gae_loop, mask[:n_sub], values[:n_sub], reward[:rows], sub, repeat=1)
+    return {
+        "tokens": len(mask),
+        "core_tokens_per_s": len(mask) / seconds,
+        "loop_tokens": n_sub,
+        "loop_tokens_per_s": n_sub / loop_seconds,
+        "max_abs_difference": float(np.abs(loop - full[:n_sub]).max()),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], float(sys.argv[2]))))

@@ -146,7 +146,11 @@ def td_errors(
 ) -> np.ndarray:
     """delta_k = r_k + gamma * V_next(a_k) - V(a_k)."""
     values = np.asarray(values, dtype=np.float64)
-    return rewards + gamma * next_values(values, step_offsets, next_value) - values
+    delta = next_values(values, step_offsets, next_value)
+    delta *= gamma  # in place: one array for the whole expression
+    delta -= values
+    delta += rewards
+    return delta
 
 
 def discounted_returns(
