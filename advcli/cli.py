@@ -43,29 +43,61 @@ Format = Annotated[
 Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
 
 
+# Help panels that group annotate's many options.
+_GROUP = "Group and batch baselines"
+_TEMPORAL = "Temporal estimators"
+_CRITIC = "Critic (ONNX)"
+
 # Critic options, shared by `score` and `annotate --critic`.
 CriticPath = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--critic", help="ONNX critic: score values (annotate: when the log has none)."),
+    typer.Option(
+        "--critic",
+        rich_help_panel=_CRITIC,
+        help="ONNX critic: score values (annotate: when the log has none).",
+    ),
 ]
-Device = Annotated[str, typer.Option(help="auto (CUDA when it works), cuda or cpu.")]
+Device = Annotated[
+    str, typer.Option(rich_help_panel=_CRITIC, help="auto (CUDA when it works), cuda or cpu.")
+]
 BatchTokens = Annotated[
     Optional[int],  # noqa: UP045
-    typer.Option(help="Padded tokens per critic batch (default 4096, measured on the CPU)."),
+    typer.Option(
+        rich_help_panel=_CRITIC,
+        help="Padded tokens per critic batch (default 4096, measured on the CPU).",
+    ),
 ]
 Shift = Annotated[
-    bool, typer.Option("--shift/--no-shift", help="values[t] = output[t-1] (causal heads).")
+    bool,
+    typer.Option(
+        "--shift/--no-shift",
+        rich_help_panel=_CRITIC,
+        help="values[t] = output[t-1] (causal heads).",
+    ),
 ]
 MaxLen = Annotated[
     Optional[int],  # noqa: UP045
-    typer.Option(help="Longest row the critic takes (default: the model's static length)."),
+    typer.Option(
+        rich_help_panel=_CRITIC,
+        help="Longest row the critic takes (default: the model's static length).",
+    ),
 ]
 MaxLenTruncate = Annotated[
-    str, typer.Option(help="A longer row: error, or left (score its last --max-len tokens).")
+    str,
+    typer.Option(
+        rich_help_panel=_CRITIC,
+        help="A longer row: error, or left (score its last --max-len tokens).",
+    ),
 ]
-InputName = Annotated[Optional[str], typer.Option(help="The model's token-id input.")]  # noqa: UP045
-MaskName = Annotated[Optional[str], typer.Option(help="The model's attention-mask input.")]  # noqa: UP045
-OutputName = Annotated[Optional[str], typer.Option(help="The model's value output.")]  # noqa: UP045
+InputName = Annotated[
+    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's token-id input.")
+]  # noqa: UP045
+MaskName = Annotated[
+    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's attention-mask input.")
+]  # noqa: UP045
+OutputName = Annotated[
+    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's value output.")
+]  # noqa: UP045
 
 
 def _critic_options(
@@ -116,51 +148,85 @@ def annotate(
     convention: Annotated[
         str, typer.Option(help="seed, verl, trl, openrlhf or torchrl defaults.")
     ] = "seed",
-    scale: Annotated[str, typer.Option(help="grpo: group, batch or none (Dr. GRPO).")] = "group",
-    std_ddof: Annotated[Optional[int], typer.Option(help="ddof of the group std.")] = None,  # noqa: UP045
-    eps: Annotated[Optional[float], typer.Option(help="eps of std + eps.")] = None,  # noqa: UP045
+    scale: Annotated[
+        str, typer.Option(rich_help_panel=_GROUP, help="grpo: group, batch or none (Dr. GRPO).")
+    ] = "group",
+    std_ddof: Annotated[
+        int | None, typer.Option(rich_help_panel=_GROUP, help="ddof of the group std.")
+    ] = None,  # noqa: UP045
+    eps: Annotated[
+        float | None, typer.Option(rich_help_panel=_GROUP, help="eps of std + eps.")
+    ] = None,  # noqa: UP045
     eps_placement: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="add (std + eps) or max (max(std, eps))."),
+        typer.Option(rich_help_panel=_GROUP, help="add (std + eps) or max (max(std, eps))."),
     ] = None,
     singleton: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Groups of one: zero, raw, error or drop."),
+        typer.Option(rich_help_panel=_GROUP, help="Groups of one: zero, raw, error or drop."),
     ] = None,
     zero_variance: Annotated[
-        str, typer.Option(help="keep (flagged, advantage 0) or drop zero-variance groups.")
+        str,
+        typer.Option(
+            rich_help_panel=_GROUP, help="keep (flagged, advantage 0) or drop zero-variance groups."
+        ),
     ] = "keep",
     zero_variance_tol: Annotated[
-        float, typer.Option(help="A group is zero-variance when max - min <= this.")
+        float,
+        typer.Option(
+            rich_help_panel=_GROUP, help="A group is zero-variance when max - min <= this."
+        ),
     ] = 1e-9,
     batch_size: Annotated[
         Optional[int],  # noqa: UP045
-        typer.Option(help="Rollouts per completion-ordered batch (batch-mean, whitening)."),
+        typer.Option(
+            rich_help_panel=_GROUP,
+            help="Rollouts per completion-ordered batch (batch-mean, whitening).",
+        ),
     ] = None,
-    partial: Annotated[str, typer.Option(help="A trailing short batch: drop or keep.")] = "drop",
-    gamma: Annotated[float, typer.Option(help="Discount per action step.")] = 1.0,
-    lam: Annotated[str, typer.Option(help="GAE lambda, or 'adaptive' (needs --alpha).")] = "0.95",
+    partial: Annotated[
+        str, typer.Option(rich_help_panel=_GROUP, help="A trailing short batch: drop or keep.")
+    ] = "drop",
+    gamma: Annotated[
+        float, typer.Option(rich_help_panel=_TEMPORAL, help="Discount per action step.")
+    ] = 1.0,
+    lam: Annotated[
+        str,
+        typer.Option(rich_help_panel=_TEMPORAL, help="GAE lambda, or 'adaptive' (needs --alpha)."),
+    ] = "0.95",
     alpha: Annotated[
         Optional[float],  # noqa: UP045
-        typer.Option(help="Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1)."),
+        typer.Option(
+            rich_help_panel=_TEMPORAL, help="Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1)."
+        ),
     ] = None,
     lam_critic: Annotated[
-        float, typer.Option(help="Lambda of the returns (critic targets).")
+        float,
+        typer.Option(rich_help_panel=_TEMPORAL, help="Lambda of the returns (critic targets)."),
     ] = 1.0,
     observations: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="skip (not time steps) or step (zero-reward, zero-value steps)."),
+        typer.Option(
+            rich_help_panel=_TEMPORAL,
+            help="skip (not time steps) or step (zero-reward, zero-value steps).",
+        ),
     ] = None,
     segments: Annotated[
-        str, typer.Option(help="Segmented rollouts: compaction or chain.")
+        str,
+        typer.Option(rich_help_panel=_TEMPORAL, help="Segmented rollouts: compaction or chain."),
     ] = "compaction",
     whiten: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="none or batch (token-weighted, per batch)."),
+        typer.Option(rich_help_panel=_TEMPORAL, help="none or batch (token-weighted, per batch)."),
     ] = None,
-    whiten_ddof: Annotated[Optional[int], typer.Option(help="ddof of whitening.")] = None,  # noqa: UP045
+    whiten_ddof: Annotated[
+        int | None, typer.Option(rich_help_panel=_TEMPORAL, help="ddof of whitening.")
+    ] = None,  # noqa: UP045
     strict: Annotated[
-        bool, typer.Option(help="A reward on a non-action token is an error, not moved.")
+        bool,
+        typer.Option(
+            rich_help_panel=_TEMPORAL, help="A reward on a non-action token is an error, not moved."
+        ),
     ] = False,
     col: Col = None,
     fmt: Format = None,
