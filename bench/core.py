@@ -25,7 +25,7 @@ def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: 
     positions, step_offsets = T.step_positions(mask, offsets, "skip")
     rewards, _ = T.outcome_on_steps(step_offsets, reward)
     adv = T.gae(
-        values[positions].astype(np.float64),
+        np.take(values, positions).astype(np.float64),
         rewards,
         step_offsets,
         gamma=GAMMA,
@@ -33,7 +33,7 @@ def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: 
         next_value=np.zeros(len(offsets) - 1),
     )
     out = np.zeros(len(mask), dtype=np.float32)
-    out[positions] = adv
+    out[positions] = adv.astype(np.float32)
     return out
 
 
