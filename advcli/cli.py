@@ -90,14 +90,17 @@ MaxLenTruncate = Annotated[
     ),
 ]
 InputName = Annotated[
-    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's token-id input.")
-]  # noqa: UP045
+    Optional[str],  # noqa: UP045
+    typer.Option(rich_help_panel=_CRITIC, help="The model's token-id input."),
+]
 MaskName = Annotated[
-    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's attention-mask input.")
-]  # noqa: UP045
+    Optional[str],  # noqa: UP045
+    typer.Option(rich_help_panel=_CRITIC, help="The model's attention-mask input."),
+]
 OutputName = Annotated[
-    str | None, typer.Option(rich_help_panel=_CRITIC, help="The model's value output.")
-]  # noqa: UP045
+    Optional[str],  # noqa: UP045
+    typer.Option(rich_help_panel=_CRITIC, help="The model's value output."),
+]
 
 
 def _critic_options(
