@@ -836,7 +836,9 @@ def piece_table(
         return _list(flat_list(column(name))[0].take(take), tok_offsets, large_tokens)
 
     def per_row(name: str) -> pa.Array:
-        return _list(column(name), row_offsets, large_samples) if packed else column(name)
+        values = column(name)
+        values = values.cast(_narrow(values.type))
+        return _list(values, row_offsets, large_samples) if packed else values
 
     mask = flat_list(column("loss_mask"))[0].to_numpy()[take_np]
     cols: dict[str, pa.Array] = {}
@@ -863,6 +865,18 @@ def piece_table(
         if name not in token_keep:
             cols[name] = per_row(name)
     return pa.table(cols)
+
+
+def _narrow(t: pa.DataType) -> pa.DataType:
+    """32-bit offsets for a per-row column (advcli's annotated Parquet has 64-bit ones), so a
+    log and its annotated copy give the same shards."""
+    if t == pa.large_string():
+        return pa.string()
+    if t == pa.large_binary():
+        return pa.binary()
+    if pa.types.is_large_list(t):
+        return pa.list_(_narrow(t.value_type))
+    return t
 
 
 def schema_list(schema: pa.Schema) -> list[list[str]]:

@@ -1,11 +1,11 @@
 """advcli's benchmark: ``make bench`` or ``python -m bench [--tokens 50e6]``.
 
 Generates a synthetic multi-turn log (cached in the work folder), then in one invocation runs:
-the I/O floor (pyarrow and polars, the faster counts), ``annotate`` for grpo and gae, ``audit``
-and ``shard``, each in its own process under ``/usr/bin/time -v`` for its peak memory; the GAE
-core alone and a plain per-rollout Python loop on the same arrays; and JSONL reading against
-polars' own NDJSON reader. Prints one table; ratios are against the floor measured in the same
-run. Timings on a shared machine vary by 10-20%: compare ratios, not seconds.
+the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest counts), ``annotate``
+for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
+for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
+and JSONL reading against polars' own NDJSON reader. Prints one table; ratios are against the
+floor measured in the same run. Timings on a shared machine vary by 10-20%: compare ratios.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> None:
             f"I/O floor ({kind})",
             [py, "-m", "bench.floor", kind, str(log), str(work / f"floor-{kind}.parquet")],
         )
-        for kind in ("pyarrow", "polars")
+        for kind in ("advcli", "pyarrow", "polars")
     }
     floor = min(floors.values())
     advcli = [py, "-m", "advcli"]

@@ -3,30 +3,58 @@
 No computation: what any read-annotate-write tool must at least spend on the same file. The
 extra column is a copy of the log's ``values`` (float32, one per token): advantages are as hard
 to compress as values, while a column of zeros would compress to nothing and flatter the floor.
-``python -m bench.floor pyarrow|polars IN OUT``. The pyarrow variant reads, writes on a second
-thread (as advcli does) and uses advcli's writer settings; the polars one is polars' own
-streaming engine.
+``python -m bench.floor advcli|pyarrow|polars IN OUT``:
+
+- ``advcli``: advcli's own reader and writer (pyarrow batches read on a thread, polars' Parquet
+  sink encoding on every core), i.e. ``annotate`` minus the computation;
+- ``pyarrow``: the same reader with pyarrow's ``ParquetWriter`` (one core) on a second thread;
+- ``polars``: polars' own streaming engine, scan to sink.
+
+All write zstd (level 1 for polars' writer, pyarrow's default otherwise) and row groups of
+``ROW_GROUP_ROWS``.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
+from advcli._malloc import keep_polars_memory, tune_allocator
 
-from advcli.io.writers import ROW_GROUP_ROWS, parquet_options
+keep_polars_memory()  # as the advcli command does, before polars loads
+tune_allocator()
+
+import polars as pl  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from advcli.io.readers import prefetch  # noqa: E402
+from advcli.io.writers import (  # noqa: E402
+    ROW_GROUP_ROWS,
+    BackgroundWriter,
+    TableWriter,
+    parquet_options,
+)
+
+
+def with_extra_column(src: str) -> Iterator[pa.Table]:
+    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
+    for batch in prefetch(pf.iter_batches(batch_size=512)):
+        table = pa.Table.from_batches([batch])
+        yield table.append_column("advantages", table.column("values"))
+
+
+def floor_advcli(src: str, out: str) -> None:
+    with TableWriter(out, "parquet", {}) as writer:
+        with BackgroundWriter(writer) as background:
+            for table in with_extra_column(src):
+                background.write(table)
+        writer.commit()
 
 
 def floor_pyarrow(src: str, out: str) -> None:
-    from advcli.io.readers import prefetch
-
-    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
     writer = None
-    for batch in prefetch(pf.iter_batches(batch_size=512)):
-        table = pa.Table.from_batches([batch])
-        table = table.append_column("advantages", table.column("values"))
+    for table in with_extra_column(src):
         if writer is None:
             writer = pq.ParquetWriter(out, table.schema, **parquet_options(table.schema))
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
@@ -35,8 +63,9 @@ def floor_pyarrow(src: str, out: str) -> None:
 
 def floor_polars(src: str, out: str) -> None:
     frame = pl.scan_parquet(src).with_columns(pl.col("values").alias("advantages"))
-    frame.sink_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+    frame.sink_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd", compression_level=1)
 
 
 if __name__ == "__main__":
-    {"pyarrow": floor_pyarrow, "polars": floor_polars}[sys.argv[1]](sys.argv[2], sys.argv[3])
+    floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars}
+    floors[sys.argv[1]](sys.argv[2], sys.argv[3])

@@ -7,9 +7,11 @@ import os
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.errors import OutputError
 from advcli.io import writers
 from advcli.io.writers import read_metadata
 from tests.conftest import SAMPLE, rollout, run, write_jsonl
@@ -66,12 +68,15 @@ def test_parquet_and_jsonl_samples_give_the_same_numbers(tmp_path):
 
 
 def test_passthrough_columns_are_untouched(tmp_path):
+    """Same values; polars' writer widens offsets (list -> large_list, string -> large_string)."""
     out = tmp_path / "o.parquet"
     src = SAMPLE / "rollouts.parquet"
     ok(run("annotate", str(src), "--method", "grpo", "--out", str(out), "-q"))
     before, after = pq.read_table(src), pq.read_table(out)
     for name in before.column_names:
-        assert after.column(name).equals(before.column(name)), name
+        column = before.column(name)
+        assert after.column(name).cast(column.type).equals(column), name
+    assert after.schema.field("input_ids").type == pa.large_list(pa.int32())
 
 
 def test_stdin_directory_and_glob(small_log, tmp_path):
@@ -186,18 +191,22 @@ def test_audit_terminal_report():
 
 
 def test_atomic_write_leaves_nothing_when_writing_fails(monkeypatch, tmp_path):
-    """A failure mid-write removes the temporary file and never creates the target."""
-    import pyarrow as pa
+    """A failure mid-write is an OutputError; the temporary file goes, the target never appears."""
 
-    def explode(table, where, **kwargs):
-        with open(where, "wb") as fh:
+    def explode(frame, path, **kwargs):
+        frame.collect()  # drain the tables fed so far
+        with open(path, "wb") as fh:
             fh.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(writers.pq, "write_table", explode)
+    monkeypatch.setattr(pl.LazyFrame, "sink_parquet", explode)
     out = tmp_path / "o.parquet"
-    with pytest.raises(OSError):
-        writers.write_table(pa.table({"a": [1]}), str(out), "parquet", {})
+    with (
+        pytest.raises(OutputError, match="could not write the output: disk full"),
+        writers.TableWriter(str(out), "parquet", {}) as writer,
+    ):
+        writer.write(pa.table({"a": [1]}))
+        writer.commit()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -9,6 +9,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights, reference
 from tests.conftest import SAMPLE, run
 
@@ -47,7 +48,7 @@ def test_score_adds_shifted_values(critic, tmp_path):
         got = values.to_numpy()
         assert np.isnan(got[0])
         np.testing.assert_allclose(got[1:], expected[:-1], rtol=1e-5, atol=1e-6)
-    meta = json.loads(pq.read_schema(out).metadata[b"advcli"])
+    meta = read_metadata(str(out))
     assert meta["critic"]["provider"] == "CPUExecutionProvider"
     assert meta["critic"]["alignment"].startswith("shifted")
     assert len(meta["critic"]["sha256"]) == 64

@@ -76,7 +76,8 @@ def test_batches_change_nothing(tmp_path, case):
         assert other.equals(tables[0])
     log = pipeline.load(inputs)
     in_memory = pipeline.annotate_log(log, Params(**case)).table
-    assert in_memory.column("advantages").equals(tables[0].column("advantages"))
+    streamed = tables[0].column("advantages")
+    assert in_memory.column("advantages").cast(streamed.type).equals(streamed)
 
 
 def test_chain_carries_match_concatenated_rollouts(tmp_path):

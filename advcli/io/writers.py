@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from polars.io.plugins import register_io_source
 
 from advcli.errors import OutputError, UsageError
 
@@ -95,26 +96,6 @@ def parquet_options(schema: pa.Schema) -> dict:
     return {"compression": "zstd", "use_dictionary": scalar, "write_statistics": scalar}
 
 
-def with_metadata(schema: pa.Schema, metadata: dict) -> pa.Schema:
-    merged = dict(schema.metadata or {})
-    merged[METADATA_KEY] = json.dumps(metadata, sort_keys=True).encode()
-    return schema.with_metadata(merged)
-
-
-def write_table(table: pa.Table, out: str, fmt: str, metadata: dict) -> None:
-    """Write ``table`` atomically as Parquet (metadata in the file) or JSONL (+ ``.meta.json``)."""
-    if fmt == "parquet":
-        table = table.replace_schema_metadata(with_metadata(table.schema, metadata).metadata)
-        with atomic_path(out) as tmp:
-            pq.write_table(
-                table, tmp, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema)
-            )
-        return
-    with atomic_path(out) as tmp:
-        pl.from_arrow(table).write_ndjson(tmp)
-    write_json(f"{out}.meta.json", metadata)
-
-
 def write_json(path: str | Path, obj: dict) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
@@ -125,9 +106,71 @@ def read_metadata(path: str) -> dict | None:
     if path.lower().endswith((".jsonl", ".ndjson")):
         meta = Path(f"{path}.meta.json")
         return json.loads(meta.read_text()) if meta.exists() else None
-    schema = pq.read_schema(path)
-    raw = (schema.metadata or {}).get(METADATA_KEY)
+    raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else None
+
+
+class ParquetSink:
+    """polars' streaming Parquet writer on its own thread, fed one table at a time.
+
+    pyarrow's ``ParquetWriter`` encodes on one core; polars' sink encodes columns on every core
+    and was 3x faster on 2 cores for long float lists, and an annotate run is bound by writing.
+    The sink pulls the tables from a small queue (through an IO-source plugin), so memory stays
+    bounded. Settings: zstd level 1, row groups of ``ROW_GROUP_ROWS``; the metadata goes in the
+    file's key-value metadata. Lists come back as ``large_list`` and strings as ``large_string``.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, metadata: dict, *, depth: int = 2):
+        self.path = path
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        frames = register_io_source(self._frames, schema=pl.from_arrow(schema.empty_table()).schema)
+        kv = {METADATA_KEY.decode(): json.dumps(metadata, sort_keys=True)}
+        self._thread = threading.Thread(target=self._sink, args=(frames, kv), daemon=True)
+        self._thread.start()
+
+    def _frames(self, *_) -> Iterator[pl.DataFrame]:
+        while (table := self._queue.get()) is not None:
+            yield pl.from_arrow(table, rechunk=False)
+
+    def _sink(self, frames: pl.LazyFrame, kv: dict[str, str]) -> None:
+        try:
+            frames.sink_parquet(
+                self.path,
+                compression="zstd",
+                compression_level=1,
+                row_group_size=ROW_GROUP_ROWS,
+                metadata=kv,
+            )
+        except BaseException as exc:  # handed to the caller
+            self._error = exc
+            with contextlib.suppress(queue.Empty):
+                while True:  # unblock a producer waiting on a full queue
+                    self._queue.get_nowait()
+
+    def _put(self, item: pa.Table | None) -> None:
+        while self._thread.is_alive():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            msg = f"{self.path}: could not write the output: {self._error}"
+            raise OutputError(msg) from self._error
+
+    def write(self, table: pa.Table) -> None:
+        self._raise_if_failed()
+        self._put(table)
+        self._raise_if_failed()
+
+    def close(self) -> None:
+        """End the stream and wait for the file to be finished."""
+        self._put(None)
+        self._thread.join()
+        self._raise_if_failed()
 
 
 class TableWriter:
@@ -142,7 +185,7 @@ class TableWriter:
         self.fmt = fmt
         self.metadata = metadata
         self._tmp = _temporary_beside(Path(out))
-        self._parquet: pq.ParquetWriter | None = None
+        self._parquet: ParquetSink | None = None
         self._jsonl = open(self._tmp, "wb") if fmt == "jsonl" else None  # noqa: SIM115
         self.rows = 0
 
@@ -151,9 +194,8 @@ class TableWriter:
             pl.from_arrow(table).write_ndjson(self._jsonl)
         else:
             if self._parquet is None:
-                schema = with_metadata(table.schema, self.metadata)
-                self._parquet = pq.ParquetWriter(self._tmp, schema, **parquet_options(schema))
-            self._parquet.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                self._parquet = ParquetSink(self._tmp, table.schema, self.metadata)
+            self._parquet.write(table)
         self.rows += table.num_rows
 
     def commit(self, empty_schema: pa.Schema | None = None) -> None:
@@ -167,8 +209,8 @@ class TableWriter:
 
     def _close(self) -> None:
         if self._parquet is not None:
-            self._parquet.close()
-            self._parquet = None
+            sink, self._parquet = self._parquet, None
+            sink.close()
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
