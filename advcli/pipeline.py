@@ -209,7 +209,7 @@ class Engine:
             if temporal:
                 result = M.temporal_steps(plan, tok, row0, p)
                 self._check_rewards(result, row0)
-                columns = M.finish_temporal(plan, result, len(tok.mask), row0, p)
+                columns = M.finish_temporal(plan, result, tok.mask, row0, p)
             else:
                 columns = M.apply_group(plan, tok, row0)
             out = table

@@ -21,11 +21,12 @@ GAMMA, LAM = 0.99, 0.95
 
 
 def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray):
-    """advcli's core, composed as the pipeline composes it for one batch."""
-    positions, step_offsets = T.step_positions(mask, offsets, "skip")
+    """advcli's core, composed as the pipeline composes it for one batch (observation-skip: the
+    steps are the action tokens, gathered and scattered with the mask)."""
+    _, step_offsets = T.step_positions(mask, offsets, "skip")
     rewards, _ = T.outcome_on_steps(step_offsets, reward)
     adv = T.gae(
-        np.take(values, positions).astype(np.float64),
+        values[mask].astype(np.float64),
         rewards,
         step_offsets,
         gamma=GAMMA,
@@ -33,7 +34,7 @@ def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: 
         next_value=np.zeros(len(offsets) - 1),
     )
     out = np.zeros(len(mask), dtype=np.float32)
-    out[positions] = adv.astype(np.float32)
+    out[mask] = adv.astype(np.float32)
     return out
 
 

@@ -126,16 +126,6 @@ def _per_step(x: float | np.ndarray, step_offsets: np.ndarray) -> float | np.nda
     return np.repeat(np.asarray(x, dtype=np.float64), lengths(step_offsets))
 
 
-def next_values(values: np.ndarray, step_offsets: np.ndarray, next_value: np.ndarray) -> np.ndarray:
-    """V_next per step: the next step's value, and ``next_value[row]`` after a row's last step."""
-    out = np.empty(len(values))
-    out[:-1] = values[1:]
-    ends = step_offsets[1:]
-    nonempty = ends > step_offsets[:-1]
-    out[ends[nonempty] - 1] = np.asarray(next_value, dtype=np.float64)[nonempty]
-    return out
-
-
 def td_errors(
     values: np.ndarray,
     rewards: np.ndarray,
@@ -144,10 +134,14 @@ def td_errors(
     gamma: float,
     next_value: np.ndarray,
 ) -> np.ndarray:
-    """delta_k = r_k + gamma * V_next(a_k) - V(a_k)."""
+    """delta_k = r_k + gamma * V_next(a_k) - V(a_k); V_next is the next step's value within a
+    row, and ``next_value[row]`` after the row's last step."""
     values = np.asarray(values, dtype=np.float64)
-    delta = next_values(values, step_offsets, next_value)
-    delta *= gamma  # in place: one array for the whole expression
+    delta = np.empty(len(values))  # one array for the whole expression, updated in place
+    np.multiply(values[1:], gamma, out=delta[:-1])
+    ends = step_offsets[1:]
+    nonempty = ends > step_offsets[:-1]
+    delta[ends[nonempty] - 1] = gamma * np.asarray(next_value, dtype=np.float64)[nonempty]
     delta -= values
     delta += rewards
     return delta
@@ -191,6 +185,19 @@ def gae(
 ) -> np.ndarray:
     """A_k = delta_k + gamma * lambda * A_{k+1}; ``lam`` is a scalar or one value per row."""
     delta = td_errors(values, rewards, step_offsets, gamma=gamma, next_value=next_value)
+    return gae_from_td(delta, step_offsets, gamma=gamma, lam=lam, next_advantage=next_advantage)
+
+
+def gae_from_td(
+    delta: np.ndarray,
+    step_offsets: np.ndarray,
+    *,
+    gamma: float,
+    lam: float | np.ndarray,
+    next_advantage: np.ndarray | None = None,
+) -> np.ndarray:
+    """GAE from TD errors already computed (they do not depend on lambda, so one set serves
+    several lambdas): A_k = delta_k + gamma * lambda * A_{k+1}."""
     coef = gamma * _per_step(lam, step_offsets)
     return reverse_discounted_scan(delta, coef, step_offsets, next_advantage)
 
