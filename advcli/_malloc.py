@@ -6,17 +6,12 @@ pages and return them on ``free``, so every new array pays a page fault per 4 KB
 the GAE core, that was half its time. Raising the mmap and trim thresholds (glibc's ``mallopt``)
 lets the heap reuse that memory. Peak memory is unchanged; it is only not returned early.
 Elsewhere than glibc this does nothing.
-
-polars brings its own allocator (jemalloc), which by default hands freed pages back to the OS at
-once after a 10 s decay; :func:`keep_polars_memory` keeps them (``muzzy_decay_ms:-1``), which cut
-the system time of an annotate run by a third. jemalloc reads that setting when polars loads.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -38,8 +33,3 @@ def tune_allocator() -> None:
         libc.mallopt(_M_TOP_PAD, 64 << 20)
     except (OSError, AttributeError):
         pass
-
-
-def keep_polars_memory() -> None:
-    """Call before polars is imported; a setting the user made in the environment wins."""
-    os.environ.setdefault("_RJEM_MALLOC_CONF", "muzzy_decay_ms:-1")

@@ -19,17 +19,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from advcli._malloc import keep_polars_memory, tune_allocator
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-keep_polars_memory()  # as the advcli command does, before polars loads
-tune_allocator()
-
-import polars as pl  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from advcli.io.readers import prefetch  # noqa: E402
-from advcli.io.writers import (  # noqa: E402
+from advcli._malloc import tune_allocator
+from advcli.io.readers import prefetch
+from advcli.io.writers import (
     ROW_GROUP_ROWS,
     BackgroundWriter,
     TableWriter,
@@ -67,5 +63,6 @@ def floor_polars(src: str, out: str) -> None:
 
 
 if __name__ == "__main__":
+    tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars}
     floors[sys.argv[1]](sys.argv[2], sys.argv[3])
