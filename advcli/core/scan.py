@@ -31,7 +31,8 @@ from advcli.core.ragged import offsets_from_lengths, ranges
 CHUNK = 32
 _BLOCK_ROWS = 8192  # chunks scanned together: keeps a block's columns in cache
 BLOCK = 16  # constant-discount path: elements per block (8-64 measured alike; 16)
-_CACHE_ELEMENTS = 1 << 18  # constant-discount path: elements processed together stay in cache
+_PIECE_ELEMENTS = 1 << 20  # constant-discount path: elements laid out together (8 MB, in L3)
+_CACHE_BLOCKS = (1 << 18) // BLOCK  # blocks scanned column by column together (2 MB, in L2)
 
 
 def linear_scan(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -63,23 +64,21 @@ def linear_scan(x: np.ndarray, a: np.ndarray) -> np.ndarray:
 def _constant_scan(x: np.ndarray, c: float, offsets: np.ndarray) -> np.ndarray:
     """Per row, ``y[k] = x[k] + c * y[k + 1]`` (``y = 0`` after the row); ``0 <= c <= 1``.
 
-    Rows are taken in pieces of about ``_CACHE_ELEMENTS`` elements, so every pass over a piece
-    runs in cache.
+    Rows are taken in pieces of about ``_PIECE_ELEMENTS`` (a batch is usually one piece), so
+    the layout's arrays stay in the last-level cache.
     """
+    if len(x) <= _PIECE_ELEMENTS:
+        return _constant_scan_piece(x, c, offsets)
     out = np.empty(len(x))
-    cuts = np.searchsorted(offsets, np.arange(0, offsets[-1], _CACHE_ELEMENTS), side="right") - 1
+    cuts = np.searchsorted(offsets, np.arange(0, offsets[-1], _PIECE_ELEMENTS), side="right") - 1
     cuts = np.unique(np.r_[cuts, len(offsets) - 1])
-    powers = c ** np.arange(BLOCK, dtype=np.float64)
     for lo_row, hi_row in zip(cuts[:-1], cuts[1:], strict=True):
         lo, hi = offsets[lo_row], offsets[hi_row]
-        part_offsets = offsets[lo_row : hi_row + 1] - lo
-        out[lo:hi] = _constant_scan_piece(x[lo:hi], c, part_offsets, powers)
+        out[lo:hi] = _constant_scan_piece(x[lo:hi], c, offsets[lo_row : hi_row + 1] - lo)
     return out
 
 
-def _constant_scan_piece(
-    x: np.ndarray, c: float, offsets: np.ndarray, powers: np.ndarray
-) -> np.ndarray:
+def _constant_scan_piece(x: np.ndarray, c: float, offsets: np.ndarray) -> np.ndarray:
     lens = np.diff(offsets)
     blocks_per_row = -(-lens // BLOCK)
     first_block = offsets_from_lengths(blocks_per_row)
@@ -93,14 +92,17 @@ def _constant_scan_piece(
     padded[holds] = x
     grid = padded.reshape(m, BLOCK)
     if blocks_per_row.max(initial=0) > 1:
+        powers = c ** np.arange(BLOCK, dtype=np.float64)
         own_first = np.einsum("bt,t->b", grid, powers)  # numpy's own loop, not BLAS
         firsts = _constant_scan(own_first, c**BLOCK, first_block)
         # The next block's first value enters as c * first at this block's last element.
         continues = np.ones(m, dtype=bool)
         continues[first_block[1:][blocks_per_row > 0] - 1] = False
         grid[:-1, -1] += np.where(continues[:-1], c * firsts[1:], 0.0)
-    for j in range(BLOCK - 2, -1, -1):
-        grid[:, j] += c * grid[:, j + 1]
+    for lo in range(0, m, _CACHE_BLOCKS):  # column by column, a slice that stays in L2
+        part = grid[lo : lo + _CACHE_BLOCKS]
+        for j in range(BLOCK - 2, -1, -1):
+            part[:, j] += c * part[:, j + 1]
     return padded[holds]
 
 
