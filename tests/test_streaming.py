@@ -105,3 +105,18 @@ def test_chain_carries_match_concatenated_rollouts(tmp_path):
         by_rollout.setdefault(row["rollout_id"], []).extend(row["advantages"])
     for row in one.to_pylist():
         np.testing.assert_allclose(by_rollout[row["rollout_id"]], row["advantages"], atol=1e-5)
+
+
+def test_an_error_in_a_later_batch_leaves_nothing(tmp_path):
+    """Batches already handed to the writer are discarded with the temporary file."""
+    from advcli.errors import DataError
+    from tests.conftest import rollout
+
+    rows = [rollout(f"p{i % 3}", float(i % 2)) for i in range(12)]
+    rows[9]["action_mask"] = [0, 0, 1, 2, 1]
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), log)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(DataError, match="row 9"):
+        pipeline.annotate([str(log)], str(out), Params(method="grpo"), batch_rows=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
