@@ -42,7 +42,7 @@ from advcli.io.rollouts import (
     token_columns,
 )
 from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
-from advcli.io.writers import BackgroundWriter, TableWriter, check_output, output_format
+from advcli.io.writers import TableWriter, check_output, output_format
 from advcli.params import GROUP_METHODS, VALUE_METHODS, Params, resolve
 
 Stage = Callable[[str], contextlib.AbstractContextManager]
@@ -354,13 +354,12 @@ def annotate(
         first = next(batches, None)
         # The critic's metadata is known once the first batch is scored.
         with TableWriter(out, fmt, metadata(run)) as writer:
-            with BackgroundWriter(writer) as background:
-                for table, adv, mask in itertools.chain([first] if first else [], batches):
-                    schema = table.schema
-                    background.write(table)
-                    summary.add(table, adv, mask)
-                    if progress:
-                        progress(summary.rows_written, summary.tokens)
+            for table, adv, mask in itertools.chain([first] if first else [], batches):
+                schema = table.schema
+                writer.write(table)
+                summary.add(table, adv, mask)
+                if progress:
+                    progress(summary.rows_written, summary.tokens)
             writer.commit(schema)
     result = summary.as_dict()
     result.update(output=out, seconds=round(time.perf_counter() - started, 3))

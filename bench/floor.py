@@ -27,7 +27,6 @@ from advcli._malloc import tune_allocator
 from advcli.io.readers import prefetch
 from advcli.io.writers import (
     ROW_GROUP_ROWS,
-    BackgroundWriter,
     TableWriter,
     parquet_options,
 )
@@ -42,9 +41,8 @@ def with_extra_column(src: str) -> Iterator[pa.Table]:
 
 def floor_advcli(src: str, out: str) -> None:
     with TableWriter(out, "parquet", {}) as writer:
-        with BackgroundWriter(writer) as background:
-            for table in with_extra_column(src):
-                background.write(table)
+        for table in with_extra_column(src):
+            writer.write(table)
         writer.commit()
 
 

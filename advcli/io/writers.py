@@ -7,12 +7,13 @@ is removed if anything fails before the rename.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -110,38 +111,43 @@ def read_metadata(path: str) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-class ParquetSink:
-    """polars' streaming Parquet writer on its own thread, fed one table at a time.
+class PolarsSink:
+    """polars' streaming writer (Parquet or NDJSON) on its own thread, fed one table at a time.
 
     pyarrow's ``ParquetWriter`` encodes on one core; polars' sink encodes columns on every core
     and was 3x faster on 2 cores for long float lists, and an annotate run is bound by writing.
     The sink pulls the tables from a small queue (through an IO-source plugin), so memory stays
-    bounded. Settings: zstd level 1, row groups of ``ROW_GROUP_ROWS``; the metadata goes in the
-    file's key-value metadata. Lists come back as ``large_list`` and strings as ``large_string``.
+    bounded and the caller goes on computing while it writes. Parquet: zstd level 1, row groups
+    of ``ROW_GROUP_ROWS``, the metadata in the file's key-value metadata; lists come back as
+    ``large_list`` and strings as ``large_string``.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, metadata: dict, *, depth: int = 2):
+    def __init__(self, path: Path, fmt: str, schema: pa.Schema, metadata: dict, *, depth: int = 2):
         self.path = path
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         frames = register_io_source(self._frames, schema=pl.from_arrow(schema.empty_table()).schema)
-        kv = {METADATA_KEY.decode(): json.dumps(metadata, sort_keys=True)}
-        self._thread = threading.Thread(target=self._sink, args=(frames, kv), daemon=True)
+        if fmt == "parquet":
+            kv = {METADATA_KEY.decode(): json.dumps(metadata, sort_keys=True)}
+            write = functools.partial(
+                frames.sink_parquet,
+                compression="zstd",
+                compression_level=1,
+                row_group_size=ROW_GROUP_ROWS,
+                metadata=kv,
+            )
+        else:
+            write = frames.sink_ndjson
+        self._thread = threading.Thread(target=self._sink, args=(write,), daemon=True)
         self._thread.start()
 
     def _frames(self, *_) -> Iterator[pl.DataFrame]:
         while (table := self._queue.get()) is not None:
             yield pl.from_arrow(table, rechunk=False)
 
-    def _sink(self, frames: pl.LazyFrame, kv: dict[str, str]) -> None:
+    def _sink(self, write: Callable[[Path], object]) -> None:
         try:
-            frames.sink_parquet(
-                self.path,
-                compression="zstd",
-                compression_level=1,
-                row_group_size=ROW_GROUP_ROWS,
-                metadata=kv,
-            )
+            write(self.path)
         except BaseException as exc:  # handed to the caller
             self._error = exc
             with contextlib.suppress(queue.Empty):
@@ -176,6 +182,7 @@ class ParquetSink:
 class TableWriter:
     """Write tables batch by batch to a temporary file; :meth:`commit` renames it into place.
 
+    Writes run on a :class:`PolarsSink` thread, so the caller computes the next batch meanwhile.
     Used as a context manager: leaving the block without :meth:`commit` (an error, an
     interrupt) removes the temporary file, so the target is either complete or untouched.
     """
@@ -185,22 +192,18 @@ class TableWriter:
         self.fmt = fmt
         self.metadata = metadata
         self._tmp = _temporary_beside(Path(out))
-        self._parquet: ParquetSink | None = None
-        self._jsonl = open(self._tmp, "wb") if fmt == "jsonl" else None  # noqa: SIM115
+        self._sink: PolarsSink | None = None
         self.rows = 0
 
     def write(self, table: pa.Table) -> None:
-        if self.fmt == "jsonl":
-            pl.from_arrow(table).write_ndjson(self._jsonl)
-        else:
-            if self._parquet is None:
-                self._parquet = ParquetSink(self._tmp, table.schema, self.metadata)
-            self._parquet.write(table)
+        if self._sink is None:
+            self._sink = PolarsSink(self._tmp, self.fmt, table.schema, self.metadata)
+        self._sink.write(table)
         self.rows += table.num_rows
 
     def commit(self, empty_schema: pa.Schema | None = None) -> None:
         """Finish the file and rename it into place (``empty_schema``: for a run with no rows)."""
-        if self.fmt == "parquet" and self._parquet is None and empty_schema is not None:
+        if self._sink is None and empty_schema is not None:
             self.write(empty_schema.empty_table())
         self._close()
         if self.fmt == "jsonl":
@@ -208,12 +211,9 @@ class TableWriter:
         os.replace(self._tmp, self.out)
 
     def _close(self) -> None:
-        if self._parquet is not None:
-            sink, self._parquet = self._parquet, None
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
             sink.close()
-        if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
 
     def __enter__(self) -> TableWriter:
         return self
@@ -226,43 +226,3 @@ class TableWriter:
                 raise
         finally:
             self._tmp.unlink(missing_ok=True)
-
-
-class BackgroundWriter:
-    """Run a :class:`TableWriter`'s writes on a thread, so reading and computing overlap them.
-
-    A context manager: the queue holds at most ``depth`` tables, which bounds memory; leaving
-    the block waits for the thread (dropping queued tables if the block failed), so the writer
-    is never closed under it. An error on the thread is raised in the caller.
-    """
-
-    def __init__(self, writer: TableWriter, depth: int = 2):
-        self.writer = writer
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._abandon = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while (table := self._queue.get()) is not None:
-            if self._error is None and not self._abandon:
-                try:
-                    self.writer.write(table)
-                except BaseException as exc:  # handed to the caller
-                    self._error = exc
-
-    def write(self, table: pa.Table) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put(table)
-
-    def __enter__(self) -> BackgroundWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type, *_) -> None:
-        self._abandon = exc_type is not None
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None and exc_type is None:
-            raise self._error
