@@ -8,7 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli import pipeline
+from advcli.errors import DataError
 from advcli.params import Params
+from tests.conftest import rollout
 
 
 def segmented_log(tmp_path, n_rollouts=40, seed=0):
@@ -109,9 +111,6 @@ def test_chain_carries_match_concatenated_rollouts(tmp_path):
 
 def test_an_error_in_a_later_batch_leaves_nothing(tmp_path):
     """Batches already handed to the writer are discarded with the temporary file."""
-    from advcli.errors import DataError
-    from tests.conftest import rollout
-
     rows = [rollout(f"p{i % 3}", float(i % 2)) for i in range(12)]
     rows[9]["action_mask"] = [0, 0, 1, 2, 1]
     log = tmp_path / "log.parquet"

@@ -122,8 +122,11 @@ class PolarsSink:
     ``large_list`` and strings as ``large_string``.
     """
 
-    def __init__(self, path: Path, fmt: str, schema: pa.Schema, metadata: dict, *, depth: int = 2):
+    def __init__(
+        self, path: Path, target: str, fmt: str, schema: pa.Schema, metadata: dict, depth: int = 2
+    ):
         self.path = path
+        self.target = target  # what the user asked for; ``path`` is its temporary name
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         frames = register_io_source(self._frames, schema=pl.from_arrow(schema.empty_table()).schema)
@@ -164,7 +167,7 @@ class PolarsSink:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            msg = f"{self.path}: could not write the output: {self._error}"
+            msg = f"{self.target}: could not write the output: {self._error}"
             raise OutputError(msg) from self._error
 
     def write(self, table: pa.Table) -> None:
@@ -197,7 +200,7 @@ class TableWriter:
 
     def write(self, table: pa.Table) -> None:
         if self._sink is None:
-            self._sink = PolarsSink(self._tmp, self.fmt, table.schema, self.metadata)
+            self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
         self.rows += table.num_rows
 
