@@ -757,6 +757,29 @@ def sample_table(
 
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # buckets: fast to write and read back
+SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
+
+
+def allow_open_files(n_buckets: int, target: Path) -> None:
+    """Pass 2 keeps every bucket file open (rows reach them in any order). Raise this
+    process's soft limit on open files (``ulimit -n``, often 1024: a ~8 B-token log) up to
+    its hard limit if needed; fail before writing anything if even that is too low."""
+    try:
+        import resource
+    except ImportError:  # not a Unix: no such limit to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = n_buckets + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        msg = (
+            f"{target}: sharding this log keeps {n_buckets:,} temporary bucket files open at "
+            f"once, but this process may open at most {hard:,} files. "
+            f"Hint: raise the limit (ulimit -n {need}) and run again"
+        )
+        raise OutputError(msg)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def bucket_path(folder: Path, j: int) -> Path:
@@ -1087,6 +1110,7 @@ def write_shards(
 ) -> dict:
     """Passes 2 and 3 into a temporary folder, then the manifest (last), then the rename."""
     lay = layout(p, bucket_tokens)
+    allow_open_files(len(lay.bucket_pieces) - 1, target)
     shard_meta = {
         "format": FORMAT,
         "advcli_version": __version__,

@@ -224,6 +224,44 @@ def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param):
     assert not list(tmp_path.rglob("*.arrow"))  # no bucket left behind
 
 
+SHARD_UNDER_LIMIT = """
+import resource, sys
+from advcli import shard as sharding
+from advcli.errors import OutputError
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), int(sys.argv[4])))
+try:
+    sharding.shard([sys.argv[1]], sys.argv[2], sharding.ShardOptions(tokens_per_shard=60),
+                   method="grpo", batch_rows=16, bucket_tokens=50)
+except OutputError as exc:
+    sys.exit(str(exc))
+"""
+
+
+def test_many_buckets_raise_the_open_file_limit_or_fail_before_writing(tmp_path, log_path):
+    """Pass 2 holds one open file per bucket (here ~150): a low soft limit on open files is
+    raised to what is needed; a hard limit below it is a clear error and nothing is written."""
+    expected = tmp_path / "expected"
+    sharding.shard([str(log_path)], str(expected), sharding.ShardOptions(tokens_per_shard=60),
+                   method="grpo", batch_rows=16, bucket_tokens=50)  # fmt: skip
+
+    def under(soft: int, hard: int, out: Path) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-c", SHARD_UNDER_LIMIT, str(log_path), str(out), str(soft)]
+        return subprocess.run([*cmd, str(hard)], capture_output=True, text=True, cwd=ROOT)
+
+    raised = under(40, 4096, tmp_path / "raised")
+    assert raised.returncode == 0, raised.stderr
+    files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
+    assert len(files) > 100
+    for name in files:
+        assert (tmp_path / "raised" / name).read_bytes() == (expected / name).read_bytes()
+
+    refused = under(40, 40, tmp_path / "refused")
+    assert refused.returncode == 1
+    assert "temporary bucket files open at once" in refused.stderr
+    assert "ulimit -n" in refused.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "refused").exists() and not list(tmp_path.glob(".refused*"))
+
+
 # --------------------------------------------------------------------------- packing
 
 
