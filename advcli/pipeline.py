@@ -276,14 +276,22 @@ class Summary:
         self.adv_sum = 0.0
 
     def add(self, table: pa.Table, adv: np.ndarray, mask: np.ndarray) -> None:
+        """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
         self.rows_written += table.num_rows
         self.tokens += len(mask)
-        act = adv[mask]
-        self.action_tokens += len(act)
-        if len(act):
-            self.adv_min = min(self.adv_min, float(act.min()))
-            self.adv_max = max(self.adv_max, float(act.max()))
-            self.adv_sum += float(act.sum(dtype=np.float64))
+        n_actions = int(np.count_nonzero(mask))
+        if not n_actions:
+            return
+        self.action_tokens += n_actions
+        # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
+        # change the extremes only when every action is on one side of 0.
+        lo, hi = float(adv.min()), float(adv.max())
+        if lo >= 0.0 or hi <= 0.0:
+            act = adv[mask]
+            lo, hi = float(act.min()), float(act.max())
+        self.adv_min = min(self.adv_min, lo)
+        self.adv_max = max(self.adv_max, hi)
+        self.adv_sum += float(adv.sum(dtype=np.float64))
 
     def as_dict(self) -> dict:
         run = self.run

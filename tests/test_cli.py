@@ -112,6 +112,31 @@ def test_json_summary(small_log, tmp_path):
     assert summary["zero_variance_rollout_share"] == pytest.approx(2 / 6)
 
 
+def test_summary_extremes_when_every_action_is_positive(tmp_path):
+    """Tokens off the actions hold 0; the summary's extremes must not count them."""
+    log = write_jsonl(tmp_path / "log.jsonl", [rollout("a", 1.0), rollout("b", 2.0)])
+    out = tmp_path / "o.parquet"
+    proc = ok(
+        run(
+            "annotate",
+            log,
+            "--method",
+            "reinforce-pp",
+            "--gamma",
+            "1",
+            "--whiten",
+            "none",
+            "--out",
+            str(out),
+            "--json",
+            "-q",
+        )
+    )
+    summary = json.loads(proc.stdout)
+    assert (summary["advantage_min"], summary["advantage_max"]) == (1.0, 2.0)
+    assert summary["advantage_mean"] == pytest.approx(1.5)
+
+
 def test_zero_variance_drop_counts_rows(small_log, tmp_path):
     out = tmp_path / "o.parquet"
     proc = ok(
@@ -227,7 +252,7 @@ def test_every_sample_method_runs(tmp_path):
         "reinforce-pp-baseline",
     ):
         out = tmp_path / f"{method}.parquet"
-        ok(
+        proc = ok(
             run(
                 "annotate",
                 str(SAMPLE / "rollouts.parquet"),
@@ -237,12 +262,20 @@ def test_every_sample_method_runs(tmp_path):
                 "4",
                 "--out",
                 str(out),
+                "--json",
                 "-q",
             )
         )
         df = pl.read_parquet(out)
+        actions = []
         for adv, mask in zip(df["advantages"].to_list(), df["action_mask"].to_list(), strict=True):
             assert all(a == 0.0 for a, m in zip(adv, mask, strict=True) if m == 0)
+            actions += [a for a, m in zip(adv, mask, strict=True) if m]
+        summary = json.loads(proc.stdout)  # the summary describes the action tokens only
+        assert summary["action_tokens_written"] == len(actions)
+        assert summary["advantage_min"] == min(actions)
+        assert summary["advantage_max"] == max(actions)
+        assert summary["advantage_mean"] == pytest.approx(np.mean(actions), rel=1e-12)
 
 
 def test_rows_are_kept_in_input_order(tmp_path):
