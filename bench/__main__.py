@@ -5,7 +5,9 @@ the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest count
 for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
 for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
 and JSONL reading against polars' own NDJSON reader. Prints one table; ratios are against the
-floor measured in the same run. Timings on a shared machine vary by 10-20%: compare ratios.
+floor measured in the same run. Timings on a shared machine vary by 10-20% from one run to the
+next, so every end-to-end step runs ``--repeat`` times, the steps taking turns (a slow spell of
+the machine hits all of them alike); the table shows each step's median time and largest peak.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -54,6 +57,7 @@ def main() -> None:
     parser.add_argument("--loop-tokens", type=float, default=2e6, help="tokens for the loop")
     parser.add_argument("--workdir", default=str(ROOT / "bench_out"))
     parser.add_argument("--skip-core", action="store_true", help="only the end-to-end runs")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each end-to-end step")
     args = parser.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -63,53 +67,44 @@ def main() -> None:
         generate(str(log), args.tokens)
     n_tokens = tokens_in(log)
     py = sys.executable
-    results: list[tuple[str, float, float, float | None]] = []  # name, seconds, tok/s, MB
-
-    def run(name: str, cmd: list[str]) -> float:
-        print(f"running {name} …", file=sys.stderr)
-        seconds, peak = measured(cmd)
-        results.append((name, seconds, n_tokens / seconds, peak))
-        return seconds
-
-    floors = {
-        kind: run(
-            f"I/O floor ({kind})",
-            [py, "-m", "bench.floor", kind, str(log), str(work / f"floor-{kind}.parquet")],
-        )
-        for kind in ("advcli", "pyarrow", "polars")
-    }
-    floor = min(floors.values())
     advcli = [py, "-m", "advcli"]
+    steps: dict[str, list[str]] = {
+        f"I/O floor ({kind})": [
+            py, "-m", "bench.floor", kind, str(log), str(work / f"floor-{kind}.parquet")
+        ]
+        for kind in ("advcli", "pyarrow", "polars")
+    }  # fmt: skip
     for method in ("grpo", "gae"):
-        run(
-            f"annotate {method}",
-            [
-                *advcli,
-                "annotate",
-                str(log),
-                "--method",
-                method,
-                "--gamma",
-                "0.99",
-                "--out",
-                str(work / f"{method}.parquet"),
-                "--force",
-                "-q",
-            ],
-        )
-    run("audit", [*advcli, "audit", str(log), "--json"])
-    shutil.rmtree(work / "shards", ignore_errors=True)
-    run(
-        "shard (grpo)",
-        [*advcli, "shard", str(log), "--method", "grpo", "--out", str(work / "shards"), "-q"],
-    )
+        out = str(work / f"{method}.parquet")
+        steps[f"annotate {method}"] = [
+            *advcli, "annotate", str(log), "--method", method, "--gamma", "0.99",
+            "--out", out, "--force", "-q",
+        ]  # fmt: skip
+    steps["audit"] = [*advcli, "audit", str(log), "--json"]
+    shards = work / "shards"
+    steps["shard (grpo)"] = [
+        *advcli, "shard", str(log), "--method", "grpo", "--out", str(shards), "-q"
+    ]  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    peaks: dict[str, list[float]] = {name: [] for name in steps}
+    for rep in range(args.repeat):
+        for name, cmd in steps.items():
+            print(f"running {name} ({rep + 1}/{args.repeat}) …", file=sys.stderr)
+            shutil.rmtree(shards, ignore_errors=True)
+            seconds, peak = measured(cmd)
+            times[name].append(seconds)
+            peaks[name].append(peak)
+    results = [
+        (name, statistics.median(times[name]), max(peaks[name])) for name in steps
+    ]  # name, median seconds, largest peak MB
+    floor = min(seconds for name, seconds, _ in results if name.startswith("I/O floor"))
 
     lines = [f"log: {log.name}, {n_tokens:,} tokens, {log.stat().st_size / 2**20:,.0f} MiB"]
     lines.append(f"{'step':<24}{'seconds':>9}{'M tokens/s':>12}{'floor/step':>12}{'peak MB':>10}")
-    for name, seconds, rate, peak in results:
-        lines.append(
-            f"{name:<24}{seconds:>9.2f}{rate / 1e6:>12.1f}{floor / seconds:>12.2f}{peak:>10.0f}"
-        )
+    for name, seconds, peak in results:
+        rate = n_tokens / seconds / 1e6
+        lines.append(f"{name:<24}{seconds:>9.2f}{rate:>12.1f}{floor / seconds:>12.2f}{peak:>10.0f}")
+    lines.append(f"(median of {args.repeat} runs per step, taking turns; peak: the largest)")
 
     if not args.skip_core:
         print("running the GAE core and the Python loop …", file=sys.stderr)
@@ -153,7 +148,9 @@ def main() -> None:
     print(report)
     (work / "results.txt").write_text(report + "\n")
     (work / "results.json").write_text(
-        json.dumps({"tokens": n_tokens, "floor_seconds": floor, "steps": results}, indent=2)
+        json.dumps(
+            {"tokens": n_tokens, "floor_seconds": floor, "steps": results, "runs": times}, indent=2
+        )
     )
 
 
