@@ -126,19 +126,20 @@ def main() -> None:
         generate(str(jsonl), args.jsonl_tokens)
     from advcli.io.readers import read_inputs
 
-    started = time.perf_counter()
-    frame = pl.read_ndjson(
-        jsonl,
-        schema_overrides={
-            "input_ids": pl.List(pl.Int64),
-            "action_mask": pl.List(pl.Int64),
-            "values": pl.List(pl.Float64),
-        },
-    )
-    polars_s = time.perf_counter() - started
-    started = time.perf_counter()
-    read_inputs([str(jsonl)])
-    advcli_s = time.perf_counter() - started
+    overrides = {
+        "input_ids": pl.List(pl.Int64),
+        "action_mask": pl.List(pl.Int64),
+        "values": pl.List(pl.Float64),
+    }
+    polars_runs, advcli_runs = [], []
+    for _ in range(args.repeat):  # taking turns, as above
+        started = time.perf_counter()
+        frame = pl.read_ndjson(jsonl, schema_overrides=overrides)
+        polars_runs.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        read_inputs([str(jsonl)])
+        advcli_runs.append(time.perf_counter() - started)
+    polars_s, advcli_s = statistics.median(polars_runs), statistics.median(advcli_runs)
     jsonl_tokens = int(frame["input_ids"].list.len().sum())
     lines.append(
         f"JSONL ({jsonl_tokens:,} tokens): polars read_ndjson {polars_s:.2f} s, advcli "
