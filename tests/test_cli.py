@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 
 from advcli.errors import OutputError
 from advcli.io import writers
@@ -91,6 +94,21 @@ def test_stdin_directory_and_glob(small_log, tmp_path):
         ok(run("annotate", *args, "--method", "grpo", "--out", str(out), "-q", stdin=stdin))
         outs[label] = pl.read_parquet(out)["advantage"].to_list()
     assert outs["stdin"] == outs["dir"] == outs["glob"]
+
+
+def test_compressed_jsonl_and_blank_lines_read_as_the_plain_file(small_log, tmp_path):
+    data = b"\n" + Path(small_log).read_bytes().replace(b"\n", b"\n\n")
+    inputs = {"plain": tmp_path / "a.jsonl", "gz": tmp_path / "b.jsonl.gz"}
+    inputs["zst"] = tmp_path / "c.jsonl.zst"
+    inputs["plain"].write_bytes(data)
+    inputs["gz"].write_bytes(gzip.compress(data))
+    inputs["zst"].write_bytes(zstandard.ZstdCompressor().compress(data))
+    outs = {}
+    for label, path in [("log", small_log), *inputs.items()]:
+        out = tmp_path / f"{label}.parquet"
+        ok(run("annotate", str(path), "--method", "grpo", "--out", str(out), "-q"))
+        outs[label] = pq.read_table(out)
+    assert all(table.equals(outs["log"]) for table in outs.values())
 
 
 def test_json_summary(small_log, tmp_path):

@@ -13,7 +13,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,25 +135,34 @@ def read_parquet(path: str) -> pa.Table:
 
 
 def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table:
-    data = _read_bytes(path)
+    # A plain file goes to polars by path (no copy of it in Python); stdin and compressed
+    # files are read into bytes first (stdin's are kept for error messages).
+    data = _read_bytes(path) if path == STDIN or path.endswith((".gz", ".zst")) else None
     if path == STDIN:
         sources._stdin_bytes = data
-    first = _first_object(path, data)
+    if data is None:
+        with open(path, "rb") as fh:
+            first = _first_object(path, fh)
+    else:
+        first = _first_object(path, io.BytesIO(data))
     if first is None:
         msg = f"{path}: the input has no rows. Hint: check the file"
         raise DataError(msg)
     overrides = jsonl_dtypes(list(first), mapping, first)
     try:
-        frame = pl.read_ndjson(io.BytesIO(data), schema_overrides=overrides or None)
+        frame = pl.read_ndjson(
+            path if data is None else io.BytesIO(data), schema_overrides=overrides or None
+        )
     except Exception as exc:  # polars raises several error types without line numbers
-        _diagnose_jsonl(path, data, overrides)
+        _diagnose_jsonl(path, _read_bytes(path) if data is None else data, overrides)
         msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
         raise DataError(msg) from None
     return frame.to_arrow()
 
 
-def _first_object(path: str, data: bytes) -> dict | None:
-    for number, line in enumerate(data.split(b"\n", 64)[:64], start=1):
+def _first_object(path: str, lines: Iterable[bytes]) -> dict | None:
+    """The first non-blank line, parsed (its number in errors); None if every line is blank."""
+    for number, line in enumerate(lines, start=1):
         if line.strip():
             return _parse_line(path, number, line)
     return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
+import zstandard
 
 from tests.conftest import rollout, run, write_jsonl, write_parquet
 
@@ -110,6 +113,32 @@ def test_wrong_type_in_a_later_line(tmp_path):
         f"advcli: error: {path}: line 3, column 'input_ids': expected a list of integers, saw "
         '"oops". Hint: every line must use the same types'
     )
+
+
+def compress(path, suffix: str):
+    """``path`` as-is, or a gzip/zstd copy of it named ``path + suffix``."""
+    if not suffix:
+        return path
+    data = path.read_bytes()
+    data = gzip.compress(data) if suffix == ".gz" else zstandard.ZstdCompressor().compress(data)
+    packed = path.with_name(path.name + suffix)
+    packed.write_bytes(data)
+    return packed
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])
+def test_line_numbers_count_blank_lines_in_plain_and_compressed_files(tmp_path, suffix):
+    path = tmp_path / "log.jsonl"
+    path.write_text('\n\n{"prompt_id": "a", "input_ids": [1, 2], "reward": 1}\n{"prompt_id": ,}\n')
+    path = compress(path, suffix)
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert err(proc).startswith(f"advcli: error: {path}: line 4: not valid JSON (")
+    path = tmp_path / "first.jsonl"
+    path.write_text('\n  \n{"prompt_id": "a", "input_ids": [1, 2],, "reward": 1}\n')
+    path = compress(path, suffix)
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert err(proc).startswith(f"advcli: error: {path}: line 3: not valid JSON (")
 
 
 def test_empty_input(tmp_path):
