@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 import polars as pl
@@ -79,7 +80,6 @@ class Sources:
 
     files: list[str] = field(default_factory=list)
     row_counts: list[int] = field(default_factory=list)
-    _line_cache: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _stdin_bytes: bytes | None = field(default=None, repr=False)
 
     def locate(self, row: int) -> tuple[str, int, bool]:
@@ -99,31 +99,38 @@ class Sources:
 
     def _line_number(self, path: str, row: int) -> int:
         """1-based line of the row-th JSON object (blank lines are skipped by the reader)."""
-        if path not in self._line_cache:
-            data = self._stdin_bytes if path == STDIN else _read_bytes(path)
-            lines = (data or b"").split(b"\n")
-            self._line_cache[path] = [i + 1 for i, ln in enumerate(lines) if ln.strip()]
-        numbers = self._line_cache[path]
-        return numbers[row] if row < len(numbers) else row + 1
+        lines = io.BytesIO(self._stdin_bytes or b"") if path == STDIN else open_stream(path)
+        with lines:
+            rows_seen = 0
+            for number, line in enumerate(lines, start=1):
+                if line.strip():
+                    if rows_seen == row:
+                        return number
+                    rows_seen += 1
+        return row + 1
 
 
-def _read_bytes(path: str) -> bytes:
-    if path == STDIN:
-        return sys.stdin.buffer.read()
-    with open(path, "rb") as fh:
-        data = fh.read()
+def open_stream(path: str) -> BinaryIO:
+    """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read."""
     if path.endswith(".gz"):
         import gzip
 
-        return gzip.decompress(data)
+        return gzip.open(path, "rb")
     if path.endswith(".zst"):
         try:
             import zstandard
         except ImportError:
             msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
             raise UsageError(msg) from None
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return data
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    return open(path, "rb")
+
+
+def _read_bytes(path: str) -> bytes:
+    if path == STDIN:
+        return sys.stdin.buffer.read()
+    with open_stream(path) as fh:
+        return fh.read()
 
 
 def read_parquet(path: str) -> pa.Table:
@@ -154,7 +161,8 @@ def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table
             path if data is None else io.BytesIO(data), schema_overrides=overrides or None
         )
     except Exception as exc:  # polars raises several error types without line numbers
-        _diagnose_jsonl(path, _read_bytes(path) if data is None else data, overrides)
+        with open_stream(path) if data is None else io.BytesIO(data) as lines:
+            _diagnose_jsonl(path, lines, 1, overrides)
         msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
         raise DataError(msg) from None
     return frame.to_arrow()
@@ -184,9 +192,11 @@ def _parse_line(path: str, number: int, line: bytes) -> dict:
     return obj
 
 
-def _diagnose_jsonl(path: str, data: bytes, overrides: dict[str, pl.DataType]) -> None:
+def _diagnose_jsonl(
+    path: str, lines: Iterable[bytes], first_line: int, overrides: dict[str, pl.DataType]
+) -> None:
     """Find the first line polars could not read, and raise a precise error for it."""
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         obj = _parse_line(path, number, line)
