@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from advcli.errors import DataError, UsageError, where
 from advcli.io.schema import jsonl_dtypes
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson")
+PLAIN_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSONL_SUFFIXES = (*PLAIN_JSONL_SUFFIXES, ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 STDIN = "-"
 
@@ -112,17 +113,17 @@ class Sources:
 
 def open_stream(path: str) -> BinaryIO:
     """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read."""
-    if path.endswith(".gz"):
+    if path.lower().endswith(".gz"):
         import gzip
 
         return gzip.open(path, "rb")
-    if path.endswith(".zst"):
+    if path.lower().endswith(".zst"):
         try:
             import zstandard
         except ImportError:
             msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
             raise UsageError(msg) from None
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+        return io.BufferedReader(zstandard.open(path, "rb"))  # lines, as the others give
     return open(path, "rb")
 
 
@@ -144,7 +145,8 @@ def read_parquet(path: str) -> pa.Table:
 def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table:
     # A plain file goes to polars by path (no copy of it in Python); stdin and compressed
     # files are read into bytes first (stdin's are kept for error messages).
-    data = _read_bytes(path) if path == STDIN or path.endswith((".gz", ".zst")) else None
+    plain = path != STDIN and path.lower().endswith(PLAIN_JSONL_SUFFIXES)
+    data = None if plain else _read_bytes(path)
     if path == STDIN:
         sources._stdin_bytes = data
     if data is None:
@@ -204,12 +206,17 @@ def _diagnose_jsonl(
             value = obj.get(key)
             if value is None:
                 continue
-            inner = dtype.inner  # type: ignore[attr-defined]
-            if not isinstance(value, list) or not all(_fits(v, inner) for v in value):
+            if isinstance(dtype, pl.List):
+                inner = dtype.inner
+                fits = isinstance(value, list) and all(_fits(v, inner) for v in value)
+                expected = f"a list of {_describe(inner)}"
+            else:
+                fits, expected = _fits(value, dtype), "a number"
+            if not fits:
                 shown = orjson.dumps(value).decode()[:60]
                 msg = (
-                    f"{where(path, number, key, line=True)}: expected a list of "
-                    f"{_describe(inner)}, saw {shown}. Hint: every line must use the same types"
+                    f"{where(path, number, key, line=True)}: expected {expected}, saw {shown}. "
+                    "Hint: every line must use the same types"
                 )
                 raise DataError(msg)
 
@@ -262,8 +269,8 @@ def read_inputs(
 class LogSource:
     """A log to read in passes: all rows of a few columns, or batches of rows of any columns.
 
-    Parquet inputs are read from disk at every pass (memory stays bounded); JSONL inputs are
-    parsed once into memory.
+    Files are read from disk at every pass (memory stays bounded); stdin, or a mix of Parquet
+    and JSONL files, is read once into memory (:class:`TableSource`).
     """
 
     schema: pa.Schema
@@ -347,11 +354,119 @@ class ParquetSource(LogSource):
             start += table.num_rows
 
 
+JSONL_CHUNK_BYTES = 8 << 20  # JSONL parsed at a time: whole lines (8 MB read 2x faster than 32)
+SCHEMA_LINES = 100  # lines whose values type a JSONL log's columns (polars' own default)
+
+
+def jsonl_chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
+    """``(number of its first line, bytes)``: a file's consecutive runs of whole lines."""
+    line = 1
+    with open_stream(path) as fh:
+        while block := fh.read(chunk_bytes):
+            if not block.endswith(b"\n"):
+                block += fh.readline()  # the rest of the last line
+            yield line, block
+            line += block.count(b"\n")
+
+
+def _head(path: str, rows: int) -> bytes:
+    """A file's first lines, up to and including its ``rows``-th non-blank one."""
+    lines = []
+    with open_stream(path) as fh:
+        for line in fh:
+            lines.append(line)
+            rows -= bool(line.strip())
+            if not rows:
+                break
+    return b"".join(lines)
+
+
+class JsonlSource(LogSource):
+    """JSONL files (plain, ``.gz``, ``.zst``) parsed a chunk of whole lines at a time at every
+    pass, so memory stays bounded whatever the log's size.
+
+    Every chunk is parsed with one schema: list columns typed from each file's first object
+    (:func:`jsonl_dtypes`), the others from its first ``SCHEMA_LINES`` lines (as polars' own
+    reader does), promoted across files. Rows per file are counted by the first full pass.
+    """
+
+    def __init__(
+        self, files: list[str], mapping: dict[str, str], chunk_bytes: int = JSONL_CHUNK_BYTES
+    ):
+        self.files = files
+        self.chunk_bytes = chunk_bytes
+        self.sources = Sources(files=list(files))
+        self.overrides: list[dict[str, pl.DataType]] = []
+        schemas = []
+        for f in files:
+            head = _head(f, SCHEMA_LINES)
+            first = _first_object(f, io.BytesIO(head))
+            if first is None:
+                msg = f"{f}: the input has no rows. Hint: check the file"
+                raise DataError(msg)
+            self.overrides.append(jsonl_dtypes(list(first), mapping, first))
+            overrides = self.overrides[-1] or None
+            schemas.append(self._parse(len(schemas), 1, head, schema_overrides=overrides).schema)
+        try:
+            empty = [pl.DataFrame(schema=schema) for schema in schemas]
+            self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
+        except pl.exceptions.PolarsError as exc:
+            msg = (
+                f"{', '.join(files)}: the files have different columns or types ({exc}). "
+                "Hint: annotate them separately"
+            )
+            raise DataError(msg) from None
+        self.schema = pl.DataFrame(schema=self.polars_schema).to_arrow().schema
+
+    def _parse(self, i: int, line: int, chunk: bytes, **options) -> pl.DataFrame:
+        """Lines of file ``i`` from line ``line`` on, read by polars with ``options``."""
+        try:
+            return pl.read_ndjson(io.BytesIO(chunk), **options)
+        except Exception as exc:  # polars raises several error types without line numbers
+            path = self.files[i]
+            _diagnose_jsonl(path, io.BytesIO(chunk), line, self.overrides[i])
+            msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
+            raise DataError(msg) from None
+
+    def _frames(self, names: list[str] | None) -> Iterator[tuple[int, pl.DataFrame]]:
+        """``(file index, frame)`` for every chunk of every file, in order."""
+        full = self.polars_schema
+        schema = full if names is None else {n: full[n] for n in names}
+        for i, path in enumerate(self.files):
+            for line, chunk in jsonl_chunks(path, self.chunk_bytes):
+                yield i, self._parse(i, line, chunk, schema=schema)
+
+    def _count(self, frames: Iterable[tuple[int, pl.DataFrame]]) -> Iterator[pl.DataFrame]:
+        """Pass the frames through, recording the rows of every file."""
+        counts = [0] * len(self.files)
+        for i, frame in frames:
+            counts[i] += frame.height
+            yield frame
+        self.sources.row_counts = counts
+
+    def columns(self, names: list[str]) -> pa.Table:
+        tables = [frame.to_arrow() for frame in self._count(self._frames(names))]
+        return pa.concat_tables(tables)
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        if not self.sources.row_counts:  # error messages need the rows of each file
+            self.columns([next(iter(self.polars_schema))])
+        start = 0
+        for _, frame in self._frames(names):
+            for lo in range(0, frame.height, rows):
+                table = frame.slice(lo, rows).to_arrow()
+                yield start, table
+                start += table.num_rows
+
+
 def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> LogSource:
-    """A Parquet-only log streams from disk; a log with JSONL is read into memory."""
+    """A log of Parquet files, or of JSONL files, streams from disk at every pass; stdin, or
+    Parquet and JSONL files together, are read into memory once."""
     files = expand_inputs(patterns)
     if files and all(is_parquet(f) for f in files):
         return ParquetSource(files)
+    if files and all(is_jsonl(f) and f != STDIN for f in files):
+        return JsonlSource(files, mapping or {})
     table, sources = read_inputs(patterns, mapping)
     return TableSource(table, sources)
 

@@ -153,25 +153,32 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
 
 
 def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, pl.DataType]:
-    """Explicit polars dtypes for the list-role columns of a JSONL log.
+    """Explicit polars dtypes for the list and numeric columns of a JSONL log.
 
-    Inference would give 64-bit lists, and a first line of integer rewards would type a float
-    column as integers.
+    Inference would give 64-bit lists, and integer rewards on the first lines would type the
+    column as integers, so that a later 0.5 could not be read.
     """
     dtypes: dict[str, pl.DataType] = {}
-    for role in LIST_ROLES:
-        kind, aliases = ROLES[role]
+    for role, (kind, aliases) in ROLES.items():
+        if role not in LIST_ROLES and kind != "num":
+            continue
         candidates = [mapping[role]] if role in mapping else [role, *aliases]
         for col in candidates:
-            if col in keys and isinstance(first.get(col), list):
+            if col not in keys:
+                continue
+            value = first.get(col)
+            if kind == "num":
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    dtypes[col] = pl.Float64
+            elif isinstance(value, list):
                 if kind == "ids":
                     dtypes[col] = pl.List(pl.Int64)
                 elif kind == "mask":
-                    is_bool = any(isinstance(v, bool) for v in first[col])
+                    is_bool = any(isinstance(v, bool) for v in value)
                     dtypes[col] = pl.List(pl.Boolean if is_bool else pl.Int64)
                 else:
                     dtypes[col] = pl.List(pl.Float64)
-                break
+            break
     return dtypes
 
 

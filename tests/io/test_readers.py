@@ -1,0 +1,128 @@
+"""JSONL logs stream in chunks of whole lines: the same rows, types and errors as one read."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from advcli import pipeline
+from advcli.errors import DataError
+from advcli.io.readers import (
+    JsonlSource,
+    jsonl_chunks,
+    open_source,
+    read_inputs,
+)
+from advcli.params import Params
+from tests.conftest import rollout, write_jsonl
+
+
+def log_rows(n: int = 40, seed: int = 0) -> list[dict]:
+    """Rollouts of 3-40 tokens; integer rewards on the first half, fractions after."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        n_action = int(rng.integers(1, 38))
+        reward = int(rng.integers(0, 2)) if i < n // 2 else float(rng.random())
+        row = rollout(f"q{i % 7}", reward, n_action=n_action, values=rng.random(n_action + 2))
+        row["values"] = [round(float(v), 6) for v in row["values"]]
+        rows.append(row)
+    return rows
+
+
+def jsonl_bytes(path: Path, rows: list[dict]) -> bytes:
+    return Path(write_jsonl(path, rows)).read_bytes()
+
+
+def whole(source) -> pa.Table:
+    return pa.concat_tables(table for _, table in source.batches(None, 5))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
+def test_chunks_give_the_rows_of_one_read(tmp_path, chunk_bytes):
+    """Any chunk size (1 byte: every chunk one line) gives the table of the in-memory reader,
+    batch starts counting rows, and the first pass counts each file's rows."""
+    data = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
+    more = tmp_path / "b.jsonl.gz"
+    more.write_bytes(gzip.compress(b"\n\n" + jsonl_bytes(tmp_path / "b", log_rows(9, 1))))
+    files = [data, str(more)]
+    expected, _ = read_inputs(files)
+    source = JsonlSource(files, {}, chunk_bytes=chunk_bytes)
+    assert source.schema == expected.schema
+    assert source.columns(["prompt_id", "reward"]).equals(expected.select(["prompt_id", "reward"]))
+    assert source.sources.row_counts == [40, 9]
+    starts = [start for start, _ in source.batches(["reward"], 5)]
+    assert starts[0] == 0 and starts == sorted(set(starts))
+    assert whole(source).equals(expected)
+    assert source.sources.at(41, "reward") == f"{more}: line 4, column 'reward'"
+
+
+def test_chunks_are_whole_lines(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 22}\n{"a": 333}')
+    for size in (1, 4, 9, 100):
+        chunks = list(jsonl_chunks(str(path), size))
+        assert b"".join(chunk for _, chunk in chunks) == path.read_bytes()
+        assert all(chunk.endswith(b"\n") for _, chunk in chunks[:-1])
+        lines = [line for line, _ in chunks]
+        assert lines == sorted(lines) and lines[0] == 1
+
+
+def test_plain_and_compressed_files_stream(tmp_path):
+    plain = write_jsonl(tmp_path / "log.jsonl", log_rows(12))
+    packed = tmp_path / "log.jsonl.zst"
+    packed.write_bytes(zstandard.ZstdCompressor().compress(Path(plain).read_bytes()))
+    expected = read_inputs([plain])[0]
+    for path in (plain, str(packed)):
+        source = open_source([path])
+        assert isinstance(source, JsonlSource)
+        assert whole(source).equals(expected)
+
+
+@pytest.mark.parametrize(
+    ("row", "column"), [(26, "input_ids"), (126, "input_ids"), (127, "reward")]
+)
+def test_an_error_names_its_line_in_any_chunk(tmp_path, row, column):
+    """Found while typing the columns (the first 100 rows) or in a later chunk."""
+    rows = log_rows(130)
+    rows[row][column] = "oops"
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    with pytest.raises(DataError) as info:
+        whole(JsonlSource([path], {}, chunk_bytes=500))
+    assert str(info.value) == (
+        f"{path}: line {row + 1}, column '{column}': expected "
+        f'{"a list of integers" if column == "input_ids" else "a number"}, saw "oops". '
+        "Hint: every line must use the same types"
+    )
+
+
+def test_files_with_clashing_types_are_refused(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [rollout("q", 1.0)])
+    b = write_jsonl(tmp_path / "b.jsonl", [rollout("q", 1.0) | {"reward": [1.0]}])
+    with pytest.raises(DataError, match="the files have different columns or types"):
+        JsonlSource([a, b], {})
+
+
+def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatch):
+    """The same numbers whatever the batching: batches of 7 rows from chunks of 300 bytes."""
+
+    def chunked(files: list[str], mapping: dict | None = None) -> JsonlSource:
+        return JsonlSource(files, mapping or {}, chunk_bytes=300)
+
+    path = write_jsonl(tmp_path / "log.jsonl", log_rows(40))
+    for method in ("grpo", "gae"):
+        p = Params(method=method, gamma=0.99)
+        expected = pipeline.annotate_log(pipeline.load([path]), p).table
+        out = tmp_path / f"{method}.parquet"
+        monkeypatch.setattr(pipeline, "open_source", chunked)
+        pipeline.annotate([path], str(out), p, batch_rows=7)
+        got = pq.read_table(out)
+        assert got.column_names == expected.column_names
+        for name in expected.column_names:
+            assert got.column(name).to_pylist() == expected.column(name).to_pylist(), name
