@@ -136,7 +136,7 @@ def _print_json(obj: object) -> None:
 @app.command()
 def schema(inputs: Inputs, col: Col = None, as_json: Json = False) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    info = pipeline.describe(pipeline.load(inputs, col))
+    info = pipeline.describe(inputs, col)
     if as_json:
         _print_json(info)
     else:

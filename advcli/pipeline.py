@@ -415,11 +415,7 @@ def run_audit(
         raise UsageError(msg)
     require(roles, source.schema.names, source.sources, {"prompt_id", "reward"})
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    counts = np.zeros(rows.n_rows, dtype=np.int64)
-    names = token_columns(roles, values=False)
-    for row0, table in prefetch(source.batches(names, BATCH_ROWS)):
-        tok = extract_tokens(table, roles, source.sources, row0, values=False)
-        counts[row0 : row0 + len(tok.offsets) - 1] = tok.action_counts()
+    _, counts = token_counts(source, roles, rows.n_rows, values=False)
     rewards = M.rollout_rewards(rows)
     codes = M.rollout_groups(rows)
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
@@ -427,29 +423,46 @@ def run_audit(
     return audit(rewards, codes, stats, action_tokens), source.sources, rows, stats
 
 
-def describe(log: Log) -> dict:
-    """``advcli schema``: column roles and types, rows and token statistics."""
-    role_of = {col: role for role, col in log.roles.columns.items() if col}
+def token_counts(
+    source: LogSource, roles: Roles, n_rows: int, *, values: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens and action tokens of every row, from one validating pass over the token columns
+    (``values``: the critic values too, if the log has them)."""
+    tokens = np.zeros(n_rows, dtype=np.int64)
+    actions = np.zeros(n_rows, dtype=np.int64)
+    values = values and roles["values"] is not None
+    names = token_columns(roles, values=values)
+    for row0, table in prefetch(source.batches(names, BATCH_ROWS)):
+        tok = extract_tokens(table, roles, source.sources, row0, values=values)
+        rows = slice(row0, row0 + len(tok.offsets) - 1)
+        tokens[rows] = lengths(tok.offsets)
+        actions[rows] = tok.action_counts()
+    return tokens, actions
+
+
+def describe(inputs: list[str], col: list[str] | None = None) -> dict:
+    """``advcli schema``: column roles and types, rows and token statistics (streamed)."""
+    source, roles = open_log(inputs, col)
+    role_of = {column: role for role, column in roles.columns.items() if column}
     columns = {
-        f.name: (describe_type(f.type), role_of.get(f.name, "passthrough"))
-        for f in log.table.schema
+        f.name: (describe_type(f.type), role_of.get(f.name, "passthrough")) for f in source.schema
     }
-    ro = extract(log.table, log.roles, log.sources, needs=set())
-    n_tokens = lengths(ro.offsets)
+    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    n_tokens, n_actions = token_counts(source, roles, rows.n_rows, values=True)
     mask_note = {
-        "action_mask": f"column '{log.roles['action_mask']}'",
-        "spans": f"spans in column '{log.roles['spans']}'",
+        "action_mask": f"column '{roles['action_mask']}'",
+        "spans": f"spans in column '{roles['spans']}'",
         "all": "no mask and no spans: every token is treated as an action",
-    }[log.roles.mask_source]
+    }[roles.mask_source]
     return {
-        "files": log.sources.files,
+        "files": source.sources.files,
         "columns": columns,
-        "rows": ro.n_rows,
-        "rollouts": ro.n_rollouts,
-        "segmented": ro.segmented,
-        "groups": len(ro.group_keys) if ro.group_keys is not None else None,
-        "tokens": int(ro.offsets[-1]),
-        "action_tokens": int(ro.mask.sum()),
+        "rows": rows.n_rows,
+        "rollouts": rows.n_rollouts,
+        "segmented": rows.segmented,
+        "groups": len(rows.group_keys) if rows.group_keys is not None else None,
+        "tokens": int(n_tokens.sum()),
+        "action_tokens": int(n_actions.sum()),
         "tokens_per_row_min": int(n_tokens.min()),
         "tokens_per_row_mean": float(n_tokens.mean()),
         "tokens_per_row_max": int(n_tokens.max()),
