@@ -33,7 +33,6 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "bootstrap_value": ("num", ("last_value",)),
 }
 
-LIST_ROLES = ("input_ids", "action_mask", "token_rewards", "values")
 SPAN_KINDS = ("prompt", "action", "observation")
 
 
@@ -160,26 +159,27 @@ def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[
     """
     dtypes: dict[str, pl.DataType] = {}
     for role, (kind, aliases) in ROLES.items():
-        if role not in LIST_ROLES and kind != "num":
-            continue
         candidates = [mapping[role]] if role in mapping else [role, *aliases]
         for col in candidates:
-            if col not in keys:
-                continue
-            value = first.get(col)
-            if kind == "num":
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    dtypes[col] = pl.Float64
-            elif isinstance(value, list):
-                if kind == "ids":
-                    dtypes[col] = pl.List(pl.Int64)
-                elif kind == "mask":
-                    is_bool = any(isinstance(v, bool) for v in value)
-                    dtypes[col] = pl.List(pl.Boolean if is_bool else pl.Int64)
-                else:
-                    dtypes[col] = pl.List(pl.Float64)
-            break
+            dtype = _jsonl_dtype(kind, first[col]) if col in keys else None
+            if dtype is not None:
+                dtypes[col] = dtype
+                break
     return dtypes
+
+
+def _jsonl_dtype(kind: str, value: object) -> pl.DataType | None:
+    """The dtype of a role's column from its value on the first line (None: let polars infer)."""
+    if kind == "num":
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return pl.Float64 if is_number else None
+    if kind not in ("ids", "mask", "nums") or not isinstance(value, list):
+        return None
+    if kind == "ids":
+        return pl.List(pl.Int64)
+    if kind == "mask":
+        return pl.List(pl.Boolean if any(isinstance(v, bool) for v in value) else pl.Int64)
+    return pl.List(pl.Float64)
 
 
 def describe_type(t: pa.DataType) -> str:
