@@ -126,3 +126,11 @@ def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatc
         assert got.column_names == expected.column_names
         for name in expected.column_names:
             assert got.column(name).to_pylist() == expected.column(name).to_pylist(), name
+
+
+def test_integer_rewards_on_the_first_lines_do_not_type_the_column(tmp_path):
+    """Polars would type `reward` from its first 100 rows as integers and fail on the 0.5."""
+    rows = [rollout("q", i % 2) for i in range(120)] + [rollout("q", 0.5)]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    for table in (whole(JsonlSource([path], {})), read_inputs([path])[0]):
+        assert table.column("reward").to_pylist()[-2:] == [1.0, 0.5]
