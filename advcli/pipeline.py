@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -257,6 +258,8 @@ def engine(
             raise DataError(msg) from None
     else:
         plan = M.RowPlan()
+    if scorer is not None and {"chain", "whiten"} & set(M.token_passes(rows, p)):
+        scorer = ValueCache(scorer)  # several passes read the values: score them once
     run = Engine(source, roles, p, rows, plan, scorer, batch_rows)
     if p.method not in GROUP_METHODS:
         run.prepare(stage)
@@ -493,6 +496,30 @@ class CriticOptions:
     output_name: str | None = None
 
 
+class ValueCache:
+    """A scorer that runs the critic on the first pass over a log only: its values (float32,
+    as the critic gives them) go to an unnamed temporary file, and every later pass, which
+    asks for the same batches from row 0 again, reads them back in order."""
+
+    def __init__(self, scorer: Scorer):
+        self.scorer = scorer
+        # Unnamed: nothing is left on disk, however the process ends.
+        self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
+        self.scored_rows = 0  # rows scored so far: the first pass
+        self.meta: dict = {}
+
+    def __call__(self, row0: int, table: pa.Table, tok: Tokens) -> tuple[np.ndarray, dict]:
+        if row0 == 0:
+            self.file.seek(0)
+        if row0 < self.scored_rows:  # a later pass
+            n_tokens = int(tok.offsets[-1])
+            return np.fromfile(self.file, dtype=np.float32, count=n_tokens), self.meta
+        values, self.meta = self.scorer(row0, table, tok)
+        np.asarray(values, dtype=np.float32).tofile(self.file)
+        self.scored_rows = row0 + len(tok.offsets) - 1
+        return values, self.meta
+
+
 def critic_scorer(opts: CriticOptions, sources: Sources, roles: Roles) -> Scorer:
     """Score batches with the critic (loaded once): ``(values per token, metadata)``."""
     from advcli.critic import DEFAULT_BATCH_TOKENS, load_critic
@@ -532,7 +559,7 @@ def critic_scorer(opts: CriticOptions, sources: Sources, roles: Roles) -> Scorer
                 "batch_tokens": batch_tokens,
             }
         }
-        return values.astype(np.float64), meta
+        return values, meta
 
     score.totals = totals  # type: ignore[attr-defined]
     return score

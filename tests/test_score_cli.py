@@ -9,7 +9,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from advcli import pipeline
 from advcli.io.writers import read_metadata
+from advcli.params import Params
 from bench.critic_model import build_critic, make_weights, reference
 from tests.conftest import SAMPLE, run
 
@@ -69,6 +71,41 @@ def test_annotate_with_critic_equals_annotate_with_scored_values(critic, tmp_pat
     adv_a = np.concatenate(pl.read_parquet(a)["advantages"].to_list())
     adv_b = np.concatenate(pl.read_parquet(b)["advantages"].to_list())
     np.testing.assert_array_equal(adv_a, adv_b)
+
+
+def test_the_critic_runs_once_when_several_passes_need_values(critic, tmp_path, monkeypatch):
+    """verl whitens GAE per batch and the sample's segments chain: three passes read values.
+    The critic scores each batch once; the later passes read its values back unchanged."""
+    path, _ = critic
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pq.read_table(SAMPLE / "rollouts.parquet").drop_columns(["values"]), raw)
+    scored = tmp_path / "scored.parquet"
+    assert run("score", str(raw), "--critic", path, "--out", str(scored), "-q").returncode == 0
+    calls = []
+    real_scorer = pipeline.critic_scorer
+
+    def counting_scorer(*args):
+        score = real_scorer(*args)
+
+        def counted(row0, table, tok):
+            calls.append(row0)
+            return score(row0, table, tok)
+
+        return counted
+
+    monkeypatch.setattr(pipeline, "critic_scorer", counting_scorer)
+    p = Params(method="gae", convention="verl", gamma=0.99, segments="chain")
+    outs = {}
+    for name, source, critic_opts in (
+        ("critic", raw, pipeline.CriticOptions(path)),
+        ("scored", scored, None),
+    ):
+        outs[name] = tmp_path / f"annotated-{name}.parquet"
+        pipeline.annotate([str(source)], str(outs[name]), p, critic=critic_opts, batch_rows=4)
+    assert calls == [0, 4, 8, 12]  # 14 rows in batches of 4: once each
+    got, expected = (pq.read_table(outs[name]) for name in ("critic", "scored"))
+    for column in ("advantages", "returns"):
+        assert got.column(column).equals(expected.column(column))
 
 
 def test_cuda_without_cuda_is_a_clear_error(critic, tmp_path):
