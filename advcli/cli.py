@@ -136,7 +136,8 @@ def _print_json(obj: object) -> None:
 @app.command()
 def schema(inputs: Inputs, col: Col = None, as_json: Json = False) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    info = pipeline.describe(inputs, col)
+    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+        info = pipeline.describe(inputs, col, progress=activity.progress)
     if as_json:
         _print_json(info)
     else:
@@ -338,7 +339,10 @@ def audit(
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
-    report, sources, rows, stats = pipeline.run_audit(inputs, col=col, tol=zero_variance_tol)
+    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+        report, sources, rows, stats = pipeline.run_audit(
+            inputs, col=col, tol=zero_variance_tol, progress=activity.progress
+        )
     if list_:
         flags = stats.zero_variance if list_ == "zero-variance" else stats.singleton
         for key in pipeline.group_keys(rows, flags):

@@ -404,7 +404,11 @@ def annotate_log(
 
 
 def run_audit(
-    inputs: list[str], *, col: list[str] | None = None, tol: float = 1e-9
+    inputs: list[str],
+    *,
+    col: list[str] | None = None,
+    tol: float = 1e-9,
+    progress: Progress | None = None,
 ) -> tuple[AuditReport, Sources, Rows, G.GroupStats]:
     """``advcli audit``: zero-variance and singleton accounting of one log (streamed)."""
     source, roles = open_log(inputs, col)
@@ -418,7 +422,7 @@ def run_audit(
         raise UsageError(msg)
     require(roles, source.schema.names, source.sources, {"prompt_id", "reward"})
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    _, counts = token_counts(source, roles, rows.n_rows, values=False)
+    _, counts = token_counts(source, roles, rows.n_rows, values=False, progress=progress)
     rewards = M.rollout_rewards(rows)
     codes = M.rollout_groups(rows)
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
@@ -427,7 +431,7 @@ def run_audit(
 
 
 def token_counts(
-    source: LogSource, roles: Roles, n_rows: int, *, values: bool
+    source: LogSource, roles: Roles, n_rows: int, *, values: bool, progress: Progress | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens and action tokens of every row, from one validating pass over the token columns
     (``values``: the critic values too, if the log has them)."""
@@ -435,15 +439,21 @@ def token_counts(
     actions = np.zeros(n_rows, dtype=np.int64)
     values = values and roles["values"] is not None
     names = token_columns(roles, values=values)
+    done = 0
     for row0, table in prefetch(source.batches(names, BATCH_ROWS)):
         tok = extract_tokens(table, roles, source.sources, row0, values=values)
         rows = slice(row0, row0 + len(tok.offsets) - 1)
         tokens[rows] = lengths(tok.offsets)
         actions[rows] = tok.action_counts()
+        done += int(tok.offsets[-1])
+        if progress:
+            progress(rows.stop, done)
     return tokens, actions
 
 
-def describe(inputs: list[str], col: list[str] | None = None) -> dict:
+def describe(
+    inputs: list[str], col: list[str] | None = None, *, progress: Progress | None = None
+) -> dict:
     """``advcli schema``: column roles and types, rows and token statistics (streamed)."""
     source, roles = open_log(inputs, col)
     role_of = {column: role for role, column in roles.columns.items() if column}
@@ -451,7 +461,7 @@ def describe(inputs: list[str], col: list[str] | None = None) -> dict:
         f.name: (describe_type(f.type), role_of.get(f.name, "passthrough")) for f in source.schema
     }
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    n_tokens, n_actions = token_counts(source, roles, rows.n_rows, values=True)
+    n_tokens, n_actions = token_counts(source, roles, rows.n_rows, values=True, progress=progress)
     mask_note = {
         "action_mask": f"column '{roles['action_mask']}'",
         "spans": f"spans in column '{roles['spans']}'",

@@ -119,3 +119,16 @@ def test_an_error_in_a_later_batch_leaves_nothing(tmp_path):
     with pytest.raises(DataError, match="row 9"):
         pipeline.annotate([str(log)], str(out), Params(method="grpo"), batch_rows=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+
+
+def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path, monkeypatch):
+    """Both stream the token columns in batches, reporting rows and tokens as they go."""
+    paths = [str(p) for p in segmented_log(tmp_path)]
+    monkeypatch.setattr(pipeline, "BATCH_ROWS", 16)
+    seen = []
+    info = pipeline.describe(paths, progress=lambda rows, tokens: seen.append((rows, tokens)))
+    assert len(seen) > 2 and seen == sorted(seen)
+    assert seen[-1] == (info["rows"], info["tokens"])
+    seen.clear()
+    report, *_ = pipeline.run_audit(paths, progress=lambda rows, tokens: seen.append(rows))
+    assert seen[-1] == info["rows"] and len(seen) > 2
