@@ -149,33 +149,56 @@ def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table
     data = None if plain else _read_bytes(path)
     if path == STDIN:
         sources._stdin_bytes = data
-    if data is None:
-        with open(path, "rb") as fh:
-            first = _first_object(path, fh)
-    else:
-        first = _first_object(path, io.BytesIO(data))
-    if first is None:
-        msg = f"{path}: the input has no rows. Hint: check the file"
-        raise DataError(msg)
-    overrides = jsonl_dtypes(list(first), mapping, first)
+    with open_stream(path) if data is None else io.BytesIO(data) as lines:
+        schema = jsonl_schema(path, _head(lines, SCHEMA_LINES), mapping)
     try:
-        frame = pl.read_ndjson(
-            path if data is None else io.BytesIO(data), schema_overrides=overrides or None
-        )
+        frame = pl.read_ndjson(path if data is None else io.BytesIO(data), schema=schema)
     except Exception as exc:  # polars raises several error types without line numbers
         with open_stream(path) if data is None else io.BytesIO(data) as lines:
-            _diagnose_jsonl(path, lines, 1, overrides)
+            _diagnose_jsonl(path, lines, 1, schema)
         msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
         raise DataError(msg) from None
     return frame.to_arrow()
 
 
-def _first_object(path: str, lines: Iterable[bytes]) -> dict | None:
-    """The first non-blank line, parsed (its number in errors); None if every line is blank."""
-    for number, line in enumerate(lines, start=1):
+SCHEMA_LINES = 100  # rows whose values type a JSONL log's columns (polars' own default)
+
+
+def _head(lines: Iterable[bytes], rows: int) -> bytes:
+    """The first lines, up to and including the ``rows``-th non-blank one."""
+    head = []
+    for line in lines:
+        head.append(line)
+        rows -= bool(line.strip())
+        if not rows:
+            break
+    return b"".join(head)
+
+
+def jsonl_schema(path: str, head: bytes, mapping: dict[str, str]) -> dict[str, pl.DataType]:
+    """The polars schema of a JSONL log, from its first lines ``head``.
+
+    Roles are typed by :func:`jsonl_dtypes` from each key's first non-null value there; other
+    columns as polars infers them, except that a column null on every one of those lines is
+    read as text (it could hold anything later; a number then reads as "0.35").
+    """
+    seen: dict = {}
+    for number, line in enumerate(io.BytesIO(head), start=1):
         if line.strip():
-            return _parse_line(path, number, line)
-    return None
+            for key, value in _parse_line(path, number, line).items():
+                if seen.get(key) is None:
+                    seen[key] = value
+    if not head.strip():
+        msg = f"{path}: the input has no rows. Hint: check the file"
+        raise DataError(msg)
+    overrides = jsonl_dtypes(list(seen), mapping, seen)
+    try:
+        inferred = pl.read_ndjson(io.BytesIO(head), schema_overrides=overrides or None).schema
+    except Exception as exc:  # polars raises several error types without line numbers
+        _diagnose_jsonl(path, io.BytesIO(head), 1, overrides)
+        msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
+        raise DataError(msg) from None
+    return {name: pl.String if dtype == pl.Null else dtype for name, dtype in inferred.items()}
 
 
 def _parse_line(path: str, number: int, line: bytes) -> dict:
@@ -195,46 +218,52 @@ def _parse_line(path: str, number: int, line: bytes) -> dict:
 
 
 def _diagnose_jsonl(
-    path: str, lines: Iterable[bytes], first_line: int, overrides: dict[str, pl.DataType]
+    path: str, lines: Iterable[bytes], first_line: int, dtypes: dict[str, pl.DataType]
 ) -> None:
-    """Find the first line polars could not read, and raise a precise error for it."""
+    """Find the first line polars could not read with ``dtypes``, and raise a precise error."""
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         obj = _parse_line(path, number, line)
-        for key, dtype in overrides.items():
+        for key, dtype in dtypes.items():
             value = obj.get(key)
             if value is None:
                 continue
             if isinstance(dtype, pl.List):
-                inner = dtype.inner
-                fits = isinstance(value, list) and all(_fits(v, inner) for v in value)
-                expected = f"a list of {_describe(inner)}"
+                fits = isinstance(value, list) and all(_fits(v, dtype.inner) for v in value)
             else:
-                fits, expected = _fits(value, dtype), "a number"
+                fits = _fits(value, dtype)
             if not fits:
                 shown = orjson.dumps(value).decode()[:60]
                 msg = (
-                    f"{where(path, number, key, line=True)}: expected {expected}, saw {shown}. "
-                    "Hint: every line must use the same types"
+                    f"{where(path, number, key, line=True)}: expected {_describe(dtype)}, saw "
+                    f"{shown}. Hint: every line must use the same types"
                 )
                 raise DataError(msg)
 
 
-def _fits(value: object, inner: pl.DataType) -> bool:
+def _fits(value: object, dtype: pl.DataType) -> bool:
+    """Whether polars reads a JSON value as ``dtype`` (only the types advcli checks)."""
     if value is None:
         return True
-    if inner == pl.Boolean:
+    if dtype == pl.Boolean:
         return isinstance(value, bool)
-    if inner.is_integer():
+    if dtype.is_integer():
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if dtype.is_float():
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True  # text takes any value; nested types are left to polars' own message
 
 
-def _describe(inner: pl.DataType) -> str:
+def _describe(dtype: pl.DataType) -> str:
+    inner = dtype.inner if isinstance(dtype, pl.List) else dtype
     if inner == pl.Boolean:
-        return "booleans"
-    return "integers" if inner.is_integer() else "numbers"
+        one, many = "a boolean", "booleans"
+    elif inner.is_integer():
+        one, many = "an integer", "integers"
+    else:
+        one, many = "a number", "numbers"
+    return f"a list of {many}" if isinstance(dtype, pl.List) else one
 
 
 def read_inputs(
@@ -355,7 +384,6 @@ class ParquetSource(LogSource):
 
 
 JSONL_CHUNK_BYTES = 8 << 20  # JSONL parsed at a time: whole lines (8 MB read 2x faster than 32)
-SCHEMA_LINES = 100  # lines whose values type a JSONL log's columns (polars' own default)
 
 
 def jsonl_chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
@@ -369,25 +397,13 @@ def jsonl_chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tu
             line += block.count(b"\n")
 
 
-def _head(path: str, rows: int) -> bytes:
-    """A file's first lines, up to and including its ``rows``-th non-blank one."""
-    lines = []
-    with open_stream(path) as fh:
-        for line in fh:
-            lines.append(line)
-            rows -= bool(line.strip())
-            if not rows:
-                break
-    return b"".join(lines)
-
-
 class JsonlSource(LogSource):
     """JSONL files (plain, ``.gz``, ``.zst``) parsed a chunk of whole lines at a time at every
     pass, so memory stays bounded whatever the log's size.
 
-    Every chunk is parsed with one schema: list columns typed from each file's first object
-    (:func:`jsonl_dtypes`), the others from its first ``SCHEMA_LINES`` lines (as polars' own
-    reader does), promoted across files. Rows per file are counted by the first full pass.
+    Every chunk is parsed with one schema, taken from each file's first ``SCHEMA_LINES`` rows
+    (:func:`jsonl_schema`) and promoted across files. Rows per file are counted by the first
+    full pass.
     """
 
     def __init__(
@@ -396,17 +412,10 @@ class JsonlSource(LogSource):
         self.files = files
         self.chunk_bytes = chunk_bytes
         self.sources = Sources(files=list(files))
-        self.overrides: list[dict[str, pl.DataType]] = []
         schemas = []
         for f in files:
-            head = _head(f, SCHEMA_LINES)
-            first = _first_object(f, io.BytesIO(head))
-            if first is None:
-                msg = f"{f}: the input has no rows. Hint: check the file"
-                raise DataError(msg)
-            self.overrides.append(jsonl_dtypes(list(first), mapping, first))
-            overrides = self.overrides[-1] or None
-            schemas.append(self._parse(len(schemas), 1, head, schema_overrides=overrides).schema)
+            with open_stream(f) as lines:
+                schemas.append(jsonl_schema(f, _head(lines, SCHEMA_LINES), mapping))
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -424,7 +433,7 @@ class JsonlSource(LogSource):
             return pl.read_ndjson(io.BytesIO(chunk), **options)
         except Exception as exc:  # polars raises several error types without line numbers
             path = self.files[i]
-            _diagnose_jsonl(path, io.BytesIO(chunk), line, self.overrides[i])
+            _diagnose_jsonl(path, io.BytesIO(chunk), line, self.polars_schema)
             msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
             raise DataError(msg) from None
 

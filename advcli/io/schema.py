@@ -152,10 +152,11 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
 
 
 def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, pl.DataType]:
-    """Explicit polars dtypes for the list and numeric columns of a JSONL log.
+    """Explicit polars dtypes for the role columns of a JSONL log, from ``first``: each key's
+    first non-null value (None if it had none).
 
-    Inference would give 64-bit lists, and integer rewards on the first lines would type the
-    column as integers, so that a later 0.5 could not be read.
+    Inference would give 64-bit lists, type a column of integer rewards as integers (so that a
+    later 0.5 could not be read), and a column null on the first lines as null.
     """
     dtypes: dict[str, pl.DataType] = {}
     for role, (kind, aliases) in ROLES.items():
@@ -169,17 +170,24 @@ def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[
 
 
 def _jsonl_dtype(kind: str, value: object) -> pl.DataType | None:
-    """The dtype of a role's column from its value on the first line (None: let polars infer)."""
-    if kind == "num":
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return pl.Float64 if is_number else None
-    if kind not in ("ids", "mask", "nums") or not isinstance(value, list):
+    """The dtype of a role's column from a value of it (None: let polars infer)."""
+    if kind == "num" and (value is None or _is_number(value)):
+        return pl.Float64
+    if kind == "bool" and (value is None or isinstance(value, bool)):
+        return pl.Boolean
+    if value is not None and not isinstance(value, list):
         return None
     if kind == "ids":
         return pl.List(pl.Int64)
     if kind == "mask":
-        return pl.List(pl.Boolean if any(isinstance(v, bool) for v in value) else pl.Int64)
-    return pl.List(pl.Float64)
+        return pl.List(pl.Boolean if any(isinstance(v, bool) for v in value or []) else pl.Int64)
+    if kind == "nums":
+        return pl.List(pl.Float64)
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def describe_type(t: pa.DataType) -> str:

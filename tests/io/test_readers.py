@@ -134,3 +134,30 @@ def test_integer_rewards_on_the_first_lines_do_not_type_the_column(tmp_path):
     path = write_jsonl(tmp_path / "log.jsonl", rows)
     for table in (whole(JsonlSource([path], {})), read_inputs([path])[0]):
         assert table.column("reward").to_pylist()[-2:] == [1.0, 0.5]
+
+
+def test_columns_null_on_the_first_lines_read_later_values(tmp_path):
+    """Roles keep their type (float, bool); any other column is read as text. Polars' own
+    inference would type them as null and fail on row 141."""
+    rows = [rollout("q", 1.0, bootstrap_value=None, truncated=None, note=None) for _ in range(150)]
+    rows[4]["bootstrap_value"] = 1  # a number first seen past the first line, an integer
+    rows[140].update(bootstrap_value=0.35, truncated=True, note=7)
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    for table in (whole(JsonlSource([path], {})), read_inputs([path])[0]):
+        row = table.slice(140, 1).to_pylist()[0]
+        assert (row["bootstrap_value"], row["truncated"], row["note"]) == (0.35, True, "7")
+        assert table.column("bootstrap_value").to_pylist()[4] == 1.0
+
+
+def test_a_later_value_of_another_type_is_named_by_line_and_column(tmp_path):
+    rows = [rollout("q", 1.0, step=i) for i in range(150)]
+    rows[140]["step"] = 2.5
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    expected = (
+        f"{path}: line 141, column 'step': expected an integer, saw 2.5. "
+        "Hint: every line must use the same types"
+    )
+    for read in (lambda: whole(JsonlSource([path], {})), lambda: read_inputs([path])):
+        with pytest.raises(DataError) as info:
+            read()
+        assert str(info.value) == expected
