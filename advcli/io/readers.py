@@ -151,14 +151,21 @@ def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table
         sources._stdin_bytes = data
     with open_stream(path) if data is None else io.BytesIO(data) as lines:
         schema = jsonl_schema(path, _head(lines, SCHEMA_LINES), mapping)
+    return _read_ndjson(path, data, schema, schema=schema).to_arrow()
+
+
+def _read_ndjson(
+    path: str, data: bytes | None, dtypes: dict[str, pl.DataType], first_line: int = 1, **options
+) -> pl.DataFrame:
+    """polars' NDJSON reader on ``data`` (lines of ``path`` from ``first_line`` on), or on the
+    whole file when None; where it fails, the line and column that ``dtypes`` do not fit."""
     try:
-        frame = pl.read_ndjson(path if data is None else io.BytesIO(data), schema=schema)
+        return pl.read_ndjson(path if data is None else io.BytesIO(data), **options)
     except Exception as exc:  # polars raises several error types without line numbers
         with open_stream(path) if data is None else io.BytesIO(data) as lines:
-            _diagnose_jsonl(path, lines, 1, schema)
+            _diagnose_jsonl(path, lines, first_line, dtypes)
         msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
         raise DataError(msg) from None
-    return frame.to_arrow()
 
 
 SCHEMA_LINES = 100  # rows whose values type a JSONL log's columns (polars' own default)
@@ -192,12 +199,7 @@ def jsonl_schema(path: str, head: bytes, mapping: dict[str, str]) -> dict[str, p
         msg = f"{path}: the input has no rows. Hint: check the file"
         raise DataError(msg)
     overrides = jsonl_dtypes(list(seen), mapping, seen)
-    try:
-        inferred = pl.read_ndjson(io.BytesIO(head), schema_overrides=overrides or None).schema
-    except Exception as exc:  # polars raises several error types without line numbers
-        _diagnose_jsonl(path, io.BytesIO(head), 1, overrides)
-        msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
-        raise DataError(msg) from None
+    inferred = _read_ndjson(path, head, overrides, schema_overrides=overrides or None).schema
     return {name: pl.String if dtype == pl.Null else dtype for name, dtype in inferred.items()}
 
 
@@ -427,23 +429,13 @@ class JsonlSource(LogSource):
             raise DataError(msg) from None
         self.schema = pl.DataFrame(schema=self.polars_schema).to_arrow().schema
 
-    def _parse(self, i: int, line: int, chunk: bytes, **options) -> pl.DataFrame:
-        """Lines of file ``i`` from line ``line`` on, read by polars with ``options``."""
-        try:
-            return pl.read_ndjson(io.BytesIO(chunk), **options)
-        except Exception as exc:  # polars raises several error types without line numbers
-            path = self.files[i]
-            _diagnose_jsonl(path, io.BytesIO(chunk), line, self.polars_schema)
-            msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
-            raise DataError(msg) from None
-
     def _frames(self, names: list[str] | None) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` for every chunk of every file, in order."""
         full = self.polars_schema
         schema = full if names is None else {n: full[n] for n in names}
         for i, path in enumerate(self.files):
             for line, chunk in jsonl_chunks(path, self.chunk_bytes):
-                yield i, self._parse(i, line, chunk, schema=schema)
+                yield i, _read_ndjson(path, chunk, full, line, schema=schema)
 
     def _count(self, frames: Iterable[tuple[int, pl.DataFrame]]) -> Iterator[pl.DataFrame]:
         """Pass the frames through, recording the rows of every file."""
