@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -248,7 +249,11 @@ def test_many_buckets_raise_the_open_file_limit_or_fail_before_writing(tmp_path,
         cmd = [sys.executable, "-c", SHARD_UNDER_LIMIT, str(log_path), str(out), str(soft)]
         return subprocess.run([*cmd, str(hard)], capture_output=True, text=True, cwd=ROOT)
 
-    raised = under(40, 4096, tmp_path / "raised")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
+    if hard < 300:  # a process may not raise its hard limit: this machine's is too low
+        pytest.skip(f"the hard limit on open files here is {hard}")
+    raised = under(40, hard, tmp_path / "raised")
     assert raised.returncode == 0, raised.stderr
     files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
     assert len(files) > 100
