@@ -172,10 +172,9 @@ class Engine:
         counts = None
         if "counts" in passes:
             with stage("counting action tokens"):
-                counts = np.zeros(rows.n_rows, dtype=np.int64)
-                names = token_columns(self.roles, values=False)
-                for row0, _, tok in self.tokens(names, values=False):
-                    counts[row0 : row0 + len(tok.offsets) - 1] = tok.action_counts()
+                _, counts = token_counts(
+                    self.source, self.roles, rows.n_rows, values=False, progress=None
+                )
         self.plan = M.plan_temporal(rows, p, counts)
         if "chain" in passes:
             with stage("carrying values across segments"):
