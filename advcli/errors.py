@@ -23,6 +23,20 @@ class SchemaError(DataError):
     """A column is missing, of the wrong type, or ambiguous. Exit code 1."""
 
 
+class RowError(DataError):
+    """A problem with one row, found where its file and column are not known (a method, a
+    critic). The engine, which knows both, raises it again as ``file: row R, column 'C': ...``.
+
+    ``roles`` are the roles whose column names the problem; the first the log has is named.
+    """
+
+    def __init__(self, row: int, roles: tuple[str, ...], problem: str):
+        super().__init__(f"row {row}: {problem}")
+        self.row = row
+        self.roles = roles
+        self.problem = problem
+
+
 class UsageError(AdvcliError):
     """The command line is wrong: an unknown method, conflicting options. Exit code 2."""
 
@@ -52,3 +66,8 @@ def where(
         parts.append(f"column '{column}'")
     head = file or "<input>"
     return f"{head}: {', '.join(parts)}" if parts else head
+
+
+def no_rows(files: str) -> DataError:
+    """The error for an input without a single row."""
+    return DataError(f"{files}: the input has no rows. Hint: check the file")

@@ -29,20 +29,18 @@ from advcli.core.audit import AuditReport, audit
 from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import DataError, UsageError
-from advcli.io.readers import LogSource, Sources, TableSource, open_source, prefetch, read_inputs
+from advcli.io.arrow import flat_list
 from advcli.io.rollouts import (
-    Rollouts,
     Rows,
     Tokens,
-    extract,
     extract_rows,
     extract_tokens,
-    flat_list,
     require,
     row_columns,
     token_columns,
 )
 from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
+from advcli.io.sources import LogSource, Sources, TableSource, open_source, prefetch, read_inputs
 from advcli.io.writers import TableWriter, check_output, output_format
 from advcli.params import GROUP_METHODS, VALUE_METHODS, Params, resolve
 
@@ -383,7 +381,6 @@ class Annotated:
     table: pa.Table
     metadata: dict
     summary: dict
-    rollouts: Rollouts
     log: Log
 
 
@@ -397,9 +394,8 @@ def annotate_log(
     for table, adv, mask in run.annotated():
         tables.append(table)
         summary.add(table, adv, mask)
-    rollouts = extract(log.table, log.roles, log.sources, needs=set())
     table = pa.concat_tables(tables)
-    return Annotated(table, metadata(run), summary.as_dict(), rollouts, log)
+    return Annotated(table, metadata(run), summary.as_dict(), log)
 
 
 def run_audit(

@@ -41,25 +41,19 @@ import pyarrow.parquet as pq
 from advcli import __version__
 from advcli.core.ragged import lengths, offsets_from_lengths, ranges
 from advcli.errors import DataError, OutputError, UsageError
+from advcli.io.arrow import flat_list
 from advcli.io.checksum import file_sha256
-from advcli.io.readers import (
-    STDIN,
-    LogSource,
-    Sources,
-    expand_inputs,
-    is_jsonl,
-    prefetch,
-)
+from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.rollouts import (
     Rows,
     extract_rows,
     extract_tokens,
-    flat_list,
     require,
     row_columns,
     token_columns,
 )
 from advcli.io.schema import Roles
+from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options, read_metadata
 from advcli.params import Params, resolve
 from advcli.pipeline import BATCH_ROWS, Engine, Stage, _no_stage, engine, metadata, open_log
@@ -1086,7 +1080,7 @@ def check_out_dir(out: str, files: list[str], *, force: bool) -> Path:
 
 def input_record(path: str, sources: Sources) -> dict:
     if path == STDIN:
-        data = sources._stdin_bytes or b""
+        data = sources.stdin or b""
         return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     record = {"path": path, "bytes": os.path.getsize(path), "sha256": file_sha256(Path(path))}
     meta = Path(f"{path}.meta.json")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli._malloc import tune_allocator
-from advcli.io.readers import prefetch
+from advcli.io.sources import prefetch
 from advcli.io.writers import (
     ROW_GROUP_ROWS,
     TableWriter,

@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import DataError, SchemaError
-from advcli.io.readers import Sources
+from advcli.io.arrow import flat_list
 from advcli.io.schema import SPAN_KINDS, Roles
+from advcli.io.sources import Sources
 
 
 @dataclass
@@ -38,8 +39,7 @@ class Rows:
     segment_rank: np.ndarray  # int64 per row: 0 for the first segment
     segmented: bool  # the log has rows that are segments of a longer rollout
     completion_time: np.ndarray | None  # float64 per row
-    truncated: np.ndarray  # bool per row
-    bootstrap: np.ndarray  # float64 per row (0 where not truncated)
+    bootstrap: np.ndarray  # float64 per row: the value after the last token (0 unless truncated)
 
     @property
     def n_rollouts(self) -> int:
@@ -57,6 +57,29 @@ class Rows:
         last[self.last_segment_row()] = True
         return last
 
+    def rollout_rewards(self) -> np.ndarray:
+        """One reward per rollout: its last segment's."""
+        assert self.reward is not None, "the log has no reward column"
+        return self.reward[self.last_segment_row()]
+
+    def rollout_groups(self) -> np.ndarray:
+        """The group code of each rollout."""
+        assert self.group_codes is not None, "the log has no prompt_id column"
+        return self.group_codes[self.last_segment_row()]
+
+    def completion_order(self) -> np.ndarray:
+        """Rollouts by completion: ``completion_time``, then rollout id; row order if no time."""
+        first_row = np.full(self.n_rollouts, self.n_rows, dtype=np.int64)
+        np.minimum.at(first_row, self.rollout_codes, np.arange(self.n_rows))
+        if self.completion_time is None:
+            return np.argsort(first_row, kind="stable")
+        key_rank = np.zeros(self.n_rollouts, dtype=np.int64)
+        if self.rollout_keys is not None:
+            order = np.argsort(self.rollout_keys.to_numpy(zero_copy_only=False), kind="stable")
+            key_rank[order] = np.arange(self.n_rollouts)
+        finished = self.completion_time[self.last_segment_row()]
+        return np.lexsort((first_row, key_rank, finished))
+
 
 @dataclass
 class Tokens:
@@ -70,21 +93,6 @@ class Tokens:
     def action_counts(self) -> np.ndarray:
         """Action tokens per row."""
         return np.diff(np.searchsorted(np.flatnonzero(self.mask), self.offsets)).astype(np.int64)
-
-
-@dataclass
-class Rollouts(Rows, Tokens):
-    """A whole log in memory: its rows and its tokens."""
-
-
-def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """A list column as (flat child values, int64 offsets from 0), handling sliced arrays."""
-    arr = column
-    if isinstance(column, pa.ChunkedArray):  # one chunk needs no copy
-        arr = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
-    values = arr.values.slice(offsets[0], offsets[-1] - offsets[0])
-    return values, offsets - offsets[0]
 
 
 def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
@@ -239,7 +247,6 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
         segment_rank=segment_rank,
         segmented=roles["segment_index"] is not None,
         completion_time=completion,
-        truncated=truncated,
         bootstrap=bootstrap,
     )
 
@@ -282,18 +289,6 @@ def extract_tokens(
             at_actions = np.flatnonzero(mask)
             check.finite(roles["values"], vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
-
-
-def extract(table: pa.Table, roles: Roles, sources: Sources, *, needs: set[str]) -> Rollouts:
-    """Validate a whole in-memory log: :func:`extract_rows` and :func:`extract_tokens` at once.
-
-    ``needs`` names the roles the chosen method requires (e.g. ``{"prompt_id", "reward"}``); a
-    missing one is a :class:`SchemaError` listing the columns found.
-    """
-    require(roles, table.column_names, sources, needs)
-    rows = extract_rows(table, roles, sources)
-    tokens = extract_tokens(table, roles, sources)
-    return Rollouts(**vars(rows), **vars(tokens))
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -75,7 +75,6 @@ class Roles:
     """The column that plays each role (None: the log has none)."""
 
     columns: dict[str, str | None]
-    source: dict[str, str]  # role -> "canonical" | "alias" | "--col"
 
     def __getitem__(self, role: str) -> str | None:
         return self.columns.get(role)
@@ -107,7 +106,6 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
     """Find the column of every role in ``schema``."""
     names = schema.names
     columns: dict[str, str | None] = {}
-    source: dict[str, str] = {}
     for role, (kind, aliases) in ROLES.items():
         if role in mapping:
             col = mapping[role]
@@ -117,9 +115,9 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
                     f"Columns found: {', '.join(names)}"
                 )
                 raise SchemaError(msg)
-            chosen, how = col, "--col"
+            chosen: str | None = col
         elif role in names:
-            chosen, how = role, "canonical"
+            chosen = role
         else:
             fitting = [a for a in aliases if a in names and _fits(kind, schema.field(a).type)]
             if len(fitting) > 1:
@@ -128,7 +126,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
                     f"'{role}'. Hint: choose one with --col {role}={fitting[0]}"
                 )
                 raise SchemaError(msg)
-            chosen, how = (fitting[0], "alias") if fitting else (None, "")
+            chosen = fitting[0] if fitting else None
         if chosen is not None and not _fits(kind, schema.field(chosen).type):
             msg = (
                 f"{files}: column '{chosen}' ({role}) has type {schema.field(chosen).type}, "
@@ -136,8 +134,6 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
             )
             raise SchemaError(msg)
         columns[role] = chosen
-        if chosen is not None:
-            source[role] = how
     taken: dict[str, str] = {}
     for role, col in columns.items():
         if col is not None and col in taken:
@@ -148,7 +144,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
             raise SchemaError(msg)
         if col is not None:
             taken[col] = role
-    return Roles(columns, source)
+    return Roles(columns)
 
 
 def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, pl.DataType]:

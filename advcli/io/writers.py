@@ -1,7 +1,8 @@
 """Writers that never leave a partial output: write to a temporary name, then rename.
 
-The temporary file sits in the target's folder (so the rename is atomic on one file system) and
-is removed if anything fails before the rename.
+The temporary file or folder sits beside the target (so the rename is atomic on one file system)
+and is removed if anything fails before the rename. Also: the checks that refuse an output
+before any work (it exists, it is an input), and the metadata advcli writes with its outputs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import functools
 import json
 import os
 import queue
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
 from advcli.errors import OutputError, UsageError
+from advcli.io.jsonl import STDIN
 
 METADATA_KEY = b"advcli"
 ROW_GROUP_ROWS = 4096  # ~4k rows of long token lists keep a decoded row group small
@@ -46,28 +49,58 @@ def output_format(path: str, fmt: str | None) -> str:
     raise UsageError(msg)
 
 
+def _refuse_existing(out: str, exists: bool, *, force: bool) -> None:
+    if exists and not force:
+        msg = f"{out}: already exists. Hint: pass --force to replace it"
+        raise OutputError(msg)
+
+
 def check_output(out: str, inputs: list[str], *, force: bool) -> None:
-    """Refuse an output that is one of the inputs (always) or exists (unless ``force``)."""
+    """Refuse an output file that is one of the inputs (always) or exists (unless ``force``)."""
     target = Path(out)
     for f in inputs:
-        if f != "-" and target.resolve() == Path(f).resolve():
+        if f != STDIN and target.resolve() == Path(f).resolve():
             msg = (
                 f"{out}: this is one of the inputs; advcli never overwrites its input. "
                 "Hint: choose another --out"
             )
             raise OutputError(msg)
-    if target.exists() and not force:
-        msg = f"{out}: already exists. Hint: pass --force to replace it"
+    _refuse_existing(out, target.exists(), force=force)
+
+
+def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
+    """Refuse an output folder that holds an input, holds the current folder, or exists
+    (unless ``force``); ``files`` are the inputs, expanded."""
+    target = Path(out)
+    for f in files:
+        if f == STDIN:
+            continue
+        path = Path(f).resolve()
+        if path == target.resolve() or target.resolve() in path.parents:
+            msg = (
+                f"{out}: holds the input {f}; advcli never overwrites its input. "
+                "Hint: choose another --out"
+            )
+            raise OutputError(msg)
+    here = Path.cwd().resolve()
+    if target.resolve() == here or target.resolve() in here.parents:
+        msg = f"{out}: the current folder or one above it. Hint: choose a new folder for --out"
         raise OutputError(msg)
+    _refuse_existing(out, target.exists() or target.is_symlink(), force=force)
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _temporary_beside(target: Path) -> Path:
     """An empty file beside ``target``, with the permissions a new file gets (mkstemp: 0600)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     return Path(name)
 
@@ -81,6 +114,35 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target``; rename it onto ``target`` on success.
+
+    An interrupted run leaves only a hidden ``.NAME.*.tmp`` folder, never ``target``. With
+    ``force`` an existing ``target`` is moved aside, replaced, then removed.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+        if target.exists() or target.is_symlink():
+            if not force:
+                msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
+                raise OutputError(msg)
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+            )
+            os.rename(target, old / "previous")
+            os.rename(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def parquet_options(schema: pa.Schema) -> dict:
@@ -196,13 +258,11 @@ class TableWriter:
         self.metadata = metadata
         self._tmp = _temporary_beside(Path(out))
         self._sink: PolarsSink | None = None
-        self.rows = 0
 
     def write(self, table: pa.Table) -> None:
         if self._sink is None:
             self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
-        self.rows += table.num_rows
 
     def commit(self, empty_schema: pa.Schema | None = None) -> None:
         """Finish the file and rename it into place (``empty_schema``: for a run with no rows)."""

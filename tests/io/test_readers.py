@@ -13,12 +13,8 @@ import zstandard
 
 from advcli import pipeline
 from advcli.errors import DataError
-from advcli.io.readers import (
-    JsonlSource,
-    jsonl_chunks,
-    open_source,
-    read_inputs,
-)
+from advcli.io.jsonl import chunks as jsonl_chunks
+from advcli.io.sources import JsonlSource, open_source, read_inputs
 from advcli.params import Params
 from tests.conftest import rollout, write_jsonl
 

@@ -1,8 +1,10 @@
-"""Find input files and read them into one Arrow table, remembering where each row came from.
+"""Where a log's rows come from: input discovery, and logs read in passes.
 
 Parquet (``.parquet``) and JSONL (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``; ``-`` is JSONL on
 stdin). Several files, a directory or a glob are read as one log, in the order given (a directory
-or glob in sorted order).
+or glob in sorted order). A :class:`LogSource` gives a log's rows pass after pass: all rows of a
+few columns, or batches of rows; :class:`Sources` turns a global row back into its file and row
+(or JSONL line) for error messages.
 """
 
 from __future__ import annotations
@@ -11,29 +13,23 @@ import glob
 import io
 import os
 import queue
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, TypeVar
 
-import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli.errors import DataError, UsageError, where
-from advcli.io.schema import jsonl_dtypes
+from advcli.errors import DataError, UsageError, no_rows, where
+from advcli.io import jsonl
+from advcli.io.jsonl import STDIN, is_jsonl
 
-PLAIN_JSONL_SUFFIXES = (".jsonl", ".ndjson")
-JSONL_SUFFIXES = (*PLAIN_JSONL_SUFFIXES, ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-STDIN = "-"
 
-
-def is_jsonl(path: str) -> bool:
-    return path == STDIN or path.lower().endswith(JSONL_SUFFIXES)
+T = TypeVar("T")
 
 
 def is_parquet(path: str) -> bool:
@@ -77,11 +73,14 @@ def expand_inputs(patterns: list[str]) -> list[str]:
 
 @dataclass
 class Sources:
-    """Where every row of the combined table came from, for error messages."""
+    """Where every row of a log came from, for error messages.
+
+    ``stdin`` holds the bytes read from ``-``: stdin cannot be read twice.
+    """
 
     files: list[str] = field(default_factory=list)
     row_counts: list[int] = field(default_factory=list)
-    _stdin_bytes: bytes | None = field(default=None, repr=False)
+    stdin: bytes | None = field(default=None, repr=False)
 
     def locate(self, row: int) -> tuple[str, int, bool]:
         """``(file, position, is_line)``: a 0-based global row as a file row or JSONL line."""
@@ -99,173 +98,22 @@ class Sources:
         return where(f, pos, column, line=is_line)
 
     def _line_number(self, path: str, row: int) -> int:
-        """1-based line of the row-th JSON object (blank lines are skipped by the reader)."""
-        lines = io.BytesIO(self._stdin_bytes or b"") if path == STDIN else open_stream(path)
+        lines = io.BytesIO(self.stdin or b"") if path == STDIN else jsonl.open_stream(path)
         with lines:
-            rows_seen = 0
-            for number, line in enumerate(lines, start=1):
-                if line.strip():
-                    if rows_seen == row:
-                        return number
-                    rows_seen += 1
-        return row + 1
+            return jsonl.line_number(lines, row)
 
 
-def open_stream(path: str) -> BinaryIO:
-    """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read."""
-    if path.lower().endswith(".gz"):
-        import gzip
-
-        return gzip.open(path, "rb")
-    if path.lower().endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError:
-            msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
-            raise UsageError(msg) from None
-        return io.BufferedReader(zstandard.open(path, "rb"))  # lines, as the others give
-    return open(path, "rb")
+def _unreadable_parquet(path: str, exc: Exception) -> DataError:
+    return DataError(
+        f"{path}: not a readable Parquet file ({exc}). Hint: check the file is complete"
+    )
 
 
-def _read_bytes(path: str) -> bytes:
-    if path == STDIN:
-        return sys.stdin.buffer.read()
-    with open_stream(path) as fh:
-        return fh.read()
-
-
-def read_parquet(path: str) -> pa.Table:
-    try:
-        return pq.read_table(path, pre_buffer=False)
-    except (pa.ArrowInvalid, OSError) as exc:
-        msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file is complete"
-        raise DataError(msg) from None
-
-
-def read_jsonl(path: str, sources: Sources, mapping: dict[str, str]) -> pa.Table:
-    # A plain file goes to polars by path (no copy of it in Python); stdin and compressed
-    # files are read into bytes first (stdin's are kept for error messages).
-    plain = path != STDIN and path.lower().endswith(PLAIN_JSONL_SUFFIXES)
-    data = None if plain else _read_bytes(path)
-    if path == STDIN:
-        sources._stdin_bytes = data
-    with open_stream(path) if data is None else io.BytesIO(data) as lines:
-        schema = jsonl_schema(path, _head(lines, SCHEMA_LINES), mapping)
-    return _read_ndjson(path, data, schema, schema=schema).to_arrow()
-
-
-def _read_ndjson(
-    path: str, data: bytes | None, dtypes: dict[str, pl.DataType], first_line: int = 1, **options
-) -> pl.DataFrame:
-    """polars' NDJSON reader on ``data`` (lines of ``path`` from ``first_line`` on), or on the
-    whole file when None; where it fails, the line and column that ``dtypes`` do not fit."""
-    try:
-        return pl.read_ndjson(path if data is None else io.BytesIO(data), **options)
-    except Exception as exc:  # polars raises several error types without line numbers
-        with open_stream(path) if data is None else io.BytesIO(data) as lines:
-            _diagnose_jsonl(path, lines, first_line, dtypes)
-        msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
-        raise DataError(msg) from None
-
-
-SCHEMA_LINES = 100  # rows whose values type a JSONL log's columns (polars' own default)
-
-
-def _head(lines: Iterable[bytes], rows: int) -> bytes:
-    """The first lines, up to and including the ``rows``-th non-blank one."""
-    head = []
-    for line in lines:
-        head.append(line)
-        rows -= bool(line.strip())
-        if not rows:
-            break
-    return b"".join(head)
-
-
-def jsonl_schema(path: str, head: bytes, mapping: dict[str, str]) -> dict[str, pl.DataType]:
-    """The polars schema of a JSONL log, from its first lines ``head``.
-
-    Roles are typed by :func:`jsonl_dtypes` from each key's first non-null value there; other
-    columns as polars infers them, except that a column null on every one of those lines is
-    read as text (it could hold anything later; a number then reads as "0.35").
-    """
-    seen: dict = {}
-    for number, line in enumerate(io.BytesIO(head), start=1):
-        if line.strip():
-            for key, value in _parse_line(path, number, line).items():
-                if seen.get(key) is None:
-                    seen[key] = value
-    if not head.strip():
-        msg = f"{path}: the input has no rows. Hint: check the file"
-        raise DataError(msg)
-    overrides = jsonl_dtypes(list(seen), mapping, seen)
-    inferred = _read_ndjson(path, head, overrides, schema_overrides=overrides or None).schema
-    return {name: pl.String if dtype == pl.Null else dtype for name, dtype in inferred.items()}
-
-
-def _parse_line(path: str, number: int, line: bytes) -> dict:
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        loc = where(path, number, line=True)
-        msg = f"{loc}: not valid JSON ({exc}). Hint: one JSON object per line"
-        raise DataError(msg) from None
-    if not isinstance(obj, dict):
-        msg = (
-            f"{where(path, number, line=True)}: expected a JSON object, saw "
-            f"{type(obj).__name__}. Hint: one JSON object per line"
-        )
-        raise DataError(msg)
-    return obj
-
-
-def _diagnose_jsonl(
-    path: str, lines: Iterable[bytes], first_line: int, dtypes: dict[str, pl.DataType]
-) -> None:
-    """Find the first line polars could not read with ``dtypes``, and raise a precise error."""
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        obj = _parse_line(path, number, line)
-        for key, dtype in dtypes.items():
-            value = obj.get(key)
-            if value is None:
-                continue
-            if isinstance(dtype, pl.List):
-                fits = isinstance(value, list) and all(_fits(v, dtype.inner) for v in value)
-            else:
-                fits = _fits(value, dtype)
-            if not fits:
-                shown = orjson.dumps(value).decode()[:60]
-                msg = (
-                    f"{where(path, number, key, line=True)}: expected {_describe(dtype)}, saw "
-                    f"{shown}. Hint: every line must use the same types"
-                )
-                raise DataError(msg)
-
-
-def _fits(value: object, dtype: pl.DataType) -> bool:
-    """Whether polars reads a JSON value as ``dtype`` (only the types advcli checks)."""
-    if value is None:
-        return True
-    if dtype == pl.Boolean:
-        return isinstance(value, bool)
-    if dtype.is_integer():
-        return isinstance(value, int) and not isinstance(value, bool)
-    if dtype.is_float():
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return True  # text takes any value; nested types are left to polars' own message
-
-
-def _describe(dtype: pl.DataType) -> str:
-    inner = dtype.inner if isinstance(dtype, pl.List) else dtype
-    if inner == pl.Boolean:
-        one, many = "a boolean", "booleans"
-    elif inner.is_integer():
-        one, many = "an integer", "integers"
-    else:
-        one, many = "a number", "numbers"
-    return f"a list of {many}" if isinstance(dtype, pl.List) else one
+def _mixed_schemas(files: list[str], exc: Exception) -> DataError:
+    return DataError(
+        f"{', '.join(files)}: the files have different columns or types ({exc}). "
+        "Hint: annotate them separately"
+    )
 
 
 def read_inputs(
@@ -279,21 +127,27 @@ def read_inputs(
     sources = Sources()
     tables = []
     for f in files:
-        table = read_jsonl(f, sources, mapping or {}) if is_jsonl(f) else read_parquet(f)
+        if is_jsonl(f):
+            # stdin and compressed files are read into bytes first (stdin's are kept).
+            plain = f != STDIN and f.lower().endswith(jsonl.PLAIN_JSONL_SUFFIXES)
+            data = None if plain else jsonl.read_bytes(f)
+            if f == STDIN:
+                sources.stdin = data
+            table = jsonl.read_jsonl(f, mapping or {}, data).to_arrow()
+        else:
+            try:
+                table = pq.read_table(f, pre_buffer=False)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise _unreadable_parquet(f, exc) from None
         sources.files.append(f)
         sources.row_counts.append(table.num_rows)
         tables.append(table)
     if not tables or sum(sources.row_counts) == 0:
-        msg = f"{', '.join(files) or '<input>'}: the input has no rows. Hint: check the file"
-        raise DataError(msg)
+        raise no_rows(", ".join(files) or "<input>")
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        msg = (
-            f"{', '.join(files)}: the files have different columns or types ({exc}). "
-            "Hint: annotate them separately"
-        )
-        raise DataError(msg) from None
+        raise _mixed_schemas(files, exc) from None
     return table, sources
 
 
@@ -320,6 +174,8 @@ class LogSource:
 
 
 class TableSource(LogSource):
+    """A log already in memory."""
+
     def __init__(self, table: pa.Table, sources: Sources):
         self.table = table
         self.schema = table.schema
@@ -335,6 +191,8 @@ class TableSource(LogSource):
 
 
 class ParquetSource(LogSource):
+    """Parquet files, read from disk a batch at a time at every pass."""
+
     def __init__(self, files: list[str]):
         self.files = files
         self.sources = Sources()
@@ -344,22 +202,16 @@ class ParquetSource(LogSource):
                 meta = pq.read_metadata(f)
                 schemas.append(pq.read_schema(f))
             except (pa.ArrowInvalid, OSError) as exc:
-                msg = f"{f}: not a readable Parquet file ({exc}). Hint: check the file is complete"
-                raise DataError(msg) from None
+                raise _unreadable_parquet(f, exc) from None
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
         if self.n_rows == 0:
-            msg = f"{', '.join(files)}: the input has no rows. Hint: check the file"
-            raise DataError(msg)
+            raise no_rows(", ".join(files))
         try:
-            self.schema = pa.unify_schemas(schemas, promote_options="permissive")
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            msg = (
-                f"{', '.join(files)}: the files have different columns or types ({exc}). "
-                "Hint: annotate them separately"
-            )
-            raise DataError(msg) from None
-        self.schema = self.schema.remove_metadata()
+            raise _mixed_schemas(files, exc) from None
+        self.schema = schema.remove_metadata()
 
     def _file_tables(self, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
         for f in self.files:
@@ -385,48 +237,32 @@ class ParquetSource(LogSource):
             start += table.num_rows
 
 
-JSONL_CHUNK_BYTES = 8 << 20  # JSONL parsed at a time: whole lines (8 MB read 2x faster than 32)
-
-
-def jsonl_chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
-    """``(number of its first line, bytes)``: a file's consecutive runs of whole lines."""
-    line = 1
-    with open_stream(path) as fh:
-        while block := fh.read(chunk_bytes):
-            if not block.endswith(b"\n"):
-                block += fh.readline()  # the rest of the last line
-            yield line, block
-            line += block.count(b"\n")
-
-
 class JsonlSource(LogSource):
     """JSONL files (plain, ``.gz``, ``.zst``) parsed a chunk of whole lines at a time at every
     pass, so memory stays bounded whatever the log's size.
 
     Every chunk is parsed with one schema, taken from each file's first ``SCHEMA_LINES`` rows
-    (:func:`jsonl_schema`) and promoted across files. Rows per file are counted by the first
-    full pass.
+    (:func:`~advcli.io.jsonl.jsonl_schema`) and promoted across files. Rows per file are
+    counted by the first full pass.
     """
 
     def __init__(
-        self, files: list[str], mapping: dict[str, str], chunk_bytes: int = JSONL_CHUNK_BYTES
+        self, files: list[str], mapping: dict[str, str], chunk_bytes: int = jsonl.JSONL_CHUNK_BYTES
     ):
         self.files = files
         self.chunk_bytes = chunk_bytes
         self.sources = Sources(files=list(files))
         schemas = []
         for f in files:
-            with open_stream(f) as lines:
-                schemas.append(jsonl_schema(f, _head(lines, SCHEMA_LINES), mapping))
+            with jsonl.open_stream(f) as lines:
+                schemas.append(
+                    jsonl.jsonl_schema(f, jsonl.head(lines, jsonl.SCHEMA_LINES), mapping)
+                )
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
         except pl.exceptions.PolarsError as exc:
-            msg = (
-                f"{', '.join(files)}: the files have different columns or types ({exc}). "
-                "Hint: annotate them separately"
-            )
-            raise DataError(msg) from None
+            raise _mixed_schemas(files, exc) from None
         self.schema = pl.DataFrame(schema=self.polars_schema).to_arrow().schema
 
     def _frames(self, names: list[str] | None) -> Iterator[tuple[int, pl.DataFrame]]:
@@ -434,8 +270,8 @@ class JsonlSource(LogSource):
         full = self.polars_schema
         schema = full if names is None else {n: full[n] for n in names}
         for i, path in enumerate(self.files):
-            for line, chunk in jsonl_chunks(path, self.chunk_bytes):
-                yield i, _read_ndjson(path, chunk, full, line, schema=schema)
+            for line, chunk in jsonl.chunks(path, self.chunk_bytes):
+                yield i, jsonl.read_ndjson(path, chunk, full, line, schema=schema)
 
     def _count(self, frames: Iterable[tuple[int, pl.DataFrame]]) -> Iterator[pl.DataFrame]:
         """Pass the frames through, recording the rows of every file."""
@@ -472,14 +308,14 @@ def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> L
     return TableSource(table, sources)
 
 
-def prefetch(items: Iterator, depth: int = 2) -> Iterator:
+def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
     """Produce ``items`` on a thread, ``depth`` ahead of the consumer (reading overlaps work).
 
     An error on the thread is raised in the consumer; closing the generator early (an error
     downstream) stops the thread.
     """
     done = object()
-    box: queue.Queue = queue.Queue(maxsize=depth)
+    box: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def run() -> None:
