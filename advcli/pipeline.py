@@ -28,8 +28,8 @@ from advcli.core import temporal as T
 from advcli.core.audit import AuditReport, audit
 from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths, row_of
+from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.errors import DataError, UsageError
-from advcli.io.arrow import flat_list
 from advcli.io.rollouts import (
     Rows,
     Tokens,
@@ -123,7 +123,8 @@ class Engine:
         for row0, table in prefetch(self.source.batches(names, self.batch_rows)):
             tok = extract_tokens(table, self.roles, self.sources, row0, values=from_log)
             if values and self.scorer is not None:
-                tok.values, self.score_meta = self.scorer(row0, table, tok)
+                tok.values = self.scorer(row0, table, tok)
+                self.score_meta = self.scorer.metadata
                 self._check_scored(tok, row0)
             yield row0, table, tok
 
@@ -353,7 +354,7 @@ def annotate(
     source, roles = open_log(inputs, col)
     scorer = None
     if critic is not None and roles["values"] is None:
-        scorer = critic_scorer(critic, source.sources, roles)
+        scorer = CriticScorer(critic, source.sources, roles)
     run = engine(source, roles, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
     summary = Summary(run)
     schema = None
@@ -486,21 +487,6 @@ def group_keys(rows: Rows, group_flags: np.ndarray) -> list:
 # --------------------------------------------------------------------------- critic
 
 
-@dataclass
-class CriticOptions:
-    """How to run an ONNX critic (``advcli score`` and ``annotate --critic``)."""
-
-    path: str
-    device: str = "auto"
-    batch_tokens: int | None = None
-    shift: bool = True
-    max_len: int | None = None
-    truncate: str = "error"
-    input_name: str | None = None
-    mask_name: str | None = None
-    output_name: str | None = None
-
-
 class ValueCache:
     """A scorer that runs the critic on the first pass over a log only: its values (float32,
     as the critic gives them) go to an unnamed temporary file, and every later pass, which
@@ -511,63 +497,21 @@ class ValueCache:
         # Unnamed: nothing is left on disk, however the process ends.
         self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
         self.scored_rows = 0  # rows scored so far: the first pass
-        self.meta: dict = {}
 
-    def __call__(self, row0: int, table: pa.Table, tok: Tokens) -> tuple[np.ndarray, dict]:
+    @property
+    def metadata(self) -> dict:
+        return self.scorer.metadata
+
+    def __call__(self, row0: int, table: pa.Table, tok: Tokens) -> np.ndarray:
         if row0 == 0:
             self.file.seek(0)
         if row0 < self.scored_rows:  # a later pass
             n_tokens = int(tok.offsets[-1])
-            return np.fromfile(self.file, dtype=np.float32, count=n_tokens), self.meta
-        values, self.meta = self.scorer(row0, table, tok)
+            return np.fromfile(self.file, dtype=np.float32, count=n_tokens)
+        values = self.scorer(row0, table, tok)
         np.asarray(values, dtype=np.float32).tofile(self.file)
         self.scored_rows = row0 + len(tok.offsets) - 1
-        return values, self.meta
-
-
-def critic_scorer(opts: CriticOptions, sources: Sources, roles: Roles) -> Scorer:
-    """Score batches with the critic (loaded once): ``(values per token, metadata)``."""
-    from advcli.critic import DEFAULT_BATCH_TOKENS, load_critic
-
-    critic = load_critic(
-        opts.path,
-        device=opts.device,
-        input_name=opts.input_name,
-        mask_name=opts.mask_name,
-        output_name=opts.output_name,
-    )
-    batch_tokens = opts.batch_tokens or DEFAULT_BATCH_TOKENS
-    totals = {"tokens": 0, "seconds": 0.0, "truncated_rows": 0}
-
-    def score(row0: int, table: pa.Table, tok: Tokens) -> tuple[np.ndarray, dict]:
-        ids, _ = flat_list(table.column(roles["input_ids"]))
-        started = time.perf_counter()
-        values = critic.score(
-            ids.to_numpy(zero_copy_only=False),
-            tok.offsets,
-            batch_tokens=batch_tokens,
-            shift=opts.shift,
-            max_len=opts.max_len,
-            truncate=opts.truncate,
-            describe_row=lambda row: sources.at(row0 + row, roles["input_ids"]),
-        )
-        totals["seconds"] += time.perf_counter() - started
-        totals["tokens"] += int(tok.offsets[-1])
-        totals["truncated_rows"] += critic.last_truncated_rows
-        alignment = "shifted: values[t] = output[t - 1]" if opts.shift else "unshifted"
-        meta = {
-            "critic": {
-                "file": str(opts.path),
-                "sha256": critic.sha256,
-                "provider": critic.provider,
-                "alignment": alignment,
-                "batch_tokens": batch_tokens,
-            }
-        }
-        return values, meta
-
-    score.totals = totals  # type: ignore[attr-defined]
-    return score
+        return values
 
 
 def score(
@@ -586,7 +530,7 @@ def score(
     check_output(out, inputs, force=force)
     source, roles = open_log(inputs, col)
     require(roles, source.schema.names, source.sources, set())
-    scorer = critic_scorer(opts, source.sources, roles)
+    scorer = CriticScorer(opts, source.sources, roles)
     column = roles["values"] or "values"
     meta: dict = {}
     tables = (
@@ -597,7 +541,8 @@ def score(
     writer = None
     with contextlib.ExitStack() as stack:
         for row0, table, tok in tables:
-            values, meta = scorer(row0, table, tok)
+            values = scorer(row0, table, tok)
+            meta = dict(scorer.metadata)
             if column in table.column_names:
                 table = table.drop_columns([column])
             table = table.append_column(column, list_column(values, tok.offsets))
@@ -612,15 +557,12 @@ def score(
             if progress:
                 progress(rows, tokens)
         writer.commit()
-    totals = scorer.totals  # type: ignore[attr-defined]
     return {
         "rows": rows,
         "tokens": tokens,
         "provider": meta["critic"]["provider"],
-        "tokens_per_second": round(totals["tokens"] / totals["seconds"])
-        if totals["seconds"]
-        else None,
-        "truncated_rows": totals["truncated_rows"],
+        "tokens_per_second": scorer.tokens_per_second,
+        "truncated_rows": scorer.truncated_rows,
         "output": out,
         "seconds": round(time.perf_counter() - started, 3),
     }

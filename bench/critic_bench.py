@@ -47,9 +47,11 @@ def unsorted_batches(lens: np.ndarray, budget: int) -> list[tuple[int, int]]:
 def time_sorted(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: int) -> tuple:
     batches = []
     start = time.perf_counter()
-    critic.score(ids, offsets, batch_tokens=budget, progress=lambda d, t: batches.append(d))
+    scored = critic.score(
+        ids, offsets, batch_tokens=budget, progress=lambda d, t: batches.append(d)
+    )
     seconds = time.perf_counter() - start
-    return len(batches), len(ids) / critic.last_padded_tokens, seconds
+    return len(batches), len(ids) / scored.padded_tokens, seconds
 
 
 def time_unsorted(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: int) -> tuple:
@@ -60,8 +62,8 @@ def time_unsorted(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: 
     for a, b in batches:
         # One call per batch with an unlimited budget scores the batch as it is, unsorted.
         sub_offsets = offsets[a : b + 1] - offsets[a]
-        critic.score(ids[offsets[a] : offsets[b]], sub_offsets, batch_tokens=2**62)
-        padded += critic.last_padded_tokens
+        scored = critic.score(ids[offsets[a] : offsets[b]], sub_offsets, batch_tokens=2**62)
+        padded += scored.padded_tokens
     seconds = time.perf_counter() - start
     return len(batches), len(ids) / padded, seconds
 

@@ -33,7 +33,7 @@ def timed(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: int) -> 
     seconds = []
     for _ in range(2):
         start = time.perf_counter()
-        values = critic.score(ids, offsets, batch_tokens=budget)
+        values = critic.score(ids, offsets, batch_tokens=budget).values
         seconds.append(time.perf_counter() - start)
     return values, len(ids) / min(seconds)
 

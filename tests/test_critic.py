@@ -66,15 +66,15 @@ def test_load_reads_names_provider_and_hash(critic, critic_path):
 @pytest.mark.parametrize("shift", [True, False])
 def test_values_match_numpy_reference(critic, shift):
     ids, offsets = make_log([5, 1, 12, 3, 7])
-    got = critic.score(ids, offsets, shift=shift)
+    got = critic.score(ids, offsets, shift=shift).values
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, expected(ids, offsets, shift), rtol=1e-5, atol=1e-6)
 
 
 def test_first_position_is_nan_with_shift_only(critic):
     ids, offsets = make_log([4, 2])
-    assert np.isnan(critic.score(ids, offsets)[[0, 4]]).all()
-    assert np.isfinite(critic.score(ids, offsets, shift=False)).all()
+    assert np.isnan(critic.score(ids, offsets).values[[0, 4]]).all()
+    assert np.isfinite(critic.score(ids, offsets, shift=False).values).all()
 
 
 def test_squeezed_output_and_other_input_names(tmp_path):
@@ -84,10 +84,10 @@ def test_squeezed_output_and_other_input_names(tmp_path):
     renamed = tmp_path / "renamed.onnx"
     build_critic(renamed, WEIGHTS, input_names=("tokens", "mask"), output_name="v")
     want = expected(ids, offsets)
-    np.testing.assert_allclose(load_critic(squeezed).score(ids, offsets), want, rtol=1e-5)
+    np.testing.assert_allclose(load_critic(squeezed).score(ids, offsets).values, want, rtol=1e-5)
     critic = load_critic(renamed)
     assert (critic.input_name, critic.mask_name, critic.output_name) == ("tokens", "mask", "v")
-    np.testing.assert_allclose(critic.score(ids, offsets), want, rtol=1e-5)
+    np.testing.assert_allclose(critic.score(ids, offsets).values, want, rtol=1e-5)
 
 
 def test_overrides_pick_the_inputs(tmp_path):
@@ -103,60 +103,60 @@ def test_independent_of_batch_composition_and_order(critic):
     ids, offsets = make_log(lens, seed=1)
     want = expected(ids, offsets)
     for batch_tokens in (1, 7, 64, 10**9):
-        got = critic.score(ids, offsets, batch_tokens=batch_tokens)
+        got = critic.score(ids, offsets, batch_tokens=batch_tokens).values
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # Shuffled rows give each row the same values.
     perm = np.random.default_rng(2).permutation(len(lens))
     rows = [ids[offsets[i] : offsets[i + 1]] for i in perm]
     shuffled_ids = np.concatenate(rows)
     shuffled_offsets = offsets_from_lengths(np.array([lens[i] for i in perm]))
-    got = critic.score(shuffled_ids, shuffled_offsets, batch_tokens=50)
+    got = critic.score(shuffled_ids, shuffled_offsets, batch_tokens=50).values
     for j, i in enumerate(perm):
         a, b = shuffled_offsets[j], shuffled_offsets[j + 1]
-        same_values(got[a:b], critic.score(rows[j], np.array([0, lens[i]])))
+        same_values(got[a:b], critic.score(rows[j], np.array([0, lens[i]])).values)
         np.testing.assert_allclose(got[a:b], want[offsets[i] : offsets[i + 1]], rtol=1e-5)
 
 
 def test_batches_respect_the_token_budget(critic):
     ids, offsets = make_log([3, 10, 3, 8, 9, 3])
     calls = []
-    critic.score(ids, offsets, batch_tokens=20, progress=lambda d, t: calls.append((d, t)))
+    scored = critic.score(ids, offsets, batch_tokens=20, progress=lambda d, t: calls.append((d, t)))
     # Sorted by length: [10, 9] padded to 2 x 10, [8, 3] to 2 x 8, [3, 3] to 2 x 3.
     assert calls == [(19, 36), (30, 36), (36, 36)]
-    assert critic.last_padded_tokens == 20 + 16 + 6
-    critic.score(ids, offsets, batch_tokens=5)  # rows longer than the budget run alone
-    assert critic.last_padded_tokens == 36
+    assert scored.padded_tokens == 20 + 16 + 6
+    scored = critic.score(ids, offsets, batch_tokens=5)  # rows longer than the budget run alone
+    assert scored.padded_tokens == 36
 
 
 def test_causality(critic):
     ids, offsets = make_log([20])
-    base = critic.score(ids, offsets)
+    base = critic.score(ids, offsets).values
     for t in (0, 7, 19):
         changed = ids.copy()
         changed[t] = (changed[t] + 1) % 50
-        got = critic.score(changed, offsets)
+        got = critic.score(changed, offsets).values
         np.testing.assert_array_equal(got[: t + 1], base[: t + 1])  # values[..t] see tokens < t
         assert (got[t + 1 :] != base[t + 1 :]).all()
 
 
 def test_shift_is_unshifted_moved_by_one(critic):
     ids, offsets = make_log([6, 11, 1])
-    shifted = critic.score(ids, offsets)
-    unshifted = critic.score(ids, offsets, shift=False)
+    shifted = critic.score(ids, offsets).values
+    unshifted = critic.score(ids, offsets, shift=False).values
     for a, b in zip(offsets[:-1], offsets[1:], strict=True):
         np.testing.assert_array_equal(shifted[a + 1 : b], unshifted[a : b - 1])
 
 
 def test_empty_rows_and_no_rows(critic):
     ids, offsets = make_log([0, 3, 0, 0])
-    got = critic.score(ids, offsets)
+    got = critic.score(ids, offsets).values
     np.testing.assert_allclose(got, expected(ids, offsets), rtol=1e-5)
     calls = []
     none = critic.score(
         np.zeros(0, np.int64), np.zeros(1, np.int64), progress=lambda *a: calls.append(a)
-    )
+    ).values
     assert none.shape == (0,) and none.dtype == np.float32 and calls == []
-    assert critic.score(np.zeros(0, np.int64), np.zeros(3, np.int64)).shape == (0,)
+    assert critic.score(np.zeros(0, np.int64), np.zeros(3, np.int64)).values.shape == (0,)
 
 
 def test_max_len_error_text(critic):
@@ -174,11 +174,12 @@ def test_max_len_error_text(critic):
 
 def test_truncate_left_scores_the_last_tokens(critic):
     ids, offsets = make_log([3, 9, 5])
-    got = critic.score(ids, offsets, max_len=4, truncate="left")
-    assert critic.last_truncated_rows == 2
+    scored = critic.score(ids, offsets, max_len=4, truncate="left")
+    got = scored.values
+    assert scored.truncated_rows == 2
     for a, b in zip(offsets[:-1], offsets[1:], strict=True):
         keep = max(a, b - 4)
-        alone = critic.score(ids[keep:b], np.array([0, b - keep]))
+        alone = critic.score(ids[keep:b], np.array([0, b - keep])).values
         same_values(got[keep:b], alone)
         assert np.isnan(got[a:keep]).all()
 
@@ -189,12 +190,12 @@ def test_static_sequence_length_is_max_len(tmp_path):
     critic = load_critic(path)
     assert critic.max_len == 8
     ids, offsets = make_log([8, 3, 0, 5])
-    np.testing.assert_allclose(critic.score(ids, offsets), expected(ids, offsets), rtol=1e-5)
+    np.testing.assert_allclose(critic.score(ids, offsets).values, expected(ids, offsets), rtol=1e-5)
     ids, offsets = make_log([9])
     with pytest.raises(DataError, match="row has 9 tokens, more than the critic's maximum of 8"):
         critic.score(ids, offsets)
-    got = critic.score(ids, offsets, truncate="left")
-    same_values(got[1:], critic.score(ids[1:], np.array([0, 8])))
+    got = critic.score(ids, offsets, truncate="left").values
+    same_values(got[1:], critic.score(ids[1:], np.array([0, 8])).values)
 
 
 def test_static_batch_and_int32_inputs(tmp_path):
@@ -202,9 +203,9 @@ def test_static_batch_and_int32_inputs(tmp_path):
     build_critic(path, WEIGHTS, batch_size=2, seq_len=6, index_type=TensorProto.INT32)
     critic = load_critic(path)
     ids, offsets = make_log([6, 1, 0, 4, 2])
-    got = critic.score(ids, offsets, batch_tokens=10**6)
-    np.testing.assert_allclose(got, expected(ids, offsets), rtol=1e-5)
-    assert critic.last_padded_tokens == 2 * 2 * 6  # two batches of the static [2, 6] shape
+    scored = critic.score(ids, offsets, batch_tokens=10**6)
+    np.testing.assert_allclose(scored.values, expected(ids, offsets), rtol=1e-5)
+    assert scored.padded_tokens == 2 * 2 * 6  # two batches of the static [2, 6] shape
 
 
 def save_model(path, inputs, outputs, nodes):

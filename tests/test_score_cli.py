@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli import pipeline
+from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.io.writers import read_metadata
 from advcli.params import Params
 from bench.critic_model import build_critic, make_weights, reference
@@ -82,22 +83,17 @@ def test_the_critic_runs_once_when_several_passes_need_values(critic, tmp_path, 
     scored = tmp_path / "scored.parquet"
     assert run("score", str(raw), "--critic", path, "--out", str(scored), "-q").returncode == 0
     calls = []
-    real_scorer = pipeline.critic_scorer
+    real_call = CriticScorer.__call__
 
-    def counting_scorer(*args):
-        score = real_scorer(*args)
+    def counted(self, row0, table, tok):
+        calls.append(row0)
+        return real_call(self, row0, table, tok)
 
-        def counted(row0, table, tok):
-            calls.append(row0)
-            return score(row0, table, tok)
-
-        return counted
-
-    monkeypatch.setattr(pipeline, "critic_scorer", counting_scorer)
+    monkeypatch.setattr(CriticScorer, "__call__", counted)
     p = Params(method="gae", convention="verl", gamma=0.99, segments="chain")
     outs = {}
     for name, source, critic_opts in (
-        ("critic", raw, pipeline.CriticOptions(path)),
+        ("critic", raw, CriticOptions(path)),
         ("scored", scored, None),
     ):
         outs[name] = tmp_path / f"annotated-{name}.parquet"

@@ -1,4 +1,4 @@
-"""Score logged rollouts with a critic exported to ONNX.
+"""A critic exported to ONNX: the session, its device, and the model contract.
 
 Contract. The model takes token ids and an attention mask, both integer [batch, seq] (int64, or
 int32), and returns one float value per position, [batch, seq] or [batch, seq, 1]. The tensors
@@ -8,13 +8,13 @@ otherwise its two inputs in order (ids first); the model's first output. ``input
 choose others. A model that does not fit is refused at load with a one-line :class:`UsageError`
 that lists its inputs and outputs. A static sequence dimension is the longest row the critic
 takes (``Critic.max_len``); a static batch dimension caps the rows per batch. Rows are padded on
-the right (id 0, mask 0).
+the right (id 0, mask 0); :mod:`advcli.critic.batching` cuts the batches and aligns the outputs.
 
 Shift. A causal value head's output at position j has seen tokens 0..j, so it is the value of the
 state *after* token j. advcli's ``values[t]`` is V(s_t), the value *before* token t is chosen, so
 by default ``values[t] = out[t - 1]``. Position 0 (the first scored position of a row) has no
 earlier output and gets NaN: it is a prompt token in every row that has a prompt, and the
-pipeline refuses a NaN value on an action token rather than invent one. ``shift=False`` is for
+engine refuses a NaN value on an action token rather than invent one. ``shift=False`` is for
 models that already output V(s_t): ``values[t] = out[t]``.
 
 Device. ``"cpu"`` runs on ONNX Runtime's CPU provider. ``"cuda"`` and ``"auto"`` ask for
@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from advcli.core.ragged import ranges
+from advcli.critic import batching
 from advcli.errors import DataError, UsageError
 from advcli.io.checksum import file_sha256
 
@@ -167,8 +168,6 @@ class Critic:
         self._mask_dtype = _INT_TYPES[mask_arg.type]
         self._static_batch = _static(ids_arg.shape[0])
         self.max_len: int | None = _static(ids_arg.shape[1])
-        self.last_truncated_rows = 0
-        self.last_padded_tokens = 0
 
     def _refuse(self, problem: str, inputs: list[Any], outputs: list[Any]) -> UsageError:
         return UsageError(
@@ -253,15 +252,14 @@ class Critic:
         truncate: str = "error",
         describe_row: Callable[[int], str] | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> np.ndarray:
+    ) -> Scored:
         """Values for every token (float32, aligned with ``input_ids``, rows in their order).
 
-        Rows are sorted by length and cut into batches of at most ``batch_tokens`` padded tokens
-        (rows x longest row; a longer row runs alone). A row over ``max_len`` (the smaller of the
-        argument and the model's static length) is a :class:`DataError`, or with
-        ``truncate="left"`` only its last ``max_len`` tokens are scored and the earlier ones get
-        NaN. ``progress(tokens_done, tokens_total)`` is called after each batch. Afterwards
-        ``last_truncated_rows`` and ``last_padded_tokens`` describe the call.
+        Rows are batched as :func:`~advcli.critic.batching.batches` says. A row over
+        ``max_len`` (the smaller of the argument and the model's static length) is a
+        :class:`DataError`, or with ``truncate="left"`` only its last ``max_len`` tokens are
+        scored and the earlier ones get NaN. ``progress(tokens_done, tokens_total)`` is called
+        after each batch.
         """
         if truncate not in ("error", "left"):
             raise UsageError(f"truncate must be 'error' or 'left', not '{truncate}'")
@@ -272,53 +270,35 @@ class Critic:
         if offsets[0] != 0 or offsets[-1] != len(input_ids):
             raise ValueError("offsets must start at 0 and end at len(input_ids)")
         limits = [n for n in (max_len, self.max_len) if n is not None]
-        limit = min(limits) if limits else None
-
-        lens = np.diff(offsets)
-        starts = offsets[:-1].copy()
-        self.last_truncated_rows = 0
-        if limit is not None and (lens > limit).any():
-            over = np.flatnonzero(lens > limit)
-            if truncate == "error":
-                i = int(over[0])
-                where = describe_row(i) if describe_row is not None else f"row {i}"
-                raise DataError(
-                    f"{where}: column 'input_ids': row has {int(lens[i])} tokens, more than the "
-                    f"critic's maximum of {limit}. Hint: pass --max-len-truncate left to score "
-                    f"only the last {limit} tokens, or split the rollout into segments."
-                )
-            starts[over] += lens[over] - limit  # keep each long row's last `limit` tokens
-            lens = np.minimum(lens, limit)
-            self.last_truncated_rows = len(over)
+        limit = min(limits) if limits else int(np.diff(offsets).max(initial=0))
+        starts, lens, cut = batching.keep_last(offsets, limit)
+        if len(cut) and truncate == "error":
+            i = int(cut[0])
+            where = describe_row(i) if describe_row is not None else f"row {i}"
+            raise DataError(
+                f"{where}: column 'input_ids': row has {int(offsets[i + 1] - offsets[i])} tokens, "
+                f"more than the critic's maximum of {limit}. Hint: pass --max-len-truncate left "
+                f"to score only the last {limit} tokens, or split the rollout into segments."
+            )
 
         values = np.full(len(input_ids), np.nan, dtype=np.float32)
-        # Longest first, empty rows dropped: each batch's first row sets its padded width.
-        order = np.argsort(-lens, kind="stable")
-        order = order[lens[order] > 0]
         total = int(lens.sum())
-        done = 0
-        self.last_padded_tokens = 0
-        k = 0
-        while k < len(order):
-            width = self.max_len if self.max_len is not None else int(lens[order[k]])
-            n_rows = max(1, batch_tokens // width)
-            if self._static_batch is not None:
-                n_rows = min(n_rows, self._static_batch)
-            rows = order[k : k + n_rows]
-            k += len(rows)
-
-            row_lens = lens[rows]
-            slot = np.repeat(np.arange(len(rows)), row_lens)  # batch row of every real token
-            col = ranges(np.zeros(len(rows), dtype=np.int64), row_lens)  # its position in the row
-            src = ranges(starts[rows], row_lens)  # its index in input_ids / values
+        done = padded = 0
+        for rows, width in batching.batches(
+            lens, batch_tokens, width=self.max_len, max_rows=self._static_batch
+        ):
             height = self._static_batch or len(rows)
-            ids = np.zeros((height, width), dtype=self._ids_dtype)
-            mask = np.zeros((height, width), dtype=self._mask_dtype)
-            ids[slot, col] = input_ids[src]
-            mask[slot, col] = 1
-
+            batch = batching.pad(
+                input_ids,
+                starts[rows],
+                lens[rows],
+                height,
+                width,
+                ids_dtype=self._ids_dtype,
+                mask_dtype=self._mask_dtype,
+            )
             try:
-                out = self._run(ids, mask)
+                out = self._run(batch.ids, batch.mask)
             except Exception as e:  # e.g. a token id outside the vocabulary, or out of memory
                 raise DataError(
                     f"{self.path}: the critic failed on a batch of {height} x {width} tokens: "
@@ -329,18 +309,21 @@ class Critic:
                     f"{self.path}: output '{self.output_name}' has shape {list(out.shape)} for "
                     f"inputs of shape {[height, width]}; {_CONTRACT}."
                 )
-            out = out.reshape(height, width)
-            if shift:
-                has_prior = col > 0
-                values[src[has_prior]] = out[slot[has_prior], col[has_prior] - 1]
-            else:
-                values[src] = out[slot, col]
-
-            self.last_padded_tokens += height * width
-            done += int(row_lens.sum())
+            batching.unpad(out.reshape(height, width), batch, values, shift=shift)
+            padded += height * width
+            done += batch.tokens
             if progress is not None:
                 progress(done, total)
-        return values
+        return Scored(values, truncated_rows=len(cut), padded_tokens=padded)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What :meth:`Critic.score` gives: the values, and how the call went."""
+
+    values: np.ndarray  # float32 per token; NaN where no output was taken
+    truncated_rows: int  # rows whose earlier tokens were left out (``truncate="left"``)
+    padded_tokens: int  # tokens fed to the model, padding included
 
 
 def load_critic(
