@@ -1,3 +1,57 @@
-"""advcli: offline advantages for logged LLM reinforcement-learning rollouts."""
+"""advcli: offline advantages for logged LLM reinforcement-learning rollouts.
+
+The public API, one function per command (see :mod:`advcli.api`)::
+
+    import advcli
+
+    advcli.annotate("logs/", "gae.parquet", method="gae", gamma=0.99)
+    advcli.annotate_table(table, method="grpo")  # a pyarrow Table in, annotated out
+    advcli.audit("logs/").report
+    advcli.describe("logs/")                   # what `advcli schema` shows
+    advcli.score("logs/", "scored.parquet", "critic.onnx")
+    advcli.shard("logs/", "shards/", method="grpo")
+    advcli.verify("shards/")
+
+The functions load on first use: ``import advcli.critic`` alone needs neither polars nor orjson.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from advcli.api import (
+        Audit,
+        CriticOptions,
+        ShardOptions,
+        annotate,
+        annotate_table,
+        audit,
+        describe,
+        score,
+        shard,
+        verify,
+    )
+
+__all__ = [
+    "Audit",
+    "CriticOptions",
+    "ShardOptions",
+    "__version__",
+    "annotate",
+    "annotate_table",
+    "audit",
+    "describe",
+    "score",
+    "shard",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("advcli.api"), name)
+    raise AttributeError(f"module 'advcli' has no attribute {name!r}")

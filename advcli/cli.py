@@ -1,23 +1,29 @@
-"""The ``advcli`` command line: a thin layer over :mod:`advcli.pipeline`.
+"""The ``advcli`` command line: a thin layer over :mod:`advcli.api`.
 
 Every :class:`~advcli.errors.AdvcliError` becomes one line on stderr and its exit code here, in
-:func:`main`: 0 ok, 1 bad data, 2 bad usage, 3 audit threshold exceeded.
+:func:`main`: 0 ok, 1 bad data, 2 bad usage, 3 audit threshold exceeded. The options of a
+method's parameters are made from their declarations (:data:`advcli.methods.PARAMETERS`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 import orjson
 import typer
 
-from advcli import __version__, pipeline, render
-from advcli import shard as sharding
+from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
+from advcli.critic.scorer import CriticOptions
 from advcli.errors import AdvcliError, ThresholdExceeded
-from advcli.params import METHODS, Params
+from advcli.methods import PARAMETERS, REGISTRY
+from advcli.params import Param
+from advcli.shards import DEFAULT_TOKENS_PER_SHARD, ShardOptions
 
 app = typer.Typer(
     name="advcli",
@@ -43,10 +49,7 @@ Format = Annotated[
 Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
 
 
-# Help panels that group annotate's many options.
-_GROUP = "Group and batch baselines"
-_TEMPORAL = "Temporal estimators"
-_CRITIC = "Critic (ONNX)"
+_CRITIC = "Critic (ONNX)"  # the help panel of the critic options
 
 # Critic options, shared by `score` and `annotate --critic`.
 CriticPath = Annotated[
@@ -104,11 +107,19 @@ OutputName = Annotated[
 
 
 def _critic_options(
-    path, device, batch_tokens, shift, max_len, truncate, inp, mask, outp
-) -> pipeline.CriticOptions | None:
+    path: str | None,
+    device: str,
+    batch_tokens: int | None,
+    shift: bool,
+    max_len: int | None,
+    truncate: str,
+    inp: str | None,
+    mask: str | None,
+    outp: str | None,
+) -> CriticOptions | None:
     if path is None:
         return None
-    return pipeline.CriticOptions(
+    return CriticOptions(
         path=path,
         device=device,
         batch_tokens=batch_tokens,
@@ -137,101 +148,57 @@ def _print_json(obj: object) -> None:
 def schema(inputs: Inputs, col: Col = None, as_json: Json = False) -> None:
     """Show the detected column roles, types, row count and token statistics."""
     with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
-        info = pipeline.describe(inputs, col, progress=activity.progress)
+        info = api.describe(inputs, col=col, progress=activity.progress)
     if as_json:
         _print_json(info)
     else:
         render.schema_report(", ".join(info["files"]), info)
 
 
+def _option(param: Param) -> inspect.Parameter:
+    """The typer option of one method parameter."""
+    kind: Any = param.kind if param.cli_default is not None else Optional[param.kind]  # noqa: UP045
+    option = typer.Option(rich_help_panel=param.panel, help=param.help)
+    return inspect.Parameter(
+        param.name,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=param.cli_default,
+        annotation=Annotated[kind, option],
+    )
+
+
+def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Add an option for every method parameter after the option ``after``; the command gets
+    them as one dict, ``params`` (None: not given)."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "params"]
+        at = [p.name for p in own].index(after) + 1
+        generated = [_option(param) for param in PARAMETERS.values()]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            params = {name: kwargs.pop(name) for name in PARAMETERS}
+            command(**kwargs, params=params)
+
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own[:at], *generated, *own[at:]]
+        )
+        return wrapper
+
+    return decorate
+
+
 @app.command()
+@with_method_parameters(after="convention")
 def annotate(
     inputs: Inputs,
     out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
-    method: Annotated[str, typer.Option(help=f"One of: {', '.join(METHODS)}.")],
+    method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
     convention: Annotated[
         str, typer.Option(help="seed, verl, trl, openrlhf or torchrl defaults.")
     ] = "seed",
-    scale: Annotated[
-        str, typer.Option(rich_help_panel=_GROUP, help="grpo: group, batch or none (Dr. GRPO).")
-    ] = "group",
-    std_ddof: Annotated[
-        int | None, typer.Option(rich_help_panel=_GROUP, help="ddof of the group std.")
-    ] = None,  # noqa: UP045
-    eps: Annotated[
-        float | None, typer.Option(rich_help_panel=_GROUP, help="eps of std + eps.")
-    ] = None,  # noqa: UP045
-    eps_placement: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(rich_help_panel=_GROUP, help="add (std + eps) or max (max(std, eps))."),
-    ] = None,
-    singleton: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(rich_help_panel=_GROUP, help="Groups of one: zero, raw, error or drop."),
-    ] = None,
-    zero_variance: Annotated[
-        str,
-        typer.Option(
-            rich_help_panel=_GROUP, help="keep (flagged, advantage 0) or drop zero-variance groups."
-        ),
-    ] = "keep",
-    zero_variance_tol: Annotated[
-        float,
-        typer.Option(
-            rich_help_panel=_GROUP, help="A group is zero-variance when max - min <= this."
-        ),
-    ] = 1e-9,
-    batch_size: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            rich_help_panel=_GROUP,
-            help="Rollouts per completion-ordered batch (batch-mean, whitening).",
-        ),
-    ] = None,
-    partial: Annotated[
-        str, typer.Option(rich_help_panel=_GROUP, help="A trailing short batch: drop or keep.")
-    ] = "drop",
-    gamma: Annotated[
-        float, typer.Option(rich_help_panel=_TEMPORAL, help="Discount per action step.")
-    ] = 1.0,
-    lam: Annotated[
-        str,
-        typer.Option(rich_help_panel=_TEMPORAL, help="GAE lambda, or 'adaptive' (needs --alpha)."),
-    ] = "0.95",
-    alpha: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option(
-            rich_help_panel=_TEMPORAL, help="Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1)."
-        ),
-    ] = None,
-    lam_critic: Annotated[
-        float,
-        typer.Option(rich_help_panel=_TEMPORAL, help="Lambda of the returns (critic targets)."),
-    ] = 1.0,
-    observations: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            rich_help_panel=_TEMPORAL,
-            help="skip (not time steps) or step (zero-reward, zero-value steps).",
-        ),
-    ] = None,
-    segments: Annotated[
-        str,
-        typer.Option(rich_help_panel=_TEMPORAL, help="Segmented rollouts: compaction or chain."),
-    ] = "compaction",
-    whiten: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(rich_help_panel=_TEMPORAL, help="none or batch (token-weighted, per batch)."),
-    ] = None,
-    whiten_ddof: Annotated[
-        int | None, typer.Option(rich_help_panel=_TEMPORAL, help="ddof of whitening.")
-    ] = None,  # noqa: UP045
-    strict: Annotated[
-        bool,
-        typer.Option(
-            rich_help_panel=_TEMPORAL, help="A reward on a non-action token is an error, not moved."
-        ),
-    ] = False,
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
@@ -246,45 +213,26 @@ def annotate(
     input_name: InputName = None,
     mask_name: MaskName = None,
     output_name: OutputName = None,
+    params: dict[str, Any] | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
-    params = Params(
-        method=method,
-        convention=convention,
-        scale=scale,
-        std_ddof=std_ddof,
-        eps=eps,
-        eps_placement=eps_placement,
-        singleton=singleton,
-        zero_variance=zero_variance,
-        zero_variance_tol=zero_variance_tol,
-        batch_size=batch_size,
-        partial=partial,
-        gamma=gamma,
-        lam=lam,
-        alpha=alpha,
-        lam_critic=lam_critic,
-        observations=observations,
-        segments=segments,
-        whiten=whiten,
-        whiten_ddof=whiten_ddof,
-        strict=strict,
-    )
     opts = _critic_options(
         critic, device, batch_tokens, shift, max_len, max_len_truncate,
         input_name, mask_name, output_name,
     )  # fmt: skip
     with render.Activity(quiet) as activity:
-        result = pipeline.annotate(
+        result = api.annotate(
             inputs,
             out,
-            params,
+            method=method,
+            convention=convention,
             col=col,
             fmt=fmt,
             force=force,
             stage=activity.stage,
             progress=activity.progress,
             critic=opts,
+            **(params or {}),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
 
@@ -313,8 +261,9 @@ def score(
         critic, device, batch_tokens, shift, max_len, max_len_truncate,
         input_name, mask_name, output_name,
     )  # fmt: skip
+    assert opts is not None
     with render.Activity(quiet) as activity, activity.stage("scoring"):
-        result = pipeline.score(
+        result = api.score(
             inputs, out, opts, col=col, fmt=fmt, force=force, progress=activity.progress
         )
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
@@ -340,17 +289,15 @@ def audit(
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
     with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
-        report, sources, rows, stats = pipeline.run_audit(
-            inputs, col=col, tol=zero_variance_tol, progress=activity.progress
-        )
+        found = api.audit(inputs, col=col, tol=zero_variance_tol, progress=activity.progress)
+    report = found.report
     if list_:
-        flags = stats.zero_variance if list_ == "zero-variance" else stats.singleton
-        for key in pipeline.group_keys(rows, flags):
+        for key in found.prompt_ids(list_):
             sys.stdout.write(f"{key}\n")
     elif as_json:
-        _print_json(report.__dict__ | {"files": sources.files})
+        _print_json(found.as_dict())
     else:
-        render.audit_report(", ".join(sources.files), report)
+        render.audit_report(", ".join(found.files), report)
     if fail_above is not None and report.zero_variance_rollout_share > fail_above:
         msg = (
             f"zero-variance groups hold {report.zero_variance_rollout_share:.1%} of the "
@@ -365,7 +312,7 @@ def shard(
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help=f"Raw logs: one of {', '.join(METHODS)}. Annotated logs keep theirs."),
+        typer.Option(help=f"Raw logs: one of {', '.join(REGISTRY)}. Annotated logs keep theirs."),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -385,7 +332,7 @@ def shard(
     ] = None,
     tokens_per_shard: Annotated[
         Optional[int],  # noqa: UP045
-        typer.Option(help=f"Tokens per shard (default {sharding.DEFAULT_TOKENS_PER_SHARD:,})."),
+        typer.Option(help=f"Tokens per shard (default {DEFAULT_TOKENS_PER_SHARD:,})."),
     ] = None,
     keep: Annotated[
         Optional[list[str]],  # noqa: UP045
@@ -423,7 +370,7 @@ def shard(
     as_json: Json = False,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
-    opts = sharding.ShardOptions(
+    opts = ShardOptions(
         rows_per_shard=rows_per_shard,
         tokens_per_shard=tokens_per_shard,
         keep=list(keep or []),
@@ -438,7 +385,7 @@ def shard(
         split=split,
     )
     with render.Activity(quiet) as activity:
-        result = sharding.shard(
+        result = api.shard(
             inputs,
             out,
             opts,
@@ -459,7 +406,7 @@ def verify(
     as_json: Json = False,
 ) -> None:
     """Re-read every shard: checksums, schema, row and token counts against the manifest."""
-    result = sharding.verify(folder)
+    result = api.verify(folder)
     if as_json:
         _print_json(result)
     if not quiet:

@@ -1,113 +1,151 @@
-"""Method names, their parameters, and how a ``--convention`` fills in the ones not given."""
+"""Run parameters, each declared once as a :class:`Param`.
+
+A method module declares the parameters it introduces (name, type, default, help, choices, a
+check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
+that one declaration: the ``annotate`` options (:mod:`advcli.cli`), ``shard --param KEY=VALUE``,
+the public API's keyword arguments, and the ``params`` recorded in every output's metadata.
+
+A run's parameters are resolved once into an immutable :class:`Params`: a parameter the user did
+not give takes the method's default, else the convention's (``--convention``), else its own.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError
 
-GROUP_METHODS = ("grpo", "rloo", "batch-mean")
-TEMPORAL_METHODS = ("mc", "td", "gae", "reinforce-pp", "reinforce-pp-baseline")
-METHODS = GROUP_METHODS + TEMPORAL_METHODS
-VALUE_METHODS = ("mc", "td", "gae")
+Check = Callable[[Any, Mapping[str, Any]], "str | None"]
 
 
-@dataclass
+@dataclass(frozen=True)
+class Param:
+    """One run parameter: ``--name-with-dashes`` on the command line, ``name`` in Python.
+
+    ``kind`` is the type the command line reads (int, float, str or bool). ``conventional``
+    parameters have no default on the command line: the method or the convention fills them.
+    ``parse`` turns text into the value where ``kind`` alone does not (``--lam adaptive``);
+    ``check(value, values)`` returns the problem with a resolved value (``values`` holds every
+    parameter of the run), or None.
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    panel: str
+    choices: tuple[str, ...] = ()
+    conventional: bool = False
+    parse: Callable[[str], Any] | None = None
+    check: Check | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def cli_default(self) -> Any:
+        """The default shown on the command line (None: filled in at resolution)."""
+        return None if self.conventional else self.default
+
+    def from_text(self, text: str) -> Any:
+        """The value of ``KEY=VALUE`` text (``shard --param``)."""
+        if self.kind is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1", "yes")
+        return self.kind(text)
+
+    @property
+    def expected(self) -> str:
+        """What :meth:`from_text` takes, for an error message."""
+        return {int: "an integer", float: "a number", bool: "true or false"}.get(self.kind, "text")
+
+    def coerce(self, value: Any) -> Any:
+        """A given value as this parameter's type (an int for a float, text from the CLI)."""
+        if value is None:
+            return None
+        if self.parse is not None and isinstance(value, str):
+            return self.parse(value)
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    def problem(self, value: Any, values: Mapping[str, Any]) -> str | None:
+        """What is wrong with a resolved value, or None."""
+        if self.choices and value not in self.choices:
+            return f"{self.flag} {value!r}: expected one of {', '.join(self.choices)}"
+        return self.check(value, values) if self.check is not None else None
+
+
+def in_unit_interval(flag: str, suffix: str = "") -> Check:
+    """A check that a number lies in [0, 1]."""
+
+    def check(value: Any, _: Mapping[str, Any]) -> str | None:
+        if isinstance(value, str) or not 0.0 <= value <= 1.0:
+            return f"{flag} {value}: expected a number in [0, 1]{suffix}"
+        return None
+
+    return check
+
+
 class Params:
-    """Every parameter of a run, after the convention is applied. ``None`` means "not given"."""
+    """Every parameter of a run, resolved: read them as attributes (``p.gamma``).
 
-    method: str
-    convention: str = "seed"
-    scale: str = "group"
-    std_ddof: int | None = None
-    eps: float | None = None
-    eps_placement: str | None = None
-    singleton: str | None = None
-    zero_variance: str = "keep"
-    zero_variance_tol: float = 1e-9
-    batch_size: int | None = None
-    partial: str = "drop"
-    gamma: float = 1.0
-    lam: float | str = 0.95
-    alpha: float | None = None
-    lam_critic: float = 1.0
-    observations: str | None = None
-    segments: str = "compaction"
-    whiten: str | None = None
-    whiten_ddof: int | None = None
-    strict: bool = False
+    Immutable; ``as_dict()`` is what outputs record as their ``params``.
+    """
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    __slots__ = ("_values", "convention", "method")
 
+    def __init__(self, method: str, convention: str, values: Mapping[str, Any]):
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "convention", convention)
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
 
-_CHOICES = {
-    "scale": ("group", "batch", "none"),
-    "eps_placement": ("add", "max"),
-    "singleton": ("zero", "raw", "error", "drop"),
-    "zero_variance": ("keep", "drop"),
-    "partial": ("drop", "keep"),
-    "observations": ("skip", "step"),
-    "segments": ("compaction", "chain"),
-    "whiten": ("none", "batch"),
-}
-
-
-def resolve(params: Params) -> Params:
-    """Check choices and ranges, and fill unset fields from the convention."""
-    if params.method not in METHODS:
-        msg = f"unknown method {params.method!r}. Methods: {', '.join(METHODS)}"
-        raise UsageError(msg)
-    if params.convention not in CONVENTIONS:
-        msg = f"unknown convention {params.convention!r}. Conventions: {', '.join(CONVENTIONS)}"
-        raise UsageError(msg)
-    conv = CONVENTIONS[params.convention]
-    defaults = {
-        "std_ddof": conv.std_ddof,
-        "eps": conv.eps,
-        "eps_placement": conv.eps_placement,
-        "singleton": conv.singleton,
-        "observations": conv.observations,
-        "whiten": conv.temporal_whiten if params.method in VALUE_METHODS else "none",
-        "whiten_ddof": conv.whiten_ddof,
-    }
-    if params.method.startswith("reinforce-pp"):
-        defaults["whiten"] = "batch"
-    for f in fields(params):
-        if getattr(params, f.name) is None and f.name in defaults:
-            setattr(params, f.name, defaults[f.name])
-    for name, choices in _CHOICES.items():
-        if getattr(params, name) not in choices:
-            flag = "--" + name.replace("_", "-")
-            msg = f"{flag} {getattr(params, name)!r}: expected one of {', '.join(choices)}"
-            raise UsageError(msg)
-    if not 0.0 <= params.gamma <= 1.0:
-        msg = f"--gamma {params.gamma}: expected a number in [0, 1]"
-        raise UsageError(msg)
-    if params.lam == "adaptive":
-        if params.alpha is None or params.alpha <= 0:
-            msg = "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"
-            raise UsageError(msg)
-    else:
+    def __getattr__(self, name: str) -> Any:
         try:
-            params.lam = float(params.lam)
-        except ValueError:
-            msg = f"--lam {params.lam!r}: expected a number in [0, 1] or 'adaptive'"
-            raise UsageError(msg) from None
-        if not 0.0 <= params.lam <= 1.0:
-            msg = f"--lam {params.lam}: expected a number in [0, 1] or 'adaptive'"
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Params are immutable")
+
+    def __reduce__(self) -> tuple:
+        return Params, (self.method, self.convention, dict(self._values))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Params) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.as_dict().items())))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"Params({inner})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "convention": self.convention, **self._values}
+
+
+def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> dict[str, Any]:
+    """``["gamma=0.99", "strict=true"]`` (``shard --param``) as typed values of ``params``."""
+    given: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        name = key.strip().lstrip("-").replace("-", "_")
+        if not sep or name not in params:
+            msg = (
+                f"--param {item!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(n.replace('_', '-') for n in params)}. Hint: --param gamma=0.99"
+            )
             raise UsageError(msg)
-    if not 0.0 <= params.lam_critic <= 1.0:
-        msg = f"--lam-critic {params.lam_critic}: expected a number in [0, 1]"
-        raise UsageError(msg)
-    if params.batch_size is not None and params.batch_size < 1:
-        msg = f"--batch-size {params.batch_size}: expected a positive integer"
-        raise UsageError(msg)
-    if params.std_ddof not in (0, 1) or params.whiten_ddof not in (0, 1):
-        msg = "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"
-        raise UsageError(msg)
-    if params.eps < 0:
-        msg = f"--eps {params.eps}: expected a number >= 0"
-        raise UsageError(msg)
-    return params
+        try:
+            given[name] = params[name].from_text(raw)
+        except ValueError:
+            msg = f"--param {item!r}: expected {params[name].expected}. Hint: --param {key}=VALUE"
+            raise UsageError(msg) from None
+    return given

@@ -26,8 +26,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
+from advcli.engine import BATCH_ROWS, open_log
 from advcli.io.rollouts import row_columns
-from advcli.pipeline import BATCH_ROWS, open_log
 from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent

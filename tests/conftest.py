@@ -11,6 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import advcli
+from advcli.io.sources import read_inputs
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 
@@ -34,6 +37,12 @@ def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None):
         cwd=cwd,
         check=False,
     )
+
+
+def annotate_in_memory(paths: list, **params) -> pa.Table:
+    """The whole log read into memory and annotated in one go (``advcli.annotate_table``)."""
+    table, _ = read_inputs([str(p) for p in paths])
+    return advcli.annotate_table(table, **params)
 
 
 def rollout(prompt, reward, n_prompt=2, n_action=3, **extra) -> dict:

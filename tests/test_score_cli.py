@@ -9,10 +9,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from advcli import pipeline
+import advcli
 from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.io.writers import read_metadata
-from advcli.params import Params
 from bench.critic_model import build_critic, make_weights, reference
 from tests.conftest import SAMPLE, run
 
@@ -90,14 +89,14 @@ def test_the_critic_runs_once_when_several_passes_need_values(critic, tmp_path, 
         return real_call(self, row0, table, tok)
 
     monkeypatch.setattr(CriticScorer, "__call__", counted)
-    p = Params(method="gae", convention="verl", gamma=0.99, segments="chain")
+    p = {"method": "gae", "convention": "verl", "gamma": 0.99, "segments": "chain"}
     outs = {}
     for name, source, critic_opts in (
         ("critic", raw, CriticOptions(path)),
         ("scored", scored, None),
     ):
         outs[name] = tmp_path / f"annotated-{name}.parquet"
-        pipeline.annotate([str(source)], str(outs[name]), p, critic=critic_opts, batch_rows=4)
+        advcli.annotate([str(source)], str(outs[name]), **p, critic=critic_opts, batch_rows=4)
     assert calls == [0, 4, 8, 12]  # 14 rows in batches of 4: once each
     got, expected = (pq.read_table(outs[name]) for name in ("critic", "scored"))
     for column in ("advantages", "returns"):

@@ -19,10 +19,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from advcli import cli, pipeline
-from advcli import shard as sharding
-from advcli.params import Params
-from advcli.shard import chunks, first_fit_decreasing
+import advcli
+from advcli import cli
+from advcli.shards.plan import chunks, first_fit_decreasing
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "rollouts.parquet"
@@ -87,9 +86,9 @@ def log_path(tmp_path_factory) -> Path:
 
 def reference(path: Path, method: str = "grpo") -> tuple[pa.Table, np.ndarray]:
     """The annotated table and its flat action mask, as advcli annotate computes them."""
-    done = pipeline.annotate_log(pipeline.load([str(path)]), Params(method=method))
-    mask = done.table.column("action_mask").combine_chunks().flatten().to_numpy()
-    return done.table, mask.astype(bool)
+    table = advcli.annotate_table(pq.read_table(path), method=method)
+    mask = table.column("action_mask").combine_chunks().flatten().to_numpy()
+    return table, mask.astype(bool)
 
 
 def shard_files(folder: Path) -> list[str]:
@@ -217,8 +216,8 @@ def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param):
     folders = []
     for name, batch_rows, bucket_tokens in (("one", 10**9, 2**62), ("many", 16, 500)):
         out = tmp_path / name
-        opts = sharding.ShardOptions(**case)
-        sharding.shard([str(log_path)], str(out), opts, method="grpo", param=param,
+        opts = advcli.ShardOptions(**case)
+        advcli.shard([str(log_path)], str(out), opts, method="grpo", param=param,
                        batch_rows=batch_rows, bucket_tokens=bucket_tokens)  # fmt: skip
         folders.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
     one, many = folders
@@ -228,11 +227,11 @@ def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param):
 
 SHARD_UNDER_LIMIT = """
 import resource, sys
-from advcli import shard as sharding
+import advcli
 from advcli.errors import OutputError
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), int(sys.argv[4])))
 try:
-    sharding.shard([sys.argv[1]], sys.argv[2], sharding.ShardOptions(tokens_per_shard=60),
+    advcli.shard([sys.argv[1]], sys.argv[2], advcli.ShardOptions(tokens_per_shard=60),
                    method="grpo", batch_rows=16, bucket_tokens=50)
 except OutputError as exc:
     sys.exit(str(exc))
@@ -243,7 +242,7 @@ def test_many_buckets_raise_the_open_file_limit_or_fail_before_writing(tmp_path,
     """Pass 2 holds one open file per bucket (here ~150): a low soft limit on open files is
     raised to what is needed; a hard limit below it is a clear error and nothing is written."""
     expected = tmp_path / "expected"
-    sharding.shard([str(log_path)], str(expected), sharding.ShardOptions(tokens_per_shard=60),
+    advcli.shard([str(log_path)], str(expected), advcli.ShardOptions(tokens_per_shard=60),
                    method="grpo", batch_rows=16, bucket_tokens=50)  # fmt: skip
 
     def under(soft: int, hard: int, out: Path) -> subprocess.CompletedProcess:

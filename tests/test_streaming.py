@@ -7,10 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from advcli import pipeline
+import advcli
 from advcli.errors import DataError
-from advcli.params import Params
-from tests.conftest import rollout
+from tests.conftest import annotate_in_memory, rollout
 
 
 def segmented_log(tmp_path, n_rollouts=40, seed=0):
@@ -72,12 +71,11 @@ def test_batches_change_nothing(tmp_path, case):
     tables = []
     for batch_rows in (1, 5, 64, 100_000):
         out = tmp_path / f"out{batch_rows}.parquet"
-        pipeline.annotate(inputs, str(out), Params(**case), batch_rows=batch_rows)
+        advcli.annotate(inputs, str(out), **case, batch_rows=batch_rows)
         tables.append(pq.read_table(out))
     for other in tables[1:]:
         assert other.equals(tables[0])
-    log = pipeline.load(inputs)
-    in_memory = pipeline.annotate_log(log, Params(**case)).table
+    in_memory = annotate_in_memory(inputs, **case)
     streamed = tables[0].column("advantages")
     assert in_memory.column("advantages").cast(streamed.type).equals(streamed)
 
@@ -100,8 +98,8 @@ def test_chain_carries_match_concatenated_rollouts(tmp_path):
     pq.write_table(pa.Table.from_pylist(table), seg_path)
     pq.write_table(pa.Table.from_pylist(whole).drop_columns(["segment_index"]), whole_path)
     params = {"method": "gae", "gamma": 0.97, "lam": 0.9, "segments": "chain"}
-    seg = pipeline.annotate_log(pipeline.load([str(seg_path)]), Params(**params)).table
-    one = pipeline.annotate_log(pipeline.load([str(whole_path)]), Params(**params)).table
+    seg = annotate_in_memory([seg_path], **params)
+    one = annotate_in_memory([whole_path], **params)
     by_rollout: dict[str, list] = {}
     for row in sorted(seg.to_pylist(), key=lambda r: (r["rollout_id"], r["segment_index"])):
         by_rollout.setdefault(row["rollout_id"], []).extend(row["advantages"])
@@ -117,18 +115,19 @@ def test_an_error_in_a_later_batch_leaves_nothing(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), log)
     out = tmp_path / "out.parquet"
     with pytest.raises(DataError, match="row 9"):
-        pipeline.annotate([str(log)], str(out), Params(method="grpo"), batch_rows=2)
+        advcli.annotate([str(log)], str(out), method="grpo", batch_rows=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
 
 
-def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path, monkeypatch):
+def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
     """Both stream the token columns in batches, reporting rows and tokens as they go."""
     paths = [str(p) for p in segmented_log(tmp_path)]
-    monkeypatch.setattr(pipeline, "BATCH_ROWS", 16)
     seen = []
-    info = pipeline.describe(paths, progress=lambda rows, tokens: seen.append((rows, tokens)))
+    info = advcli.describe(
+        paths, progress=lambda rows, tokens: seen.append((rows, tokens)), batch_rows=16
+    )
     assert len(seen) > 2 and seen == sorted(seen)
     assert seen[-1] == (info["rows"], info["tokens"])
     seen.clear()
-    report, *_ = pipeline.run_audit(paths, progress=lambda rows, tokens: seen.append(rows))
+    advcli.audit(paths, progress=lambda rows, tokens: seen.append(rows), batch_rows=16)
     assert seen[-1] == info["rows"] and len(seen) > 2

@@ -273,6 +273,16 @@ class JsonlSource(LogSource):
             for line, chunk in jsonl.chunks(path, self.chunk_bytes):
                 yield i, jsonl.read_ndjson(path, chunk, full, line, schema=schema)
 
+    def _count_rows(self) -> None:
+        """Rows per file (for ``n_rows`` and error messages), unless a full pass counted them."""
+        if not self.sources.row_counts:
+            self.columns([next(iter(self.polars_schema))])
+
+    @property
+    def n_rows(self) -> int:
+        self._count_rows()
+        return sum(self.sources.row_counts)
+
     def _count(self, frames: Iterable[tuple[int, pl.DataFrame]]) -> Iterator[pl.DataFrame]:
         """Pass the frames through, recording the rows of every file."""
         counts = [0] * len(self.files)
@@ -286,8 +296,7 @@ class JsonlSource(LogSource):
         return pa.concat_tables(tables)
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        if not self.sources.row_counts:  # error messages need the rows of each file
-            self.columns([next(iter(self.polars_schema))])
+        self._count_rows()
         start = 0
         for _, frame in self._frames(names):
             for lo in range(0, frame.height, rows):

@@ -250,24 +250,27 @@ class TableWriter:
     Writes run on a :class:`PolarsSink` thread, so the caller computes the next batch meanwhile.
     Used as a context manager: leaving the block without :meth:`commit` (an error, an
     interrupt) removes the temporary file, so the target is either complete or untouched.
+    Nothing is created on disk before the first table.
     """
 
     def __init__(self, out: str, fmt: str, metadata: dict):
         self.out = out
         self.fmt = fmt
         self.metadata = metadata
-        self._tmp = _temporary_beside(Path(out))
+        self._tmp: Path | None = None
         self._sink: PolarsSink | None = None
 
     def write(self, table: pa.Table) -> None:
         if self._sink is None:
+            self._tmp = _temporary_beside(Path(self.out))
             self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
 
-    def commit(self, empty_schema: pa.Schema | None = None) -> None:
-        """Finish the file and rename it into place (``empty_schema``: for a run with no rows)."""
-        if self._sink is None and empty_schema is not None:
-            self.write(empty_schema.empty_table())
+    def commit(self) -> None:
+        """Finish the file and rename it into place."""
+        if self._tmp is None:
+            msg = f"{self.out}: nothing to write"
+            raise OutputError(msg)
         self._close()
         if self.fmt == "jsonl":
             write_json(f"{self.out}.meta.json", self.metadata)
@@ -281,11 +284,12 @@ class TableWriter:
     def __enter__(self) -> TableWriter:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         try:
             self._close()
         except Exception:
             if exc_info[0] is None:  # an error already in flight is the one to report
                 raise
         finally:
-            self._tmp.unlink(missing_ok=True)
+            if self._tmp is not None:
+                self._tmp.unlink(missing_ok=True)

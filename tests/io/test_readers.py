@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from advcli import pipeline
+import advcli
+from advcli import engine
 from advcli.errors import DataError
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.sources import JsonlSource, open_source, read_inputs
-from advcli.params import Params
-from tests.conftest import rollout, write_jsonl
+from tests.conftest import annotate_in_memory, rollout, write_jsonl
 
 
 def log_rows(n: int = 40, seed: int = 0) -> list[dict]:
@@ -113,11 +113,10 @@ def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatc
 
     path = write_jsonl(tmp_path / "log.jsonl", log_rows(40))
     for method in ("grpo", "gae"):
-        p = Params(method=method, gamma=0.99)
-        expected = pipeline.annotate_log(pipeline.load([path]), p).table
+        expected = annotate_in_memory([path], method=method, gamma=0.99)
         out = tmp_path / f"{method}.parquet"
-        monkeypatch.setattr(pipeline, "open_source", chunked)
-        pipeline.annotate([path], str(out), p, batch_rows=7)
+        monkeypatch.setattr(engine, "open_source", chunked)
+        advcli.annotate([path], str(out), method=method, gamma=0.99, batch_rows=7)
         got = pq.read_table(out)
         assert got.column_names == expected.column_names
         for name in expected.column_names:

@@ -1,0 +1,346 @@
+"""advcli in Python: one function per command, and the same on a table in memory.
+
+The command line (:mod:`advcli.cli`) is a thin layer over these functions; each takes what the
+command takes, as keyword arguments, and returns what the command prints with ``--json``::
+
+    import advcli
+
+    summary = advcli.annotate("logs/", "gae.parquet", method="gae", gamma=0.99, lam=0.95)
+    table = advcli.annotate_table(arrow_table, method="grpo", convention="verl")
+    report = advcli.audit("logs/").report
+
+A method's parameters (``gamma``, ``scale``, ``singleton``, ...) are the ``annotate`` options
+with ``-`` written ``_``; ``None`` (or leaving one out) takes the method's and the convention's
+default. Errors are :class:`~advcli.errors.AdvcliError` s, with the message the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from advcli import __version__, methods
+from advcli.core import group as G
+from advcli.core.audit import AuditReport
+from advcli.core.audit import audit as audit_groups
+from advcli.critic.scorer import CriticOptions, CriticScorer
+from advcli.engine import (
+    BATCH_ROWS,
+    Batch,
+    Progress,
+    Run,
+    Stage,
+    no_stage,
+    open_log,
+    plan_run,
+    token_counts,
+)
+from advcli.errors import UsageError
+from advcli.io.arrow import float_list
+from advcli.io.rollouts import Rows, extract_rows, extract_tokens, require, row_columns
+from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
+from advcli.io.sources import Sources, TableSource, prefetch
+from advcli.io.writers import METADATA_KEY, TableWriter, check_output, output_format
+from advcli.shards import ShardOptions, shard, verify
+
+__all__ = [
+    "Audit",
+    "CriticOptions",
+    "ShardOptions",
+    "annotate",
+    "annotate_table",
+    "audit",
+    "describe",
+    "score",
+    "shard",
+    "verify",
+]
+
+Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""Parquet or JSONL files, folders or globs (``-``: JSONL on stdin), read as one log."""
+
+
+def _paths(inputs: Inputs) -> list[str]:
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    return [os.fspath(i) for i in inputs]
+
+
+def _write(
+    out: str,
+    fmt: str,
+    metadata: dict[str, Any],
+    batches: Iterable[tuple[pa.Table, int]],
+    progress: Progress | None,
+) -> tuple[int, int]:
+    """Write ``(table, tokens)`` batches to ``out`` atomically; returns rows and tokens."""
+    rows = tokens = 0
+    with TableWriter(out, fmt, metadata) as writer:
+        for table, n_tokens in batches:
+            writer.write(table)
+            rows += table.num_rows
+            tokens += n_tokens
+            if progress:
+                progress(rows, tokens)
+        writer.commit()
+    return rows, tokens
+
+
+class Summary:
+    """The advantages written, gathered while the batches stream past."""
+
+    def __init__(self) -> None:
+        self.action_tokens = 0
+        self.adv_min = np.inf
+        self.adv_max = -np.inf
+        self.adv_sum = 0.0
+
+    def counted(self, batches: Iterator[Batch]) -> Iterator[tuple[pa.Table, int]]:
+        """Pass the batches on as ``(table, tokens)``, counting their advantages."""
+        for batch in batches:
+            self.add(batch.advantages, batch.mask)
+            yield batch.table, len(batch.mask)
+
+    def add(self, adv: np.ndarray, mask: np.ndarray) -> None:
+        """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
+        n_actions = int(np.count_nonzero(mask))
+        if not n_actions:
+            return
+        self.action_tokens += n_actions
+        # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
+        # change the extremes only when every action is on one side of 0.
+        lo, hi = float(adv.min()), float(adv.max())
+        if lo >= 0.0 or hi <= 0.0:
+            act = adv[mask]
+            lo, hi = float(act.min()), float(act.max())
+        self.adv_min = min(self.adv_min, lo)
+        self.adv_max = max(self.adv_max, hi)
+        self.adv_sum += float(adv.sum(dtype=np.float64))
+
+    def as_dict(self, run: Run, rows_written: int, tokens_written: int) -> dict[str, Any]:
+        n = self.action_tokens
+        out: dict[str, Any] = {
+            "method": run.params.method,
+            "convention": run.params.convention,
+            "rows": run.rows.n_rows,
+            "rows_written": rows_written,
+            "rollouts": run.rows.n_rollouts,
+            "tokens_written": tokens_written,
+            "action_tokens_written": n,
+            "dropped": run.plan.dropped,
+            "advantage_min": self.adv_min if n else 0.0,
+            "advantage_max": self.adv_max if n else 0.0,
+            "advantage_mean": self.adv_sum / n if n else 0.0,
+        }
+        if run.rows.group_keys is not None:
+            out["groups"] = len(run.rows.group_keys)
+        out.update(run.plan.stats)
+        return out
+
+
+def annotate(
+    inputs: Inputs,
+    out: str | os.PathLike[str],
+    *,
+    method: str,
+    convention: str = "seed",
+    col: list[str] | None = None,
+    fmt: str | None = None,
+    force: bool = False,
+    critic: CriticOptions | None = None,
+    stage: Stage = no_stage,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+    **params: Any,
+) -> dict[str, Any]:
+    """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
+
+    ``critic`` scores the values when the log has none.
+    """
+    started = time.perf_counter()
+    out = os.fspath(out)
+    p = methods.resolve(method, convention, **params)
+    paths = _paths(inputs)
+    fmt = output_format(out, fmt)
+    check_output(out, paths, force=force)
+    source, roles = open_log(paths, col)
+    scorer = None
+    if critic is not None and roles["values"] is None:
+        scorer = CriticScorer(critic, source.sources, roles)
+    run = plan_run(source, roles, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
+    summary = Summary()
+    with stage("annotating"):
+        batches = summary.counted(run.annotated())
+        rows, tokens = _write(out, fmt, run.metadata(), batches, progress)
+    result = summary.as_dict(run, rows, tokens)
+    result.update(output=out, seconds=round(time.perf_counter() - started, 3))
+    return result
+
+
+def annotate_table(
+    table: pa.Table,
+    *,
+    method: str,
+    convention: str = "seed",
+    col: list[str] | None = None,
+    **params: Any,
+) -> pa.Table:
+    """``annotate`` on a table in memory: the table with the method's columns, its rows in
+    order (less any the method drops); the run's metadata is the schema's ``advcli`` key.
+    Errors name rows of ``<table>``."""
+    p = methods.resolve(method, convention, **params)
+    mapping = parse_col_mapping(col)
+    roles = resolve_roles(table.schema, mapping, "<table>")
+    source = TableSource(table, Sources(files=["<table>"], row_counts=[table.num_rows]))
+    run = plan_run(source, roles, p)
+    tables = [batch.table for batch in run.annotated()]
+    annotated = pa.concat_tables(tables) if tables else table.slice(0, 0)
+    metadata = {METADATA_KEY: json.dumps(run.metadata(), sort_keys=True)}
+    return annotated.replace_schema_metadata(metadata)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What ``advcli audit`` found: the report, and the groups behind its counts."""
+
+    report: AuditReport
+    files: list[str]
+    rows: Rows
+    stats: G.GroupStats
+
+    def prompt_ids(self, kind: str) -> list[Any]:
+        """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
+        appearance."""
+        flags = {"zero-variance": self.stats.zero_variance, "singleton": self.stats.singleton}
+        if kind not in flags:
+            msg = f"expected zero-variance or singleton, saw {kind!r}"
+            raise UsageError(msg)
+        assert self.rows.group_keys is not None
+        return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.report.__dict__ | {"files": self.files}
+
+
+def audit(
+    inputs: Inputs,
+    *,
+    col: list[str] | None = None,
+    tol: float = 1e-9,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Audit:
+    """``advcli audit``: zero-variance and singleton accounting of one log (streamed)."""
+    source, roles = open_log(_paths(inputs), col)
+    if roles["prompt_id"] is None:
+        msg = (
+            f"{', '.join(source.sources.files)}: no 'prompt_id' column, so no groups to audit. "
+            f"Columns found: {', '.join(source.schema.names)}. "
+            "Hint: name the group key with --col prompt_id=COLUMN"
+        )
+        raise UsageError(msg)
+    require(roles, source.schema.names, source.sources, {"prompt_id", "reward"})
+    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    assert rows.group_keys is not None
+    counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+    rewards = rows.rollout_rewards()
+    codes = rows.rollout_groups()
+    stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
+    action_tokens = np.bincount(
+        rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
+    )
+    report = audit_groups(rewards, codes, stats, action_tokens)
+    return Audit(report, source.sources.files, rows, stats)
+
+
+def describe(
+    inputs: Inputs,
+    *,
+    col: list[str] | None = None,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> dict[str, Any]:
+    """``advcli schema``: column roles and types, rows and token statistics (streamed)."""
+    source, roles = open_log(_paths(inputs), col)
+    role_of = {column: role for role, column in roles.columns.items() if column}
+    columns = {
+        f.name: (describe_type(f.type), role_of.get(f.name, "passthrough")) for f in source.schema
+    }
+    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    counts = token_counts(source, roles, values=True, progress=progress, batch_rows=batch_rows)
+    mask_note = {
+        "action_mask": f"column '{roles['action_mask']}'",
+        "spans": f"spans in column '{roles['spans']}'",
+        "all": "no mask and no spans: every token is treated as an action",
+    }[roles.mask_source]
+    return {
+        "files": source.sources.files,
+        "columns": columns,
+        "rows": rows.n_rows,
+        "rollouts": rows.n_rollouts,
+        "segmented": rows.segmented,
+        "groups": len(rows.group_keys) if rows.group_keys is not None else None,
+        "tokens": int(counts.tokens.sum()),
+        "action_tokens": int(counts.actions.sum()),
+        "tokens_per_row_min": int(counts.tokens.min()),
+        "tokens_per_row_mean": float(counts.tokens.mean()),
+        "tokens_per_row_max": int(counts.tokens.max()),
+        "actions": mask_note,
+    }
+
+
+def score(
+    inputs: Inputs,
+    out: str | os.PathLike[str],
+    critic: CriticOptions | str | os.PathLike[str],
+    *,
+    col: list[str] | None = None,
+    fmt: str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> dict[str, Any]:
+    """``advcli score``: add (or replace) a ``values`` column computed by the critic
+    (``critic``: its options, or the path of the ONNX file)."""
+    started = time.perf_counter()
+    out = os.fspath(out)
+    opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
+    paths = _paths(inputs)
+    fmt = output_format(out, fmt)
+    check_output(out, paths, force=force)
+    source, roles = open_log(paths, col)
+    require(roles, source.schema.names, source.sources, set())
+    scorer = CriticScorer(opts, source.sources, roles)
+    column = roles["values"] or "values"
+
+    def scored() -> Iterator[tuple[pa.Table, int]]:
+        for row0, table in prefetch(source.batches(None, batch_rows)):
+            tok = extract_tokens(table, roles, source.sources, row0, values=False)
+            values = scorer(row0, table, tok)
+            if column in table.column_names:
+                table = table.drop_columns([column])
+            yield table.append_column(column, float_list(values, tok.offsets)), int(tok.offsets[-1])
+
+    metadata = {
+        **scorer.metadata,
+        "advcli_version": __version__,
+        "command": "score",
+        "inputs": source.sources.files,
+    }
+    rows, tokens = _write(out, fmt, metadata, scored(), progress)
+    return {
+        "rows": rows,
+        "tokens": tokens,
+        "provider": scorer.critic.provider,
+        "tokens_per_second": scorer.tokens_per_second,
+        "truncated_rows": scorer.truncated_rows,
+        "output": out,
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -1,0 +1,264 @@
+"""The engine: one method over one log, in passes, the same for every method.
+
+1. the per-row columns of the whole log (ids, rewards, times, flags) are read and validated,
+   and the method plans every row (:meth:`~advcli.methods.Method.plan`);
+2. each token pass the method asks for streams the token columns it needs, batch by batch,
+   and refines the plan (:class:`~advcli.methods.TokenPass`);
+3. the final pass streams every column, the method turns each batch's tokens into per-token
+   columns, and :meth:`Run.annotated` yields the batches annotated, in input order.
+
+Inputs on disk are read again at every pass, so memory is bounded by a few batches, not by the
+log; reading runs on its own thread. The engine knows nothing of any one method: what it needs,
+which passes it makes and what it writes come from the method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from advcli import __version__, methods
+from advcli.core.ragged import lengths, row_of
+from advcli.errors import DataError, RowError
+from advcli.io.arrow import float_list
+from advcli.io.rollouts import (
+    Rows,
+    Tokens,
+    extract_rows,
+    extract_tokens,
+    require,
+    row_columns,
+    token_columns,
+)
+from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
+from advcli.io.sources import LogSource, Sources, open_source, prefetch
+from advcli.methods import Method, Plan
+from advcli.params import Params
+
+BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
+
+Stage = Callable[[str], contextlib.AbstractContextManager[Any]]
+"""``stage(name)``: a context naming the work that runs inside it (the progress line)."""
+Progress = Callable[[int, int], None]
+"""``progress(rows done, tokens done)``: called after every batch of the pass that writes."""
+
+
+def no_stage(_name: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+def open_log(inputs: list[str], col: list[str] | None = None) -> tuple[LogSource, Roles]:
+    """A log to read in passes, and the column that plays each role (``--col ROLE=COLUMN``)."""
+    mapping = parse_col_mapping(col)
+    source = open_source(inputs, mapping)
+    return source, resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+
+
+class Scorer(Protocol):
+    """Values for a batch of rows (a critic): float32 per token, and what it is."""
+
+    metadata: dict[str, Any]
+
+    def __call__(self, row0: int, table: pa.Table, tokens: Tokens) -> np.ndarray: ...
+
+
+class ValueCache:
+    """A scorer that runs on the first pass over a log only: its values (float32, as the
+    critic gives them) go to an unnamed temporary file, and every later pass, which asks for
+    the same batches from row 0 again, reads them back in order."""
+
+    def __init__(self, scorer: Scorer):
+        self.scorer = scorer
+        self.metadata = scorer.metadata
+        # Unnamed: nothing is left on disk, however the process ends.
+        self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
+        self.scored_rows = 0  # rows scored so far: the first pass
+
+    def __call__(self, row0: int, table: pa.Table, tokens: Tokens) -> np.ndarray:
+        if row0 == 0:
+            self.file.seek(0)
+        if row0 < self.scored_rows:  # a later pass
+            n_tokens = int(tokens.offsets[-1])
+            return np.fromfile(self.file, dtype=np.float32, count=n_tokens)
+        values = self.scorer(row0, table, tokens)
+        np.asarray(values, dtype=np.float32).tofile(self.file)
+        self.scored_rows = row0 + len(tokens.offsets) - 1
+        return values
+
+
+@contextlib.contextmanager
+def located(sources: Sources, roles: Roles) -> Iterator[None]:
+    """Raise a :class:`RowError` again with the file, row and column it is about."""
+    try:
+        yield
+    except RowError as exc:
+        column = next((roles[r] for r in exc.roles if roles[r]), None)
+        raise DataError(f"{sources.at(exc.row, column)}: {exc.problem}") from None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of the final pass: the annotated rows (dropped rows left out), and the flat
+    advantages and action mask of the rows kept."""
+
+    table: pa.Table
+    advantages: np.ndarray
+    mask: np.ndarray
+
+
+@dataclass
+class Run:
+    """A method planned over a log: :meth:`annotated` streams the result."""
+
+    source: LogSource
+    roles: Roles
+    params: Params
+    method: Method[Any]
+    rows: Rows
+    plan: Plan
+    scorer: Scorer | None = None
+    batch_rows: int = BATCH_ROWS
+
+    @property
+    def sources(self) -> Sources:
+        return self.source.sources
+
+    def tokens(
+        self, names: list[str] | None, *, values: bool
+    ) -> Iterator[tuple[int, pa.Table, Tokens]]:
+        """Batches of validated tokens (values from the log, or scored by the critic)."""
+        from_log = values and self.scorer is None
+        for row0, table in prefetch(self.source.batches(names, self.batch_rows)):
+            tok = extract_tokens(table, self.roles, self.sources, row0, values=from_log)
+            if values and self.scorer is not None:
+                tok.values = self.scorer(row0, table, tok)
+                _check_scored(tok, row0)
+            yield row0, table, tok
+
+    def annotated(self) -> Iterator[Batch]:
+        """The final pass: every column, annotated, batch by batch in input order."""
+        plan = self.plan
+        with located(self.sources, self.roles):
+            for row0, table, tok in self.tokens(None, values=self.method.reads_values):
+                columns = self.method.apply(plan, tok, row0, self.params)
+                n = len(tok.offsets) - 1
+                new = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
+                for name, per_row in plan.columns.items():
+                    new[name] = pa.array(per_row[row0 : row0 + n], from_pandas=True)
+                out = table
+                for name, column in new.items():
+                    if name in out.column_names:
+                        out = out.drop_columns([name])
+                    out = out.append_column(name, column)
+                adv = columns["advantages"]
+                keep = plan.keep[row0 : row0 + n] if plan.keep is not None else None
+                if keep is not None and not keep.all():
+                    token_keep = np.repeat(keep, lengths(tok.offsets))
+                    yield Batch(out.filter(pa.array(keep)), adv[token_keep], tok.mask[token_keep])
+                else:
+                    yield Batch(out, adv, tok.mask)
+
+    def metadata(self) -> dict[str, Any]:
+        """What an annotated output records about the run."""
+        meta: dict[str, Any] = {
+            "advcli_version": __version__,
+            "method": self.params.method,
+            "params": self.params.as_dict(),
+            "inputs": self.sources.files,
+            "roles": {k: v for k, v in self.roles.columns.items() if v},
+        }
+        if self.scorer is not None and self.method.reads_values:
+            meta.update(self.scorer.metadata)
+        return meta
+
+
+def _check_scored(tokens: Tokens, row0: int) -> None:
+    assert tokens.values is not None
+    bad = tokens.mask & ~np.isfinite(tokens.values)
+    if bad.any():
+        row = row0 + int(row_of(tokens.offsets)[np.flatnonzero(bad)[0]])
+        problem = (
+            "the critic gave no value for an action token (a row's first token has no earlier "
+            "output to shift from). Hint: pass --no-shift if the model outputs V(s_t) itself"
+        )
+        raise RowError(row, ("input_ids",), problem)
+
+
+def plan_run(
+    source: LogSource,
+    roles: Roles,
+    params: Params,
+    *,
+    scorer: Scorer | None = None,
+    stage: Stage = no_stage,
+    batch_rows: int = BATCH_ROWS,
+) -> Run:
+    """Validate the log's per-row columns and plan the method (running the passes it needs).
+
+    ``scorer`` gives the values when the log has none (a critic).
+    """
+    method = methods.get(params.method)
+    needs = set(method.roles) - ({"values"} if scorer is not None else set())
+    require(roles, source.schema.names, source.sources, needs)
+    with stage("reading per-row columns"):
+        rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows)
+    with located(source.sources, roles):
+        run.plan = method.plan(rows, params)
+        passes = method.passes(rows, params)
+        if scorer is not None and method.reads_values and any(p.reads_values for p in passes):
+            run.scorer = ValueCache(scorer)  # several passes read the values: score them once
+        for token_pass in passes:
+            with stage(token_pass.title):
+                names = token_columns(roles, values=token_pass.reads_values)
+                for row0, _, tok in run.tokens(names, values=token_pass.reads_values):
+                    token_pass.observe(run.plan, row0, tok)
+                run.plan = token_pass.finish(run.plan)
+    return run
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """Per row: its tokens, its action tokens, and its action tokens among its first
+    ``within`` tokens (all of them without ``within``)."""
+
+    tokens: np.ndarray
+    actions: np.ndarray
+    actions_within: np.ndarray
+
+
+def token_counts(
+    source: LogSource,
+    roles: Roles,
+    *,
+    values: bool = False,
+    within: int | None = None,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> TokenCounts:
+    """Token and action counts of every row, from one validating pass over the token columns
+    (``values``: the critic values too, if the log has them)."""
+    n_rows = source.n_rows
+    tokens, actions, actions_within = (np.zeros(n_rows, dtype=np.int64) for _ in range(3))
+    values = values and roles["values"] is not None
+    done = 0
+    for row0, table in prefetch(source.batches(token_columns(roles, values=values), batch_rows)):
+        tok = extract_tokens(table, roles, source.sources, row0, values=values)
+        starts, ends = tok.offsets[:-1], tok.offsets[1:]
+        before = np.zeros(len(tok.mask) + 1, dtype=np.int64)  # action tokens before each token
+        np.cumsum(tok.mask, out=before[1:])
+        at = slice(row0, row0 + len(starts))
+        tokens[at] = ends - starts
+        actions[at] = before[ends] - before[starts]
+        cut = ends if within is None else np.minimum(ends, starts + within)
+        actions_within[at] = before[cut] - before[starts]
+        done += int(tok.offsets[-1])
+        if progress:
+            progress(at.stop, done)
+    return TokenCounts(tokens, actions, actions_within)

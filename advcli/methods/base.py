@@ -1,0 +1,115 @@
+"""What a method is: the protocol every estimator follows, and the plan it makes.
+
+A method runs in two steps, so that a log larger than memory streams through it:
+
+1. :meth:`Method.plan` decides everything per row from the log's per-row columns (rewards,
+   groups, completion times, ...): one small array per row, whatever the log's size;
+2. :meth:`Method.apply` turns one batch of rows' tokens into per-token columns, needing
+   nothing outside the batch and its plan. So any batching gives the same numbers.
+
+A method that needs statistics of the tokens before it can apply (action counts, whitening
+moments, values carried across segments) declares :class:`TokenPass` es: the engine streams
+the token columns through each pass in turn, and each pass refines the plan.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+
+from advcli.core import group as G
+from advcli.core.conventions import Convention
+from advcli.io.rollouts import Rows, Tokens
+from advcli.params import Param, Params
+
+BATCHES_PANEL = "Group and batch baselines"
+
+
+def _positive(value: Any, _: object) -> str | None:
+    if value is not None and value < 1:
+        return f"--batch-size {value}: expected a positive integer"
+    return None
+
+
+def ddof_check(value: Any, _: object) -> str | None:
+    """A ddof is 0 or 1."""
+    if value not in (0, 1):
+        return "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"
+    return None
+
+
+BATCH_SIZE = Param(
+    "batch_size",
+    int,
+    None,
+    "Rollouts per completion-ordered batch (batch-mean, whitening).",
+    BATCHES_PANEL,
+    check=_positive,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What a method decided per row before seeing the tokens of the final pass."""
+
+    columns: dict[str, np.ndarray]  # per-row output columns, in output order
+    keep: np.ndarray | None = None  # bool per row; None keeps every row
+    dropped: dict[str, int] = field(default_factory=dict)  # rows dropped, by reason
+    stats: dict[str, Any] = field(default_factory=dict)  # for the summary
+
+
+PlanT = TypeVar("PlanT", bound=Plan)
+
+
+class TokenPass(ABC, Generic[PlanT]):
+    """A pass over the token columns that a method needs before its final one.
+
+    The engine calls :meth:`observe` for every batch of rows, in order, then :meth:`finish`,
+    which returns the refined plan.
+    """
+
+    title: ClassVar[str]  # what the progress line shows while it runs
+    reads_values: bool = False  # whether it reads the critic values
+
+    @abstractmethod
+    def observe(self, plan: PlanT, row0: int, tokens: Tokens) -> None: ...
+
+    @abstractmethod
+    def finish(self, plan: PlanT) -> PlanT: ...
+
+
+class Method(ABC, Generic[PlanT]):
+    """One estimator. Subclasses set the class attributes and implement :meth:`plan` and
+    :meth:`apply`; register an instance in :mod:`advcli.methods`."""
+
+    name: ClassVar[str]  # what --method takes
+    summary: ClassVar[str]  # the advantage it computes, for the README's method table
+    roles: ClassVar[tuple[str, ...]]  # the columns it needs besides input_ids
+    reads_values: ClassVar[bool] = False  # reads critic values (a --critic can score them)
+    parameters: ClassVar[tuple[Param, ...]] = ()  # the run parameters it reads
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        """Defaults of this method under ``convention``, before the convention's own."""
+        return {}
+
+    @abstractmethod
+    def plan(self, rows: Rows, p: Params) -> PlanT:
+        """The per-row plan, from the log's per-row columns."""
+
+    def passes(self, rows: Rows, p: Params) -> list[TokenPass[PlanT]]:
+        """The token passes to run before the final one, in order."""
+        return []
+
+    @abstractmethod
+    def apply(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
+        """Per-token columns (``advantages`` first) of the batch whose first row is ``row0``."""
+
+
+def completion_batches(rows: Rows, batch_size: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per rollout: its batch (``--batch-size`` consecutive rollouts in completion order) and
+    whether that batch is a trailing short one; and the number of batches."""
+    batch_id, partial = G.completion_batches(rows.completion_order(), batch_size)
+    return batch_id, partial, int(batch_id.max()) + 1 if len(batch_id) else 0

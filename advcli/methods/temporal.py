@@ -1,0 +1,549 @@
+"""Temporal estimators: per-token advantages over a rollout's time steps, from its rewards and
+(for mc, td and gae) its critic values. The recursions are in :mod:`advcli.core.temporal`; here
+they meet the log: which tokens are steps, where rewards sit, what comes after a row's last step
+(a bootstrap value, the next segment), and the batch whitening.
+
+Time steps are the action tokens (``--observations skip``), or every token from a row's first
+to last action (``step``). The outcome reward sits on the last action token; ``token_rewards``
+add per token. After the last step comes 0, or ``bootstrap_value`` when the row is truncated.
+
+Segments of one rollout (rows sharing ``rollout_id``, ordered by ``segment_index``):
+
+- ``--segments compaction``: every segment is its own sample with the rollout's reward on its
+  last action, its advantages scaled by (gamma * lambda) ** (action tokens in later segments);
+- ``--segments chain``: one recursion over all segments; each segment's last step bootstraps
+  from what the next segment starts with (:class:`ChainPass`).
+
+Token passes before the final one, as the run needs them: action counts (adaptive lambda,
+compaction), the segment chain, whitening moments per batch (merged with Chan's formula).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from advcli.core import group as G
+from advcli.core import temporal as T
+from advcli.core.conventions import WHITEN_EPS, Convention
+from advcli.core.ragged import lengths
+from advcli.core.scan import linear_scan
+from advcli.errors import RowError, UsageError
+from advcli.io.rollouts import Rows, Tokens
+from advcli.methods.base import (
+    BATCH_SIZE,
+    Method,
+    Plan,
+    TokenPass,
+    completion_batches,
+    ddof_check,
+)
+from advcli.params import Param, Params, in_unit_interval
+
+PANEL = "Temporal estimators"
+Lam = float | np.ndarray  # a scalar, or one per row
+Deltas = Callable[[], np.ndarray]
+
+
+def _parse_lam(text: str) -> float | str:
+    if text == "adaptive":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        msg = f"--lam {text!r}: expected a number in [0, 1] or 'adaptive'"
+        raise UsageError(msg) from None
+
+
+_lam_range = in_unit_interval("--lam", " or 'adaptive'")
+
+
+def _check_lam(value: Any, values: Any) -> str | None:
+    if value != "adaptive":
+        return _lam_range(value, values)
+    if values["alpha"] is None or values["alpha"] <= 0:
+        return "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"
+    return None
+
+
+GAMMA = Param(
+    "gamma", float, 1.0, "Discount per action step.", PANEL, check=in_unit_interval("--gamma")
+)
+LAM = Param(
+    "lam",
+    str,
+    "0.95",
+    "GAE lambda, or 'adaptive' (needs --alpha).",
+    PANEL,
+    parse=_parse_lam,
+    check=_check_lam,
+)
+ALPHA = Param("alpha", float, None, "Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1).", PANEL)
+LAM_CRITIC = Param(
+    "lam_critic",
+    float,
+    1.0,
+    "Lambda of the returns (critic targets).",
+    PANEL,
+    check=in_unit_interval("--lam-critic"),
+)
+OBSERVATIONS = Param(
+    "observations",
+    str,
+    None,
+    "skip (not time steps) or step (zero-reward, zero-value steps).",
+    PANEL,
+    choices=("skip", "step"),
+    conventional=True,
+)
+SEGMENTS = Param(
+    "segments",
+    str,
+    "compaction",
+    "Segmented rollouts: compaction or chain.",
+    PANEL,
+    choices=("compaction", "chain"),
+)
+WHITEN = Param(
+    "whiten",
+    str,
+    "none",
+    "none or batch (token-weighted, per batch).",
+    PANEL,
+    choices=("none", "batch"),
+    conventional=True,
+)
+WHITEN_DDOF = Param(
+    "whiten_ddof", int, None, "ddof of whitening.", PANEL, conventional=True, check=ddof_check
+)
+STRICT = Param(
+    "strict", bool, False, "A reward on a non-action token is an error, not moved.", PANEL
+)
+
+PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, STRICT)
+_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT, LAM, ALPHA)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemporalPlan(Plan):
+    outcome: np.ndarray  # per row: the reward on its last action (0 for a chained segment's)
+    tail: np.ndarray  # per row: the value after its last step, for the advantages
+    tail_critic: np.ndarray  # the same for the returns (their lambda may differ)
+    lam: float | np.ndarray  # scalar, or one per row (adaptive)
+    scale: np.ndarray | None = None  # compaction: (gamma * lambda) ** N_{>s}, per row
+    scale_critic: np.ndarray | None = None  # the same with the returns' lambda
+    whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
+    whiten_std: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A batch of rows as time steps; ``step_offsets`` cuts them into rows."""
+
+    step_offsets: np.ndarray
+    is_action: np.ndarray  # bool per step
+    values: np.ndarray  # V at each step (0 off actions; 0 everywhere without values)
+    rewards: np.ndarray  # per step
+
+    def rows(self, row0: int) -> np.ndarray:
+        """The global row of every step."""
+        steps = lengths(self.step_offsets)
+        return np.repeat(np.arange(row0, row0 + len(steps)), steps)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What a method computed on a batch's steps, before whitening."""
+
+    steps: Steps
+    advantages: np.ndarray  # per step
+    returns: np.ndarray  # per step; value methods: without V added
+
+
+class TemporalMethod(Method[TemporalPlan]):
+    """A per-token estimator over time steps. Subclasses give :meth:`estimates`."""
+
+    value_returns: ClassVar[bool]  # returns are the critic's targets (GAE with lam_critic + V)
+
+    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+        """The lambda that discounts the advantages from one step to the one before."""
+        return 1.0
+
+    def outcomes(self, rows: Rows, p: Params) -> np.ndarray:
+        """Per row: the reward of its rollout."""
+        assert rows.reward is not None
+        return rows.reward[rows.last_segment_row()][rows.rollout_codes]
+
+    @abstractmethod
+    def estimates(
+        self,
+        steps: Steps,
+        p: Params,
+        tail: np.ndarray,
+        tail_critic: np.ndarray,
+        lam: float | np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(advantages, returns)`` per step; ``tail`` is the value after each row's last step
+        (``tail_critic`` the same for the returns); ``steps`` has no advantages yet."""
+
+    def plan(self, rows: Rows, p: Params) -> TemporalPlan:
+        last_seg = rows.is_last_segment()
+        outcome = self.outcomes(rows, p)
+        if rows.segmented and p.segments == "chain":
+            outcome = np.where(last_seg, outcome, 0.0)
+        tail = np.where(last_seg, rows.bootstrap, 0.0)
+        return TemporalPlan(
+            columns={}, outcome=outcome, tail=tail, tail_critic=tail.copy(), lam=p.lam
+        )
+
+    def passes(self, rows: Rows, p: Params) -> list[TokenPass[TemporalPlan]]:
+        passes: list[TokenPass[TemporalPlan]] = []
+        if p.lam == "adaptive" or (rows.segmented and p.segments == "compaction"):
+            passes.append(CountPass(self, rows, p))
+        if rows.segmented and p.segments == "chain":
+            passes.append(ChainPass(self, rows, p))
+        if p.whiten == "batch":
+            passes.append(WhitenPass(self, rows, p))
+        return passes
+
+    def steps(
+        self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params, *, local: bool = False
+    ) -> Estimates:
+        """The method on one batch, before whitening. ``local``: as if nothing came after each
+        row's last step (what :class:`ChainPass` measures)."""
+        n = len(tokens.offsets) - 1
+        rows = slice(row0, row0 + n)
+        positions, step_offsets = T.step_positions(tokens.mask, tokens.offsets, p.observations)
+        outcome = plan.outcome[rows]
+        if tokens.token_rewards is None:
+            rewards, orphaned = T.outcome_on_steps(step_offsets, outcome)
+            moved = np.zeros(n, dtype=bool)
+        else:
+            per_token, moved, orphaned = T.place_rewards(
+                tokens.mask, tokens.offsets, outcome, tokens.token_rewards
+            )
+            rewards = per_token[positions]
+        _check_rewards(orphaned, moved, row0, strict=p.strict)
+        # With observations skipped the steps are exactly the action tokens: boolean gathers and
+        # scatters then move the data (twice as fast as index arrays, masks coming in spans).
+        skip = p.observations == "skip"
+        is_action = np.ones(len(positions), dtype=bool) if skip else tokens.mask[positions]
+        if self.reads_values:
+            assert tokens.values is not None
+            if skip:
+                values = tokens.values[tokens.mask].astype(np.float64)
+            else:
+                values = np.take(tokens.values, positions).astype(np.float64)
+                values[~is_action] = 0.0
+        else:
+            values = np.zeros(len(positions))
+        lam = plan.lam if np.ndim(plan.lam) == 0 else plan.lam[rows]  # type: ignore[index]
+        tail = np.zeros(n) if local else plan.tail[rows]
+        tail_critic = np.zeros(n) if local else plan.tail_critic[rows]
+        steps = Steps(step_offsets, is_action, values, rewards)
+        adv, returns = self.estimates(steps, p, tail, tail_critic, lam)
+        if plan.scale is not None:
+            step_lens = lengths(step_offsets)
+            adv *= np.repeat(plan.scale[rows], step_lens)
+            if self.value_returns:
+                assert plan.scale_critic is not None
+                returns *= np.repeat(plan.scale_critic[rows], step_lens)
+        return Estimates(steps, adv, returns)
+
+    def apply(
+        self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params
+    ) -> dict[str, np.ndarray]:
+        """Whiten if planned, then the steps' results as per-token float32 columns."""
+        est = self.steps(plan, tokens, row0, p)
+        steps, adv = est.steps, est.advantages
+        if plan.whiten_mean is not None:
+            assert plan.whiten_std is not None
+            rows = steps.rows(row0)
+            act = steps.is_action
+            adv = adv.copy()
+            adv[act] = (adv[act] - plan.whiten_mean[rows[act]]) / plan.whiten_std[rows[act]]
+        returns = est.returns + steps.values if self.value_returns else est.returns
+        return {
+            "advantages": _scatter(adv, steps, tokens.mask),
+            "returns": _scatter(returns, steps, tokens.mask),
+        }
+
+
+def _check_rewards(orphaned: np.ndarray, moved: np.ndarray, row0: int, *, strict: bool) -> None:
+    roles = ("token_rewards", "reward")  # the column that holds the reward in question
+    if orphaned.any():
+        problem = (
+            "a reward comes before the row's first action token, so no action can take it. "
+            "Hint: check the action mask, or move the reward"
+        )
+        raise RowError(row0 + int(np.flatnonzero(orphaned)[0]), roles, problem)
+    if strict and moved.any():
+        problem = (
+            "a reward sits on a non-action token (--strict forbids moving it to the preceding "
+            "action). Hint: drop --strict"
+        )
+        raise RowError(row0 + int(np.flatnonzero(moved)[0]), roles, problem)
+
+
+def _scatter(step_values: np.ndarray, steps: Steps, mask: np.ndarray) -> np.ndarray:
+    """Per-token float32 array: step values on the action tokens, exactly 0 elsewhere.
+
+    The action steps, in order, are the tokens where ``mask`` is set (a boolean scatter).
+    """
+    out = np.zeros(len(mask), dtype=np.float32)
+    values = step_values.astype(np.float32)  # a scatter that also casts is twice as slow
+    out[mask] = values if steps.is_action.all() else values[steps.is_action]
+    return out
+
+
+# --------------------------------------------------------------------------- token passes
+
+
+class CountPass(TokenPass[TemporalPlan]):
+    """Action tokens per row: for the adaptive lambda, and for compaction's scale."""
+
+    title = "counting action tokens"
+
+    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+        self.method, self.rows, self.p = method, rows, p
+        self.counts = np.zeros(rows.n_rows, dtype=np.int64)
+
+    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
+        self.counts[row0 : row0 + len(tokens.offsets) - 1] = tokens.action_counts()
+
+    def finish(self, plan: TemporalPlan) -> TemporalPlan:
+        rows, p = self.rows, self.p
+        if p.lam == "adaptive":
+            per_rollout = np.bincount(rows.rollout_codes, weights=self.counts)
+            lam = T.adaptive_lambda(per_rollout, p.alpha)[rows.rollout_codes]
+            plan = replace(plan, lam=lam, columns={**plan.columns, "lam": lam})
+        if rows.segmented and p.segments == "compaction":
+            # Segment s is its own sample, discounted by the actions after it.
+            after = T.actions_after(self.counts, rows.rollout_codes, rows.segment_rank)
+            plan = replace(
+                plan,
+                scale=np.power(p.gamma * self.method.lambda_eff(plan.lam), after),
+                scale_critic=np.power(p.gamma * p.lam_critic, after),
+            )
+        return plan
+
+
+class ChainPass(TokenPass[TemporalPlan]):
+    """Each segment's tail from the segments after it (``--segments chain``).
+
+    With C(s) the amount the recursion adds at the last step of segment s,
+    C(s) = gamma * V_first(s+1) + gamma * lambda * A_first(s+1), and with A_first computed with
+    no tail ("local"), C(s) = b(s+1) + (gamma * lambda) ** n(s+1) * C(s+1), where
+    b = gamma * V_first + gamma * lambda * A_local_first and n is a segment's step count.
+    The tail is C / gamma: the value after the last step that makes the core add C.
+    """
+
+    title = "carrying values across segments"
+
+    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+        self.method, self.rows, self.p = method, rows, p
+        self.reads_values = method.reads_values
+        n = rows.n_rows
+        self.steps = np.zeros(n)
+        self.value = np.zeros(n)
+        self.advantage = np.zeros(n)
+        self.advantage_critic = np.zeros(n) if method.value_returns else None
+
+    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
+        est = self.method.steps(plan, tokens, row0, self.p, local=True)
+        counts = lengths(est.steps.step_offsets)
+        has = counts > 0
+        first = est.steps.step_offsets[:-1][has]
+        at = slice(row0, row0 + len(counts))
+        self.steps[at] = counts
+        self.value[at][has] = est.steps.values[first]
+        self.advantage[at][has] = est.advantages[first]
+        if self.advantage_critic is not None:
+            self.advantage_critic[at][has] = est.returns[first]
+
+    def finish(self, plan: TemporalPlan) -> TemporalPlan:
+        rows, p = self.rows, self.p
+        order = np.lexsort((-rows.segment_rank, rows.rollout_codes))  # per rollout, last first
+        codes = rows.rollout_codes[order]
+        first_of_rollout = np.r_[True, codes[1:] != codes[:-1]]
+        n = self.steps[order]
+
+        def carried(lam: float | np.ndarray, first_advantage: np.ndarray, tail: np.ndarray):
+            lam_o = np.broadcast_to(lam, (rows.n_rows,))[order]
+            b = p.gamma * self.value[order] + p.gamma * lam_o * first_advantage[order]
+            a = np.power(p.gamma * lam_o, n)
+            x = np.empty(rows.n_rows)
+            x[1:] = b[:-1]
+            coef = np.empty(rows.n_rows)
+            coef[1:] = a[:-1]
+            x[first_of_rollout] = p.gamma * tail[order][first_of_rollout]
+            coef[first_of_rollout] = 0.0
+            carry = linear_scan(x, coef)
+            out = np.empty(rows.n_rows)
+            out[order] = carry / p.gamma if p.gamma > 0 else 0.0
+            return out
+
+        plan = replace(
+            plan, tail=carried(self.method.lambda_eff(plan.lam), self.advantage, plan.tail)
+        )
+        if self.advantage_critic is not None:
+            tail_critic = carried(p.lam_critic, self.advantage_critic, plan.tail_critic)
+            plan = replace(plan, tail_critic=tail_critic)
+        return plan
+
+
+class WhitenPass(TokenPass[TemporalPlan]):
+    """Mean and variance of the advantages over each batch's action tokens (``--whiten
+    batch``): (A - mean) / sqrt(var + 1e-8), token-weighted, with ``--whiten-ddof``."""
+
+    title = "whitening statistics"
+
+    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+        self.method, self.p = method, p
+        self.reads_values = method.reads_values
+        batch_id, _, n_batches = completion_batches(rows, p.batch_size)
+        self.batch_of_row = batch_id[rows.rollout_codes]
+        self.moments = T.BatchMoments(n_batches)
+
+    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
+        est = self.method.steps(plan, tokens, row0, self.p)
+        act = est.steps.is_action
+        step_batch = self.batch_of_row[est.steps.rows(row0)]
+        self.moments.add(est.advantages[act], step_batch[act])
+
+    def finish(self, plan: TemporalPlan) -> TemporalPlan:
+        std = np.sqrt(self.moments.var(self.p.whiten_ddof) + WHITEN_EPS)
+        return replace(
+            plan,
+            whiten_mean=self.moments.mean[self.batch_of_row],
+            whiten_std=std[self.batch_of_row],
+        )
+
+
+# --------------------------------------------------------------------------- the methods
+
+
+class ValueMethod(TemporalMethod):
+    """An estimator from critic values; its returns (the critic's targets) are GAE with
+    ``--lam-critic`` plus V."""
+
+    roles = ("values", "reward")
+    reads_values = True
+    value_returns = True
+    parameters = (*_COMMON, LAM_CRITIC)
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"whiten": convention.temporal_whiten}
+
+    def estimates(
+        self,
+        steps: Steps,
+        p: Params,
+        tail: np.ndarray,
+        tail_critic: np.ndarray,
+        lam: float | np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        offsets = steps.step_offsets
+        delta_critic = T.td_errors(
+            steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=tail_critic
+        )
+        returns = T.gae_from_td(delta_critic, offsets, gamma=p.gamma, lam=p.lam_critic)
+
+        def deltas() -> np.ndarray:  # the same TD errors when both bootstrap alike
+            if np.array_equal(tail, tail_critic):
+                return delta_critic
+            return T.td_errors(steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=tail)
+
+        return self.advantages(steps, p, tail, lam, deltas), returns
+
+    @abstractmethod
+    def advantages(
+        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
+    ) -> np.ndarray:
+        """Per step; ``deltas()`` gives the TD errors bootstrapping from ``tail``."""
+
+
+class MonteCarlo(ValueMethod):
+    name = "mc"
+    summary = "G_k − V(a_k), G the discounted return over action tokens"
+
+    def advantages(
+        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
+    ) -> np.ndarray:
+        return T.monte_carlo(
+            steps.values, steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=tail
+        )
+
+
+class TemporalDifference(ValueMethod):
+    name = "td"
+    summary = "r_k + γ·V_next − V(a_k)"
+
+    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+        return 0.0
+
+    def advantages(
+        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
+    ) -> np.ndarray:
+        return deltas()
+
+
+class Gae(ValueMethod):
+    name = "gae"
+    summary = (
+        "δ_k + γλ·A_{k+1} (`--gamma`, `--lam`; `--lam adaptive --alpha A`: "
+        "λ = clamp(1 − 1/(A·l), 0, 1) per rollout, written as `lam`)"
+    )
+
+    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+        return lam
+
+    def advantages(
+        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
+    ) -> np.ndarray:
+        return T.gae_from_td(deltas(), steps.step_offsets, gamma=p.gamma, lam=lam)
+
+
+class ReinforcePP(TemporalMethod):
+    """REINFORCE++: the discounted return-to-go, whitened over the batch (by default)."""
+
+    name = "reinforce-pp"
+    summary = "discounted return-to-go, then whitened over the batch's action tokens"
+    roles = ("reward",)
+    value_returns = False
+    parameters = _COMMON
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"whiten": "batch"}
+
+    def estimates(
+        self,
+        steps: Steps,
+        p: Params,
+        tail: np.ndarray,
+        tail_critic: np.ndarray,
+        lam: float | np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        adv = T.discounted_returns(
+            steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=tail
+        )
+        return adv, adv.copy()
+
+
+class ReinforcePPBaseline(ReinforcePP):
+    name = "reinforce-pp-baseline"
+    summary = "the same after subtracting the group mean from R"
+    roles = ("prompt_id", "reward")
+
+    def outcomes(self, rows: Rows, p: Params) -> np.ndarray:
+        assert rows.group_keys is not None
+        codes = rows.rollout_groups()
+        stats = G.group_stats(rows.rollout_rewards(), codes, len(rows.group_keys), ddof=0, tol=0.0)
+        return super().outcomes(rows, p) - stats.mean[codes][rows.rollout_codes]
+
+
+METHODS = (MonteCarlo(), TemporalDifference(), Gae(), ReinforcePP(), ReinforcePPBaseline())

@@ -1,0 +1,151 @@
+"""``advcli shard`` and ``advcli verify``: annotated logs as training-ready Parquet shards.
+
+Shard streams: memory is bounded by one bucket of rows plus a few batches, not by the log.
+The decisions are pure steps on per-sample arrays; the data moves in three passes:
+
+1. :mod:`~advcli.shards.inputs` opens the log (planning the method for a raw log) and
+   measures every sample's tokens and action tokens (one pass over the token columns);
+2. :mod:`~advcli.shards.plan` decides drops, splits, order, packing and shards;
+   :mod:`~advcli.shards.layout` cuts the output into pieces and buckets;
+3. :mod:`~advcli.shards.route` streams the annotated rows into temporary bucket files;
+4. :mod:`~advcli.shards.write` writes the buckets, one at a time and in order, into the shards;
+5. :mod:`~advcli.shards.manifest` writes the manifest last; the folder is then renamed into
+   place (:func:`~advcli.io.writers.atomic_folder`), and ``verify`` checks it later.
+
+Options: :mod:`~advcli.shards.options`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from advcli import __version__
+from advcli.engine import BATCH_ROWS, Stage, no_stage
+from advcli.errors import DataError
+from advcli.io.sources import expand_inputs
+from advcli.io.writers import atomic_folder, check_output_folder
+from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
+from advcli.shards.layout import BUCKET_TOKENS, layout
+from advcli.shards.manifest import FORMAT, MANIFEST, build_manifest, verify
+from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
+from advcli.shards.plan import ShardPlan, plan_shards
+from advcli.shards.route import allow_open_files, route
+from advcli.shards.write import write_pieces
+
+__all__ = ["DEFAULT_TOKENS_PER_SHARD", "ShardOptions", "shard", "verify"]
+
+
+def write_shards(
+    target: Path,
+    inp: Input,
+    samples: Samples,
+    plan: ShardPlan,
+    opts: ShardOptions,
+    keep: list[str],
+    *,
+    force: bool,
+    stage: Stage = no_stage,
+    batch_rows: int = BATCH_ROWS,
+    bucket_tokens: int = BUCKET_TOKENS,
+) -> dict[str, Any]:
+    """Route and write into a temporary folder, then the manifest (last), then the rename."""
+    lay = layout(plan, bucket_tokens)
+    allow_open_files(lay.n_buckets, target)
+    shard_meta = {
+        "format": FORMAT,
+        "advcli_version": __version__,
+        "method": inp.metadata.get("method"),
+        "params": inp.metadata.get("params"),
+        "pack": opts.pack,
+        "loss_weights": opts.loss_weights,
+    }
+    with atomic_folder(target, force=force) as tmp:
+        buckets = tmp / ".buckets"
+        with stage("annotating" if inp.run is not None else "reading rows"):
+            token_keep = route(inp, samples, lay, keep, buckets, batch_rows)
+        with stage("writing shards"):
+            records = write_pieces(tmp, buckets, plan, lay, opts, token_keep, shard_meta)
+        buckets.rmdir()
+        manifest = build_manifest(inp, plan, opts, records)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def shard(
+    inputs: str | os.PathLike[str] | list[str],
+    out: str | os.PathLike[str],
+    opts: ShardOptions | None = None,
+    *,
+    method: str | None = None,
+    convention: str | None = None,
+    param: list[str] | None = None,
+    col: list[str] | None = None,
+    force: bool = False,
+    stage: Stage = no_stage,
+    batch_rows: int = BATCH_ROWS,
+    bucket_tokens: int = BUCKET_TOKENS,
+) -> dict[str, Any]:
+    """``advcli shard``: returns a summary; the folder ``out`` appears only when complete.
+
+    A raw log needs ``method`` (and takes ``convention`` and ``param``, annotate's options as
+    ``KEY=VALUE``); a log annotated by advcli keeps its own. ``batch_rows`` (rows read at a
+    time) and ``bucket_tokens`` (tokens held in memory while writing) change memory and speed,
+    never the output.
+    """
+    started = time.perf_counter()
+    opts = opts or ShardOptions()
+    paths = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    out = os.fspath(out)
+    check_options(opts)
+    if method is not None or convention is not None or param:
+        run_params(method or "grpo", convention, param)  # bad options fail before reading
+    target = check_output_folder(out, expand_inputs(paths), force=force)
+    inp = open_input(
+        paths,
+        method=method,
+        convention=convention,
+        param=param,
+        col=col,
+        stage=stage,
+        batch_rows=batch_rows,
+    )
+    keep = check_keep(inp, opts.keep)
+    with stage("counting tokens"):
+        samples = measure(inp, opts.pack, batch_rows)
+    with stage("planning"):
+        ids = inp.roles["input_ids"]
+        plan = plan_shards(samples, opts, lambda row: inp.sources.at(row, ids))
+    if not any(len(sp.order) for sp in plan.splits):
+        msg = (
+            f"{', '.join(inp.sources.files)}: no rows left to write "
+            f"(dropped: {plan.dropped or inp.dropped_by_method}). "
+            "Hint: drop --drop-zero-variance / --drop-singletons"
+        )
+        raise DataError(msg)
+    manifest = write_shards(
+        target,
+        inp,
+        samples,
+        plan,
+        opts,
+        keep,
+        force=force,
+        stage=stage,
+        batch_rows=batch_rows,
+        bucket_tokens=bucket_tokens,
+    )
+    return {
+        "output": out,
+        "method": manifest["method"],
+        "annotated_input": manifest["annotated_input"],
+        "layout": manifest["layout"],
+        **manifest["totals"],
+        "splits": {k: v["samples"] for k, v in manifest["splits"].items()},
+        "dropped": manifest["dropped"],
+        "truncated": manifest["truncated"],
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -1,0 +1,226 @@
+"""The log to shard: opened (and its method planned, for a raw log), and measured.
+
+A sample is one row of the annotated log: a rollout, or a segment of one when the log is
+segmented (each segment is its own training sample, as in ``--segments compaction``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from advcli.engine import BATCH_ROWS, Run, Stage, no_stage, open_log, plan_run, token_counts
+from advcli.errors import UsageError
+from advcli.io.jsonl import STDIN
+from advcli.io.rollouts import (
+    Rows,
+    extract_rows,
+    extract_tokens,
+    require,
+    row_columns,
+    token_columns,
+)
+from advcli.io.schema import Roles
+from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
+from advcli.io.writers import read_metadata
+from advcli.shards.options import run_params
+
+
+@dataclass
+class Input:
+    """The log to shard: where it streams from, and how its annotated rows come about."""
+
+    source: LogSource
+    roles: Roles
+    rows: Rows  # the per-row columns of every input row, validated
+    run: Run | None  # the method, planned (a raw log); None: the log is annotated already
+    metadata: dict[str, Any]  # method, params, roles (advcli metadata of the annotation)
+    dropped_by_method: dict[str, int]
+
+    @property
+    def annotated_input(self) -> bool:
+        return self.run is None
+
+    @property
+    def sources(self) -> Sources:
+        return self.source.sources
+
+    @property
+    def added(self) -> dict[str, np.ndarray]:
+        """The per-row columns the method adds (or replaces) in the annotated log."""
+        return self.run.plan.columns if self.run is not None else {}
+
+    def columns(self) -> list[str]:
+        """The columns of the annotated log that ``--keep`` may name."""
+        return list(dict.fromkeys([*self.source.schema.names, *self.added]))
+
+    def kept_rows(self) -> np.ndarray:
+        """The input row of every sample (the method may drop rows)."""
+        keep = self.run.plan.keep if self.run is not None else None
+        if keep is None:
+            return np.arange(self.rows.n_rows, dtype=np.int64)
+        return np.flatnonzero(keep)
+
+    def annotated_batches(
+        self, keep: list[str], batch_rows: int = BATCH_ROWS
+    ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        """The annotated log's rows in order, batch by batch, with their action masks."""
+        if self.run is not None:
+            for batch in self.run.annotated():
+                yield batch.table, batch.mask
+            return
+        roles, schema = self.roles, self.source.schema.names
+        names = [roles[r] for r in ("prompt_id", "rollout_id", "segment_index") if roles[r]]
+        names += token_columns(roles, values=False)
+        names += [n for n in ("advantages", "returns") if n in schema] + keep
+        for row0, table in prefetch(self.source.batches(list(dict.fromkeys(names)), batch_rows)):
+            yield table, extract_tokens(table, roles, self.sources, row0, values=False).mask
+
+
+def _file_metadata(path: str) -> dict[str, Any] | None:
+    if path == STDIN:
+        return None
+    try:
+        return read_metadata(path)
+    except (OSError, ValueError, pa.ArrowException):
+        return None  # not readable: open_log() reports it properly
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (a.get("method"), a.get("params")) == (b.get("method"), b.get("params"))
+
+
+def open_input(
+    inputs: list[str],
+    *,
+    method: str | None = None,
+    convention: str | None = None,
+    param: list[str] | None = None,
+    col: list[str] | None = None,
+    stage: Stage = no_stage,
+    batch_rows: int = BATCH_ROWS,
+) -> Input:
+    """Open ``inputs``; plan ``method`` on them unless advcli annotated them already."""
+    files = expand_inputs(inputs)
+    metas = [_file_metadata(f) for f in files]
+    marked = [m for m in metas if m and m.get("method")]
+    if marked and len(marked) != len(metas):
+        raw = files[next(i for i, m in enumerate(metas) if not (m and m.get("method")))]
+        msg = (
+            f"{raw}: a raw log among logs annotated by advcli; shard them as one kind. "
+            "Hint: annotate the raw log first, or shard the raw logs with --method"
+        )
+        raise UsageError(msg)
+    if any(not _same_run(m, marked[0]) for m in marked):
+        other = next(f for f, m in zip(files, metas, strict=True) if not _same_run(m, marked[0]))
+        msg = (
+            f"{other}: annotated with method {metas[files.index(other)].get('method')!r} or "
+            f"parameters other than {files[0]}'s. Hint: shard logs of one annotation run"
+        )
+        raise UsageError(msg)
+    user_cols = list(col or [])
+    if marked:  # the roles the annotation used, unless --col says otherwise
+        given = {c.partition("=")[0] for c in user_cols}
+        roles = marked[0].get("roles") or {}
+        user_cols += [f"{r}={c}" for r, c in sorted(roles.items()) if r not in given]
+    with stage("reading"):
+        source, roles = open_log(inputs, user_cols)
+    if marked and "advantages" in source.schema.names:
+        meta = marked[0]
+        if method is not None and method != meta["method"]:
+            msg = (
+                f"{files[0]}: already annotated with method {meta['method']!r}, not {method!r}. "
+                "Hint: drop --method, or shard the raw log"
+            )
+            raise UsageError(msg)
+        if convention is not None or param:
+            msg = (
+                f"{files[0]}: already annotated (method {meta['method']!r}); --convention and "
+                "--param apply to raw logs. Hint: drop them, or shard the raw log"
+            )
+            raise UsageError(msg)
+        require(roles, source.schema.names, source.sources, set())
+        with stage("reading per-row columns"):
+            rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+        info = {k: meta.get(k) for k in ("method", "params")}
+        info["roles"] = {k: v for k, v in roles.columns.items() if v}
+        return Input(source, roles, rows, None, info, {})
+    if method is None:
+        msg = (
+            f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
+            "Hint: pass --method grpo (or another method), or annotate the log first"
+        )
+        raise UsageError(msg)
+    p = run_params(method, convention, param)
+    run = plan_run(source, roles, p, stage=stage, batch_rows=batch_rows)
+    info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
+    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped))
+
+
+def check_keep(inp: Input, keep: list[str]) -> list[str]:
+    """``--keep`` names, each once; every one a column of the annotated log."""
+    columns = inp.columns()
+    for name in keep:
+        if name not in columns:
+            msg = (
+                f"--keep {name}: no such column. Columns: {', '.join(columns)}. "
+                "Hint: --keep takes a column name of the log"
+            )
+            raise UsageError(msg)
+    return list(dict.fromkeys(keep))
+
+
+@dataclass
+class Samples:
+    """What the plan needs of every sample (a row of the annotated log), as per-row arrays."""
+
+    tokens: np.ndarray  # int64 tokens
+    actions: np.ndarray  # int64 action tokens
+    kept_actions: np.ndarray  # action tokens among the first --pack tokens (all without --pack)
+    group: np.ndarray | None  # group code (prompt id), in order of first appearance
+    group_keys: pa.Array | None  # the prompt id of each group code
+    source_row: np.ndarray  # int64: the sample's row in the input log
+    flags: dict[str, np.ndarray]  # zero_variance / singleton, where the annotated log has them
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.tokens)
+
+
+def first_appearance(codes: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Dense codes numbered in order of first appearance, and the key of each."""
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[by_first] = np.arange(len(uniq))
+    return rank[inverse.reshape(-1)], keys.take(pa.array(uniq[by_first]))
+
+
+def measure(inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS) -> Samples:
+    """Every sample's token and action counts (a pass over the token columns)."""
+    counts = token_counts(inp.source, inp.roles, within=pack, batch_rows=batch_rows)
+    rows = inp.kept_rows()
+    group = keys = None
+    if inp.rows.group_codes is not None:
+        assert inp.rows.group_keys is not None
+        group, keys = first_appearance(inp.rows.group_codes[rows], inp.rows.group_keys)
+    flags = {}
+    for name in ("zero_variance", "singleton"):
+        if name in inp.added:
+            flags[name] = np.asarray(inp.added[name]).astype(bool)[rows]
+        elif name in inp.source.schema.names:
+            column = inp.source.columns([name]).column(0).combine_chunks().fill_null(False)
+            flags[name] = column.to_numpy(zero_copy_only=False).astype(bool)[rows]
+    return Samples(
+        counts.tokens[rows],
+        counts.actions[rows],
+        counts.actions_within[rows],
+        group,
+        keys,
+        rows,
+        flags,
+    )

@@ -1,0 +1,114 @@
+"""The options of ``advcli shard`` (recorded in the manifest), checked before anything is read."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from advcli import methods
+from advcli.errors import UsageError
+from advcli.params import Params, parse_assignments
+
+DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
+LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+# Columns advcli writes; a --keep column may not take one of these names.
+OWN_COLUMNS = (
+    "prompt_id",
+    "rollout_id",
+    "segment_index",
+    "input_ids",
+    "position_ids",
+    "seq_lens",
+    "loss_mask",
+    "advantages",
+    "returns",
+    "loss_weight",
+)
+
+
+@dataclass
+class ShardOptions:
+    """Everything ``advcli shard`` does besides the method (recorded in the manifest)."""
+
+    rows_per_shard: int | None = None
+    tokens_per_shard: int | None = None
+    keep: list[str] = field(default_factory=list)
+    drop_zero_variance: bool = False
+    drop_singletons: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    keep_groups: bool = False
+    pack: int | None = None
+    truncate: bool = False
+    loss_weights: str | None = None
+    split: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_split(spec: str | None) -> list[tuple[str, float]]:
+    """``"val=0.02,test=0.01"`` as ``[("val", 0.02), ("test", 0.01)]``; train takes the rest."""
+    if spec is None:
+        return []
+    out: list[tuple[str, float]] = []
+    for item in spec.split(","):
+        name, sep, frac = item.strip().partition("=")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = float("nan")
+        ok = sep and re.fullmatch(r"[A-Za-z0-9_-]+", name) and 0.0 < value < 1.0
+        if not ok or name == "train" or name in dict(out):
+            msg = (
+                f"--split {spec!r}: expected NAME=FRACTION[,NAME=FRACTION...] with fractions "
+                "in (0, 1) and names other than 'train' (train takes the rest). "
+                "Hint: --split val=0.02"
+            )
+            raise UsageError(msg)
+        out.append((name, value))
+    if sum(v for _, v in out) >= 1.0:
+        msg = f"--split {spec!r}: the fractions add up to 1 or more, leaving nothing to train"
+        raise UsageError(msg + ". Hint: --split val=0.02")
+    return out
+
+
+def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
+    """Check ``opts`` before reading anything; return the parsed split."""
+
+    def positive(flag: str, value: int | None) -> None:
+        if value is not None and value < 1:
+            msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
+            raise UsageError(msg)
+
+    positive("--rows-per-shard", opts.rows_per_shard)
+    positive("--tokens-per-shard", opts.tokens_per_shard)
+    positive("--pack", opts.pack)
+    if opts.rows_per_shard is not None and opts.tokens_per_shard is not None:
+        msg = "--rows-per-shard and --tokens-per-shard: give one. Hint: drop one of them"
+        raise UsageError(msg)
+    if opts.truncate and opts.pack is None:
+        msg = "--truncate cuts rollouts longer than --pack N; without --pack it does nothing"
+        raise UsageError(msg + ". Hint: add --pack N, or drop --truncate")
+    if opts.loss_weights is not None and opts.loss_weights not in LOSS_WEIGHTS:
+        msg = (
+            f"--loss-weights {opts.loss_weights!r}: expected one of {', '.join(LOSS_WEIGHTS)}. "
+            "Hint: --loss-weights token-mean"
+        )
+        raise UsageError(msg)
+    clash = sorted(set(opts.keep) & set(OWN_COLUMNS))
+    if clash:
+        msg = (
+            f"--keep {clash[0]}: advcli writes a column of that name itself. "
+            "Hint: it is already in the shards; drop this --keep"
+        )
+        raise UsageError(msg)
+    return parse_split(opts.split)
+
+
+def run_params(method: str, convention: str | None, items: list[str] | None) -> Params:
+    """The run's parameters from ``--method``, ``--convention`` and ``--param KEY=VALUE``
+    (``annotate``'s options)."""
+    given = parse_assignments(items, methods.PARAMETERS)
+    return methods.resolve(method, convention or "seed", **given)

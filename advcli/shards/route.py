@@ -1,0 +1,146 @@
+"""Routing: the annotated rows, streamed once, each appended to its bucket's temporary file with
+its position in the output (rows reach the buckets in any order; a bucket is put in order when
+it is written)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from advcli.core.ragged import lengths
+from advcli.engine import BATCH_ROWS
+from advcli.errors import DataError, OutputError
+from advcli.io.arrow import flat_list, is_list, list_array
+from advcli.io.sources import Sources
+from advcli.shards.inputs import Input, Samples
+from advcli.shards.layout import Layout
+
+POSITION = "__advcli_position__"  # a bucket row's position in the output
+IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # buckets: fast to write and read back
+SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
+
+
+def per_token(column: pa.ChunkedArray, n_tokens: np.ndarray) -> pa.Array | None:
+    """The flat values of a list column without nulls and with one value per token, else None."""
+    if not is_list(column.type) or column.null_count:
+        return None
+    values, offsets = flat_list(column)
+    return values if np.array_equal(lengths(offsets), n_tokens) else None
+
+
+def _not_per_token(
+    column: pa.ChunkedArray, name: str, n_tokens: np.ndarray, rows: np.ndarray, sources: Sources
+) -> DataError:
+    """The error for an ``advantages`` or ``returns`` column :func:`per_token` refused."""
+    if is_list(column.type) and not column.null_count:
+        count = lengths(flat_list(column)[1])
+        row = int(np.flatnonzero(count != n_tokens)[0])
+        msg = (
+            f"{sources.at(int(rows[row]), name)}: {count[row]} values but {n_tokens[row]} "
+            "tokens. Hint: an annotated log has one value per token"
+        )
+        return DataError(msg)
+    msg = (
+        f"{sources.at(0, name)}: expected a list of numbers without nulls, saw "
+        f"{column.type}. Hint: annotate the raw log again"
+    )
+    return DataError(msg)
+
+
+def sample_table(
+    table: pa.Table, mask: np.ndarray, inp: Input, keep: list[str], rows: np.ndarray
+) -> pa.Table:
+    """A batch of annotated rows under the shards' column names (``rows``: input rows)."""
+    roles = inp.roles
+    ids = table.column(roles["input_ids"])
+    offsets = flat_list(ids)[1]
+    n_tokens = lengths(offsets)
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for role in ("prompt_id", "rollout_id", "segment_index"):
+        if roles[role] is not None:
+            cols[role] = table.column(roles[role])
+    if "rollout_id" not in cols:
+        cols["rollout_id"] = pa.array(rows)
+    cols["input_ids"] = ids
+    cols["loss_mask"] = list_array(mask.astype(np.int8), offsets)
+    for name in ("advantages", "returns"):
+        if name in table.column_names:
+            values = per_token(table.column(name), n_tokens)
+            if values is None:
+                raise _not_per_token(table.column(name), name, n_tokens, rows, inp.sources)
+            cols[name] = list_array(values.cast(pa.float32()), offsets)
+    for name in keep:
+        cols[name] = table.column(name)
+    return pa.table(cols)
+
+
+def allow_open_files(n_buckets: int, target: Path) -> None:
+    """Routing keeps every bucket file open (rows reach them in any order). Raise this
+    process's soft limit on open files (``ulimit -n``, often 1024: a ~8 B-token log) up to
+    its hard limit if needed; fail before writing anything if even that is too low."""
+    try:
+        import resource
+    except ImportError:  # not a Unix: no such limit to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = n_buckets + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        msg = (
+            f"{target}: sharding this log keeps {n_buckets:,} temporary bucket files open at "
+            f"once, but this process may open at most {hard:,} files. "
+            f"Hint: raise the limit (ulimit -n {need}) and run again"
+        )
+        raise OutputError(msg)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+def bucket_path(folder: Path, j: int) -> Path:
+    return folder / f"bucket-{j:06d}.arrow"
+
+
+def route(
+    inp: Input,
+    samples: Samples,
+    lay: Layout,
+    keep: list[str],
+    folder: Path,
+    batch_rows: int = BATCH_ROWS,
+) -> set[str]:
+    """Append every sample to its bucket's file in ``folder``, with its position.
+
+    Returns the ``--keep`` columns that are per-token: list columns without nulls whose
+    lengths equal the token counts on every row.
+    """
+    folder.mkdir()
+    token_keep = set(keep)
+    starts = lay.bucket_positions[:-1]
+    writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+    done = 0
+    with contextlib.ExitStack() as stack:
+        for table, mask in inp.annotated_batches(keep, batch_rows):
+            n = table.num_rows
+            rows = samples.source_row[done : done + n]
+            position = lay.position[done : done + n]
+            done += n
+            batch = sample_table(table, mask, inp, keep, rows)
+            n_tokens = lengths(flat_list(batch.column("input_ids"))[1])
+            token_keep -= {k for k in token_keep if per_token(batch.column(k), n_tokens) is None}
+            take = np.flatnonzero(position >= 0)
+            bucket = np.searchsorted(starts, position[take], side="right") - 1
+            by_bucket = np.argsort(bucket, kind="stable")
+            batch = batch.append_column(POSITION, pa.array(position)).take(take[by_bucket])
+            bucket = bucket[by_bucket]
+            cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+                j = int(bucket[a])
+                if j not in writers:
+                    writers[j] = stack.enter_context(
+                        pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=IPC)
+                    )
+                writers[j].write_table(batch.slice(a, b - a))
+    return token_keep

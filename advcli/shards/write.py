@@ -1,0 +1,207 @@
+"""Writing: one bucket at a time, its rows put in order and written, piece by piece, into the
+shards (Parquet, zstd), each shard's checksum and counts recorded for the manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from advcli.core.ragged import offsets_from_lengths, ranges
+from advcli.io.arrow import flat_list, list_array, narrow
+from advcli.io.checksum import file_sha256
+from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options
+from advcli.shards.layout import Layout
+from advcli.shards.options import OWN_COLUMNS, ShardOptions
+from advcli.shards.plan import ShardPlan
+from advcli.shards.route import POSITION, bucket_path
+
+
+def piece_table(
+    t: pa.Table,
+    lens: np.ndarray,
+    weight: np.ndarray | None,
+    row_offsets: np.ndarray,
+    token_keep: set[str],
+    *,
+    packed: bool,
+    large_tokens: bool,
+    large_samples: bool,
+) -> pa.Table:
+    """Output rows of one piece. ``t`` holds its samples in order (as routed), output row r
+    holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens`` tokens each; ``large_*``:
+    whether the shard needs large lists."""
+
+    def column(name: str) -> pa.Array:
+        return t.column(name).combine_chunks()
+
+    sample_offsets = offsets_from_lengths(lens)
+    tok_offsets = sample_offsets[row_offsets]  # tokens per output row
+    take_np = ranges(flat_list(column("input_ids"))[1][:-1], lens)
+    take = pa.array(take_np)
+
+    def tokens(name: str) -> pa.Array:
+        return list_array(flat_list(column(name))[0].take(take), tok_offsets, large=large_tokens)
+
+    def per_row(name: str) -> pa.Array:
+        values = column(name)
+        values = values.cast(narrow(values.type))
+        return list_array(values, row_offsets, large=large_samples) if packed else values
+
+    mask = flat_list(column("loss_mask"))[0].to_numpy()[take_np]
+    cols: dict[str, pa.Array] = {}
+    for name in ("prompt_id", "rollout_id", "segment_index"):
+        if name in t.column_names:
+            cols[name] = per_row(name)
+    cols["input_ids"] = tokens("input_ids")
+    if packed:
+        pos = np.arange(len(mask), dtype=np.int64) - np.repeat(sample_offsets[:-1], lens)
+        cols["position_ids"] = list_array(pos.astype(np.int32), tok_offsets, large=large_tokens)
+        cols["seq_lens"] = list_array(lens.astype(np.int32), row_offsets, large=large_samples)
+    cols["loss_mask"] = list_array(mask, tok_offsets, large=large_tokens)
+    for name in ("advantages", "returns"):
+        if name in t.column_names:
+            cols[name] = tokens(name)
+    if weight is not None:
+        w = np.repeat(weight, lens) * mask
+        cols["loss_weight"] = list_array(w.astype(np.float32), tok_offsets, large=large_tokens)
+    kept = [n for n in t.column_names if n not in OWN_COLUMNS and n != POSITION]
+    for name in kept:
+        if name in token_keep:
+            cols[name] = tokens(name)
+    for name in kept:
+        if name not in token_keep:
+            cols[name] = per_row(name)
+    return pa.table(cols)
+
+
+def schema_list(schema: pa.Schema) -> list[list[str]]:
+    return [[f.name, str(f.type)] for f in schema]
+
+
+class ShardFiles:
+    """Writes the shards in order, piece by piece; one manifest record per shard."""
+
+    def __init__(self, folder: Path, plan: ShardPlan, metadata: dict[str, Any]):
+        self.folder = folder
+        self.plan = plan
+        self.metadata = json.dumps(metadata, sort_keys=True)
+        self.named = len(plan.splits) > 1
+        self.records: list[dict[str, Any]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._current: tuple[int, int] | None = None
+        self._path = folder
+        self._record: dict[str, Any] = {}
+
+    def write(self, split: int, shard: int, table: pa.Table) -> None:
+        if self._current != (split, shard):
+            self.close()
+            self._writer = self._open(split, shard, table.schema)
+        assert self._writer is not None
+        table = table.replace_schema_metadata({METADATA_KEY: self.metadata})
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        mask = table.column("loss_mask").chunk(0).values
+        self._record.update(
+            rows=self._record["rows"] + table.num_rows,
+            tokens=self._record["tokens"] + len(mask),
+            action_tokens=self._record["action_tokens"] + int(np.asarray(mask).sum()),
+        )
+
+    def _open(self, split: int, shard: int, schema: pa.Schema) -> pq.ParquetWriter:
+        sp = self.plan.splits[split]
+        folder = self.folder / sp.name if self.named else self.folder
+        folder.mkdir(exist_ok=True)
+        width = max(5, len(str(len(sp.shard_bounds) - 2)))
+        name = f"part-{shard:0{width}d}.parquet"
+        self._path = folder / name
+        a, b = sp.shard_bounds[shard], sp.shard_bounds[shard + 1]
+        self._record = {
+            "path": f"{sp.name}/{name}" if self.named else name,
+            "split": sp.name,
+            "rows": 0,
+            "samples": int(sp.row_offsets[b] - sp.row_offsets[a]),
+            "tokens": 0,
+            "action_tokens": 0,
+        }
+        self._current = (split, shard)
+        schema = schema.with_metadata({METADATA_KEY: self.metadata})
+        return pq.ParquetWriter(self._path, schema, **parquet_options(schema))
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._writer = None
+        path = self._path
+        self._record.update(
+            bytes=path.stat().st_size,
+            sha256=file_sha256(path),
+            schema=schema_list(pq.read_schema(path)),  # as readers see it
+        )
+        self.records.append(self._record)
+
+
+def shard_totals(plan: ShardPlan) -> list[list[tuple[int, int]]]:
+    """Per split and shard: its tokens and samples (to choose list or large list)."""
+    out = []
+    for sp in plan.splits:
+        cum = offsets_from_lengths(plan.lens[sp.order])
+        first = sp.row_offsets[sp.shard_bounds]
+        out.append(list(zip(np.diff(cum[first]).tolist(), np.diff(first).tolist(), strict=True)))
+    return out
+
+
+def in_order(bucket: pa.Table) -> pa.Table:
+    """A bucket's rows by position, column by column (each column freed once copied)."""
+    order = pa.array(np.argsort(bucket.column(POSITION).to_numpy()))
+    cols = {}
+    for name in bucket.column_names:
+        cols[name] = bucket.column(name).take(order).combine_chunks()
+        bucket = bucket.drop_columns([name])
+    return pa.table(cols)
+
+
+def write_pieces(
+    folder: Path,
+    buckets: Path,
+    plan: ShardPlan,
+    lay: Layout,
+    opts: ShardOptions,
+    token_keep: set[str],
+    metadata: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Bucket by bucket, put the rows in order and write the pieces into the shards."""
+    files = ShardFiles(folder, plan, metadata)
+    totals = shard_totals(plan)
+    for j in range(lay.n_buckets):
+        path = bucket_path(buckets, j)
+        with pa.OSFile(str(path)) as fh:
+            bucket = pa.ipc.open_stream(fh).read_all()
+        path.unlink()
+        bucket = in_order(bucket)
+        first = int(lay.bucket_positions[j])
+        for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
+            k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
+            a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
+            sp = plan.splits[k]
+            row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
+            samples = lay.order[a:b]
+            n_tokens, n_samples = totals[k][s]
+            table = piece_table(
+                bucket.slice(a - first, b - a),
+                plan.lens[samples],
+                None if plan.weight is None else plan.weight[samples],
+                row_offsets - row_offsets[0],
+                token_keep,
+                packed=opts.pack is not None,
+                large_tokens=n_tokens >= 2**31,
+                large_samples=n_samples >= 2**31,
+            )
+            files.write(k, s, table)
+        del bucket
+    files.close()
+    return files.records
