@@ -21,6 +21,7 @@ demo: $(BIN)/advcli
 test: $(BIN)/advcli
 	$(BIN)/ruff check advcli tests bench
 	$(BIN)/ruff format --check advcli tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/advcli

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from advcli.core.audit import AuditReport
@@ -39,7 +39,7 @@ class Activity:
     def __init__(self, quiet: bool):
         self.enabled = not quiet and stderr.is_terminal
         self._bar: Progress | None = None
-        self._task = None
+        self._task = TaskID(0)
 
     def __enter__(self) -> Activity:
         if self.enabled:

@@ -65,7 +65,7 @@ _CONTRACT = (
     "a critic takes integer token ids and attention mask [batch, seq] and returns "
     "float values [batch, seq] or [batch, seq, 1]"
 )
-_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_INT_TYPES: dict[str, type[np.integer]] = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(double)")
 
 

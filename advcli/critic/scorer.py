@@ -40,7 +40,7 @@ class CriticScorer:
     def __init__(self, opts: CriticOptions, sources: Sources, roles: Roles):
         self.opts = opts
         self.sources = sources
-        self.ids_column = roles["input_ids"]
+        self.ids_column = roles.column("input_ids")
         self.critic = load_critic(
             opts.path,
             device=opts.device,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 import polars as pl
@@ -28,7 +28,7 @@ def is_jsonl(path: str) -> bool:
     return path == STDIN or path.lower().endswith(JSONL_SUFFIXES)
 
 
-def open_stream(path: str) -> BinaryIO:
+def open_stream(path: str) -> io.BufferedIOBase:
     """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read."""
     if path.lower().endswith(".gz"):
         import gzip

@@ -162,13 +162,13 @@ def require(roles: Roles, columns: list[str], sources: Sources, needs: set[str])
 def row_columns(roles: Roles) -> list[str]:
     """The scalar columns :func:`extract_rows` reads."""
     names = ("prompt_id", "rollout_id", "segment_index", "reward", "completion_time")
-    return [roles[r] for r in (*names, "truncated", "bootstrap_value") if roles[r] is not None]
+    return [c for r in (*names, "truncated", "bootstrap_value") if (c := roles[r]) is not None]
 
 
 def token_columns(roles: Roles, *, values: bool = True) -> list[str]:
     """The list columns :func:`extract_tokens` reads (``values=False``: not the values)."""
     names = ["input_ids", "action_mask", "spans", "token_rewards"] + (["values"] if values else [])
-    return [roles[r] for r in names if roles[r] is not None]
+    return [c for r in names if (c := roles[r]) is not None]
 
 
 def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
@@ -256,7 +256,7 @@ def extract_tokens(
 ) -> Tokens:
     """Validate the token columns of a batch whose first row is global row ``row0``."""
     check = _Checker(table, sources, row0)
-    ids_col = roles["input_ids"]
+    ids_col = roles.column("input_ids")
     check.no_nulls(ids_col, "token list")
     _, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
@@ -282,12 +282,12 @@ def extract_tokens(
     token_rewards = vals = None
     if (tr := token_list("token_rewards")) is not None:
         token_rewards = _numeric(tr)
-        check.finite(roles["token_rewards"], token_rewards, offsets)
+        check.finite(roles.column("token_rewards"), token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
         vals = _numeric(flat, floats=True)  # widened later, only at the action steps
         if not np.isfinite(vals).all():  # non-finite values off actions are allowed
             at_actions = np.flatnonzero(mask)
-            check.finite(roles["values"], vals[at_actions], offsets, at_actions)
+            check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
 
 
@@ -387,6 +387,7 @@ def _segments(
         sorted_codes = np.sort(rollout_codes)
         repeats = np.diff(sorted_codes) == 0
         if roles["rollout_id"] is not None and repeats.any():
+            assert rollout_keys is not None
             dup_code = sorted_codes[_first(repeats)]
             check.fail(
                 int(np.flatnonzero(rollout_codes == dup_code)[1]),
@@ -417,6 +418,7 @@ def _segments(
     expected = base + rank_sorted
     bad = seg_sorted != expected
     if bad.any():
+        assert rollout_keys is not None
         i = _first(bad)
         rid = rollout_keys[codes_sorted[i]].as_py()
         repeated = i > 0 and not first[i] and seg_sorted[i] == seg_sorted[i - 1]

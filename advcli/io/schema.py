@@ -8,6 +8,7 @@ canonical column is ambiguous: an error asks for ``--col``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -79,6 +80,12 @@ class Roles:
     def __getitem__(self, role: str) -> str | None:
         return self.columns.get(role)
 
+    def column(self, role: str) -> str:
+        """The column of a role the log is known to have (checked before with ``require``)."""
+        col = self.columns.get(role)
+        assert col is not None, f"the log has no {role!r} column"
+        return col
+
     @property
     def mask_source(self) -> str:
         """``action_mask``, ``spans``, or ``all`` (no mask: every token is an action)."""
@@ -107,6 +114,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
     names = schema.names
     columns: dict[str, str | None] = {}
     for role, (kind, aliases) in ROLES.items():
+        chosen: str | None
         if role in mapping:
             col = mapping[role]
             if col not in names:
@@ -115,7 +123,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
                     f"Columns found: {', '.join(names)}"
                 )
                 raise SchemaError(msg)
-            chosen: str | None = col
+            chosen = col
         elif role in names:
             chosen = role
         else:
@@ -135,26 +143,26 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
             raise SchemaError(msg)
         columns[role] = chosen
     taken: dict[str, str] = {}
-    for role, col in columns.items():
-        if col is not None and col in taken:
+    for role, column in columns.items():
+        if column is not None and column in taken:
             msg = (
-                f"{files}: column '{col}' is mapped to both '{taken[col]}' and '{role}'. "
+                f"{files}: column '{column}' is mapped to both '{taken[column]}' and '{role}'. "
                 "Hint: fix the --col options"
             )
             raise SchemaError(msg)
-        if col is not None:
-            taken[col] = role
+        if column is not None:
+            taken[column] = role
     return Roles(columns)
 
 
-def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, pl.DataType]:
+def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, Any]:
     """Explicit polars dtypes for the role columns of a JSONL log, from ``first``: each key's
     first non-null value (None if it had none).
 
     Inference would give 64-bit lists, type a column of integer rewards as integers (so that a
     later 0.5 could not be read), and a column null on the first lines as null.
     """
-    dtypes: dict[str, pl.DataType] = {}
+    dtypes: dict[str, Any] = {}
     for role, (kind, aliases) in ROLES.items():
         candidates = [mapping[role]] if role in mapping else [role, *aliases]
         for col in candidates:
@@ -165,7 +173,7 @@ def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[
     return dtypes
 
 
-def _jsonl_dtype(kind: str, value: object) -> pl.DataType | None:
+def _jsonl_dtype(kind: str, value: object) -> Any:
     """The dtype of a role's column from a value of it (None: let polars infer)."""
     if kind == "num" and (value is None or _is_number(value)):
         return pl.Float64

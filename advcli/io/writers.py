@@ -173,6 +173,13 @@ def read_metadata(path: str) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+def _frame(table: pa.Table) -> pl.DataFrame:
+    """A polars frame over an Arrow table's buffers (no copy)."""
+    frame = pl.from_arrow(table, rechunk=False)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
 class PolarsSink:
     """polars' streaming writer (Parquet or NDJSON) on its own thread, fed one table at a time.
 
@@ -191,7 +198,8 @@ class PolarsSink:
         self.target = target  # what the user asked for; ``path`` is its temporary name
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        frames = register_io_source(self._frames, schema=pl.from_arrow(schema.empty_table()).schema)
+        frames = register_io_source(self._frames, schema=_frame(schema.empty_table()).schema)
+        write: Callable[[Path], object]
         if fmt == "parquet":
             kv = {METADATA_KEY.decode(): json.dumps(metadata, sort_keys=True)}
             write = functools.partial(
@@ -206,9 +214,9 @@ class PolarsSink:
         self._thread = threading.Thread(target=self._sink, args=(write,), daemon=True)
         self._thread.start()
 
-    def _frames(self, *_) -> Iterator[pl.DataFrame]:
+    def _frames(self, *_: object) -> Iterator[pl.DataFrame]:
         while (table := self._queue.get()) is not None:
-            yield pl.from_arrow(table, rechunk=False)
+            yield _frame(table)
 
     def _sink(self, write: Callable[[Path], object]) -> None:
         try:

@@ -513,7 +513,7 @@ class ReinforcePP(TemporalMethod):
 
     name = "reinforce-pp"
     summary = "discounted return-to-go, then whitened over the batch's action tokens"
-    roles = ("reward",)
+    roles: ClassVar[tuple[str, ...]] = ("reward",)
     value_returns = False
     parameters = _COMMON
 

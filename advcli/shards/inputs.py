@@ -74,7 +74,8 @@ class Input:
                 yield batch.table, batch.mask
             return
         roles, schema = self.roles, self.source.schema.names
-        names = [roles[r] for r in ("prompt_id", "rollout_id", "segment_index") if roles[r]]
+        ids = ("prompt_id", "rollout_id", "segment_index")
+        names = [c for r in ids if (c := roles[r]) is not None]
         names += token_columns(roles, values=False)
         names += [n for n in ("advantages", "returns") if n in schema] + keep
         for row0, table in prefetch(self.source.batches(list(dict.fromkeys(names)), batch_rows)):
@@ -115,10 +116,11 @@ def open_input(
             "Hint: annotate the raw log first, or shard the raw logs with --method"
         )
         raise UsageError(msg)
-    if any(not _same_run(m, marked[0]) for m in marked):
-        other = next(f for f, m in zip(files, metas, strict=True) if not _same_run(m, marked[0]))
+    # Here every input is annotated, or none is.
+    other = next((i for i, m in enumerate(marked) if not _same_run(m, marked[0])), None)
+    if other is not None:
         msg = (
-            f"{other}: annotated with method {metas[files.index(other)].get('method')!r} or "
+            f"{files[other]}: annotated with method {marked[other].get('method')!r} or "
             f"parameters other than {files[0]}'s. Hint: shard logs of one annotation run"
         )
         raise UsageError(msg)
@@ -208,7 +210,7 @@ def measure(inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS) -> Sampl
     if inp.rows.group_codes is not None:
         assert inp.rows.group_keys is not None
         group, keys = first_appearance(inp.rows.group_codes[rows], inp.rows.group_keys)
-    flags = {}
+    flags: dict[str, np.ndarray] = {}
     for name in ("zero_variance", "singleton"):
         if name in inp.added:
             flags[name] = np.asarray(inp.added[name]).astype(bool)[rows]

@@ -70,15 +70,17 @@ def first_fit_decreasing(
     space finds the first bin with room.
     """
     n = len(sizes)
-    if n and int(np.max(sizes)) > capacity:
+    bins = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return bins
+    if int(np.max(sizes)) > capacity:
         msg = f"an item of {int(np.max(sizes))} does not fit in bins of {capacity}"
         raise ValueError(msg)
     group = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
     order = np.lexsort((np.arange(n), -np.asarray(sizes, dtype=np.int64), group))
-    bins = np.empty(n, dtype=np.int64)
     sorted_group = group[order]
-    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]]) if n else []
-    ends = np.r_[starts[1:], n] if n else []
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+    ends = np.r_[starts[1:], n]
     opened = 0
     for a, b in zip(starts, ends, strict=True):
         items = order[a:b].tolist()

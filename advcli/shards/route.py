@@ -55,7 +55,7 @@ def sample_table(
 ) -> pa.Table:
     """A batch of annotated rows under the shards' column names (``rows``: input rows)."""
     roles = inp.roles
-    ids = table.column(roles["input_ids"])
+    ids = table.column(roles.column("input_ids"))
     offsets = flat_list(ids)[1]
     n_tokens = lengths(offsets)
     cols: dict[str, pa.Array | pa.ChunkedArray] = {}
