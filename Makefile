@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test docs bench clean
 
 $(BIN)/advcli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,13 @@ demo: $(BIN)/advcli
 	$(BIN)/advcli verify build/demo/shards
 
 test: $(BIN)/advcli
-	$(BIN)/ruff check advcli tests bench
-	$(BIN)/ruff format --check advcli tests bench
+	$(BIN)/ruff check advcli tests bench tools
+	$(BIN)/ruff format --check advcli tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+docs: $(BIN)/advcli
+	$(BIN)/python -m tools.docs
 
 bench: $(BIN)/advcli
 	$(BIN)/python -m bench

@@ -293,6 +293,7 @@ def describe(
         "tokens_per_row_mean": float(counts.tokens.mean()),
         "tokens_per_row_max": int(counts.tokens.max()),
         "actions": mask_note,
+        "methods": methods.what_runs(roles),
     }
 
 

@@ -133,5 +133,11 @@ def schema_report(name: str, info: dict) -> None:
     for column, (type_name, role) in info["columns"].items():
         t.add_row(column, type_name, role)
     stdout.print(t)
-    facts = {k: v for k, v in info.items() if k != "columns"}
+    facts = {k: v for k, v in info.items() if k not in ("columns", "methods")}
     summary("tokens", facts, stdout)
+    runs = Table(title="methods", title_justify="left")
+    runs.add_column("method")
+    runs.add_column("this log")
+    for method, verdict in info["methods"].items():
+        runs.add_row(method, verdict)
+    stdout.print(runs)

@@ -1,4 +1,4 @@
-"""The parameters each framework's own implementation uses (SEMANTICS.md, "Conventions").
+"""The parameters each framework's own implementation uses (docs/semantics.md, "Conventions").
 
 A convention fixes defaults; every field can still be overridden by its own command-line flag.
 """

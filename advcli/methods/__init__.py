@@ -6,10 +6,10 @@ Each family lives in one module and declares its methods and the parameters they
 - :mod:`advcli.methods.temporal`: per-token estimators (mc, td, gae, reinforce-pp, ...);
 - :mod:`advcli.methods.base`: the :class:`Method` protocol they follow.
 
-To add an estimator, write its class in its family's module (or a new one), and add its instance
-below (and a new module's ``PARAMETERS``): the ``--method`` choices, the options of ``annotate``,
-``shard --param``, the required-column checks, ``schema``'s list of what a log can run and the
-README's method table all come from here.
+To add an estimator, write its class in its family's module (or a module of its own, declaring
+the parameters it introduces in its ``parameters``) and :func:`register` an instance below. The
+``--method`` choices, the options of ``annotate``, ``shard --param``, the required-column checks,
+``schema``'s list of what a log can run and the README's method table all come from here.
 """
 
 from __future__ import annotations
@@ -18,17 +18,50 @@ from typing import Any
 
 from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError
+from advcli.io.schema import Roles
 from advcli.methods import group, temporal
 from advcli.methods.base import Method, Plan, TokenPass
 from advcli.params import Param, Params
 
-REGISTRY: dict[str, Method[Any]] = {m.name: m for m in (*group.METHODS, *temporal.METHODS)}
+REGISTRY: dict[str, Method[Any]] = {}
 """Every method, by name, in the order ``--help`` lists them."""
 
-PARAMETERS: dict[str, Param] = {p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS)}
+PARAMETERS: dict[str, Param] = {}
 """Every run parameter, by name, in the order ``--help`` lists them."""
 
-__all__ = ["PARAMETERS", "REGISTRY", "Method", "Plan", "TokenPass", "get", "resolve"]
+__all__ = [
+    "PARAMETERS",
+    "REGISTRY",
+    "Method",
+    "Plan",
+    "TokenPass",
+    "get",
+    "missing_roles",
+    "register",
+    "resolve",
+    "what_runs",
+]
+
+
+def register(method: Method[Any]) -> None:
+    """Make ``method`` available to ``--method`` and every command, with its parameters.
+
+    A parameter is known by its name: a method may reuse another's (the same object), but a
+    different parameter under a known name is an error.
+    """
+    if method.name in REGISTRY:
+        raise ValueError(f"a method called {method.name!r} is registered already")
+    for param in method.parameters:
+        known = PARAMETERS.setdefault(param.name, param)
+        if known is not param:
+            raise ValueError(f"{method.name}: another parameter is called {param.name!r}")
+    REGISTRY[method.name] = method
+
+
+# The built-in methods, after the parameters in the order their families declare them.
+PARAMETERS.update({p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS)})
+for _method in (*group.METHODS, *temporal.METHODS):
+    register(_method)
 
 
 def get(name: str) -> Method[Any]:
@@ -38,6 +71,21 @@ def get(name: str) -> Method[Any]:
     except KeyError:
         msg = f"unknown method {name!r}. Methods: {', '.join(REGISTRY)}"
         raise UsageError(msg) from None
+
+
+def missing_roles(method: Method[Any], roles: Roles) -> list[str]:
+    """The columns ``method`` needs that a log with ``roles`` lacks."""
+    return [role for role in ("input_ids", *method.roles) if roles[role] is None]
+
+
+def what_runs(roles: Roles) -> dict[str, str]:
+    """For every method, whether a log with ``roles`` can run it: "yes", or what it lacks."""
+    out = {}
+    for name, method in REGISTRY.items():
+        missing = missing_roles(method, roles)
+        critic = " (or --critic)" if missing == ["values"] else ""
+        out[name] = f"needs {', '.join(missing)}{critic}" if missing else "yes"
+    return out
 
 
 def resolve(method: str, convention: str = "seed", **given: Any) -> Params:

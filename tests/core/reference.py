@@ -1,4 +1,4 @@
-"""Plain float64 reference loops for the numerical core, written from SEMANTICS.md.
+"""Plain float64 reference loops for the numerical core, written from docs/semantics.md.
 
 Nothing here calls ``advcli``: every estimator is a Python loop per rollout or per token, as
 simple as possible, so that the vectorised core can be checked against it.

@@ -1,4 +1,4 @@
-"""Group and batch baselines: worked examples of SEMANTICS.md, properties against references."""
+"""Group and batch baselines: worked examples of docs/semantics.md, checks against references."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _f32(actual, expected, atol=F32):
 
 
 # ---------------------------------------------------------------------------------------------
-# Worked examples of SEMANTICS.md
+# Worked examples of docs/semantics.md
 
 
 def test_seed_grpo_1100():

@@ -438,7 +438,7 @@ def test_actions_after_matches_reference(data):
 
 
 def test_compaction_and_chain_with_zero_values():
-    """SEMANTICS: with V == 0 both segment modes give R * (gamma lam)^(action tokens after)."""
+    """docs/semantics.md: with V == 0 both segment modes give R * (gamma lam)^(actions after)."""
     g, lam, R = 0.9, 0.8, 2.0
     seg_counts = np.array([3, 2, 4])  # one rollout, three segments, all action tokens
     step_offsets = offsets_from_lengths(seg_counts)
