@@ -27,7 +27,8 @@ class Param:
 
     ``kind`` is the type the command line reads (int, float, str or bool). ``conventional``
     parameters have no default on the command line: the method or the convention fills them.
-    ``parse`` turns text into the value where ``kind`` alone does not (``--lam adaptive``);
+    ``parse`` turns a given value (text, or a number from Python) into the parameter's value
+    where ``kind`` alone does not (``--lam 0.9``, ``--lam adaptive``);
     ``check(value, values)`` returns the problem with a resolved value (``values`` holds every
     parameter of the run), or None.
     """
@@ -39,7 +40,7 @@ class Param:
     panel: str
     choices: tuple[str, ...] = ()
     conventional: bool = False
-    parse: Callable[[str], Any] | None = None
+    parse: Callable[[Any], Any] | None = None
     check: Check | None = None
 
     @property
@@ -68,7 +69,7 @@ class Param:
         """A given value as this parameter's type (an int for a float, text from the CLI)."""
         if value is None:
             return None
-        if self.parse is not None and isinstance(value, str):
+        if self.parse is not None:
             return self.parse(value)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)

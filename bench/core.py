@@ -21,7 +21,7 @@ GAMMA, LAM = 0.99, 0.95
 
 
 def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray):
-    """advcli's core, composed as the pipeline composes it for one batch (observation-skip: the
+    """advcli's core, composed as the engine composes it for one batch (observation-skip: the
     steps are the action tokens, gathered and scattered with the mask)."""
     _, step_offsets = T.step_positions(mask, offsets, "skip")
     rewards, _ = T.outcome_on_steps(step_offsets, reward)
@@ -41,7 +41,7 @@ def gae_core(mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: 
 def gae_core_batched(
     mask: np.ndarray, values: np.ndarray, reward: np.ndarray, offsets: np.ndarray, rows: int = 512
 ) -> np.ndarray:
-    """The core over batches of ``rows`` rows, as the pipeline feeds it (arrays stay small)."""
+    """The core over batches of ``rows`` rows, as the engine feeds it (arrays stay small)."""
     out = np.empty(len(mask), dtype=np.float32)
     for lo in range(0, len(offsets) - 1, rows):
         hi = min(lo + rows, len(offsets) - 1)

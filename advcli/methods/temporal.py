@@ -49,13 +49,13 @@ Lam = float | np.ndarray  # a scalar, or one per row
 Deltas = Callable[[], np.ndarray]
 
 
-def _parse_lam(text: str) -> float | str:
-    if text == "adaptive":
-        return text
+def _parse_lam(value: Any) -> float | str:
+    if value == "adaptive":
+        return "adaptive"
     try:
-        return float(text)
-    except ValueError:
-        msg = f"--lam {text!r}: expected a number in [0, 1] or 'adaptive'"
+        return float(value)
+    except (TypeError, ValueError):
+        msg = f"--lam {value!r}: expected a number in [0, 1] or 'adaptive'"
         raise UsageError(msg) from None
 
 

@@ -1,0 +1,103 @@
+"""The registry: every method and parameter in one place, and everything else made from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+import typer
+
+import advcli
+from advcli.cli import app
+from advcli.io.schema import Roles
+from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
+from advcli.methods.temporal import GAMMA, Gae
+from advcli.params import Param
+from tests.conftest import ROOT
+
+
+def annotate_command():
+    return typer.main.get_command(app).commands["annotate"]  # type: ignore[attr-defined]
+
+
+def test_every_parameter_is_read_by_a_method_and_declared_once():
+    used = {p.name: p for m in REGISTRY.values() for p in m.parameters}
+    assert set(used) == set(PARAMETERS)
+    assert all(used[name] is param for name, param in PARAMETERS.items())
+
+
+def test_annotate_has_one_option_per_parameter_made_from_its_declaration():
+    options = {p.name: p for p in annotate_command().params}
+    for name, param in PARAMETERS.items():
+        option = options[name]
+        assert param.flag in option.opts
+        assert option.help == param.help
+        assert option.default == param.cli_default
+    method = options["method"]
+    assert all(name in (method.help or "") for name in REGISTRY)
+
+
+def test_what_a_log_can_run_comes_from_each_methods_roles():
+    no_values = Roles({"input_ids": "ids", "reward": "r", "prompt_id": "p"})
+    runs = what_runs(no_values)
+    assert runs["grpo"] == "yes" and runs["reinforce-pp"] == "yes"
+    assert runs["gae"] == "needs values (or --critic)"
+    assert what_runs(Roles({"input_ids": "ids", "reward": "r"}))["rloo"] == "needs prompt_id"
+
+
+def test_a_method_or_parameter_is_registered_once():
+    with pytest.raises(ValueError, match="registered already"):
+        register(get("gae"))
+
+    class Clash(Gae):
+        name = "clash"
+        parameters = (Param("gamma", float, 0.5, "another gamma", "x"),)
+
+    with pytest.raises(ValueError, match="another parameter is called 'gamma'"):
+        register(Clash())
+    assert "clash" not in REGISTRY and PARAMETERS["gamma"] is GAMMA
+
+
+def run_with_toy(*args: str) -> subprocess.CompletedProcess:
+    """The real CLI with the toy estimator of tests/methods/toy.py registered first."""
+    code = (
+        "import sys, tests.methods.toy; from advcli.cli import main; sys.argv[0] = 'advcli'; main()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+
+
+def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, tmp_path):
+    """tests/methods/toy.py declares a method and a new parameter and registers them: the
+    options, --method, the checks, schema and the API follow with nothing else edited."""
+    help_text = run_with_toy("annotate", "--help").stdout
+    assert "--toy-factor" in help_text and "scaled-mean" in help_text
+    out = tmp_path / "toy.parquet"
+    proc = run_with_toy(
+        "annotate", small_log, "--method", "scaled-mean", "--toy-factor", "2", "--out", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    df = pl.read_parquet(out)
+    # group a: rewards [1, 0, 0, 0], mean 0.25; group b: [1, 1] is zero-variance
+    np.testing.assert_allclose(df["advantage"].to_numpy(), [1.5, -0.5, -0.5, -0.5, 0.0, 0.0])
+    assert df["advantages"][0].to_list() == [0.0, 0.0, 1.5, 1.5, 1.5]
+    meta = json.loads(pl.read_parquet_metadata(out)["advcli"])
+    assert meta["method"] == "scaled-mean" and meta["params"]["toy_factor"] == 2.0
+    schema = json.loads(run_with_toy("schema", small_log, "--json").stdout)
+    assert schema["methods"]["scaled-mean"] == "yes"
+    no_prompt = tmp_path / "no_prompt.parquet"
+    pl.read_parquet(out).drop("prompt_id").write_parquet(no_prompt)
+    again = tmp_path / "again.parquet"
+    proc = run_with_toy("annotate", str(no_prompt), "--method", "scaled-mean", "-o", str(again))
+    assert proc.returncode == 1 and "no 'prompt_id' column" in proc.stderr
+    proc = run_with_toy(
+        "shard", small_log, "--method", "scaled-mean", "--param", "toy-factor=3",
+        "--out", str(tmp_path / "shards"), "--json", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "scaled-mean" not in advcli.describe(small_log)["methods"]  # this process: built-ins

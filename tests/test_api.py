@@ -1,0 +1,101 @@
+"""The public Python API: each function gives what its command gives; the CLI is a thin layer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import advcli
+from advcli.errors import DataError, UsageError
+from advcli.io.writers import read_metadata
+from bench.critic_model import build_critic, make_weights
+from tests.conftest import ROOT, SAMPLE, run
+
+LOG = str(SAMPLE / "rollouts.parquet")
+
+
+def test_the_api_names_resolve():
+    for name in advcli.__all__:
+        assert getattr(advcli, name) is not None
+    with pytest.raises(AttributeError):
+        advcli.no_such_function  # noqa: B018
+
+
+def test_annotate_writes_what_the_command_writes(tmp_path):
+    by_api, by_cli = tmp_path / "api.parquet", tmp_path / "cli.parquet"
+    summary = advcli.annotate(LOG, by_api, method="gae", convention="verl", gamma=0.99, lam=0.9)
+    args = ["--method", "gae", "--convention", "verl", "--gamma", "0.99", "--lam", "0.9"]
+    proc = run("annotate", LOG, *args, "--out", str(by_cli), "--json", "-q")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert by_api.read_bytes() == by_cli.read_bytes()
+    printed = json.loads(proc.stdout)
+    for key in ("seconds", "output"):
+        del printed[key], summary[key]
+    assert summary == printed
+
+
+def test_annotate_table_in_memory_equals_the_file(tmp_path):
+    out = tmp_path / "o.parquet"
+    advcli.annotate(LOG, out, method="rloo", singleton="raw")
+    table = advcli.annotate_table(pq.read_table(LOG), method="rloo", singleton="raw")
+    written = pq.read_table(out)
+    assert table.column_names == written.column_names
+    for name in table.column_names:
+        assert table.column(name).to_pylist() == written.column(name).to_pylist(), name
+    meta = json.loads(table.schema.metadata[b"advcli"])
+    assert meta["params"] == read_metadata(str(out))["params"]
+    assert meta["inputs"] == ["<table>"]
+
+
+def test_annotate_table_errors_name_the_row_of_the_table():
+    table = pq.read_table(LOG)
+    with pytest.raises(DataError, match=r"^<table>: row 13, column 'prompt_id': prompt 'p-lonely'"):
+        advcli.annotate_table(table, method="grpo", singleton="error")
+    with pytest.raises(UsageError, match="unknown parameter 'gama'"):
+        advcli.annotate_table(table, method="grpo", gama=0.9)
+
+
+def test_audit_and_describe(tmp_path):
+    found = advcli.audit(LOG)
+    proc = run("audit", LOG, "--json")
+    assert found.as_dict() == json.loads(proc.stdout) | {
+        "group_sizes": found.report.group_sizes,  # JSON keys are text
+        "reward_histogram": found.report.reward_histogram,
+    }
+    assert found.prompt_ids("zero-variance") == ["p-easy"]
+    assert found.prompt_ids("singleton") == ["p-lonely"]
+    with pytest.raises(UsageError):
+        found.prompt_ids("other")
+    info = advcli.describe([LOG])
+    assert info["rows"] == 14 and info["methods"]["gae"] == "yes"
+
+
+def test_score_shard_and_verify(tmp_path):
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=32_768, dim=8, hidden=8))  # the sample's ids
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pq.read_table(LOG).drop_columns(["values"]), raw)
+    scored = tmp_path / "scored.parquet"
+    result = advcli.score(raw, scored, critic)  # a path is enough
+    assert result["rows"] == 14 and result["provider"] == "CPUExecutionProvider"
+    values = pq.read_table(scored).column("values").combine_chunks().flatten().to_numpy()
+    assert np.isnan(values).sum() == 14  # shifted: each row's first token has no value
+    opts = advcli.ShardOptions(shuffle=True, seed=3, keep_groups=True)
+    summary = advcli.shard(LOG, tmp_path / "shards", opts, method="grpo")
+    assert summary["samples"] == 14
+    assert advcli.verify(tmp_path / "shards")["ok"]
+
+
+def test_the_critic_package_needs_neither_polars_nor_orjson():
+    """bench/gpu_check.py runs where only numpy, pyarrow and onnxruntime are installed."""
+    code = (
+        "import sys, advcli, advcli.critic; "
+        "print(sorted({'polars', 'orjson', 'onnxruntime'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -1,0 +1,86 @@
+"""Docs that cannot drift from the code, and a package whose imports point one way."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.conftest import ROOT
+from tools import docs
+
+PACKAGE = ROOT / "advcli"
+
+# Layers, lowest first: a module imports from its own layer's component or from lower layers.
+LAYERS = [
+    ("advcli.errors", "advcli.core", "advcli._malloc"),
+    ("advcli.io", "advcli.params"),
+    ("advcli.methods", "advcli.critic"),
+    ("advcli.engine",),
+    ("advcli.shards",),
+    ("advcli.api", "advcli.render"),
+    ("advcli.cli",),
+    ("advcli.__main__",),
+]
+
+
+def component(module: str) -> tuple[int, str]:
+    for rank, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                return rank, name
+    raise AssertionError(f"{module} is in no layer")
+
+
+def imports(path) -> set[str]:
+    """The advcli modules a file imports at run time (not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text())
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("advcli"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(
+                    full
+                    if (PACKAGE.parent / (full.replace(".", "/") + ".py")).exists()
+                    or (PACKAGE.parent / full.replace(".", "/")).is_dir()
+                    else node.module
+                )
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("advcli")}
+    return found - {"advcli", "advcli.__version__"}
+
+
+def test_generated_docs_are_current():
+    assert docs.stale() == [], "run make docs"
+
+
+def test_imports_point_one_way():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if module == "advcli.__init__":
+            continue  # the lazy public API
+        module = module.removesuffix(".__init__")
+        rank, name = component(module)
+        for imported in imports(path):
+            other_rank, other = component(imported)
+            assert other_rank < rank or other == name, f"{module} imports {imported}"
+
+
+def test_the_readme_layout_names_every_module():
+    layout = ROOT.joinpath("README.md").read_text().split("## Layout", 1)[1].split("\n## ")[0]
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        rel = path.relative_to(PACKAGE)
+        named = path.name if len(rel.parts) > 1 else f"advcli/{path.name}"
+        assert re.search(rf"`{re.escape(named)}`", layout), f"README Layout misses {rel}"
+    for folder in (p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert f"`advcli/{folder.name}/`" in layout, f"README Layout misses {folder.name}/"

@@ -1,0 +1,87 @@
+"""Run parameters: declared once, parsed from text, resolved once into an immutable whole."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from advcli.errors import UsageError
+from advcli.methods import PARAMETERS, resolve
+from advcli.params import parse_assignments
+
+
+def test_text_is_parsed_by_the_declared_type():
+    got = parse_assignments(
+        ["gamma=0.99", "batch-size=8", "--strict=yes", "lam=adaptive", "scale=none"], PARAMETERS
+    )
+    assert got == {
+        "gamma": 0.99,
+        "batch_size": 8,
+        "strict": True,
+        "lam": "adaptive",
+        "scale": "none",
+    }
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=VALUE"),
+        ("batch_size=1.5", "expected an integer"),
+        ("strict=maybe", "expected true or false"),
+        ("nope=1", "expected KEY=VALUE with KEY one of scale, std-ddof, eps,"),
+        ("gamma", "expected KEY=VALUE"),
+    ],
+)
+def test_bad_assignments_are_usage_errors(item, needle):
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        parse_assignments([item], PARAMETERS)
+
+
+def test_resolution_takes_the_method_then_the_convention_then_the_default():
+    p = resolve("gae", "verl")
+    assert (p.whiten, p.whiten_ddof, p.std_ddof, p.observations) == ("batch", 1, 1, "skip")
+    assert p.lam == 0.95 and p.scale == "group" and p.alpha is None
+    assert resolve("reinforce-pp", "seed").whiten == "batch"  # the method's own default
+    assert resolve("grpo", "verl").whiten == "none"
+    assert resolve("gae", "verl", whiten="none", eps=1).as_dict()["eps"] == 1.0  # float, given
+    assert set(p.as_dict()) == {"method", "convention", *PARAMETERS}
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"gamma": 1.5}, "--gamma 1.5: expected a number in [0, 1]"),
+        ({"lam": "x"}, "--lam 'x': expected a number in [0, 1] or 'adaptive'"),
+        ({"lam": 2}, "--lam 2.0: expected a number in [0, 1] or 'adaptive'"),
+        ({"lam": "adaptive"}, "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"),
+        ({"scale": "foo"}, "--scale 'foo': expected one of group, batch, none"),
+        ({"std_ddof": 2}, "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"),
+        ({"batch_size": 0}, "--batch-size 0: expected a positive integer"),
+        ({"eps": -1}, "--eps -1.0: expected a number >= 0"),
+        ({"speed": 3}, "unknown parameter 'speed'. Parameters: --scale, --std-ddof"),
+    ],
+)
+def test_bad_values_name_the_option(given, message):
+    with pytest.raises(UsageError) as err:
+        resolve("gae", **given)
+    assert str(err.value).startswith(message)
+
+
+def test_unknown_method_and_convention_list_the_choices():
+    with pytest.raises(UsageError, match="unknown method 'x'. Methods: grpo, rloo, batch-mean"):
+        resolve("x")
+    with pytest.raises(UsageError, match="unknown convention 'x'. Conventions: seed, verl"):
+        resolve("grpo", "x")
+
+
+def test_params_are_immutable_hashable_and_picklable():
+    p = resolve("gae", gamma=0.9)
+    with pytest.raises(AttributeError):
+        p.gamma = 0.5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        p._values["gamma"] = 0.5
+    with pytest.raises(AttributeError):
+        p.no_such_parameter  # noqa: B018
+    assert pickle.loads(pickle.dumps(p)) == p and hash(p) == hash(resolve("gae", gamma=0.9))
