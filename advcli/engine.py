@@ -157,10 +157,10 @@ class Run:
                         out = out.drop_columns([name])
                     out = out.append_column(name, column)
                 adv = columns["advantages"]
-                keep = plan.keep[row0 : row0 + n] if plan.keep is not None else None
-                if keep is not None and not keep.all():
-                    token_keep = np.repeat(keep, lengths(tok.offsets))
-                    yield Batch(out.filter(pa.array(keep)), adv[token_keep], tok.mask[token_keep])
+                kept = plan.kept[row0 : row0 + n] if plan.kept is not None else None
+                if kept is not None and not kept.all():
+                    tokens_kept = np.repeat(kept, lengths(tok.offsets))
+                    yield Batch(out.filter(pa.array(kept)), adv[tokens_kept], tok.mask[tokens_kept])
                 else:
                     yield Batch(out, adv, tok.mask)
 

@@ -56,7 +56,7 @@ class Plan:
     """What a method decided per row before seeing the tokens of the final pass."""
 
     columns: dict[str, np.ndarray]  # per-row output columns, in output order
-    keep: np.ndarray | None = None  # bool per row; None keeps every row
+    kept: np.ndarray | None = None  # bool per row: the rows written; None: every row
     dropped: dict[str, int] = field(default_factory=dict)  # rows dropped, by reason
     stats: dict[str, Any] = field(default_factory=dict)  # for the summary
 
@@ -90,6 +90,7 @@ class Method(ABC, Generic[PlanT]):
     roles: ClassVar[tuple[str, ...]]  # the columns it needs besides input_ids
     reads_values: ClassVar[bool] = False  # reads critic values (a --critic can score them)
     parameters: ClassVar[tuple[Param, ...]] = ()  # the run parameters it reads
+    outputs: ClassVar[tuple[str, ...]]  # the columns it writes: per token, then per row
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
         """Defaults of this method under ``convention``, before the convention's own."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from advcli.core import group as G
+from advcli.core.conventions import EpsPlacement, Singleton
 from advcli.core.ragged import lengths
 from advcli.errors import RowError
 from advcli.io.rollouts import Rows, Tokens
@@ -42,7 +43,7 @@ SCALE = Param(
     "group",
     "grpo: group, batch or none (Dr. GRPO).",
     PANEL,
-    choices=("group", "batch", "none"),
+    choices=get_args(G.Scale),
 )
 STD_DDOF = Param(
     "std_ddof", int, None, "ddof of the group std.", PANEL, conventional=True, check=ddof_check
@@ -54,7 +55,7 @@ EPS_PLACEMENT = Param(
     None,
     "add (std + eps) or max (max(std, eps)).",
     PANEL,
-    choices=("add", "max"),
+    choices=get_args(EpsPlacement),
     conventional=True,
 )
 SINGLETON = Param(
@@ -63,7 +64,7 @@ SINGLETON = Param(
     None,
     "Groups of one: zero, raw, error or drop.",
     PANEL,
-    choices=("zero", "raw", "error", "drop"),
+    choices=get_args(Singleton),
     conventional=True,
 )
 ZERO_VARIANCE = Param(
@@ -141,7 +142,7 @@ class OutcomeMethod(Method[OutcomePlan]):
         columns.update({name: values[codes] for name, values in r.columns.items()})
         return OutcomePlan(
             columns=columns,
-            keep=~drop[codes],
+            kept=~drop[codes],
             dropped=dropped,
             stats=stats,
             advantage=r.advantage[codes],
@@ -161,6 +162,15 @@ class GroupBaseline(OutcomeMethod):
     """A baseline from the rollout's group (the rollouts sharing its prompt id)."""
 
     roles = ("prompt_id", "reward")
+    outputs = (
+        "advantages",
+        "advantage",
+        "group_size",
+        "group_mean",
+        "group_std",
+        "zero_variance",
+        "singleton",
+    )
 
     @abstractmethod
     def from_group(
@@ -258,6 +268,15 @@ class BatchMean(OutcomeMethod):
     )
     roles = ("reward",)
     parameters = (BATCH_SIZE, PARTIAL, ZERO_VARIANCE, ZERO_VARIANCE_TOL)
+    outputs = (
+        "advantages",
+        "advantage",
+        "batch_id",
+        "batch_size",
+        "batch_mean",
+        "partial_batch",
+        "zero_variance",
+    )
 
     def advantages(self, rows: Rows, rewards: np.ndarray, p: Params) -> RolloutAdvantages:
         batch_id, partial, n_batches = completion_batches(rows, p.batch_size)

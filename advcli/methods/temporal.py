@@ -23,13 +23,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import numpy as np
 
 from advcli.core import group as G
 from advcli.core import temporal as T
-from advcli.core.conventions import WHITEN_EPS, Convention
+from advcli.core.conventions import WHITEN_EPS, Convention, Observations, Whiten
 from advcli.core.ragged import lengths
 from advcli.core.scan import linear_scan
 from advcli.errors import RowError, UsageError
@@ -97,7 +97,7 @@ OBSERVATIONS = Param(
     None,
     "skip (not time steps) or step (zero-reward, zero-value steps).",
     PANEL,
-    choices=("skip", "step"),
+    choices=get_args(Observations),
     conventional=True,
 )
 SEGMENTS = Param(
@@ -114,7 +114,7 @@ WHITEN = Param(
     "none",
     "none or batch (token-weighted, per batch).",
     PANEL,
-    choices=("none", "batch"),
+    choices=get_args(Whiten),
     conventional=True,
 )
 WHITEN_DDOF = Param(
@@ -168,6 +168,7 @@ class TemporalMethod(Method[TemporalPlan]):
     """A per-token estimator over time steps. Subclasses give :meth:`estimates`."""
 
     value_returns: ClassVar[bool]  # returns are the critic's targets (GAE with lam_critic + V)
+    outputs = ("advantages", "returns")  # and `lam`, per row, with --lam adaptive
 
     def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
         """The lambda that discounts the advantages from one step to the one before."""

@@ -45,14 +45,15 @@ def write_shards(
     samples: Samples,
     plan: ShardPlan,
     opts: ShardOptions,
-    keep: list[str],
+    extra: list[str],
     *,
     force: bool,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
 ) -> dict[str, Any]:
-    """Route and write into a temporary folder, then the manifest (last), then the rename."""
+    """Route and write into a temporary folder, then the manifest (last), then the rename.
+    ``extra`` are the ``--keep`` columns."""
     lay = layout(plan, bucket_tokens)
     allow_open_files(lay.n_buckets, target)
     shard_meta = {
@@ -66,9 +67,9 @@ def write_shards(
     with atomic_folder(target, force=force) as tmp:
         buckets = tmp / ".buckets"
         with stage("annotating" if inp.run is not None else "reading rows"):
-            token_keep = route(inp, samples, lay, keep, buckets, batch_rows)
+            per_token = route(inp, samples, lay, extra, buckets, batch_rows)
         with stage("writing shards"):
-            records = write_pieces(tmp, buckets, plan, lay, opts, token_keep, shard_meta)
+            records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
         buckets.rmdir()
         manifest = build_manifest(inp, plan, opts, records)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -113,7 +114,7 @@ def shard(
         stage=stage,
         batch_rows=batch_rows,
     )
-    keep = check_keep(inp, opts.keep)
+    extra = check_keep(inp, opts.keep)
     with stage("counting tokens"):
         samples = measure(inp, opts.pack, batch_rows)
     with stage("planning"):
@@ -132,7 +133,7 @@ def shard(
         samples,
         plan,
         opts,
-        keep,
+        extra,
         force=force,
         stage=stage,
         batch_rows=batch_rows,

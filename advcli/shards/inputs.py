@@ -60,15 +60,16 @@ class Input:
 
     def kept_rows(self) -> np.ndarray:
         """The input row of every sample (the method may drop rows)."""
-        keep = self.run.plan.keep if self.run is not None else None
-        if keep is None:
+        kept = self.run.plan.kept if self.run is not None else None
+        if kept is None:
             return np.arange(self.rows.n_rows, dtype=np.int64)
-        return np.flatnonzero(keep)
+        return np.flatnonzero(kept)
 
     def annotated_batches(
-        self, keep: list[str], batch_rows: int = BATCH_ROWS
+        self, extra: list[str], batch_rows: int = BATCH_ROWS
     ) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        """The annotated log's rows in order, batch by batch, with their action masks."""
+        """The annotated log's rows in order, batch by batch, with their action masks (a log
+        annotated already: only the columns shards take, and the ``--keep`` columns ``extra``)."""
         if self.run is not None:
             for batch in self.run.annotated():
                 yield batch.table, batch.mask
@@ -77,7 +78,7 @@ class Input:
         ids = ("prompt_id", "rollout_id", "segment_index")
         names = [c for r in ids if (c := roles[r]) is not None]
         names += token_columns(roles, values=False)
-        names += [n for n in ("advantages", "returns") if n in schema] + keep
+        names += [n for n in ("advantages", "returns") if n in schema] + extra
         for row0, table in prefetch(self.source.batches(list(dict.fromkeys(names)), batch_rows)):
             yield table, extract_tokens(table, roles, self.sources, row0, values=False).mask
 
@@ -164,7 +165,7 @@ def open_input(
 
 
 def check_keep(inp: Input, keep: list[str]) -> list[str]:
-    """``--keep`` names, each once; every one a column of the annotated log."""
+    """The ``--keep`` columns, each once; every one a column of the annotated log."""
     columns = inp.columns()
     for name in keep:
         if name not in columns:

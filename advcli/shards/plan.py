@@ -133,7 +133,7 @@ def chunks(weights: np.ndarray, budget: int, starts_ok: np.ndarray | None = None
 
 def drop_without_signal(s: Samples, opts: ShardOptions) -> tuple[np.ndarray, dict[str, int]]:
     """Samples kept after ``--drop-singletons`` and ``--drop-zero-variance``, and the counts."""
-    keep = np.ones(s.n_rows, dtype=bool)
+    kept = np.ones(s.n_rows, dtype=bool)
     dropped: dict[str, int] = {}
     for flag, wanted in (
         ("singleton", opts.drop_singletons),
@@ -148,21 +148,21 @@ def drop_without_signal(s: Samples, opts: ShardOptions) -> tuple[np.ndarray, dic
                 "grpo, rloo and batch-mean, flag rows). Hint: drop the option"
             )
             raise UsageError(msg)
-        hit = s.flags[flag] & keep
+        hit = s.flags[flag] & kept
         dropped[flag] = int(hit.sum())
-        keep &= ~hit
-    return keep, dropped
+        kept &= ~hit
+    return kept, dropped
 
 
 def truncate(
-    s: Samples, keep: np.ndarray, opts: ShardOptions, locate: Callable[[int], str]
+    s: Samples, kept: np.ndarray, opts: ShardOptions, locate: Callable[[int], str]
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Tokens written per sample, and what ``--truncate`` cut (``--pack N`` without it: an
     error for a sample longer than N)."""
     tok = s.tokens
     if opts.pack is None:
         return tok.copy(), {}
-    over = keep & (tok > opts.pack)
+    over = kept & (tok > opts.pack)
     if over.any() and not opts.truncate:
         row = int(np.flatnonzero(over)[0])
         msg = (
@@ -174,8 +174,8 @@ def truncate(
     lens = np.minimum(tok, opts.pack)
     truncated = {
         "rollouts": int(over.sum()),
-        "tokens": int((tok - lens)[keep].sum()),
-        "action_tokens": int((s.actions - s.kept_actions)[keep].sum()),
+        "tokens": int((tok - lens)[kept].sum()),
+        "action_tokens": int((s.actions - s.kept_actions)[kept].sum()),
     }
     return lens, truncated
 
@@ -190,10 +190,10 @@ def loss_weights(s: Samples, opts: ShardOptions) -> np.ndarray | None:
     return np.ones(s.n_rows)
 
 
-def global_order(s: Samples, keep: np.ndarray, opts: ShardOptions) -> np.ndarray:
+def global_order(s: Samples, kept: np.ndarray, opts: ShardOptions) -> np.ndarray:
     """The kept samples in output order: input order, groups together, or a seeded
     permutation (of groups, with ``--keep-groups``)."""
-    rows = np.flatnonzero(keep)
+    rows = np.flatnonzero(kept)
     if opts.shuffle:
         rng = np.random.default_rng(opts.seed)
         if opts.keep_groups:
@@ -248,7 +248,7 @@ def cut_shards(
 def plan_shards(s: Samples, opts: ShardOptions, locate: Callable[[int], str]) -> ShardPlan:
     """Drop, truncate, weigh, split, order, pack and cut. ``locate`` names an input row in an
     error (file, row, column)."""
-    keep, dropped = drop_without_signal(s, opts)
+    kept, dropped = drop_without_signal(s, opts)
     needs_groups = [
         o for o, on in (("--keep-groups", opts.keep_groups), ("--split", opts.split)) if on
     ]
@@ -258,14 +258,14 @@ def plan_shards(s: Samples, opts: ShardOptions, locate: Callable[[int], str]) ->
             "Hint: name it with --col prompt_id=COLUMN"
         )
         raise UsageError(msg)
-    lens, truncated = truncate(s, keep, opts, locate)
+    lens, truncated = truncate(s, kept, opts, locate)
     weight = loss_weights(s, opts)
     splits = parse_split(opts.split)
     split_code = np.zeros(s.n_rows, dtype=np.int64)
     if splits:
         assert s.group_keys is not None and s.group is not None
         split_code = split_of_prompt(s.group_keys, splits)[s.group]
-    rows = global_order(s, keep, opts)
+    rows = global_order(s, kept, opts)
     out = []
     for code, name in enumerate(["train", *(nm for nm, _ in splits)]):
         order, row_offsets = pack(s, rows[split_code[rows] == code], lens, opts)

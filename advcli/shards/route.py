@@ -51,9 +51,10 @@ def _not_per_token(
 
 
 def sample_table(
-    table: pa.Table, mask: np.ndarray, inp: Input, keep: list[str], rows: np.ndarray
+    table: pa.Table, mask: np.ndarray, inp: Input, extra: list[str], rows: np.ndarray
 ) -> pa.Table:
-    """A batch of annotated rows under the shards' column names (``rows``: input rows)."""
+    """A batch of annotated rows under the shards' column names, with the ``--keep`` columns
+    ``extra`` (``rows``: their input rows)."""
     roles = inp.roles
     ids = table.column(roles.column("input_ids"))
     offsets = flat_list(ids)[1]
@@ -72,7 +73,7 @@ def sample_table(
             if values is None:
                 raise _not_per_token(table.column(name), name, n_tokens, rows, inp.sources)
             cols[name] = list_array(values.cast(pa.float32()), offsets)
-    for name in keep:
+    for name in extra:
         cols[name] = table.column(name)
     return pa.table(cols)
 
@@ -107,29 +108,32 @@ def route(
     inp: Input,
     samples: Samples,
     lay: Layout,
-    keep: list[str],
+    extra: list[str],
     folder: Path,
     batch_rows: int = BATCH_ROWS,
 ) -> set[str]:
-    """Append every sample to its bucket's file in ``folder``, with its position.
+    """Append every sample, with the ``--keep`` columns ``extra``, to its bucket's file in
+    ``folder``, with its position.
 
     Returns the ``--keep`` columns that are per-token: list columns without nulls whose
     lengths equal the token counts on every row.
     """
     folder.mkdir()
-    token_keep = set(keep)
+    per_token_columns = set(extra)
     starts = lay.bucket_positions[:-1]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     done = 0
     with contextlib.ExitStack() as stack:
-        for table, mask in inp.annotated_batches(keep, batch_rows):
+        for table, mask in inp.annotated_batches(extra, batch_rows):
             n = table.num_rows
             rows = samples.source_row[done : done + n]
             position = lay.position[done : done + n]
             done += n
-            batch = sample_table(table, mask, inp, keep, rows)
+            batch = sample_table(table, mask, inp, extra, rows)
             n_tokens = lengths(flat_list(batch.column("input_ids"))[1])
-            token_keep -= {k for k in token_keep if per_token(batch.column(k), n_tokens) is None}
+            per_token_columns -= {
+                k for k in per_token_columns if per_token(batch.column(k), n_tokens) is None
+            }
             take = np.flatnonzero(position >= 0)
             bucket = np.searchsorted(starts, position[take], side="right") - 1
             by_bucket = np.argsort(bucket, kind="stable")
@@ -143,4 +147,4 @@ def route(
                         pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=IPC)
                     )
                 writers[j].write_table(batch.slice(a, b - a))
-    return token_keep
+    return per_token_columns

@@ -26,15 +26,16 @@ def piece_table(
     lens: np.ndarray,
     weight: np.ndarray | None,
     row_offsets: np.ndarray,
-    token_keep: set[str],
+    per_token: set[str],
     *,
     packed: bool,
     large_tokens: bool,
     large_samples: bool,
 ) -> pa.Table:
     """Output rows of one piece. ``t`` holds its samples in order (as routed), output row r
-    holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens`` tokens each; ``large_*``:
-    whether the shard needs large lists."""
+    holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens`` tokens each; ``per_token``:
+    the ``--keep`` columns with a value per token; ``large_*``: whether the shard needs large
+    lists."""
 
     def column(name: str) -> pa.Array:
         return t.column(name).combine_chunks()
@@ -69,12 +70,12 @@ def piece_table(
     if weight is not None:
         w = np.repeat(weight, lens) * mask
         cols["loss_weight"] = list_array(w.astype(np.float32), tok_offsets, large=large_tokens)
-    kept = [n for n in t.column_names if n not in OWN_COLUMNS and n != POSITION]
-    for name in kept:
-        if name in token_keep:
+    extra = [n for n in t.column_names if n not in OWN_COLUMNS and n != POSITION]
+    for name in extra:
+        if name in per_token:
             cols[name] = tokens(name)
-    for name in kept:
-        if name not in token_keep:
+    for name in extra:
+        if name not in per_token:
             cols[name] = per_row(name)
     return pa.table(cols)
 
@@ -171,7 +172,7 @@ def write_pieces(
     plan: ShardPlan,
     lay: Layout,
     opts: ShardOptions,
-    token_keep: set[str],
+    per_token: set[str],
     metadata: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Bucket by bucket, put the rows in order and write the pieces into the shards."""
@@ -196,7 +197,7 @@ def write_pieces(
                 plan.lens[samples],
                 None if plan.weight is None else plan.weight[samples],
                 row_offsets - row_offsets[0],
-                token_keep,
+                per_token,
                 packed=opts.pack is not None,
                 large_tokens=n_tokens >= 2**31,
                 large_samples=n_samples >= 2**31,

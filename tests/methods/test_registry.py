@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 import typer
 
@@ -17,7 +18,9 @@ from advcli.io.schema import Roles
 from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
 from advcli.params import Param
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SAMPLE
+
+INPUT_COLUMNS = pq.read_schema(SAMPLE / "rollouts.parquet").names
 
 
 def annotate_command():
@@ -101,3 +104,15 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "scaled-mean" not in advcli.describe(small_log)["methods"]  # this process: built-ins
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_each_method_writes_the_columns_it_declares(name):
+    table = advcli.annotate_table(pq.read_table(SAMPLE / "rollouts.parquet"), method=name)
+    added = [c for c in table.column_names if c not in INPUT_COLUMNS]
+    assert added == list(REGISTRY[name].outputs)
+    adaptive = advcli.annotate_table(
+        pq.read_table(SAMPLE / "rollouts.parquet"), method=name, lam="adaptive", alpha=1.5
+    )
+    extra = {"lam"} if "returns" in REGISTRY[name].outputs else set()
+    assert set(adaptive.column_names) - set(table.column_names) == extra
