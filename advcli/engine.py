@@ -91,6 +91,9 @@ class ValueCache:
         self.scored_rows = row0 + len(tokens.offsets) - 1
         return values
 
+    def close(self) -> None:
+        self.file.close()
+
 
 @contextlib.contextmanager
 def located(sources: Sources, roles: Roles) -> Iterator[None]:
@@ -144,7 +147,9 @@ class Run:
     def annotated(self) -> Iterator[Batch]:
         """The final pass: every column, annotated, batch by batch in input order."""
         plan = self.plan
-        with located(self.sources, self.roles):
+        with located(self.sources, self.roles), contextlib.ExitStack() as done:
+            if isinstance(self.scorer, ValueCache):
+                done.callback(self.scorer.close)  # the last pass that reads the values
             for row0, table, tok in self.tokens(None, values=self.method.reads_values):
                 columns = self.method.apply(plan, tok, row0, self.params)
                 n = len(tok.offsets) - 1

@@ -20,6 +20,9 @@ LOG = str(SAMPLE / "rollouts.parquet")
 
 
 def test_the_api_names_resolve():
+    from advcli import api
+
+    assert set(advcli.__all__) == {*api.__all__, "__version__"}
     for name in advcli.__all__:
         assert getattr(advcli, name) is not None
     with pytest.raises(AttributeError):

@@ -133,7 +133,7 @@ class TemporalPlan(Plan):
     outcome: np.ndarray  # per row: the reward on its last action (0 for a chained segment's)
     tail: np.ndarray  # per row: the value after its last step, for the advantages
     tail_critic: np.ndarray  # the same for the returns (their lambda may differ)
-    lam: float | np.ndarray  # scalar, or one per row (adaptive)
+    lam: Lam  # scalar, or one per row (adaptive)
     scale: np.ndarray | None = None  # compaction: (gamma * lambda) ** N_{>s}, per row
     scale_critic: np.ndarray | None = None  # the same with the returns' lambda
     whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
@@ -142,12 +142,16 @@ class TemporalPlan(Plan):
 
 @dataclass(frozen=True)
 class Steps:
-    """A batch of rows as time steps; ``step_offsets`` cuts them into rows."""
+    """A batch of rows as time steps (``step_offsets`` cuts them into rows), and what comes
+    after each row's last step."""
 
     step_offsets: np.ndarray
     is_action: np.ndarray  # bool per step
     values: np.ndarray  # V at each step (0 off actions; 0 everywhere without values)
     rewards: np.ndarray  # per step
+    tail: np.ndarray  # per row: the value after its last step, for the advantages
+    tail_critic: np.ndarray  # the same for the returns
+    lam: Lam  # the advantages' lambda
 
     def rows(self, row0: int) -> np.ndarray:
         """The global row of every step."""
@@ -170,7 +174,7 @@ class TemporalMethod(Method[TemporalPlan]):
     value_returns: ClassVar[bool]  # returns are the critic's targets (GAE with lam_critic + V)
     outputs = ("advantages", "returns")  # and `lam`, per row, with --lam adaptive
 
-    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+    def lambda_eff(self, lam: Lam) -> Lam:
         """The lambda that discounts the advantages from one step to the one before."""
         return 1.0
 
@@ -180,16 +184,8 @@ class TemporalMethod(Method[TemporalPlan]):
         return rows.reward[rows.last_segment_row()][rows.rollout_codes]
 
     @abstractmethod
-    def estimates(
-        self,
-        steps: Steps,
-        p: Params,
-        tail: np.ndarray,
-        tail_critic: np.ndarray,
-        lam: float | np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(advantages, returns)`` per step; ``tail`` is the value after each row's last step
-        (``tail_critic`` the same for the returns); ``steps`` has no advantages yet."""
+    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
+        """``(advantages, returns)`` per step."""
 
     def plan(self, rows: Rows, p: Params) -> TemporalPlan:
         last_seg = rows.is_last_segment()
@@ -242,11 +238,16 @@ class TemporalMethod(Method[TemporalPlan]):
                 values[~is_action] = 0.0
         else:
             values = np.zeros(len(positions))
-        lam = plan.lam if np.ndim(plan.lam) == 0 else plan.lam[rows]  # type: ignore[index]
-        tail = np.zeros(n) if local else plan.tail[rows]
-        tail_critic = np.zeros(n) if local else plan.tail_critic[rows]
-        steps = Steps(step_offsets, is_action, values, rewards)
-        adv, returns = self.estimates(steps, p, tail, tail_critic, lam)
+        steps = Steps(
+            step_offsets,
+            is_action,
+            values,
+            rewards,
+            tail=np.zeros(n) if local else plan.tail[rows],
+            tail_critic=np.zeros(n) if local else plan.tail_critic[rows],
+            lam=plan.lam if np.ndim(plan.lam) == 0 else plan.lam[rows],  # type: ignore[index]
+        )
+        adv, returns = self.estimates(steps, p)
         if plan.scale is not None:
             step_lens = lengths(step_offsets)
             adv *= np.repeat(plan.scale[rows], step_lens)
@@ -373,7 +374,7 @@ class ChainPass(TokenPass[TemporalPlan]):
         first_of_rollout = np.r_[True, codes[1:] != codes[:-1]]
         n = self.steps[order]
 
-        def carried(lam: float | np.ndarray, first_advantage: np.ndarray, tail: np.ndarray):
+        def carried(lam: Lam, first_advantage: np.ndarray, tail: np.ndarray) -> np.ndarray:
             lam_o = np.broadcast_to(lam, (rows.n_rows,))[order]
             b = p.gamma * self.value[order] + p.gamma * lam_o * first_advantage[order]
             a = np.power(p.gamma * lam_o, n)
@@ -440,43 +441,34 @@ class ValueMethod(TemporalMethod):
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"whiten": convention.temporal_whiten}
 
-    def estimates(
-        self,
-        steps: Steps,
-        p: Params,
-        tail: np.ndarray,
-        tail_critic: np.ndarray,
-        lam: float | np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
         offsets = steps.step_offsets
         delta_critic = T.td_errors(
-            steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=tail_critic
+            steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=steps.tail_critic
         )
         returns = T.gae_from_td(delta_critic, offsets, gamma=p.gamma, lam=p.lam_critic)
 
         def deltas() -> np.ndarray:  # the same TD errors when both bootstrap alike
-            if np.array_equal(tail, tail_critic):
+            if np.array_equal(steps.tail, steps.tail_critic):
                 return delta_critic
-            return T.td_errors(steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=tail)
+            return T.td_errors(
+                steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=steps.tail
+            )
 
-        return self.advantages(steps, p, tail, lam, deltas), returns
+        return self.advantages(steps, p, deltas), returns
 
     @abstractmethod
-    def advantages(
-        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
-    ) -> np.ndarray:
-        """Per step; ``deltas()`` gives the TD errors bootstrapping from ``tail``."""
+    def advantages(self, steps: Steps, p: Params, deltas: Deltas) -> np.ndarray:
+        """Per step; ``deltas()`` gives the TD errors bootstrapping from ``steps.tail``."""
 
 
 class MonteCarlo(ValueMethod):
     name = "mc"
     summary = "G_k − V(a_k), G the discounted return over action tokens"
 
-    def advantages(
-        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
-    ) -> np.ndarray:
+    def advantages(self, steps: Steps, p: Params, deltas: Deltas) -> np.ndarray:
         return T.monte_carlo(
-            steps.values, steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=tail
+            steps.values, steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=steps.tail
         )
 
 
@@ -484,12 +476,10 @@ class TemporalDifference(ValueMethod):
     name = "td"
     summary = "r_k + γ·V_next − V(a_k)"
 
-    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+    def lambda_eff(self, lam: Lam) -> Lam:
         return 0.0
 
-    def advantages(
-        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
-    ) -> np.ndarray:
+    def advantages(self, steps: Steps, p: Params, deltas: Deltas) -> np.ndarray:
         return deltas()
 
 
@@ -500,13 +490,11 @@ class Gae(ValueMethod):
         "λ = clamp(1 − 1/(A·l), 0, 1) per rollout, written as `lam`)"
     )
 
-    def lambda_eff(self, lam: float | np.ndarray) -> float | np.ndarray:
+    def lambda_eff(self, lam: Lam) -> Lam:
         return lam
 
-    def advantages(
-        self, steps: Steps, p: Params, tail: np.ndarray, lam: Lam, deltas: Deltas
-    ) -> np.ndarray:
-        return T.gae_from_td(deltas(), steps.step_offsets, gamma=p.gamma, lam=lam)
+    def advantages(self, steps: Steps, p: Params, deltas: Deltas) -> np.ndarray:
+        return T.gae_from_td(deltas(), steps.step_offsets, gamma=p.gamma, lam=steps.lam)
 
 
 class ReinforcePP(TemporalMethod):
@@ -521,16 +509,9 @@ class ReinforcePP(TemporalMethod):
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"whiten": "batch"}
 
-    def estimates(
-        self,
-        steps: Steps,
-        p: Params,
-        tail: np.ndarray,
-        tail_critic: np.ndarray,
-        lam: float | np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
         adv = T.discounted_returns(
-            steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=tail
+            steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=steps.tail
         )
         return adv, adv.copy()
 
