@@ -19,6 +19,7 @@ import typer
 
 from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
+from advcli.core.conventions import CONVENTIONS
 from advcli.critic.scorer import CriticOptions
 from advcli.errors import AdvcliError, ThresholdExceeded
 from advcli.methods import PARAMETERS, REGISTRY
@@ -50,6 +51,7 @@ Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
 
 
 _CRITIC = "Critic (ONNX)"  # the help panel of the critic options
+_CONVENTIONS = ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults."
 
 # Critic options, shared by `score` and `annotate --critic`.
 CriticPath = Annotated[
@@ -196,9 +198,7 @@ def annotate(
     inputs: Inputs,
     out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
     method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
-    convention: Annotated[
-        str, typer.Option(help="seed, verl, trl, openrlhf or torchrl defaults.")
-    ] = "seed",
+    convention: Annotated[str, typer.Option(help=_CONVENTIONS)] = "seed",
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
@@ -316,7 +316,7 @@ def shard(
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Raw logs: seed, verl, trl, openrlhf or torchrl defaults."),
+        typer.Option(help=f"Raw logs: {_CONVENTIONS}"),
     ] = None,
     param: Annotated[
         Optional[list[str]],  # noqa: UP045

@@ -25,7 +25,7 @@ from typing import Any
 
 from advcli import __version__
 from advcli.engine import BATCH_ROWS, Stage, no_stage
-from advcli.errors import DataError
+from advcli.errors import DataError, UsageError
 from advcli.io.sources import expand_inputs
 from advcli.io.writers import atomic_folder, check_output_folder
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
@@ -102,18 +102,25 @@ def shard(
     paths = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     out = os.fspath(out)
     check_options(opts)
+    params = None
     if method is not None or convention is not None or param:
-        run_params(method or "grpo", convention, param)  # bad options fail before reading
+        # Checked before reading; without --method only for the error an annotated log gives.
+        params = run_params(method or "grpo", convention, param)
     target = check_output_folder(out, expand_inputs(paths), force=force)
     inp = open_input(
         paths,
         method=method,
-        convention=convention,
-        param=param,
+        params=params,
         col=col,
         stage=stage,
         batch_rows=batch_rows,
     )
+    if inp.annotated_input and (convention is not None or param):
+        msg = (
+            f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
+            "--convention and --param apply to raw logs. Hint: drop them, or shard the raw log"
+        )
+        raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
     with stage("counting tokens"):
         samples = measure(inp, opts.pack, batch_rows)

@@ -27,7 +27,7 @@ from advcli.io.rollouts import (
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.writers import read_metadata
-from advcli.shards.options import run_params
+from advcli.params import Params
 
 
 @dataclass
@@ -100,13 +100,15 @@ def open_input(
     inputs: list[str],
     *,
     method: str | None = None,
-    convention: str | None = None,
-    param: list[str] | None = None,
+    params: Params | None = None,
     col: list[str] | None = None,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
 ) -> Input:
-    """Open ``inputs``; plan ``method`` on them unless advcli annotated them already."""
+    """Open ``inputs``; plan the method on them unless advcli annotated them already.
+
+    ``method`` is what ``--method`` said (None: not given), ``params`` the parameters of the
+    run for a raw log."""
     files = expand_inputs(inputs)
     metas = [_file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
@@ -140,26 +142,19 @@ def open_input(
                 "Hint: drop --method, or shard the raw log"
             )
             raise UsageError(msg)
-        if convention is not None or param:
-            msg = (
-                f"{files[0]}: already annotated (method {meta['method']!r}); --convention and "
-                "--param apply to raw logs. Hint: drop them, or shard the raw log"
-            )
-            raise UsageError(msg)
         require(roles, source.schema.names, source.sources, set())
         with stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
         info = {k: meta.get(k) for k in ("method", "params")}
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
         return Input(source, roles, rows, None, info, {})
-    if method is None:
+    if method is None or params is None:
         msg = (
             f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
             "Hint: pass --method grpo (or another method), or annotate the log first"
         )
         raise UsageError(msg)
-    p = run_params(method, convention, param)
-    run = plan_run(source, roles, p, stage=stage, batch_rows=batch_rows)
+    run = plan_run(source, roles, params, stage=stage, batch_rows=batch_rows)
     info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
     return Input(source, roles, run.rows, run, info, dict(run.plan.dropped))
 
