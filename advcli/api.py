@@ -42,7 +42,7 @@ from advcli.engine import (
     plan_run,
     token_counts,
 )
-from advcli.errors import UsageError
+from advcli.errors import DataError, UsageError
 from advcli.io.arrow import float_list
 from advcli.io.rollouts import Rows, extract_rows, extract_tokens, require, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
@@ -94,10 +94,11 @@ def _write(
 
 
 class Summary:
-    """The advantages written, gathered while the batches stream past."""
+    """The advantages written, gathered while the batches stream past: over the action tokens,
+    or over the rows of a log without token ids."""
 
     def __init__(self) -> None:
-        self.action_tokens = 0
+        self.count = 0
         self.adv_min = np.inf
         self.adv_max = -np.inf
         self.adv_sum = 0.0
@@ -105,15 +106,18 @@ class Summary:
     def counted(self, batches: Iterator[Batch]) -> Iterator[tuple[pa.Table, int]]:
         """Pass the batches on as ``(table, tokens)``, counting their advantages."""
         for batch in batches:
-            self.add(batch.advantages, batch.mask)
-            yield batch.table, len(batch.mask)
+            mask = batch.mask
+            if mask is None:  # one advantage per row
+                mask = np.ones(len(batch.advantages), dtype=bool)
+            self.add(batch.advantages, mask)
+            yield batch.table, 0 if batch.mask is None else len(mask)
 
     def add(self, adv: np.ndarray, mask: np.ndarray) -> None:
         """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
         n_actions = int(np.count_nonzero(mask))
         if not n_actions:
             return
-        self.action_tokens += n_actions
+        self.count += n_actions
         # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
         # change the extremes only when every action is on one side of 0.
         lo, hi = float(adv.min()), float(adv.max())
@@ -125,20 +129,26 @@ class Summary:
         self.adv_sum += float(adv.sum(dtype=np.float64))
 
     def as_dict(self, run: Run, rows_written: int, tokens_written: int) -> dict[str, Any]:
-        n = self.action_tokens
+        n = self.count
         out: dict[str, Any] = {
             "method": run.params.method,
             "convention": run.params.convention,
             "rows": run.rows.n_rows,
             "rows_written": rows_written,
             "rollouts": run.rows.n_rollouts,
-            "tokens_written": tokens_written,
-            "action_tokens_written": n,
-            "dropped": run.plan.dropped,
-            "advantage_min": self.adv_min if n else 0.0,
-            "advantage_max": self.adv_max if n else 0.0,
-            "advantage_mean": self.adv_sum / n if n else 0.0,
         }
+        if run.has_tokens:
+            out.update(tokens_written=tokens_written, action_tokens_written=n)
+        else:
+            out["written"] = "per-row advantage only: the log has no token ids"
+        out.update(
+            {
+                "dropped": run.plan.dropped,
+                "advantage_min": self.adv_min if n else 0.0,
+                "advantage_max": self.adv_max if n else 0.0,
+                "advantage_mean": self.adv_sum / n if n else 0.0,
+            }
+        )
         if run.rows.group_keys is not None:
             out["groups"] = len(run.rows.group_keys)
         out.update(run.plan.stats)
@@ -172,7 +182,8 @@ def annotate(
     check_output(out, paths, force=force)
     source, roles = open_log(paths, col)
     scorer = None
-    if critic is not None and roles["values"] is None:
+    scores = methods.get(method).reads_values and roles["input_ids"] is not None
+    if critic is not None and scores and roles["values"] is None:
         scorer = CriticScorer(critic, source.sources, roles)
     run = plan_run(source, roles, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
     summary = Summary()
@@ -226,7 +237,12 @@ class Audit:
         return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
 
     def as_dict(self) -> dict[str, Any]:
-        return self.report.__dict__ | {"files": self.files}
+        """The report as ``audit --json`` prints it; without token ids the token shares are
+        left out, and ``token_shares`` says why."""
+        out = {k: v for k, v in self.report.__dict__.items() if v is not None}
+        if self.report.action_tokens is None:
+            out["token_shares"] = "omitted: the log has no token ids"
+        return out | {"files": self.files}
 
 
 def audit(
@@ -249,13 +265,15 @@ def audit(
     require(roles, source.schema.names, source.sources, {"prompt_id", "reward"})
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
     assert rows.group_keys is not None
-    counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+    action_tokens = None
+    if roles["input_ids"] is not None:
+        counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+        action_tokens = np.bincount(
+            rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
+        )
     rewards = rows.rollout_rewards()
     codes = rows.rollout_groups()
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
-    action_tokens = np.bincount(
-        rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
-    )
     report = audit_groups(rewards, codes, stats, action_tokens)
     return Audit(report, source.sources.files, rows, stats)
 
@@ -267,34 +285,60 @@ def describe(
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> dict[str, Any]:
-    """``advcli schema``: column roles and types, rows and token statistics (streamed)."""
+    """``advcli schema``: column roles and types, rows and token statistics (streamed), and
+    what each command can do with the log. Bad data does not stop it: each problem found is
+    listed in ``problems``, with the file, row and column."""
     source, roles = open_log(_paths(inputs), col)
     role_of = {column: role for role, column in roles.columns.items() if column}
-    columns = {
-        f.name: (describe_type(f.type), role_of.get(f.name, "passthrough")) for f in source.schema
-    }
-    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    counts = token_counts(source, roles, values=True, progress=progress, batch_rows=batch_rows)
-    mask_note = {
-        "action_mask": f"column '{roles['action_mask']}'",
-        "spans": f"spans in column '{roles['spans']}'",
-        "all": "no mask and no spans: every token is treated as an action",
-    }[roles.mask_source]
-    return {
+    info: dict[str, Any] = {
         "files": source.sources.files,
-        "columns": columns,
-        "rows": rows.n_rows,
-        "rollouts": rows.n_rollouts,
-        "segmented": rows.segmented,
-        "groups": len(rows.group_keys) if rows.group_keys is not None else None,
-        "tokens": int(counts.tokens.sum()),
-        "action_tokens": int(counts.actions.sum()),
-        "tokens_per_row_min": int(counts.tokens.min()),
-        "tokens_per_row_mean": float(counts.tokens.mean()),
-        "tokens_per_row_max": int(counts.tokens.max()),
-        "actions": mask_note,
-        "methods": methods.what_runs(roles),
+        "columns": {
+            f.name: (describe_type(f.type), role_of.get(f.name, "passthrough"))
+            for f in source.schema
+        },
+        "missing_roles": [role for role, column in roles.columns.items() if column is None],
     }
+    problems = []
+    try:
+        rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+        info.update(
+            rows=rows.n_rows,
+            rollouts=rows.n_rollouts,
+            segmented=rows.segmented,
+            groups=len(rows.group_keys) if rows.group_keys is not None else None,
+        )
+    except DataError as exc:
+        problems.append(str(exc))
+        info["rows"] = source.n_rows
+    if roles["input_ids"] is None:
+        info.update(tokens=None, actions="no token ids: the log holds text, not tokens")
+    else:
+        try:
+            counts = token_counts(
+                source, roles, values=True, progress=progress, batch_rows=batch_rows
+            )
+            info.update(
+                tokens=int(counts.tokens.sum()),
+                action_tokens=int(counts.actions.sum()),
+                tokens_per_row_min=int(counts.tokens.min()),
+                tokens_per_row_mean=float(counts.tokens.mean()),
+                tokens_per_row_max=int(counts.tokens.max()),
+            )
+        except DataError as exc:
+            problems.append(str(exc))
+        info["actions"] = {
+            "action_mask": f"column '{roles['action_mask']}'",
+            "spans": f"spans in column '{roles['spans']}'",
+            "all": "no mask and no spans: every token is treated as an action",
+        }[roles.mask_source]
+    needs = {"audit": ["prompt_id", "reward"], "shard": ["input_ids"], "score": ["input_ids"]}
+    verdicts = {
+        cmd: methods.verdict([r for r in rs if roles[r] is None]) for cmd, rs in needs.items()
+    }
+    info["can_run"] = {"audit": verdicts["audit"], **methods.what_runs(roles)}
+    info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
+    info["problems"] = problems
+    return info
 
 
 def score(
@@ -317,7 +361,7 @@ def score(
     fmt = output_format(out, fmt)
     check_output(out, paths, force=force)
     source, roles = open_log(paths, col)
-    require(roles, source.schema.names, source.sources, set())
+    require(roles, source.schema.names, source.sources, {"input_ids"}, what="score")
     scorer = CriticScorer(opts, source.sources, roles)
     column = roles["values"] or "values"
 

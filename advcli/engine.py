@@ -108,11 +108,12 @@ def located(sources: Sources, roles: Roles) -> Iterator[None]:
 @dataclass(frozen=True)
 class Batch:
     """One batch of the final pass: the annotated rows (dropped rows left out), and the flat
-    advantages and action mask of the rows kept."""
+    advantages and action mask of the rows kept; for a log without token ids, one advantage
+    per row and no mask."""
 
     table: pa.Table
     advantages: np.ndarray
-    mask: np.ndarray
+    mask: np.ndarray | None
 
 
 @dataclass
@@ -144,30 +145,55 @@ class Run:
                 _check_scored(tok, row0)
             yield row0, table, tok
 
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the log has token ids (else only per-row columns are written)."""
+        return self.roles["input_ids"] is not None
+
     def annotated(self) -> Iterator[Batch]:
         """The final pass: every column, annotated, batch by batch in input order."""
-        plan = self.plan
+        if not self.has_tokens:
+            yield from self._annotated_rows()
+            return
         with located(self.sources, self.roles), contextlib.ExitStack() as done:
             if isinstance(self.scorer, ValueCache):
                 done.callback(self.scorer.close)  # the last pass that reads the values
             for row0, table, tok in self.tokens(None, values=self.method.reads_values):
-                columns = self.method.apply(plan, tok, row0, self.params)
-                n = len(tok.offsets) - 1
-                new = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
-                for name, per_row in plan.columns.items():
-                    new[name] = pa.array(per_row[row0 : row0 + n], from_pandas=True)
-                out = table
-                for name, column in new.items():
-                    if name in out.column_names:
-                        out = out.drop_columns([name])
-                    out = out.append_column(name, column)
+                columns = self.method.apply(self.plan, tok, row0, self.params)
+                per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
+                out, kept = self._add_columns(table, row0, per_token)
                 adv = columns["advantages"]
-                kept = plan.kept[row0 : row0 + n] if plan.kept is not None else None
-                if kept is not None and not kept.all():
-                    tokens_kept = np.repeat(kept, lengths(tok.offsets))
-                    yield Batch(out.filter(pa.array(kept)), adv[tokens_kept], tok.mask[tokens_kept])
-                else:
+                if kept is None:
                     yield Batch(out, adv, tok.mask)
+                else:
+                    tokens_kept = np.repeat(kept, lengths(tok.offsets))
+                    yield Batch(out, adv[tokens_kept], tok.mask[tokens_kept])
+
+    def _annotated_rows(self) -> Iterator[Batch]:
+        """The final pass of a log without token ids: the method's per-row columns only."""
+        advantage = self.plan.columns["advantage"]
+        for row0, table in prefetch(self.source.batches(None, self.batch_rows)):
+            out, kept = self._add_columns(table, row0, {})
+            adv = advantage[row0 : row0 + table.num_rows]
+            yield Batch(out, adv if kept is None else adv[kept], None)
+
+    def _add_columns(
+        self, table: pa.Table, row0: int, per_token: dict[str, pa.Array]
+    ) -> tuple[pa.Table, np.ndarray | None]:
+        """The batch with the method's columns (an input column of the same name is replaced)
+        and without the rows it drops; and which rows it kept (None: all)."""
+        n = table.num_rows
+        new = dict(per_token)
+        for name, per_row in self.plan.columns.items():
+            new[name] = pa.array(per_row[row0 : row0 + n], from_pandas=True)
+        for name, column in new.items():
+            if name in table.column_names:
+                table = table.drop_columns([name])
+            table = table.append_column(name, column)
+        kept = self.plan.kept[row0 : row0 + n] if self.plan.kept is not None else None
+        if kept is None or kept.all():
+            return table, None
+        return table.filter(pa.array(kept)), kept
 
     def metadata(self) -> dict[str, Any]:
         """What an annotated output records about the run."""
@@ -210,7 +236,14 @@ def plan_run(
     """
     method = methods.get(params.method)
     needs = set(method.roles) - ({"values"} if scorer is not None else set())
-    require(roles, source.schema.names, source.sources, needs)
+    require(
+        roles,
+        source.schema.names,
+        source.sources,
+        needs,
+        what=method.name,
+        without_tokens=methods.without_tokens(),
+    )
     with stage("reading per-row columns"):
         rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows)

@@ -17,6 +17,8 @@ stdout = Console()
 
 
 def _fmt(x: object) -> str:
+    if x is None:
+        return "-"
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, list):
@@ -90,10 +92,11 @@ def audit_report(name: str, report: AuditReport) -> None:
     t = Table(title=f"audit: {name}", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column(justify="right")
+    no_tokens = "n/a (no token ids)"
     rows = [
         ("groups", report.groups),
         ("rollouts", report.rollouts),
-        ("action tokens", report.action_tokens),
+        ("action tokens", no_tokens if report.action_tokens is None else report.action_tokens),
         ("zero-variance groups", report.zero_variance_groups),
         ("  all-correct", report.zero_variance_all_correct),
         ("  all-wrong", report.zero_variance_all_wrong),
@@ -101,7 +104,12 @@ def audit_report(name: str, report: AuditReport) -> None:
         ("singleton groups", report.singleton_groups),
         ("zero-variance rollouts", f"{report.zero_variance_rollout_share:.1%}"),
         ("rollouts without signal", f"{report.no_signal_rollout_share:.1%}"),
-        ("action tokens without signal", f"{report.no_signal_action_token_share:.1%}"),
+        (
+            "action tokens without signal",
+            no_tokens
+            if report.no_signal_action_token_share is None
+            else f"{report.no_signal_action_token_share:.1%}",
+        ),
     ]
     for key, value in rows:
         t.add_row(key, _fmt(value))
@@ -133,11 +141,13 @@ def schema_report(name: str, info: dict) -> None:
     for column, (type_name, role) in info["columns"].items():
         t.add_row(column, type_name, role)
     stdout.print(t)
-    facts = {k: v for k, v in info.items() if k not in ("columns", "methods")}
-    summary("tokens", facts, stdout)
-    runs = Table(title="methods", title_justify="left")
-    runs.add_column("method")
-    runs.add_column("this log")
-    for method, verdict in info["methods"].items():
-        runs.add_row(method, verdict)
+    facts = {k: v for k, v in info.items() if k not in ("columns", "can_run", "problems")}
+    summary("log", facts, stdout)
+    runs = Table(title="what advcli can do with this log", title_justify="left")
+    runs.add_column("command or method")
+    runs.add_column("")
+    for name, verdict in info["can_run"].items():
+        runs.add_row(name, verdict)
     stdout.print(runs)
+    for problem in info["problems"]:
+        stderr.print(f"problem: {problem}", markup=False, highlight=False)

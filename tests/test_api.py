@@ -75,7 +75,7 @@ def test_audit_and_describe(tmp_path):
     with pytest.raises(UsageError):
         found.prompt_ids("other")
     info = advcli.describe([LOG])
-    assert info["rows"] == 14 and info["methods"]["gae"] == "yes"
+    assert info["rows"] == 14 and info["can_run"]["gae"] == "yes"
 
 
 def test_score_shard_and_verify(tmp_path):

@@ -23,7 +23,7 @@ class AuditReport:
 
     groups: int
     rollouts: int
-    action_tokens: int
+    action_tokens: int | None  # None: the log has no token ids
     zero_variance_groups: int
     zero_variance_all_correct: int
     zero_variance_all_wrong: int
@@ -32,7 +32,7 @@ class AuditReport:
     zero_variance_rollouts: int
     singleton_rollouts: int
     no_signal_rollout_share: float
-    no_signal_action_token_share: float
+    no_signal_action_token_share: float | None
     zero_variance_rollout_share: float
     group_sizes: dict[int, int] = field(default_factory=dict)
     reward_histogram: list[tuple[float, float, int]] = field(default_factory=list)
@@ -42,16 +42,17 @@ def audit(
     rewards: np.ndarray,
     codes: np.ndarray,
     stats: GroupStats,
-    action_tokens: np.ndarray,
+    action_tokens: np.ndarray | None,
     *,
     bins: int = 10,
 ) -> AuditReport:
-    """Audit one log: ``rewards``, ``codes`` and ``action_tokens`` have one entry per rollout."""
+    """Audit one log: ``rewards``, ``codes`` and ``action_tokens`` have one entry per rollout
+    (``action_tokens`` None: a log without token ids, so no token shares)."""
     rewards = np.asarray(rewards, dtype=np.float64)
     n = len(rewards)
     zv_row = stats.zero_variance[codes]
     single_row = stats.singleton[codes]
-    tokens = np.asarray(action_tokens, dtype=np.int64)
+    tokens = np.asarray(action_tokens if action_tokens is not None else [], dtype=np.int64)
     total_tokens = int(tokens.sum())
     no_signal = zv_row | single_row
 
@@ -77,7 +78,7 @@ def audit(
     return AuditReport(
         groups=int((stats.size > 0).sum()),
         rollouts=n,
-        action_tokens=total_tokens,
+        action_tokens=total_tokens if action_tokens is not None else None,
         zero_variance_groups=len(zv_groups),
         zero_variance_all_correct=int(correct.sum()),
         zero_variance_all_wrong=int(wrong.sum()),
@@ -86,7 +87,9 @@ def audit(
         zero_variance_rollouts=int(zv_row.sum()),
         singleton_rollouts=int(single_row.sum()),
         no_signal_rollout_share=float(no_signal.mean()) if n else 0.0,
-        no_signal_action_token_share=float(tokens[no_signal].sum() / total_tokens)
+        no_signal_action_token_share=None
+        if action_tokens is None
+        else float(tokens[no_signal].sum() / total_tokens)
         if total_tokens
         else 0.0,
         zero_variance_rollout_share=float(zv_row.mean()) if n else 0.0,

@@ -39,7 +39,10 @@ class Rows:
     segment_rank: np.ndarray  # int64 per row: 0 for the first segment
     segmented: bool  # the log has rows that are segments of a longer rollout
     completion_time: np.ndarray | None  # float64 per row
-    bootstrap: np.ndarray  # float64 per row: the value after the last token (0 unless truncated)
+    truncated: np.ndarray  # bool per row: the rollout was cut, not finished
+    bootstrap: np.ndarray  # float64 per row: the value after the last token (0 unless truncated;
+    # NaN for a truncated row without a finite bootstrap_value: only temporal methods need one)
+    has_bootstrap: bool  # the log has a bootstrap_value column
 
     @property
     def n_rollouts(self) -> int:
@@ -148,13 +151,33 @@ class _Checker:
             self.fail(row, column, f"value {x[i]} is not a finite number", "fix or drop the row")
 
 
-def require(roles: Roles, columns: list[str], sources: Sources, needs: set[str]) -> None:
-    """A :class:`SchemaError` for the first needed role the log has no column for."""
-    for role in ["input_ids", *sorted(needs)]:
+def require(
+    roles: Roles,
+    columns: list[str],
+    sources: Sources,
+    needs: set[str],
+    *,
+    what: str = "this",
+    without_tokens: str = "",
+) -> None:
+    """A :class:`SchemaError` for the first needed role the log has no column for.
+
+    ``what`` needs them (a method, a command); ``without_tokens`` says what works on a log
+    without token ids, for the hint when ``input_ids`` is the one missing."""
+    files, found = ", ".join(sources.files), ", ".join(columns)
+    if "input_ids" in needs and roles["input_ids"] is None:
+        msg = (
+            f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
+            f"decoded text has none). Columns found: {found}. Hint: "
+            + (f"{without_tokens}; or " if without_tokens else "")
+            + "name the token column with --col input_ids=COLUMN"
+        )
+        raise SchemaError(msg)
+    for role in sorted(needs):
         if roles[role] is None:
             msg = (
-                f"{', '.join(sources.files)}: no '{role}' column. Columns found: "
-                f"{', '.join(columns)}. Hint: name it with --col {role}=COLUMN"
+                f"{files}: no '{role}' column. Columns found: {found}. "
+                f"Hint: name it with --col {role}=COLUMN"
             )
             raise SchemaError(msg)
 
@@ -218,23 +241,9 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
         truncated = pc.fill_null(flags, False).to_numpy(zero_copy_only=False).astype(bool)
     if truncated.any():
         boot_col = roles["bootstrap_value"]
-        if boot_col is None:
-            check.fail(
-                _first(truncated),
-                roles["truncated"],
-                "the row is truncated but the log has no bootstrap_value column",
-                "add 'bootstrap_value' (the critic's value after the last token), "
-                "or mark the row as not truncated",
-            )
-        boot = _numeric(table.column(boot_col).combine_chunks())
-        bad = truncated & ~np.isfinite(boot)
-        if bad.any():
-            check.fail(
-                _first(bad),
-                boot_col,
-                f"the row is truncated but its bootstrap value is {boot[_first(bad)]}",
-                "give a finite bootstrap value (the critic's value after the last token)",
-            )
+        boot = np.full(table.num_rows, np.nan)
+        if boot_col is not None:
+            boot = _numeric(table.column(boot_col).combine_chunks())
         bootstrap = np.where(truncated, boot, 0.0)
 
     return Rows(
@@ -247,7 +256,9 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
         segment_rank=segment_rank,
         segmented=roles["segment_index"] is not None,
         completion_time=completion,
+        truncated=truncated,
         bootstrap=bootstrap,
+        has_bootstrap=roles["bootstrap_value"] is not None,
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "missing_roles",
     "register",
     "resolve",
+    "verdict",
     "what_runs",
 ]
 
@@ -75,17 +76,24 @@ def get(name: str) -> Method[Any]:
 
 def missing_roles(method: Method[Any], roles: Roles) -> list[str]:
     """The columns ``method`` needs that a log with ``roles`` lacks."""
-    return [role for role in ("input_ids", *method.roles) if roles[role] is None]
+    return [role for role in method.roles if roles[role] is None]
+
+
+def without_tokens() -> str:
+    """What runs on a log without token ids, for a hint."""
+    names = [name for name, m in REGISTRY.items() if "input_ids" not in m.roles]
+    return f"{', '.join(names[:-1])} and {names[-1]} need none"
+
+
+def verdict(missing: list[str]) -> str:
+    """ "yes", or what is missing: ``needs input_ids, values``."""
+    critic = " (or --critic)" if missing == ["values"] else ""
+    return f"needs {', '.join(missing)}{critic}" if missing else "yes"
 
 
 def what_runs(roles: Roles) -> dict[str, str]:
     """For every method, whether a log with ``roles`` can run it: "yes", or what it lacks."""
-    out = {}
-    for name, method in REGISTRY.items():
-        missing = missing_roles(method, roles)
-        critic = " (or --critic)" if missing == ["values"] else ""
-        out[name] = f"needs {', '.join(missing)}{critic}" if missing else "yes"
-    return out
+    return {name: verdict(missing_roles(m, roles)) for name, m in REGISTRY.items()}
 
 
 def resolve(method: str, convention: str = "seed", **given: Any) -> Params:

@@ -188,6 +188,7 @@ class TemporalMethod(Method[TemporalPlan]):
         """``(advantages, returns)`` per step."""
 
     def plan(self, rows: Rows, p: Params) -> TemporalPlan:
+        _check_bootstrap(rows)
         last_seg = rows.is_last_segment()
         outcome = self.outcomes(rows, p)
         if rows.segmented and p.segments == "chain":
@@ -273,6 +274,26 @@ class TemporalMethod(Method[TemporalPlan]):
             "advantages": _scatter(adv, steps, tokens.mask),
             "returns": _scatter(returns, steps, tokens.mask),
         }
+
+
+def _check_bootstrap(rows: Rows) -> None:
+    """A truncated row needs the value after its last token."""
+    bad = np.flatnonzero(rows.truncated & ~np.isfinite(rows.bootstrap))
+    if not len(bad):
+        return
+    row = int(bad[0])
+    if not rows.has_bootstrap:
+        problem = (
+            "the row is truncated but the log has no bootstrap_value column. Hint: add "
+            "'bootstrap_value' (the critic's value after the last token), or mark the row as "
+            "not truncated"
+        )
+        raise RowError(row, ("truncated",), problem)
+    problem = (
+        f"the row is truncated but its bootstrap value is {rows.bootstrap[row]}. Hint: give a "
+        "finite bootstrap value (the critic's value after the last token)"
+    )
+    raise RowError(row, ("bootstrap_value",), problem)
 
 
 def _check_rewards(orphaned: np.ndarray, moved: np.ndarray, row0: int, *, strict: bool) -> None:
@@ -433,7 +454,7 @@ class ValueMethod(TemporalMethod):
     """An estimator from critic values; its returns (the critic's targets) are GAE with
     ``--lam-critic`` plus V."""
 
-    roles = ("values", "reward")
+    roles = ("input_ids", "values", "reward")
     reads_values = True
     value_returns = True
     parameters = (*_COMMON, LAM_CRITIC)
@@ -502,7 +523,7 @@ class ReinforcePP(TemporalMethod):
 
     name = "reinforce-pp"
     summary = "discounted return-to-go, then whitened over the batch's action tokens"
-    roles: ClassVar[tuple[str, ...]] = ("reward",)
+    roles: ClassVar[tuple[str, ...]] = ("input_ids", "reward")
     value_returns = False
     parameters = _COMMON
 
@@ -519,7 +540,7 @@ class ReinforcePP(TemporalMethod):
 class ReinforcePPBaseline(ReinforcePP):
     name = "reinforce-pp-baseline"
     summary = "the same after subtracting the group mean from R"
-    roles = ("prompt_id", "reward")
+    roles = ("input_ids", "prompt_id", "reward")
 
     def outcomes(self, rows: Rows, p: Params) -> np.ndarray:
         assert rows.group_keys is not None

@@ -72,6 +72,7 @@ class Input:
         annotated already: only the columns shards take, and the ``--keep`` columns ``extra``)."""
         if self.run is not None:
             for batch in self.run.annotated():
+                assert batch.mask is not None  # shards need token ids
                 yield batch.table, batch.mask
             return
         roles, schema = self.roles, self.source.schema.names
@@ -134,6 +135,9 @@ def open_input(
         user_cols += [f"{r}={c}" for r, c in sorted(roles.items()) if r not in given]
     with stage("reading"):
         source, roles = open_log(inputs, user_cols)
+    hint = "annotate writes per-row advantages for such a log (grpo, rloo, batch-mean)"
+    require(roles, source.schema.names, source.sources, {"input_ids"}, what="shard",
+            without_tokens=hint)  # fmt: skip
     if marked and "advantages" in source.schema.names:
         meta = marked[0]
         if method is not None and method != meta["method"]:
@@ -142,7 +146,6 @@ def open_input(
                 "Hint: drop --method, or shard the raw log"
             )
             raise UsageError(msg)
-        require(roles, source.schema.names, source.sources, set())
         with stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
         info = {k: meta.get(k) for k in ("method", "params")}

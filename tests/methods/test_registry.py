@@ -92,7 +92,7 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, 
     meta = json.loads(pl.read_parquet_metadata(out)["advcli"])
     assert meta["method"] == "scaled-mean" and meta["params"]["toy_factor"] == 2.0
     schema = json.loads(run_with_toy("schema", small_log, "--json").stdout)
-    assert schema["methods"]["scaled-mean"] == "yes"
+    assert schema["can_run"]["scaled-mean"] == "yes"
     no_prompt = tmp_path / "no_prompt.parquet"
     pl.read_parquet(out).drop("prompt_id").write_parquet(no_prompt)
     again = tmp_path / "again.parquet"
@@ -103,7 +103,7 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, 
         "--out", str(tmp_path / "shards"), "--json", "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "scaled-mean" not in advcli.describe(small_log)["methods"]  # this process: built-ins
+    assert "scaled-mean" not in advcli.describe(small_log)["can_run"]  # this process: built-ins
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
