@@ -34,9 +34,11 @@ from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.engine import (
     BATCH_ROWS,
     Batch,
+    Log,
     Progress,
     Run,
     Stage,
+    group_warnings,
     no_stage,
     open_log,
     plan_run,
@@ -44,10 +46,11 @@ from advcli.engine import (
 )
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import float_list
-from advcli.io.rollouts import Rows, extract_rows, extract_tokens, require, row_columns
+from advcli.io.rollouts import Rows, extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, prefetch
 from advcli.io.writers import METADATA_KEY, TableWriter, check_output, output_format
+from advcli.presets import PresetOptions
 from advcli.shards import ShardOptions, shard, verify
 
 __all__ = [
@@ -165,6 +168,8 @@ def annotate(
     fmt: str | None = None,
     force: bool = False,
     critic: CriticOptions | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
     stage: Stage = no_stage,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
@@ -172,7 +177,8 @@ def annotate(
 ) -> dict[str, Any]:
     """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
 
-    ``critic`` scores the values when the log has none.
+    ``critic`` scores the values when the log has none; ``preset`` reads the log as that
+    framework wrote it (``--from``).
     """
     started = time.perf_counter()
     out = os.fspath(out)
@@ -180,18 +186,21 @@ def annotate(
     paths = _paths(inputs)
     fmt = output_format(out, fmt)
     check_output(out, paths, force=force)
-    source, roles = open_log(paths, col)
+    log = open_log(paths, col, preset=preset, options=preset_options)
+    roles = log.roles
     scorer = None
     scores = methods.get(method).reads_values and roles["input_ids"] is not None
     if critic is not None and scores and roles["values"] is None:
-        scorer = CriticScorer(critic, source.sources, roles)
-    run = plan_run(source, roles, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
+        scorer = CriticScorer(critic, log.sources, roles)
+    run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())
         rows, tokens = _write(out, fmt, run.metadata(), batches, progress)
     result = summary.as_dict(run, rows, tokens)
-    result.update(output=out, seconds=round(time.perf_counter() - started, 3))
+    result.update(
+        output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
+    )
     return result
 
 
@@ -210,7 +219,7 @@ def annotate_table(
     mapping = parse_col_mapping(col)
     roles = resolve_roles(table.schema, mapping, "<table>")
     source = TableSource(table, Sources(files=["<table>"], row_counts=[table.num_rows]))
-    run = plan_run(source, roles, p)
+    run = plan_run(Log(source, roles), p)
     tables = [batch.table for batch in run.annotated()]
     annotated = pa.concat_tables(tables) if tables else table.slice(0, 0)
     metadata = {METADATA_KEY: json.dumps(run.metadata(), sort_keys=True)}
@@ -225,6 +234,7 @@ class Audit:
     files: list[str]
     rows: Rows
     stats: G.GroupStats
+    warnings: list[str]
 
     def prompt_ids(self, kind: str) -> list[Any]:
         """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
@@ -242,7 +252,7 @@ class Audit:
         out = {k: v for k, v in self.report.__dict__.items() if v is not None}
         if self.report.action_tokens is None:
             out["token_shares"] = "omitted: the log has no token ids"
-        return out | {"files": self.files}
+        return out | {"files": self.files, "warnings": self.warnings}
 
 
 def audit(
@@ -250,19 +260,22 @@ def audit(
     *,
     col: list[str] | None = None,
     tol: float = 1e-9,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Audit:
     """``advcli audit``: zero-variance and singleton accounting of one log (streamed)."""
-    source, roles = open_log(_paths(inputs), col)
-    if roles["prompt_id"] is None:
+    log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
+    source, roles = log.source, log.roles
+    if roles["prompt_id"] is None and log.looks_like is None:
         msg = (
-            f"{', '.join(source.sources.files)}: no 'prompt_id' column, so no groups to audit. "
+            f"{log.files}: no 'prompt_id' column, so no groups to audit. "
             f"Columns found: {', '.join(source.schema.names)}. "
             "Hint: name the group key with --col prompt_id=COLUMN"
         )
         raise UsageError(msg)
-    require(roles, source.schema.names, source.sources, {"prompt_id", "reward"})
+    log.require({"prompt_id", "reward"}, what="audit")
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
     assert rows.group_keys is not None
     action_tokens = None
@@ -275,20 +288,25 @@ def audit(
     codes = rows.rollout_groups()
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
     report = audit_groups(rewards, codes, stats, action_tokens)
-    return Audit(report, source.sources.files, rows, stats)
+    warnings = [*log.warnings, *group_warnings(rows, roles)]
+    return Audit(report, source.sources.files, rows, stats, warnings)
 
 
 def describe(
     inputs: Inputs,
     *,
     col: list[str] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> dict[str, Any]:
     """``advcli schema``: column roles and types, rows and token statistics (streamed), and
     what each command can do with the log. Bad data does not stop it: each problem found is
     listed in ``problems``, with the file, row and column."""
-    source, roles = open_log(_paths(inputs), col)
+    log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
+    source, roles = log.source, log.roles
+    warnings = list(log.warnings)
     role_of = {column: role for role, column in roles.columns.items() if column}
     info: dict[str, Any] = {
         "files": source.sources.files,
@@ -307,6 +325,7 @@ def describe(
             segmented=rows.segmented,
             groups=len(rows.group_keys) if rows.group_keys is not None else None,
         )
+        warnings += group_warnings(rows, roles)
     except DataError as exc:
         problems.append(str(exc))
         info["rows"] = source.n_rows
@@ -338,6 +357,9 @@ def describe(
     info["can_run"] = {"audit": verdicts["audit"], **methods.what_runs(roles)}
     info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
     info["problems"] = problems
+    info["warnings"] = warnings
+    if log.looks_like is not None:
+        info["looks_like"] = log.looks_like.name
     return info
 
 
@@ -360,8 +382,9 @@ def score(
     paths = _paths(inputs)
     fmt = output_format(out, fmt)
     check_output(out, paths, force=force)
-    source, roles = open_log(paths, col)
-    require(roles, source.schema.names, source.sources, {"input_ids"}, what="score")
+    log = open_log(paths, col)
+    source, roles = log.source, log.roles
+    log.require({"input_ids"}, what="score")
     scorer = CriticScorer(opts, source.sources, roles)
     column = roles["values"] or "values"
 

@@ -21,9 +21,10 @@ from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
 from advcli.core.conventions import CONVENTIONS
 from advcli.critic.scorer import CriticOptions
-from advcli.errors import AdvcliError, ThresholdExceeded
+from advcli.errors import AdvcliError, ThresholdExceeded, UsageError
 from advcli.methods import PARAMETERS, REGISTRY
 from advcli.params import Param
+from advcli.presets import PRESETS, PresetOptions
 from advcli.shards import DEFAULT_TOKENS_PER_SHARD, ShardOptions
 
 app = typer.Typer(
@@ -135,26 +136,19 @@ def _critic_options(
 
 
 def _report(title: str, result: dict, *, as_json: bool, quiet: bool) -> None:
+    """A command's result: JSON on stdout, or a summary and its warnings on stderr."""
+    warnings = result.pop("warnings", [])
     if as_json:
-        _print_json(result)
+        _print_json({**result, "warnings": warnings})
     if not quiet:
         render.summary(title, result)
+    if not as_json:  # with --json, warnings are in the JSON only
+        _warn(warnings)
 
 
 def _print_json(obj: object) -> None:
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     sys.stdout.write(orjson.dumps(obj, option=option).decode() + "\n")
-
-
-@app.command()
-def schema(inputs: Inputs, col: Col = None, as_json: Json = False) -> None:
-    """Show the detected column roles, types, row count and token statistics."""
-    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
-        info = api.describe(inputs, col=col, progress=activity.progress)
-    if as_json:
-        _print_json(info)
-    else:
-        render.schema_report(", ".join(info["files"]), info)
 
 
 def _option(param: Param) -> inspect.Parameter:
@@ -169,30 +163,135 @@ def _option(param: Param) -> inspect.Parameter:
     )
 
 
-def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Add an option for every method parameter after the option ``after``; the command gets
-    them as one dict, ``params`` (None: not given)."""
+def _injected(
+    after: str, options: list[inspect.Parameter], gather: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Add ``options`` to a command after its option ``after``; ``gather`` turns their values
+    into the keyword arguments the command takes instead (left out of the command line)."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "params"]
+        names = {o.name for o in options}
+        taken = set(gather(dict.fromkeys(names)))
+        own = [p for p in signature.parameters.values() if p.name not in taken]
         at = [p.name for p in own].index(after) + 1
-        generated = [_option(param) for param in PARAMETERS.values()]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
-            params = {name: kwargs.pop(name) for name in PARAMETERS}
-            command(**kwargs, params=params)
+            values = {name: kwargs.pop(name) for name in names}
+            command(**kwargs, **gather(values))
 
         wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*own[:at], *generated, *own[at:]]
+            parameters=[*own[:at], *options, *own[at:]]
         )
         return wrapper
 
     return decorate
 
 
+def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """An option for every method parameter (:data:`advcli.methods.PARAMETERS`), after the
+    option ``after``; the command gets them as one dict, ``params`` (None: not given)."""
+    options = [_option(param) for param in PARAMETERS.values()]
+    return _injected(after, options, lambda values: {"params": values})
+
+
+_FROM = "Logs as a framework wrote them"
+
+
+def _keyword(name: str, kind: Any, decls: tuple[str, ...], help_text: str) -> inspect.Parameter:
+    option = typer.Option(*decls, rich_help_panel=_FROM, help=help_text)
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=None,
+        annotation=Annotated[kind, option],
+    )
+
+
+_PRESET_OPTIONS = [
+    _keyword("from_", Optional[str], ("--from",),  # noqa: UP045
+             f"Read the log as this framework writes it: {', '.join(PRESETS)}."),
+    _keyword("reward_columns", Optional[str], (),  # noqa: UP045
+             "trl: the reward functions' columns, comma separated (default: the float columns "
+             "between completion and advantage)."),
+    _keyword("reward_weights", Optional[str], (),  # noqa: UP045
+             "trl: their weights, e.g. acc=1,fmt=0.5 (default 1 each)."),
+    _keyword("group_size", Optional[int], (),  # noqa: UP045
+             "trl: rollouts per prompt, num_generations (default: runs of the same prompt)."),
+    _keyword("reward_key", Optional[str], (),  # noqa: UP045
+             "slime, miles: the reward to take from a dict reward."),
+]  # fmt: skip
+
+
+def _presets(values: dict[str, Any]) -> dict[str, Any]:
+    """``preset`` and ``preset_options`` from the ``--from`` options."""
+    preset = values.pop("from_")
+    given = [f"--{k.replace('_', '-')}" for k, v in values.items() if v is not None]
+    if given and preset is None:
+        msg = f"{given[0]} applies to a framework's log: add --from (e.g. --from trl)"
+        raise UsageError(msg)
+    weights: dict[str, float] = {}
+    for item in (values["reward_weights"] or "").split(",") if values["reward_weights"] else []:
+        name, sep, weight = item.partition("=")
+        try:
+            weights[name.strip()] = float(weight)
+        except ValueError:
+            msg = f"--reward-weights {item!r}: expected NAME=WEIGHT. Hint: acc=1,fmt=0.5"
+            raise UsageError(msg) from None
+        if not sep:
+            raise UsageError(f"--reward-weights {item!r}: expected NAME=WEIGHT. Hint: acc=1")
+    columns = values["reward_columns"]
+    options = PresetOptions(
+        reward_columns=[c.strip() for c in columns.split(",")] if columns else None,
+        reward_weights=weights,
+        group_size=values["group_size"],
+        reward_key=values["reward_key"],
+    )
+    return {"preset": preset, "preset_options": options}
+
+
+def with_preset_options(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--from`` and the options some frameworks' logs need; the command gets ``preset`` and
+    ``preset_options``."""
+    return _injected(after, _PRESET_OPTIONS, _presets)
+
+
+def _one_line(key: object) -> str:
+    """A prompt id on one line (a prompt's text may span several: then as a JSON string)."""
+    text = str(key)
+    return orjson.dumps(text).decode() if "\n" in text or "\r" in text else text
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        sys.stderr.write(f"advcli: warning: {warning}\n")
+
+
 @app.command()
+@with_preset_options(after="col")
+def schema(
+    inputs: Inputs,
+    col: Col = None,
+    as_json: Json = False,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Show the detected column roles, types, row count and token statistics."""
+    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+        info = api.describe(
+            inputs, col=col, preset=preset, preset_options=preset_options,
+            progress=activity.progress,
+        )  # fmt: skip
+    if as_json:
+        _print_json(info)
+    else:
+        render.schema_report(", ".join(info["files"]), info)
+        _warn(info["warnings"])
+
+
+@app.command()
+@with_preset_options(after="col")
 @with_method_parameters(after="convention")
 def annotate(
     inputs: Inputs,
@@ -214,6 +313,8 @@ def annotate(
     mask_name: MaskName = None,
     output_name: OutputName = None,
     params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
     opts = _critic_options(
@@ -232,6 +333,8 @@ def annotate(
             stage=activity.stage,
             progress=activity.progress,
             critic=opts,
+            preset=preset,
+            preset_options=preset_options,
             **(params or {}),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
@@ -270,6 +373,7 @@ def score(
 
 
 @app.command()
+@with_preset_options(after="col")
 def audit(
     inputs: Inputs,
     col: Col = None,
@@ -283,21 +387,28 @@ def audit(
         typer.Option(help="Exit with status 3 when the zero-variance share of rollouts is above."),
     ] = None,
     zero_variance_tol: Annotated[float, typer.Option(help="max - min <= this.")] = 1e-9,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
 ) -> None:
     """Report zero-variance and singleton groups: what carries no group signal."""
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
     with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
-        found = api.audit(inputs, col=col, tol=zero_variance_tol, progress=activity.progress)
+        found = api.audit(
+            inputs, col=col, tol=zero_variance_tol, preset=preset,
+            preset_options=preset_options, progress=activity.progress,
+        )  # fmt: skip
     report = found.report
     if list_:
         for key in found.prompt_ids(list_):
-            sys.stdout.write(f"{key}\n")
+            sys.stdout.write(f"{_one_line(key)}\n")
     elif as_json:
         _print_json(found.as_dict())
     else:
         render.audit_report(", ".join(found.files), report)
+    if not as_json:
+        _warn(found.warnings)
     if fail_above is not None and report.zero_variance_rollout_share > fail_above:
         msg = (
             f"zero-variance groups hold {report.zero_variance_rollout_share:.1%} of the "
@@ -307,6 +418,7 @@ def audit(
 
 
 @app.command()
+@with_preset_options(after="col")
 def shard(
     inputs: Inputs,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
@@ -368,6 +480,8 @@ def shard(
     force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
     quiet: Quiet = False,
     as_json: Json = False,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
     opts = ShardOptions(
@@ -393,6 +507,8 @@ def shard(
             convention=convention,
             param=param,
             col=col,
+            preset=preset,
+            preset_options=preset_options,
             force=force,
             stage=activity.stage,
         )

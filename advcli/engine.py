@@ -15,6 +15,7 @@ which passes it makes and what it writes come from the method.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from advcli import __version__, methods
+from advcli import __version__, methods, presets
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import DataError, RowError
 from advcli.io.arrow import float_list
@@ -53,11 +54,87 @@ def no_stage(_name: str) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
-def open_log(inputs: list[str], col: list[str] | None = None) -> tuple[LogSource, Roles]:
-    """A log to read in passes, and the column that plays each role (``--col ROLE=COLUMN``)."""
+@dataclass
+class Log:
+    """A log opened: where its rows come from, the column of each role, and warnings about it.
+
+    ``looks_like`` is the preset of the framework whose dump the log looks like when it was
+    opened without one: a missing column is then an error that says to use ``--from``.
+    """
+
+    source: LogSource
+    roles: Roles
+    looks_like: presets.Preset | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def sources(self) -> Sources:
+        return self.source.sources
+
+    @property
+    def files(self) -> str:
+        return ", ".join(self.sources.files)
+
+    def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
+        """A clear error when the log has no column for a role in ``needs``."""
+        hint = None
+        if self.looks_like is not None:
+            p = self.looks_like
+            hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+        require(self.roles, self.source.schema.names, self.sources, needs, what=what,
+                without_tokens=without_tokens, hint=hint)  # fmt: skip
+
+
+def open_log(
+    inputs: list[str],
+    col: list[str] | None = None,
+    *,
+    preset: str | None = None,
+    options: presets.PresetOptions | None = None,
+) -> Log:
+    """A log to read in passes (as ``preset``'s framework wrote it, if given), and the column
+    that plays each role (``--col ROLE=COLUMN``)."""
     mapping = parse_col_mapping(col)
+    if preset is not None:
+        options = options or presets.PresetOptions()
+        converted = presets.PresetSource(presets.get(preset), inputs, options)
+        roles = resolve_roles(converted.schema, mapping, ", ".join(converted.sources.files))
+        return Log(converted, roles, warnings=list(converted.warnings))
     source = open_source(inputs, mapping)
-    return source, resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+    roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+    log = Log(source, roles, presets.looks_like(set(source.schema.names)))
+    if log.looks_like is not None:
+        p = log.looks_like
+        log.warnings.append(
+            f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
+            f"it as {p.framework} writes it (its groups, rewards and tokens)"
+        )
+    return log
+
+
+def group_warnings(rows: Rows, roles: Roles) -> list[str]:
+    """Signs that the group key is not the prompt: every group a single rollout, or groups of
+    sizes other than the common one."""
+    if rows.group_keys is None or rows.n_rollouts < 2:
+        return []
+    sizes = np.bincount(rows.rollout_groups(), minlength=len(rows.group_keys))
+    column = roles["prompt_id"]
+    if (sizes == 1).all():
+        return [
+            f"every group has a single rollout: is '{column}' really the prompt? (a key unique "
+            "to each rollout gives no group signal). Hint: name the group key with --col "
+            "prompt_id=COLUMN, or read a framework's dump with --from"
+        ]
+    values, counts = np.unique(sizes, return_counts=True)
+    common = int(values[np.argmax(counts)])
+    other = int((sizes != common).sum())
+    if other:
+        return [
+            f"{other} of {len(sizes)} groups do not have the common size of {common} rollouts "
+            f"(sizes {', '.join(map(str, values.tolist()))}): check that '{column}' keys one "
+            "prompt per group"
+        ]
+    return []
 
 
 class Scorer(Protocol):
@@ -128,6 +205,7 @@ class Run:
     plan: Plan
     scorer: Scorer | None = None
     batch_rows: int = BATCH_ROWS
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def sources(self) -> Sources:
@@ -222,8 +300,7 @@ def _check_scored(tokens: Tokens, row0: int) -> None:
 
 
 def plan_run(
-    source: LogSource,
-    roles: Roles,
+    log: Log,
     params: Params,
     *,
     scorer: Scorer | None = None,
@@ -234,19 +311,14 @@ def plan_run(
 
     ``scorer`` gives the values when the log has none (a critic).
     """
+    source, roles = log.source, log.roles
     method = methods.get(params.method)
     needs = set(method.roles) - ({"values"} if scorer is not None else set())
-    require(
-        roles,
-        source.schema.names,
-        source.sources,
-        needs,
-        what=method.name,
-        without_tokens=methods.without_tokens(),
-    )
+    log.require(needs, what=method.name, without_tokens=methods.without_tokens())
     with stage("reading per-row columns"):
         rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows)
+    warnings = [*log.warnings, *group_warnings(rows, roles)]
+    run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
     with located(source.sources, roles):
         run.plan = method.plan(rows, params)
         passes = method.passes(rows, params)

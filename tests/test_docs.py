@@ -14,7 +14,7 @@ PACKAGE = ROOT / "advcli"
 LAYERS = [
     ("advcli.errors", "advcli.core", "advcli._malloc"),
     ("advcli.io", "advcli.params"),
-    ("advcli.methods", "advcli.critic"),
+    ("advcli.methods", "advcli.critic", "advcli.presets"),
     ("advcli.engine",),
     ("advcli.shards",),
     ("advcli.api", "advcli.render"),

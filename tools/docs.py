@@ -5,7 +5,8 @@ when one is stale (the test suite runs it):
 
 - ``docs/cli.md``: every command's ``--help``;
 - README.md, between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``: the method table
-  (from the registry) and the conventions table (from ``advcli.core.conventions``).
+  (from the registry), the conventions table (from ``advcli.core.conventions``) and the
+  frameworks table (from the presets).
 """
 
 from __future__ import annotations
@@ -77,9 +78,25 @@ def convention_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def framework_table() -> str:
+    from advcli.presets import PRESETS
+
+    rows = [
+        "| framework | switch that makes it dump | where it writes | advcli |",
+        "|---|---|---|---|",
+    ]
+    for name, preset in PRESETS.items():
+        rows.append(
+            f"| {preset.framework} | {preset.switch} | {preset.writes} | "
+            f"`advcli annotate DIR --from {name} --method grpo -o out.parquet` |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 README_SECTIONS: dict[str, Callable[[], str]] = {
     "methods": method_table,
     "conventions": convention_table,
+    "frameworks": framework_table,
 }
 
 

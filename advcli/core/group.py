@@ -83,7 +83,7 @@ def grpo(
         std = stats.std[codes] if scale == "group" else np.asarray(batch_std, dtype=np.float64)
         if scale == "group":
             std = np.where(single & raw, 1.0, std)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):  # a zero std with eps 0
             adv = centred / _denominator(std, eps, eps_placement)
     return _apply_flags(adv, codes, stats, raw)
 

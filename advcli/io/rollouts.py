@@ -159,25 +159,27 @@ def require(
     *,
     what: str = "this",
     without_tokens: str = "",
+    hint: str | None = None,
 ) -> None:
     """A :class:`SchemaError` for the first needed role the log has no column for.
 
     ``what`` needs them (a method, a command); ``without_tokens`` says what works on a log
-    without token ids, for the hint when ``input_ids`` is the one missing."""
+    without token ids, for the hint when ``input_ids`` is the one missing; ``hint`` replaces
+    the hint (a log that looks like a framework's dump: use ``--from``)."""
     files, found = ", ".join(sources.files), ", ".join(columns)
     if "input_ids" in needs and roles["input_ids"] is None:
         msg = (
             f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
             f"decoded text has none). Columns found: {found}. Hint: "
-            + (f"{without_tokens}; or " if without_tokens else "")
-            + "name the token column with --col input_ids=COLUMN"
-        )
+            + (hint or (f"{without_tokens}; or " if without_tokens else "")
+               + "name the token column with --col input_ids=COLUMN")
+        )  # fmt: skip
         raise SchemaError(msg)
     for role in sorted(needs):
         if roles[role] is None:
             msg = (
                 f"{files}: no '{role}' column. Columns found: {found}. "
-                f"Hint: name it with --col {role}=COLUMN"
+                f"Hint: {hint or f'name it with --col {role}=COLUMN'}"
             )
             raise SchemaError(msg)
 

@@ -181,6 +181,8 @@ def _jsonl_dtype(kind: str, value: object) -> Any:
         return pl.Boolean
     if value is not None and not isinstance(value, list):
         return None
+    if any(isinstance(v, (list, dict)) for v in value or []):
+        return None  # nested lists (a framework's wrapping): not this role's column
     if kind == "ids":
         return pl.List(pl.Int64)
     if kind == "mask":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,6 +35,19 @@ T = TypeVar("T")
 
 def is_parquet(path: str) -> bool:
     return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def refuse_pickle(path: str) -> None:
+    """verl's ``gen_batch.dp`` and SkyRL's ``.pkl`` dumps pickle arbitrary classes."""
+    if path.lower().endswith((".dp", ".pkl", ".pickle")):
+        msg = (
+            f"{path}: a pickle of the framework's own classes (verl's gen_batch.dp, SkyRL's "
+            "dumped_data): loading it would run code from the file, and it cannot be read "
+            "without the framework installed, so advcli does not. Hint: use the framework's "
+            "JSONL dump instead (verl: trainer.rollout_data_dir; SkyRL: "
+            "trainer.dump_eval_results)"
+        )
+        raise UsageError(msg)
 
 
 def expand_inputs(patterns: list[str]) -> list[str]:
@@ -60,10 +74,17 @@ def expand_inputs(patterns: list[str]) -> list[str]:
                 raise UsageError(msg)
             found = [pattern]
         for f in found:
+            refuse_pickle(f)
+            if f.lower().endswith(".pt"):
+                msg = (
+                    f"{f}: a torch file. Hint: slime and miles dump their rollouts as .pt "
+                    "files: read them with --from slime"
+                )
+                raise UsageError(msg)
             if not (is_jsonl(f) or is_parquet(f)):
                 msg = (
                     f"{f}: unknown input format. Hint: advcli reads .parquet and .jsonl "
-                    "(.jsonl.gz, .jsonl.zst) files"
+                    "(.jsonl.gz, .jsonl.zst) files, and frameworks' dumps with --from"
                 )
                 raise UsageError(msg)
             if f not in files:
@@ -75,17 +96,22 @@ def expand_inputs(patterns: list[str]) -> list[str]:
 class Sources:
     """Where every row of a log came from, for error messages.
 
-    ``stdin`` holds the bytes read from ``-``: stdin cannot be read twice.
+    ``stdin`` holds the bytes read from ``-``: stdin cannot be read twice. ``lines`` (a log read
+    through a preset) gives, per file, the line of each row, or None where rows are not lines.
     """
 
     files: list[str] = field(default_factory=list)
     row_counts: list[int] = field(default_factory=list)
     stdin: bytes | None = field(default=None, repr=False)
+    lines: list[np.ndarray | None] | None = field(default=None, repr=False)
 
     def locate(self, row: int) -> tuple[str, int, bool]:
         """``(file, position, is_line)``: a 0-based global row as a file row or JSONL line."""
-        for f, n in zip(self.files, self.row_counts, strict=True):
+        for i, (f, n) in enumerate(zip(self.files, self.row_counts, strict=True)):
             if row < n:
+                if self.lines is not None:
+                    lines = self.lines[i]
+                    return (f, int(lines[row]), True) if lines is not None else (f, row, False)
                 if is_jsonl(f):
                     return f, self._line_number(f, row), True
                 return f, row, False

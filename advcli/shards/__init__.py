@@ -28,6 +28,7 @@ from advcli.engine import BATCH_ROWS, Stage, no_stage
 from advcli.errors import DataError, UsageError
 from advcli.io.sources import expand_inputs
 from advcli.io.writers import atomic_folder, check_output_folder
+from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, layout
 from advcli.shards.manifest import FORMAT, MANIFEST, build_manifest, verify
@@ -85,6 +86,8 @@ def shard(
     convention: str | None = None,
     param: list[str] | None = None,
     col: list[str] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
     force: bool = False,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
@@ -106,12 +109,15 @@ def shard(
     if method is not None or convention is not None or param:
         # Checked before reading; without --method only for the error an annotated log gives.
         params = run_params(method or "grpo", convention, param)
-    target = check_output_folder(out, expand_inputs(paths), force=force)
+    listed = paths if preset is not None else expand_inputs(paths)
+    target = check_output_folder(out, listed, force=force)
     inp = open_input(
         paths,
         method=method,
         params=params,
         col=col,
+        preset=preset,
+        preset_options=preset_options,
         stage=stage,
         batch_rows=batch_rows,
     )

@@ -20,7 +20,6 @@ from advcli.io.rollouts import (
     Rows,
     extract_rows,
     extract_tokens,
-    require,
     row_columns,
     token_columns,
 )
@@ -28,6 +27,7 @@ from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.writers import read_metadata
 from advcli.params import Params
+from advcli.presets import PresetOptions
 
 
 @dataclass
@@ -103,6 +103,8 @@ def open_input(
     method: str | None = None,
     params: Params | None = None,
     col: list[str] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
 ) -> Input:
@@ -110,8 +112,8 @@ def open_input(
 
     ``method`` is what ``--method`` said (None: not given), ``params`` the parameters of the
     run for a raw log."""
-    files = expand_inputs(inputs)
-    metas = [_file_metadata(f) for f in files]
+    files = inputs if preset is not None else expand_inputs(inputs)
+    metas = [None if preset is not None else _file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
     if marked and len(marked) != len(metas):
         raw = files[next(i for i, m in enumerate(metas) if not (m and m.get("method")))]
@@ -134,10 +136,10 @@ def open_input(
         roles = marked[0].get("roles") or {}
         user_cols += [f"{r}={c}" for r, c in sorted(roles.items()) if r not in given]
     with stage("reading"):
-        source, roles = open_log(inputs, user_cols)
+        log = open_log(inputs, user_cols, preset=preset, options=preset_options)
+    source, roles = log.source, log.roles
     hint = "annotate writes per-row advantages for such a log (grpo, rloo, batch-mean)"
-    require(roles, source.schema.names, source.sources, {"input_ids"}, what="shard",
-            without_tokens=hint)  # fmt: skip
+    log.require({"input_ids"}, what="shard", without_tokens=hint)
     if marked and "advantages" in source.schema.names:
         meta = marked[0]
         if method is not None and method != meta["method"]:
@@ -157,7 +159,7 @@ def open_input(
             "Hint: pass --method grpo (or another method), or annotate the log first"
         )
         raise UsageError(msg)
-    run = plan_run(source, roles, params, stage=stage, batch_rows=batch_rows)
+    run = plan_run(log, params, stage=stage, batch_rows=batch_rows)
     info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
     return Input(source, roles, run.rows, run, info, dict(run.plan.dropped))
 

@@ -1,0 +1,58 @@
+"""``--from NAME``: read a log as a framework wrote it, into advcli's schema.
+
+One preset per framework dump format, each in its own module:
+
+- :mod:`~advcli.presets.verl` (verl's rollout and validation JSONL, V1 and legacy);
+- :mod:`~advcli.presets.trl` (TRL's completions Parquet);
+- :mod:`~advcli.presets.nemo_rl` (NeMo-RL's train and validation JSONL, with tokens);
+- :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens);
+- :mod:`~advcli.presets.prime_rl` (prime-rl's episode traces, with tokens);
+- :mod:`~advcli.presets.roll` (ROLL's columnar step dump);
+- :mod:`~advcli.presets.text` (OpenRLHF, AReaL and SkyRL text dumps).
+
+:mod:`~advcli.presets.base` holds the protocol and the log source that reads through a preset.
+"""
+
+from __future__ import annotations
+
+from advcli.errors import UsageError
+from advcli.presets.base import Preset, PresetOptions, PresetSource
+from advcli.presets.nemo_rl import NemoRl
+from advcli.presets.prime_rl import PrimeRl
+from advcli.presets.roll import Roll
+from advcli.presets.slime import Miles, Slime
+from advcli.presets.text import Areal, OpenRlhf, SkyRl
+from advcli.presets.trl import Trl
+from advcli.presets.verl import Verl
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Verl(),
+        Trl(),
+        OpenRlhf(),
+        NemoRl(),
+        Areal(),
+        Slime(),
+        Miles(),
+        PrimeRl(),
+        SkyRl(),
+        Roll(),
+    )  # fmt: skip
+}
+"""Every preset, by the name ``--from`` takes."""
+
+__all__ = ["PRESETS", "Preset", "PresetOptions", "PresetSource", "get", "looks_like"]
+
+
+def get(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        msg = f"--from {name!r}: unknown framework. Frameworks: {', '.join(PRESETS)}"
+        raise UsageError(msg) from None
+
+
+def looks_like(names: set[str]) -> Preset | None:
+    """The framework whose dump a table with these columns looks like, if any."""
+    return next((p for p in PRESETS.values() if p.matches(names)), None)

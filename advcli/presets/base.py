@@ -1,0 +1,313 @@
+"""What a preset is, and the log source that reads through one.
+
+A preset reads the files a framework writes, one at a time, into a table in advcli's own schema
+(``prompt_id``, ``rollout_id``, ``input_ids``, ``action_mask``, ``reward``, ...; every other field
+passes through). :class:`PresetSource` converts each file once, into an Arrow file in a
+temporary folder (removed when the source is closed or the process exits), and every pass then
+reads those: a framework's format is parsed once however many passes a method makes. Errors
+still name the framework's file, and its line where rows come from lines.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tempfile
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from advcli.errors import AdvcliError, DataError, UsageError, where
+from advcli.io import jsonl
+from advcli.io.sources import LogSource, Sources, refuse_pickle
+
+IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+@dataclass(frozen=True)
+class PresetOptions:
+    """What some frameworks' dumps leave out, given on the command line."""
+
+    reward_columns: list[str] | None = None  # trl: the reward functions' columns
+    reward_weights: dict[str, float] = field(default_factory=dict)  # trl: their weights
+    group_size: int | None = None  # trl: rollouts per prompt (num_generations)
+    reward_key: str | None = None  # slime: the reward of a dict reward
+
+
+@dataclass
+class Converted:
+    """One framework file in advcli's schema: the table, and the 1-based line each row came
+    from (None: rows are not lines; errors then name the row)."""
+
+    table: pa.Table
+    lines: np.ndarray | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class Preset(ABC):
+    """One framework's dump format."""
+
+    name: ClassVar[str]  # what --from takes
+    framework: ClassVar[str]  # its name, for messages
+    switch: ClassVar[str]  # how to make the framework write the files (README)
+    writes: ClassVar[str]  # where it writes them (README)
+    patterns: ClassVar[tuple[str, ...]]  # the dump files in a folder given as input
+    marks: ClassVar[tuple[frozenset[str], ...]] = ()  # field sets that identify the format
+    suffixes: ClassVar[tuple[str, ...]] = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+
+    def files(self, inputs: list[str]) -> list[str]:
+        """The dump files named by ``inputs``: files, or folders searched for ``patterns``,
+        each in step order."""
+        found: list[str] = []
+        for item in inputs:
+            path = Path(item)
+            if path.is_dir():
+                hits = sorted(
+                    {str(p) for pattern in self.patterns for p in path.glob(pattern)},
+                    key=natural_key,
+                )
+                if not hits:
+                    msg = (
+                        f"{item}: no {self.framework} dump files here (looked for "
+                        f"{', '.join(self.patterns)}). Hint: give the folder the framework "
+                        f"writes to ({self.writes}), or the files themselves"
+                    )
+                    raise UsageError(msg)
+                found += hits
+            elif path.exists():
+                refuse_pickle(item)
+                if not item.lower().endswith(self.suffixes):
+                    msg = (
+                        f"{item}: not a {self.framework} dump file (expected "
+                        f"{', '.join(self.suffixes)}). Hint: {self.framework} writes "
+                        f"{self.writes}"
+                    )
+                    raise UsageError(msg)
+                found.append(item)
+            else:
+                msg = f"{item}: no such file or folder. Hint: check the path"
+                raise UsageError(msg)
+        return list(dict.fromkeys(found))
+
+    @abstractmethod
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        """One dump file as a table in advcli's schema."""
+
+    def matches(self, names: set[str]) -> bool:
+        """Whether a table with these columns looks like this framework's dump."""
+        return any(mark <= names for mark in self.marks)
+
+
+def natural_key(path: str) -> list[Any]:
+    """Sort key that puts ``step_2`` before ``step_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def step_of(path: str, pattern: str) -> int | None:
+    """The step a dump file belongs to: the number ``pattern`` (a regex with one group) finds
+    last in its path, e.g. ``global_step_(\\d+)``."""
+    found = re.findall(pattern, Path(path).as_posix())
+    return int(found[-1]) if found else None
+
+
+def json_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Every JSON object of a JSONL file, and the line of each. Python's ``json`` writes bare
+    ``NaN`` and ``Infinity``: a line orjson refuses is read again with ``json``."""
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    with jsonl.open_stream(path) as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                try:
+                    obj = json.loads(line)
+                except ValueError as exc:
+                    loc = where(path, number, line=True)
+                    msg = f"{loc}: not valid JSON ({exc}). Hint: one JSON object per line"
+                    raise DataError(msg) from None
+            if not isinstance(obj, dict):
+                msg = (
+                    f"{where(path, number, line=True)}: expected a JSON object, saw "
+                    f"{type(obj).__name__}. Hint: one JSON object per line"
+                )
+                raise DataError(msg)
+            records.append(obj)
+            lines.append(number)
+    if not records:
+        msg = f"{path}: the input has no rows. Hint: check the file"
+        raise DataError(msg)
+    return records, np.array(lines, dtype=np.int64)
+
+
+def json_frame(path: str) -> tuple[pl.DataFrame, np.ndarray]:
+    """A JSONL file as a frame (polars' reader; :func:`json_records` where it refuses a line,
+    e.g. a bare NaN), and the line of each row."""
+    data = jsonl.read_bytes(path)
+    lines = np.array(
+        [i for i, line in enumerate(data.split(b"\n"), start=1) if line.strip()], dtype=np.int64
+    )
+    try:
+        df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
+    except Exception:  # polars refuses NaN tokens and mixed types: the careful reader
+        records, lines = json_records(path)
+        return frame(records), lines
+    if df.height != len(lines):
+        records, lines = json_records(path)
+        return frame(records), lines
+    return df, lines
+
+
+def frame(records: list[dict[str, Any]]) -> pl.DataFrame:
+    """Records as a frame, every row typing the columns (a number then text: text). A field
+    whose values polars cannot put in one type (a number on some rows, a list on others) is
+    kept as JSON text."""
+    try:
+        return pl.DataFrame(records, infer_schema_length=None)
+    except (pl.exceptions.PolarsError, TypeError, ValueError):
+        pass
+    keys = list(dict.fromkeys(k for r in records for k in r))
+    columns = {}
+    for key in keys:
+        values = [r.get(key) for r in records]
+        try:
+            columns[key] = pl.Series(key, values)
+        except (pl.exceptions.PolarsError, TypeError, ValueError):
+            columns[key] = pl.Series(key, [_dumps(v) for v in values], pl.String)
+    return pl.DataFrame(columns)
+
+
+def need(path: str, present: set[str] | list[str], fields: list[str], framework: str) -> None:
+    """One line naming the first field a file of ``framework`` must have and lacks."""
+    for name in fields:
+        if name not in present:
+            msg = (
+                f"{path}: no '{name}' field, which a {framework} dump has. Fields found: "
+                f"{', '.join(sorted(present)) or 'none'}. Hint: check the file and --from"
+            )
+            raise DataError(msg)
+
+
+def number(df: pl.DataFrame, column: str, path: str, lines: np.ndarray | None) -> pl.Series:
+    """A column as float64: numbers, or numbers written as text ("0.5"); anything else is an
+    error naming the line (or row)."""
+    values = df[column]
+    if values.dtype == pl.Boolean:
+        return values.cast(pl.Float64)
+    numbers = values.cast(pl.Float64, strict=False)
+    bad = (numbers.is_null() & values.is_not_null()).to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        loc = (
+            where(path, int(lines[row]), column, line=True)
+            if lines is not None
+            else where(path, row, column)
+        )
+        msg = f"{loc}: expected a number, saw {values[row]!r}. Hint: fix or drop the row"
+        raise DataError(msg)
+    return numbers
+
+
+def to_json_text(df: pl.DataFrame) -> pl.DataFrame:
+    """Nested columns whose values differ in shape (dicts of any keys) as JSON text, so every
+    file converts to a plain table."""
+    out = {}
+    for name in df.columns:
+        dtype = df[name].dtype
+        if dtype == pl.Object:
+            out[name] = pl.Series(name, [_dumps(v) for v in df[name].to_list()], pl.String)
+    return df.with_columns(**out) if out else df
+
+
+def _dumps(value: Any) -> str | None:
+    return (
+        None if value is None else orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    )
+
+
+def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
+    """``preset.convert``, with what a malformed file makes a parser raise told in one line."""
+    try:
+        return preset.convert(path, options)
+    except (AdvcliError, MemoryError):
+        raise
+    except Exception as exc:  # polars, pyarrow and Python raise many types on malformed data
+        msg = (
+            f"{path}: cannot read it as {preset.framework}'s dump ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Hint: check the file and --from"
+        )
+        raise DataError(msg) from None
+
+
+class PresetSource(LogSource):
+    """A framework's dump files, each converted once by ``preset`` into an Arrow file in a
+    temporary folder; the passes read those."""
+
+    def __init__(self, preset: Preset, inputs: list[str], options: PresetOptions):
+        self.preset = preset
+        files = preset.files(inputs)
+        self._folder = tempfile.TemporaryDirectory(prefix="advcli-from-")
+        weakref.finalize(self, self._folder.cleanup)
+        self.parts: list[Path] = []
+        schemas = []
+        lines: list[np.ndarray | None] = []
+        counts = []
+        self.warnings: list[str] = []
+        for i, path in enumerate(files):
+            converted = _convert(preset, path, options)
+            part = Path(self._folder.name) / f"{i:06d}.arrow"
+            with (
+                pa.OSFile(str(part), "wb") as sink,
+                pa.ipc.new_file(sink, converted.table.schema, options=IPC) as writer,
+            ):
+                writer.write_table(converted.table)
+            self.parts.append(part)
+            schemas.append(converted.table.schema)
+            lines.append(converted.lines)
+            counts.append(converted.table.num_rows)
+            self.warnings += [w for w in converted.warnings if w not in self.warnings]
+        self.sources = Sources(files=files, row_counts=counts, lines=lines)
+        if not sum(counts):
+            msg = f"{', '.join(files)}: the input has no rows. Hint: check the files"
+            raise DataError(msg)
+        try:
+            self.schema = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            msg = (
+                f"{', '.join(files)}: the files have fields of different types ({exc}). "
+                "Hint: read them separately"
+            )
+            raise DataError(msg) from None
+
+    def _tables(self, names: list[str] | None) -> Iterator[pa.Table]:
+        for part in self.parts:
+            with pa.memory_map(str(part)) as mm:
+                table = pa.ipc.open_file(mm).read_all()
+            for f in self.schema:  # columns a file lacks are null there
+                if f.name not in table.column_names and (names is None or f.name in names):
+                    table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+            wanted = self.schema.names if names is None else names
+            target = pa.schema([self.schema.field(n) for n in wanted])
+            yield table.select(wanted).cast(target)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return pa.concat_tables(self._tables(names))
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        start = 0
+        for table in self._tables(names):
+            for lo in range(0, table.num_rows, rows):
+                part = table.slice(lo, rows)
+                yield start, part
+                start += part.num_rows

@@ -1,0 +1,125 @@
+"""NeMo-RL (GRPO, PPO, distillation): always writes
+``{log_dir}/exp_NNN/train_data_step{N}.jsonl`` and ``val_data_step{N}.jsonl``.
+
+Every value of a line is wrapped in a one-element list. A training line has the token ids
+(padded to the batch's longest row, with ``input_lengths`` the real length), the loss masks
+(``token_loss_mask`` on generated tokens, ``sample_loss_mask`` 0 for a filtered sample), the
+reward, NeMo-RL's own advantages (one scalar broadcast over every position) and the
+generation and previous log-probabilities. NeMo-RL groups rollouts by identical prompt tokens:
+so does this preset, hashing the tokens before the first generated one. Its advantages are kept,
+masked, as ``source_advantages`` (for ``advcli check``). A validation line has only the
+messages and the reward: a group is the rows of a step with the same first user message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import polars as pl
+
+from advcli.io.arrow import flat_list
+from advcli.presets.base import Converted, Preset, PresetOptions, json_frame, need, step_of
+
+STEP = r"_step(\d+)"
+
+
+class NemoRl(Preset):
+    name = "nemo-rl"
+    framework = "NeMo-RL"
+    switch = "always on (logger.log_dir)"
+    writes = "LOG_DIR/exp_NNN/train_data_step{N}.jsonl (and val_data_step{N}.jsonl)"
+    patterns = ("train_data_step*.jsonl", "*/train_data_step*.jsonl")
+    marks = (
+        frozenset({"token_ids", "token_loss_mask", "input_lengths", "rewards"}),
+        frozenset({"content", "rewards", "idx"}),
+    )
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        df, lines = json_frame(path)
+        df = unwrap(df)
+        need(path, set(df.columns), ["rewards"], self.framework)
+        step = f"{step_of(path, STEP)}:"
+        idx = df["idx"] if "idx" in df.columns else pl.Series(np.arange(df.height))
+        canonical: dict[str, pl.Series] = {
+            "rollout_id": step + idx.cast(pl.String),
+            "reward": df["rewards"].cast(pl.Float64),
+        }
+        if "token_ids" in df.columns:
+            need(path, set(df.columns), ["input_lengths", "token_loss_mask"], self.framework)
+            canonical.update(tokens(df))
+            canonical["prompt_id"] = step + prompt_hashes(
+                canonical["input_ids"], canonical["action_mask"]
+            )
+        else:
+            need(path, set(df.columns), ["content"], self.framework)
+            canonical["prompt_id"] = step + pl.Series(
+                [first_user_message(c) for c in df["content"].to_list()], dtype=pl.String
+            )
+        padded = [c for c in df.columns if c in PER_TOKEN and c != "token_ids"]
+        table = df.drop([c for c in (*canonical, *padded, "token_ids") if c in df.columns])
+        table = table.with_columns(**{k: v.alias(k) for k, v in canonical.items()})
+        return Converted(table.to_arrow(), lines)
+
+
+PER_TOKEN = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
+
+
+def unwrap(df: pl.DataFrame) -> pl.DataFrame:
+    """Every column whose values are all one-element lists, as those elements."""
+    out = {}
+    for name in df.columns:
+        column = df[name]
+        if isinstance(column.dtype, pl.List) and (column.list.len() == 1).all():
+            out[name] = column.list.first()
+    return df.with_columns(**out)
+
+
+def tokens(df: pl.DataFrame) -> dict[str, pl.Series]:
+    """The per-token columns cut to each row's real length; the action mask is
+    ``token_loss_mask`` × ``sample_loss_mask``; NeMo-RL's advantages masked."""
+    n = pl.col("input_lengths").cast(pl.Int64)
+    sample = (
+        pl.col("sample_loss_mask").cast(pl.Float64) if "sample_loss_mask" in df.columns else 1.0
+    )
+    loss = pl.col("token_loss_mask").list.head(n).cast(pl.List(pl.Float64))
+    mask = (loss * sample).list.eval(pl.element() > 0).cast(pl.List(pl.Int8))
+    exprs = {
+        "input_ids": pl.col("token_ids").list.head(n).cast(pl.List(pl.Int32)),
+        "action_mask": mask,
+    }
+    if "advantages" in df.columns:
+        adv = pl.col("advantages").list.head(n).cast(pl.List(pl.Float64))
+        exprs["source_advantages"] = (adv * mask.cast(pl.List(pl.Float64))).cast(
+            pl.List(pl.Float32)
+        )
+    for name in ("generation_logprobs", "prev_logprobs"):
+        if name in df.columns:
+            exprs[name] = pl.col(name).list.head(n).cast(pl.List(pl.Float32))
+    out = df.select(**exprs)
+    return {name: out[name] for name in out.columns}
+
+
+def prompt_hashes(ids: pl.Series, mask: pl.Series) -> pl.Series:
+    """Per row, a hash of its tokens before the first generated one (NeMo-RL's group key)."""
+    values, offsets = flat_list(ids.to_arrow())
+    flat_ids = values.to_numpy(zero_copy_only=False)
+    flat_mask = flat_list(mask.to_arrow())[0].to_numpy(zero_copy_only=False)
+    out = []
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        generated = np.flatnonzero(flat_mask[a:b])
+        end = a + (int(generated[0]) if len(generated) else b - a)
+        prompt = np.asarray(flat_ids[a:end], dtype=np.int32).tobytes()
+        out.append(hashlib.blake2b(prompt, digest_size=8).hexdigest())
+    return pl.Series(out, dtype=pl.String)
+
+
+def first_user_message(content: object) -> str:
+    """The first user message of a validation line's messages (or the first text)."""
+    if isinstance(content, list):
+        for message in content:
+            if isinstance(message, dict) and message.get("role") == "user":
+                return str(message.get("content"))
+        return str(content[0]) if content else ""
+    return re.sub(r"\s+", " ", str(content))

@@ -1,0 +1,151 @@
+"""slime and miles: ``--save-debug-rollout-data PATH`` or ``--dump-details DIR`` →
+``rollout_data/{rollout_id}.pt``, ``torch.save({"rollout_id": N, "samples": [...]})``.
+
+Each sample is a dict of plain values (read without torch and without running code from the
+file: :mod:`advcli.presets.torch_file`): ``group_index`` (the group), ``index``, ``tokens``
+(prompt and response ids), ``response_length``, ``loss_mask`` (over the response only: it is
+aligned to the end of ``tokens``), ``reward`` (a number, or a dict: ``--reward-key`` picks one),
+``status`` (``truncated`` when cut), ``rollout_log_probs`` (over the response), and more, which
+passes through. Samples sharing a ``rollout_id`` are segments of one rollout, in ``index``
+order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from advcli.errors import DataError, UsageError, where
+from advcli.io.arrow import list_array
+from advcli.io.sources import refuse_pickle
+from advcli.presets import torch_file
+from advcli.presets.base import Converted, Preset, PresetOptions
+
+OWN = ("group_index", "index", "rollout_id", "tokens", "loss_mask", "reward", "status",
+       "rollout_log_probs")  # fields that become advcli's columns  # fmt: skip
+
+
+class Slime(Preset):
+    name = "slime"
+    framework = "slime"
+    switch = "--save-debug-rollout-data DIR/{rollout_id}.pt, or --dump-details DIR"
+    writes = "DIR/rollout_data/{rollout_id}.pt"
+    patterns = ("[0-9]*.pt", "rollout_data/[0-9]*.pt")
+    suffixes = (".pt",)
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        refuse_pickle(path)
+        dump = torch_file.load(path)
+        if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
+            msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
+            raise DataError(msg + ". Hint: check the file and --from")
+        samples: list[dict[str, Any]] = dump["samples"]
+        if not samples:
+            raise DataError(f"{path}: the input has no rows. Hint: check the file")
+        return Converted(samples_table(path, samples, options))
+
+
+class Miles(Slime):
+    name = "miles"
+    framework = "miles"
+
+
+def _fail(path: str, row: int, field: str, problem: str) -> DataError:
+    return DataError(f"{where(path, row, field)}: {problem}. Hint: check the file")
+
+
+def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptions) -> pa.Table:
+    ids, masks, logprobs, lengths = [], [], [], []
+    rewards, groups, rollouts, truncated = [], [], [], []
+    for row, s in enumerate(samples):
+        for name in ("group_index", "index", "tokens", "response_length", "reward"):
+            if s.get(name) is None:
+                raise _fail(path, row, name, f"no '{name}', which a slime sample has")
+        tokens = list(s["tokens"])
+        n_resp = int(s["response_length"])
+        loss = s.get("loss_mask")
+        loss = [1] * n_resp if loss is None else list(loss)
+        if len(loss) != n_resp or n_resp > len(tokens):
+            problem = (
+                f"loss_mask has {len(loss)} entries, response_length is {n_resp} and tokens "
+                f"has {len(tokens)}: the mask covers the response, at the end of the tokens"
+            )
+            raise _fail(path, row, "loss_mask", problem)
+        pad = np.zeros(len(tokens) - n_resp)
+        ids.append(np.asarray(tokens, dtype=np.int32))
+        masks.append(np.concatenate([pad, np.asarray(loss, dtype=np.float64)]) != 0)
+        lengths.append(len(tokens))
+        lp = s.get("rollout_log_probs")
+        logprobs.append(None if lp is None else np.concatenate([pad, np.asarray(lp, np.float64)]))
+        rewards.append(reward_of(path, row, s["reward"], options))
+        groups.append(int(s["group_index"]))
+        rid = s.get("rollout_id")
+        rollouts.append(f"rollout {rid}" if rid is not None else f"sample {s['index']}")
+        truncated.append(s.get("status") == "truncated")
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    columns: dict[str, pa.Array] = {
+        "prompt_id": pa.array(groups, pa.int64()),
+        "rollout_id": pa.array(rollouts, pa.string()),
+        "input_ids": list_array(np.concatenate(ids), offsets),
+        "action_mask": list_array(np.concatenate(masks).astype(np.int8), offsets),
+        "reward": pa.array(rewards, pa.float64()),
+        "truncated": pa.array(truncated, pa.bool_()),
+    }
+    given = [lp for lp in logprobs if lp is not None]
+    if len(given) == len(logprobs):  # aligned with the tokens, 0 on the prompt
+        columns["logprobs"] = list_array(np.concatenate(given).astype(np.float32), offsets)
+    else:
+        columns["rollout_log_probs"] = passthrough([s.get("rollout_log_probs") for s in samples])
+    index = np.array([int(s["index"]) for s in samples])
+    segmented = len(set(rollouts)) < len(rollouts)
+    if segmented:  # a sample's rank among its rollout's samples, by index
+        order = np.lexsort((index, np.unique(rollouts, return_inverse=True)[1]))
+        keys = np.array(rollouts, dtype=object)[order]
+        first = np.r_[True, keys[1:] != keys[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order)) - start
+        columns["segment_index"] = pa.array(rank)
+    columns["index"] = pa.array(index)
+    columns["status"] = pa.array([s.get("status") for s in samples], pa.string())
+    for name in sorted({k for s in samples for k in s} - set(OWN)):
+        columns.setdefault(name, passthrough([s.get(name) for s in samples]))
+    return pa.table(columns)
+
+
+def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float:
+    """A sample's reward: a number, or the ``--reward-key`` entry of a dict."""
+    if isinstance(reward, dict):
+        keys = ", ".join(map(str, reward))
+        if options.reward_key is None:
+            msg = (
+                f"{where(path, row, 'reward')}: the reward is a dict ({keys}). "
+                "Hint: choose one with --reward-key"
+            )
+            raise UsageError(msg)
+        if options.reward_key not in reward:
+            msg = (
+                f"{where(path, row, 'reward')}: no '{options.reward_key}' in the reward dict "
+                f"({keys}). Hint: choose one of them with --reward-key"
+            )
+            raise DataError(msg)
+        reward = reward[options.reward_key]
+    try:
+        return float(reward)
+    except (TypeError, ValueError):
+        raise _fail(path, row, "reward", f"expected a number, saw {reward!r}") from None
+
+
+def passthrough(values: list[Any]) -> pa.Array:
+    """A sample field as a column: as it is when Arrow takes it, else as JSON text."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array(
+            [None if v is None else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+             for v in values],
+            pa.string(),
+        )  # fmt: skip

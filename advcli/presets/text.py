@@ -1,0 +1,120 @@
+"""Frameworks that dump decoded text, a JSON line per rollout, with an explicit reward:
+OpenRLHF's ``batch_inference``, AReaL's rollout dump and SkyRL's evaluation dump. Their logs
+have no token ids: the outcome methods, ``audit`` and ``schema`` work on them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from advcli.presets.base import (
+    Converted,
+    Preset,
+    PresetOptions,
+    frame,
+    json_records,
+    need,
+    number,
+    step_of,
+    to_json_text,
+)
+
+
+def _table(df: pl.DataFrame, canonical: dict[str, pl.Series]) -> pl.DataFrame:
+    """The file's fields with advcli's columns (replacing fields of the same name)."""
+    return df.drop([c for c in canonical if c in df.columns]).with_columns(
+        **{k: v.alias(k) for k, v in canonical.items()}
+    )
+
+
+class OpenRlhf(Preset):
+    """OpenRLHF writes nothing per rollout while training; ``python -m
+    openrlhf.cli.batch_inference --eval_task rm`` (through v0.9) wrote ``{input, output,
+    reward}`` lines, ``best_of_n`` samples per prompt: a group is the rows with the same
+    ``input``."""
+
+    name = "openrlhf"
+    framework = "OpenRLHF"
+    switch = "openrlhf.cli.batch_inference --eval_task rm (through v0.9)"
+    writes = "the --output_path JSONL"
+    patterns = ("*.jsonl",)
+    marks = (frozenset({"input", "output", "reward"}),)
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        records, lines = json_records(path)
+        df = to_json_text(frame(records))
+        need(path, set(df.columns), ["input", "output"], self.framework)
+        canonical = {
+            "prompt_id": df["input"].cast(pl.String),
+            "rollout_id": Path(path).name + ":" + pl.Series(lines).cast(pl.String),
+        }
+        if "reward" in df.columns:
+            canonical["reward"] = number(df, "reward", path, lines)
+        return Converted(_table(df, canonical).to_arrow(), lines)
+
+
+class Areal(Preset):
+    """AReaL: ``rollout.dump_to_file=True`` → ``.../rollout/{version}/{task_id}.jsonl``, one
+    file per prompt (its ``group_size`` samples). A group is the task in its version folder:
+    ``task_id`` counts per executor, so it is unique only there."""
+
+    name = "areal"
+    framework = "AReaL"
+    switch = "rollout.dump_to_file=True"
+    writes = "FILEROOT/logs/USER/EXPERIMENT/TRIAL/rollout/{version}/{task_id}.jsonl"
+    patterns = ("*.jsonl", "*/*.jsonl", "rollout/*/*.jsonl")
+    marks = (frozenset({"task_id", "sample_idx", "reward", "completion"}),)
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        records, lines = json_records(path)
+        df = to_json_text(frame(records))
+        need(path, set(df.columns), ["task_id", "sample_idx", "reward"], self.framework)
+        scope = Path(path).parent.name + "/"
+        task = scope + df["task_id"].cast(pl.String)
+        canonical = {
+            "prompt_id": task,
+            "rollout_id": task + "-" + df["sample_idx"].cast(pl.String),
+            "reward": number(df, "reward", path, lines),
+        }
+        return Converted(_table(df, canonical).to_arrow(), lines)
+
+
+STEP = r"global_step_(\d+)"  # SkyRL's folder of a step's evaluation
+
+
+class SkyRl(Preset):
+    """SkyRL: ``trainer.dump_eval_results=True`` (the default) →
+    ``{export_path}/dumped_evals/global_step_{N}_evals/{data_source}.jsonl``: evaluation
+    rollouts only, repeats of a prompt contiguous. A group is the rows of a step with the same
+    ``input_prompt``; a list ``score`` (token-level rewards) counts by its sum."""
+
+    name = "skyrl"
+    framework = "SkyRL"
+    switch = "trainer.dump_eval_results=True (the default)"
+    writes = "EXPORT_PATH/dumped_evals/global_step_{N}_evals/{data_source}.jsonl"
+    patterns = ("*_evals/*.jsonl", "dumped_evals/*/*.jsonl", "*.jsonl")
+    marks = (frozenset({"input_prompt", "output_response", "score"}),)
+
+    def files(self, inputs: list[str]) -> list[str]:
+        return [f for f in super().files(inputs) if Path(f).name != "aggregated_results.jsonl"]
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        records, lines = json_records(path)
+        df = frame(records)
+        need(path, set(df.columns), ["input_prompt", "score"], self.framework)
+        df = to_json_text(df)
+        scores = [r.get("score") for r in records]
+        if any(isinstance(v, list) for v in scores):  # token-level rewards: their sum
+            total = [sum(v) if isinstance(v, list) else v for v in scores]
+            reward = number(pl.DataFrame({"score": total}), "score", path, lines)
+        else:
+            reward = number(df, "score", path, lines)
+        scope = f"{step_of(path, STEP)}:"
+        canonical = {
+            "prompt_id": scope + df["input_prompt"].cast(pl.String),
+            "rollout_id": f"{scope}{Path(path).name}:" + pl.Series(lines).cast(pl.String),
+            "reward": reward,
+        }
+        return Converted(_table(df, canonical).to_arrow(), lines)

@@ -1,0 +1,223 @@
+"""Every preset, end to end through the command line, on files written as each framework writes
+them: the advantages equal those of the same rollouts in advcli's own schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tests.conftest import run
+from tests.presets import frameworks as fw
+
+RS = fw.rollouts()
+
+
+def key_from_text(step: int, completion: str) -> tuple[int, int, int]:
+    """(step, prompt, sample) of a completion written by ``frameworks.rollouts``."""
+    m = re.match(r"answer (\d+) for (\d+) ", completion)
+    assert m, completion
+    return step, int(m.group(2)), int(m.group(1))
+
+
+KEYS: dict[str, Callable[[dict], tuple[int, int, int]]] = {
+    "verl": lambda r: key_from_text(r["step"], r["output"]),
+    "trl": lambda r: key_from_text(r["step"], r["completion"]),
+    "openrlhf": lambda r: key_from_text(int(r["input"].split()[0]), r["output"]),
+    "nemo-rl": lambda r: key_from_text(int(r["rollout_id"].split(":")[0]), r["content"][1]),
+    "areal": lambda r: key_from_text(r["tail_version"], r["completion"]),
+    "skyrl": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["output_response"]),
+    "roll": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["responses"]),
+    "slime": lambda r: key_from_text(1 + r["prompt_id"] // 100, r["response"]),
+    "prime-rl": lambda r: tuple(int(x) for x in r["rollout_id"].split("/")[0].split("-")[1:]),
+}
+
+CASES = {
+    # name: (writer, --from, extra options, the log has tokens)
+    "verl V1": (fw.verl_v1, "verl", [], False),
+    "verl legacy": (fw.verl_legacy, "verl", [], False),
+    "trl": (fw.trl, "trl", ["--reward-weights", "format_reward=2", "--group-size", "4"], False),
+    "openrlhf": (lambda d, rs: fw.openrlhf(d / "out.jsonl", rs), "openrlhf", [], False),
+    "nemo-rl": (fw.nemo_rl, "nemo-rl", [], True),
+    "areal": (fw.areal, "areal", [], False),
+    "skyrl": (fw.skyrl, "skyrl", [], False),
+    "roll": (fw.roll, "roll", [], False),
+    "slime": (fw.slime, "slime", ["--reward-key", "acc"], True),
+    "prime-rl": (fw.prime_rl, "prime-rl", [], True),
+}
+
+
+def annotated(path: Path | str, out: Path, *args: str) -> list[dict]:
+    proc = run("annotate", str(path), "--out", str(out), "-q", *args)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return pl.read_parquet(out).to_dicts()
+
+
+def expected(tmp_path: Path, method: str, tokens: bool, rewards: list[float] | None = None):
+    """Advantages per (step, prompt, sample) from the same rollouts in advcli's schema."""
+    rs = RS
+    if rewards is not None:
+        rs = [fw.Rollout(**{**r.__dict__, "reward": w}) for r, w in zip(RS, rewards, strict=True)]
+    ref = fw.reference_log(tmp_path / "reference.parquet", rs, tokens=tokens, key="step")
+    rows = annotated(ref, tmp_path / "reference-out.parquet", "--method", method)
+    return {(r.step, r.prompt, r.sample): row for r, row in zip(rs, rows, strict=True)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("method", ["grpo", "rloo"])
+def test_a_preset_gives_the_advantages_of_the_same_rollouts_in_advclis_schema(
+    tmp_path, case, method
+):
+    writer, preset, options, tokens = CASES[case]
+    dump = writer(tmp_path / "dump", RS) or tmp_path / "dump"
+    rows = annotated(dump, tmp_path / "out.parquet", "--from", preset, "--method", method,
+                     *options)  # fmt: skip
+    assert len(rows) == len(RS)
+    rewards = fw.trl_rewards(RS) if preset == "trl" else None
+    want = expected(tmp_path, method, tokens, rewards)
+    for row in rows:
+        ref = want[KEYS[preset](row)]
+        assert row["advantage"] == pytest.approx(ref["advantage"], rel=1e-6, abs=1e-7), row
+        assert row["group_size"] == 4 and row["zero_variance"] == ref["zero_variance"]
+        if tokens:
+            assert row["advantages"] == pytest.approx(ref["advantages"], rel=1e-6, abs=1e-7)
+            assert row["input_ids"] == ref["input_ids"]
+        else:
+            assert "advantages" not in row
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][3]])
+def test_token_presets_run_the_per_token_methods(tmp_path, case):
+    writer, preset, options, _ = CASES[case]
+    dump = writer(tmp_path / "dump", RS) or tmp_path / "dump"
+    args = ("--from", preset, "--method", "reinforce-pp-baseline", "--gamma", "0.9", *options)
+    if preset == "slime":  # its truncated samples need the value after their last token
+        proc = run("annotate", str(dump), "--out", str(tmp_path / "o.parquet"), *args)
+        assert proc.returncode == 1 and "truncated" in proc.stderr.decode()
+        return
+    rows = annotated(dump, tmp_path / "out.parquet", *args)
+    want = {}
+    ref = fw.reference_log(tmp_path / "reference.parquet", RS, tokens=True, key="step")
+    for r, row in zip(RS, annotated(ref, tmp_path / "ref.parquet", *args[2:]), strict=True):
+        want[(r.step, r.prompt, r.sample)] = row["advantages"]
+    for row in rows:
+        assert row["advantages"] == pytest.approx(want[KEYS[preset](row)], rel=1e-5, abs=1e-6)
+
+
+def test_presets_read_a_folder_a_file_and_keep_the_frameworks_fields(tmp_path):
+    dump = fw.verl_v1(tmp_path / "dump", RS)
+    one = annotated(dump / "2.jsonl", tmp_path / "one.parquet", "--from", "verl", "--method",
+                    "grpo")  # fmt: skip
+    assert {r["step"] for r in one} == {2} and len(one) == 12
+    row = one[0]
+    assert row["uid"].endswith("_0") and row["prompt_id"] == row["uid"][: -len("_0_0")]
+    assert row["rollout_id"] == row["uid"][: -len("_0")] and row["segment_index"] == 0
+    assert row["score"] == row["reward"] and row["gts"] is not None
+
+
+def test_verl_legacy_groups_by_prompt_text_within_a_step(tmp_path):
+    dump = fw.verl_legacy(tmp_path / "dump", RS)
+    proc = run("audit", str(dump), "--from", "verl", "--json")
+    report = json.loads(proc.stdout)
+    assert report["groups"] == 6 and report["group_sizes"] == {"4": 6}  # texts repeat per step
+    assert any("no uid" in w for w in report["warnings"])
+    rows = annotated(dump, tmp_path / "o.parquet", "--from", "verl", "--method", "grpo")
+    by_key = {KEYS["verl"](r): r for r in rows}
+    assert by_key[(1, 1, 0)]["prompt_id"].startswith("1:user\nQuestion 1")
+    assert isinstance(by_key[(1, 1, 0)]["acc"], float | type(None))
+
+
+def test_nemo_rl_trims_the_padding_and_keeps_its_advantages_masked(tmp_path):
+    dump = fw.nemo_rl(tmp_path / "dump", RS)
+    rows = annotated(dump, tmp_path / "o.parquet", "--from", "nemo-rl", "--method", "grpo")
+    r = RS[5]
+    row = next(x for x in rows if KEYS["nemo-rl"](x) == (r.step, r.prompt, r.sample))
+    assert row["input_ids"] == r.tokens and row["action_mask"] == r.mask
+    assert row["reward"] == r.reward and len(row["source_advantages"]) == len(r.tokens)
+    assert row["source_advantages"][: len(r.prompt_ids)] == [0.0] * len(r.prompt_ids)
+    assert len({row["prompt_id"] for row in rows}) == 6
+
+
+def test_slime_reads_a_torch_file_without_torch_and_refuses_code(tmp_path):
+    dump = fw.slime(tmp_path / "dump", RS)
+    proc = run("audit", str(dump), "--from", "slime", "--json")
+    assert proc.returncode == 2 and "--reward-key" in proc.stderr.decode()
+    rows = annotated(dump, tmp_path / "o.parquet", "--from", "slime", "--reward-key", "acc",
+                     "--method", "grpo")  # fmt: skip
+    assert sum(r["truncated"] for r in rows) == 6 and rows[0]["status"] == "completed"
+    assert rows[0]["logprobs"][: len(RS[0].prompt_ids)] == [0.0] * len(RS[0].prompt_ids)
+    evil = tmp_path / "evil" / "1.pt"
+    fw.torch_save({"samples": [EvilReduce()]}, evil)
+    proc = run("schema", str(evil), "--from", "slime")
+    text = proc.stderr.decode()
+    assert proc.returncode == 1 and "refused to load posix.system" in text, text
+    assert not (tmp_path / "pwned").exists()
+
+
+class EvilReduce:
+    """A pickle that would run a command when loaded."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch pwned",))
+
+
+def test_pickles_of_framework_classes_are_refused(tmp_path):
+    for name in ("gen_batch.dp", "training_input.pkl"):
+        path = tmp_path / name
+        path.write_bytes(b"\x80\x04junk")
+        for args in (["schema", str(path)], ["schema", str(path), "--from", "verl"]):
+            proc = run(*args)
+            text = proc.stderr.decode()
+            assert proc.returncode == 2 and "loading it would run code" in text, text
+
+
+def test_a_framework_dump_without_from_says_which_preset_reads_it(tmp_path):
+    dump = fw.nemo_rl(tmp_path / "dump", RS)
+    path = next(dump.rglob("*.jsonl"))
+    proc = run("annotate", str(path), "--method", "grpo", "-o", str(tmp_path / "o.parquet"))
+    text = proc.stderr.decode()
+    assert proc.returncode == 1 and text.count("\n") == 1
+    assert "Hint: it looks like NeMo-RL's rollout dump: read it with --from nemo-rl" in text
+    info = json.loads(run("schema", str(path), "--json").stdout)
+    assert info["looks_like"] == "nemo-rl"
+    v1 = fw.verl_v1(tmp_path / "v1", RS) / "1.jsonl"
+    proc = run("annotate", str(v1), "--method", "grpo", "-o", str(tmp_path / "v.parquet"))
+    text = proc.stderr.decode()
+    assert proc.returncode == 0  # uid and score fit advcli's aliases: it runs, with warnings
+    assert "every group has a single rollout: is 'uid' really the prompt?" in text
+    assert "--from verl reads it as verl writes it" in text
+
+
+def test_a_file_that_does_not_fit_the_preset_names_the_missing_field(tmp_path):
+    path = fw.write_lines(tmp_path / "x.jsonl", [{"input": "a", "output": "b"}])
+    proc = run("schema", str(path), "--from", "verl")
+    text = proc.stderr.decode()
+    assert proc.returncode == 1
+    assert text.startswith(f"advcli: error: {path}: no 'score' field, which a verl dump has")
+
+
+def test_warnings_go_in_the_json_only_with_json(tmp_path):
+    dump = fw.verl_legacy(tmp_path / "dump", RS)
+    out = tmp_path / "o.parquet"
+    proc = run("annotate", str(dump), "--from", "verl", "--method", "grpo", "-o", str(out),
+               "--json", "-q")  # fmt: skip
+    assert proc.stderr == b"" and any("no uid" in w for w in json.loads(proc.stdout)["warnings"])
+    proc = run("annotate", str(dump), "--from", "verl", "--method", "grpo", "-o", str(out),
+               "--force", "-q")  # fmt: skip
+    assert proc.stderr.decode().startswith("advcli: warning: verl's legacy dump has no uid")
+
+
+def test_preset_options_need_from(tmp_path):
+    dump = fw.verl_v1(tmp_path / "dump", RS)
+    proc = run("audit", str(dump / "1.jsonl"), "--group-size", "4")
+    assert (
+        proc.returncode == 2 and "--group-size applies to a framework's log" in proc.stderr.decode()
+    )
+    assert np.isfinite(1.0)
