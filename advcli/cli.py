@@ -1,7 +1,8 @@
 """The ``advcli`` command line: a thin layer over :mod:`advcli.api`.
 
 Every :class:`~advcli.errors.AdvcliError` becomes one line on stderr and its exit code here, in
-:func:`main`: 0 ok, 1 bad data, 2 bad usage, 3 audit threshold exceeded. The options of a
+:func:`main`: 0 ok, 1 bad data, 2 bad usage, 3 audit threshold exceeded, 4 logged advantages
+that ``check`` does not reproduce. The options of a
 method's parameters are made from their declarations (:data:`advcli.methods.PARAMETERS`).
 """
 
@@ -21,7 +22,7 @@ from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
 from advcli.core.conventions import CONVENTIONS
 from advcli.critic.scorer import CriticOptions
-from advcli.errors import AdvcliError, ThresholdExceeded, UsageError
+from advcli.errors import AdvantagesDiffer, AdvcliError, ThresholdExceeded, UsageError
 from advcli.methods import PARAMETERS, REGISTRY
 from advcli.params import Param
 from advcli.presets import PRESETS, PresetOptions
@@ -338,6 +339,54 @@ def annotate(
             **(params or {}),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
+
+
+@app.command()
+@with_preset_options(after="col")
+@with_method_parameters(after="convention")
+def check(
+    inputs: Inputs,
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Default: the framework's own (grpo)."),
+    ] = None,
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Default: the framework's own (--from trl: trl, nemo-rl, prime-rl)."),
+    ] = None,
+    tol: Annotated[
+        float, typer.Option(help="Largest absolute difference that counts as the same.")
+    ] = 1e-5,
+    col: Col = None,
+    as_json: Json = False,
+    params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Recompute the advantages a framework logged (TRL, NeMo-RL, prime-rl) and compare."""
+    if preset is None:
+        msg = (
+            "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
+        )
+        raise UsageError(msg)
+    with render.Activity(quiet=False) as activity:
+        result = api.check(
+            inputs, preset=preset, preset_options=preset_options, method=method,
+            convention=convention, tol=tol, col=col, stage=activity.stage, **(params or {}),
+        )  # fmt: skip
+    warnings = result.pop("warnings")
+    if as_json:
+        _print_json({**result, "warnings": warnings})
+    else:
+        render.check_report(result)
+        _warn(warnings)
+    if not result["ok"]:
+        msg = (
+            f"{result['rows_beyond_tol']} of {result['rows']} rows (in "
+            f"{result['groups_beyond_tol']} groups) differ from the logged advantages by more "
+            f"than --tol {tol:g}"
+        )
+        raise AdvantagesDiffer(msg)
 
 
 @app.command()

@@ -55,6 +55,12 @@ class ThresholdExceeded(AdvcliError):
     exit_code = 3
 
 
+class AdvantagesDiffer(AdvcliError):
+    """``check`` found rows whose logged advantages differ beyond ``--tol``. Exit code 4."""
+
+    exit_code = 4
+
+
 def where(
     file: str | None, row: int | None = None, column: str | None = None, *, line: bool = False
 ) -> str:

@@ -133,6 +133,22 @@ def audit_report(name: str, report: AuditReport) -> None:
     stdout.print(hist)
 
 
+def check_report(result: dict) -> None:
+    """What ``check`` found: the largest difference, and the worst rows."""
+    facts = {k: v for k, v in result.items() if k != "worst"}
+    summary("check", facts, stdout)
+    if result["worst"]:
+        t = Table(title="worst rows", title_justify="left")
+        for name in ("prompt id", "rollout id", "logged", "recomputed", "difference"):
+            t.add_column(name, justify="left" if "id" in name else "right")
+        for row in result["worst"]:
+            t.add_row(
+                _fmt(row["prompt_id"]), _fmt(row["rollout_id"]), _fmt(row["logged"]),
+                _fmt(row["recomputed"]), f"{row['difference']:.3g}",
+            )  # fmt: skip
+        stdout.print(t)
+
+
 def schema_report(name: str, info: dict) -> None:
     t = Table(title=f"schema: {name}", title_justify="left")
     t.add_column("column")

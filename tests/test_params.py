@@ -30,7 +30,7 @@ def test_text_is_parsed_by_the_declared_type():
         ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=VALUE"),
         ("batch_size=1.5", "expected an integer"),
         ("strict=maybe", "expected true or false"),
-        ("nope=1", "expected KEY=VALUE with KEY one of scale, std-ddof, eps,"),
+        ("nope=1", "expected KEY=VALUE with KEY one of baseline, scale, std-ddof, eps,"),
         ("gamma", "expected KEY=VALUE"),
     ],
 )
@@ -60,7 +60,7 @@ def test_resolution_takes_the_method_then_the_convention_then_the_default():
         ({"std_ddof": 2}, "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"),
         ({"batch_size": 0}, "--batch-size 0: expected a positive integer"),
         ({"eps": -1}, "--eps -1.0: expected a number >= 0"),
-        ({"speed": 3}, "unknown parameter 'speed'. Parameters: --scale, --std-ddof"),
+        ({"speed": 3}, "unknown parameter 'speed'. Parameters: --baseline, --scale"),
     ],
 )
 def test_bad_values_name_the_option(given, message):

@@ -63,15 +63,16 @@ def convention_table() -> str:
     placement = {"add": "std + eps", "max": "max(std, eps)"}
     singleton = {"zero": "0, flagged", "raw": "raw reward", "error": "error", "drop": "dropped"}
     rows = [
-        "| name | std ddof | eps | eps placement | singleton | observations | "
-        "whitening of mc/td/gae |",
-        "|---|---|---|---|---|---|---|",
+        "| name | grpo baseline | grpo scale | std ddof | eps | eps placement | singleton | "
+        "observations | whitening of mc/td/gae |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(CONVENTIONS.values()):
         name = f"`{c.name}`" + (" (default)" if i == 0 else "")
         whiten = "none" if c.temporal_whiten == "none" else f"batch, ddof {c.whiten_ddof}"
         rows.append(
-            f"| {name} | {c.std_ddof} | {f'{c.eps:.0e}'.replace('e-0', 'e-')} | "
+            f"| {name} | {c.baseline} | {c.scale} | {c.std_ddof} | "
+            f"{f'{c.eps:.0e}'.replace('e-0', 'e-')} | "
             f"{placement[c.eps_placement]} | "
             f"{singleton[c.singleton]} | {c.observations} | {whiten} |"
         )

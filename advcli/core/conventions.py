@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+Baseline = Literal["group", "leave-one-out"]
+Scale = Literal["group", "batch", "none", "leave-one-out"]
 EpsPlacement = Literal["add", "max"]
 Singleton = Literal["zero", "raw", "error", "drop"]
 Observations = Literal["skip", "step"]
@@ -18,12 +20,15 @@ Whiten = Literal["none", "batch"]
 class Convention:
     """Defaults of one framework.
 
+    ``baseline`` and ``scale`` say what GRPO subtracts and divides by (:mod:`advcli.core.group`).
     ``eps_placement`` is ``"add"`` for ``std + eps`` and ``"max"`` for ``max(std, eps)``.
     ``temporal_whiten`` is the whitening the framework applies to GAE/MC/TD advantages;
     ``whiten_ddof`` the ddof of that whitening (REINFORCE++ always whitens).
     """
 
     name: str
+    baseline: Baseline
+    scale: Scale
     std_ddof: int
     eps: float
     eps_placement: EpsPlacement
@@ -36,11 +41,17 @@ class Convention:
 CONVENTIONS: dict[str, Convention] = {
     c.name: c
     for c in (
-        Convention("seed", 0, 1e-6, "add", "zero", "skip", "none", 1),
-        Convention("verl", 1, 1e-6, "add", "raw", "skip", "batch", 1),
-        Convention("trl", 1, 1e-4, "add", "zero", "skip", "none", 1),
-        Convention("openrlhf", 1, 1e-9, "add", "error", "step", "batch", 0),
-        Convention("torchrl", 1, 1e-6, "max", "error", "skip", "none", 1),
+        Convention("seed", "group", "group", 0, 1e-6, "add", "zero", "skip", "none", 1),
+        Convention("verl", "group", "group", 1, 1e-6, "add", "raw", "skip", "batch", 1),
+        Convention("trl", "group", "group", 1, 1e-4, "add", "zero", "skip", "none", 1),
+        Convention("openrlhf", "group", "group", 1, 1e-9, "add", "error", "step", "batch", 0),
+        Convention("torchrl", "group", "group", 1, 1e-6, "max", "error", "skip", "none", 1),
+        # nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt; grpo.py
+        Convention(
+            "nemo-rl", "leave-one-out", "leave-one-out", 1, 1e-6, "add", "zero", "skip", "none", 1
+        ),  # fmt: skip
+        # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
+        Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
     )
 }
 

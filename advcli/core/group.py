@@ -3,8 +3,11 @@
 All statistics are computed in float64 with a two-pass variance. Inputs are one entry per
 rollout: ``rewards`` (float64) and ``codes`` (int64 group index in ``[0, n_groups)``).
 
-- GRPO:       A_i = (R_i - mean_g) / (std_g + eps)   (``eps_placement="max"``: max(std_g, eps))
-  ``scale="none"`` (Dr. GRPO): A_i = R_i - mean_g; ``scale="batch"``: std over the whole batch.
+- GRPO:       A_i = (R_i - b_i) / (s_i + eps)   (``eps_placement="max"``: max(s_i, eps))
+  with the baseline b_i the group's mean (``baseline="group"``) or the mean of the *other*
+  members (``"leave-one-out"``, NeMo-RL), and the scale s_i the group's std (``scale="group"``),
+  the batch's (``"batch"``), the std of the other members, ddof 1 (``"leave-one-out"``: no
+  division where it is 0, as NeMo-RL), or none (``"none"``, Dr. GRPO: A_i = R_i - b_i).
 - RLOO:       A_i = R_i - mean_{j != i} R_j = n / (n - 1) * (R_i - mean_g)
 - batch-mean: A_i = R_i - mean_b over consecutive completion-ordered batches of exactly B.
 
@@ -19,7 +22,10 @@ from typing import Literal
 
 import numpy as np
 
-Scale = Literal["group", "batch", "none"]
+from advcli.core.ragged import ranges
+
+Baseline = Literal["group", "leave-one-out"]
+Scale = Literal["group", "batch", "none", "leave-one-out"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class GroupStats:
 
     size: np.ndarray  # int64
     mean: np.ndarray  # float64
+    m2: np.ndarray  # float64: the sum of squared deviations from the mean
     std: np.ndarray  # float64, with the ddof asked for; NaN where size <= ddof
     zero_variance: np.ndarray  # bool: size >= 2 and range <= tol
     singleton: np.ndarray  # bool: size == 1
@@ -49,7 +56,7 @@ def group_stats(
     np.maximum.at(hi, codes, rewards)
     np.minimum.at(lo, codes, rewards)
     zero_variance = (size >= 2) & (hi - lo <= tol)
-    return GroupStats(size, mean, std, zero_variance, size == 1)
+    return GroupStats(size, mean, sq, std, zero_variance, size == 1)
 
 
 def _denominator(std: np.ndarray, eps: float, eps_placement: str) -> np.ndarray:
@@ -63,6 +70,7 @@ def grpo(
     *,
     eps: float,
     eps_placement: str = "add",
+    baseline: Baseline = "group",
     scale: Scale = "group",
     batch_std: np.ndarray | None = None,
     singleton: str = "zero",
@@ -75,10 +83,16 @@ def grpo(
     rewards = np.asarray(rewards, dtype=np.float64)
     raw = singleton == "raw"
     single = stats.singleton[codes]
-    mean = np.where(single & raw, 0.0, stats.mean[codes])
-    centred = rewards - mean
+    loo_mean, loo_std = leave_one_out(rewards, codes, stats)
+    base = loo_mean if baseline == "leave-one-out" else stats.mean[codes]
+    centred = rewards - np.where(single & raw, 0.0, base)
     if scale == "none":
         adv = centred
+    elif scale == "leave-one-out":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            adv = np.where(
+                loo_std > 0, centred / _denominator(loo_std, eps, eps_placement), centred
+            )
     else:
         std = stats.std[codes] if scale == "group" else np.asarray(batch_std, dtype=np.float64)
         if scale == "group":
@@ -86,6 +100,49 @@ def grpo(
         with np.errstate(invalid="ignore", divide="ignore"):  # a zero std with eps 0
             adv = centred / _denominator(std, eps, eps_placement)
     return _apply_flags(adv, codes, stats, raw)
+
+
+LOO_PAIRS = 1 << 23  # (rollout, other member) pairs held at once by leave_one_out
+
+
+def leave_one_out(
+    rewards: np.ndarray, codes: np.ndarray, stats: GroupStats
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per rollout: the mean and the std (ddof 1; 0 with fewer than two others, as NeMo-RL)
+    of the *other* members of its group.
+
+    Both are taken in two passes over the (rollout, other member) pairs of each group, so a
+    rollout far from tightly clustered others does not lose their spread to cancellation;
+    that is sum(n_g^2) work, as NeMo-RL's own n x n matrices. Groups go a few at a time.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(rewards)
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    size = stats.size[sorted_codes]  # per sorted rollout: its group's size
+    start = np.searchsorted(sorted_codes, sorted_codes)  # where its group begins
+    mean = np.zeros(n)
+    std = np.zeros(n)
+    cum = np.cumsum(size.astype(np.int64))
+    lo = 0
+    while lo < n:  # whole groups whose pairs fit in the budget (at least one group)
+        hi = int(np.searchsorted(cum, cum[lo] - size[lo] + LOO_PAIRS, side="right"))
+        hi = max(hi, lo + 1)
+        hi = int(start[hi - 1] + size[hi - 1])  # end of the last group begun
+        i = np.repeat(np.arange(lo, hi), size[lo:hi])  # a rollout, once per member of its group
+        j = ranges(start[lo:hi], size[lo:hi])  # the members
+        others = i != j
+        i, j = i[others] - lo, j[others]
+        count = (size[lo:hi] - 1).astype(np.float64)
+        x = rewards[order[j]]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = np.bincount(i, weights=x, minlength=hi - lo) / count
+            m2 = np.bincount(i, weights=(x - m[i]) ** 2, minlength=hi - lo)
+            sd = np.where(count >= 2, np.sqrt(m2 / (count - 1.0)), 0.0)
+        mean[order[lo:hi]] = m
+        std[order[lo:hi]] = sd
+        lo = hi
+    return mean, std
 
 
 def rloo(

@@ -37,13 +37,24 @@ def _non_negative(value: Any, _: object) -> str | None:
     return f"--eps {value}: expected a number >= 0" if value < 0 else None
 
 
+BASELINE = Param(
+    "baseline",
+    str,
+    "group",
+    "grpo: subtract the group's mean, or the mean of the others (leave-one-out).",
+    PANEL,
+    choices=get_args(G.Baseline),
+    conventional=True,
+)
 SCALE = Param(
     "scale",
     str,
     "group",
-    "grpo: group, batch or none (Dr. GRPO).",
+    "grpo: divide by the group's std, the batch's, the others' (leave-one-out), or none "
+    "(Dr. GRPO).",
     PANEL,
     choices=get_args(G.Scale),
+    conventional=True,
 )
 STD_DDOF = Param(
     "std_ddof", int, None, "ddof of the group std.", PANEL, conventional=True, check=ddof_check
@@ -88,6 +99,7 @@ PARTIAL = Param(
 )
 
 PARAMETERS = (
+    BASELINE,
     SCALE,
     STD_DDOF,
     EPS,
@@ -217,9 +229,11 @@ class Grpo(GroupBaseline):
     name = "grpo"
     summary = (
         "(R − mean_g) / (std_g + eps); `--scale none` is Dr. GRPO (R − mean_g), "
-        "`--scale batch` divides by the batch's std"
+        "`--scale batch` divides by the batch's std; `--baseline leave-one-out` and `--scale "
+        "leave-one-out` use the other rollouts' mean and std (NeMo-RL)"
     )
     parameters = (
+        BASELINE,
         SCALE,
         STD_DDOF,
         EPS,
@@ -243,6 +257,7 @@ class Grpo(GroupBaseline):
             stats,
             eps=p.eps,
             eps_placement=p.eps_placement,
+            baseline=p.baseline,
             scale=p.scale,
             batch_std=batch_std,
             singleton="raw" if p.singleton == "raw" else "zero",

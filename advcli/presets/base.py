@@ -63,6 +63,8 @@ class Preset(ABC):
     patterns: ClassVar[tuple[str, ...]]  # the dump files in a folder given as input
     marks: ClassVar[tuple[frozenset[str], ...]] = ()  # field sets that identify the format
     suffixes: ClassVar[tuple[str, ...]] = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+    checks: ClassVar[tuple[str, str] | None] = None  # the method and convention that recompute
+    # the framework's own advantages (``advcli check``), when its dump carries them
 
     def files(self, inputs: list[str]) -> list[str]:
         """The dump files named by ``inputs``: files, or folders searched for ``patterns``,

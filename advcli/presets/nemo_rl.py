@@ -31,6 +31,7 @@ class NemoRl(Preset):
     switch = "always on (logger.log_dir)"
     writes = "LOG_DIR/exp_NNN/train_data_step{N}.jsonl (and val_data_step{N}.jsonl)"
     patterns = ("train_data_step*.jsonl", "*/train_data_step*.jsonl")
+    checks = ("grpo", "nemo-rl")
     marks = (
         frozenset({"token_ids", "token_loss_mask", "input_lengths", "rewards"}),
         frozenset({"content", "rewards", "idx"}),

@@ -37,6 +37,7 @@ class PrimeRl(Preset):
         "effective/traces.jsonl",
     )
     marks = (frozenset({"group", "traces"}),)
+    checks = ("grpo", "prime-rl")
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         records, lines = json_records(path)

@@ -28,6 +28,7 @@ class Trl(Preset):
     patterns = ("completions_*.parquet", "completions/completions_*.parquet")
     marks = (frozenset({"prompt", "completion", "advantage"}),)
     suffixes = (".parquet",)
+    checks = ("grpo", "trl")
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         try:

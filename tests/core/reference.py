@@ -63,12 +63,15 @@ def grpo(
     ddof=0,
     eps=1e-6,
     eps_placement="add",
+    baseline="group",
     scale="group",
     singleton="zero",
     tol=1e-9,
     batch_labels=None,
 ):
-    """GRPO per rollout. Zero-variance groups -> 0; singletons -> 0 or (raw) mean 0, std 1."""
+    """GRPO per rollout. Zero-variance groups -> 0; singletons -> 0 or (raw) mean 0, std 1.
+    Leave-one-out: the others' mean, and their std (ddof 1; none, so no division, with fewer
+    than two others or when it is 0)."""
     rewards = [float(r) for r in rewards]
     out = [0.0] * len(rewards)
     batch_std = {}
@@ -87,12 +90,20 @@ def grpo(
         else:
             mean, std = _mean(xs), _std(xs, ddof)
         for i in idx:
+            others = [rewards[j] for j in idx if j != i]
+            base = _mean(others) if baseline == "leave-one-out" and others else mean
             if scale == "none":
-                out[i] = rewards[i] - mean
+                out[i] = rewards[i] - base
                 continue
-            s = std if scale == "group" else batch_std[batch_labels[i]]
+            if scale == "leave-one-out":
+                s = _std(others, 1) if len(others) >= 2 else 0.0
+                if s == 0.0:
+                    out[i] = rewards[i] - base
+                    continue
+            else:
+                s = std if scale == "group" else batch_std[batch_labels[i]]
             den = max(s, eps) if eps_placement == "max" else s + eps
-            out[i] = (rewards[i] - mean) / den
+            out[i] = (rewards[i] - base) / den
     return out
 
 

@@ -21,6 +21,7 @@ def _grpo(
     ddof=0,
     eps=1e-6,
     eps_placement="add",
+    baseline="group",
     scale="group",
     singleton="zero",
     tol=1e-9,
@@ -40,6 +41,7 @@ def _grpo(
         stats,
         eps=eps,
         eps_placement=eps_placement,
+        baseline=baseline,
         scale=scale,
         batch_std=bstd,
         singleton=singleton,
@@ -71,6 +73,17 @@ def test_seed_grpo_default_eps_is_added():
     # std 0.5, eps 1e-6: 0.5 / (0.5 + 1e-6)
     adv = _grpo([1, 1, 0, 0])
     np.testing.assert_allclose(adv, np.array([1, 1, -1, -1]) * 0.5 / 0.500001, rtol=1e-12)
+
+
+def test_nemo_rl_leave_one_out_by_hand():
+    # [1, 0, 0, 0]: the first's others are all 0 (std 0: no division); the others see
+    # [1, 0, 0]: mean 1/3, std sqrt(1/3)
+    nemo = {"baseline": "leave-one-out", "scale": "leave-one-out", "ddof": 1}
+    s = np.sqrt(1 / 3)
+    _f32(_grpo([1, 0, 0, 0], **nemo), [1.0] + [(0 - 1 / 3) / (s + 1e-6)] * 3)
+    _f32(_grpo([1, 1, 0, 0], **nemo), [(2 / 3) / (s + 1e-6)] * 2 + [(-2 / 3) / (s + 1e-6)] * 2)
+    _f32(_grpo([1, 0], **nemo), [1.0, -1.0])  # one other each: no std, R - the other
+    assert _grpo([1, 0, 0], baseline="leave-one-out", scale="none").tolist() == [1.0, -0.5, -0.5]
 
 
 def test_seed_rloo_1000():
@@ -201,7 +214,8 @@ grpo_options = st.fixed_dictionaries(
         "ddof": st.sampled_from([0, 1]),
         "eps": st.sampled_from([1e-6, 1e-4, 1e-9, 0.0]),
         "eps_placement": st.sampled_from(["add", "max"]),
-        "scale": st.sampled_from(["group", "batch", "none"]),
+        "baseline": st.sampled_from(["group", "leave-one-out"]),
+        "scale": st.sampled_from(["group", "batch", "none", "leave-one-out"]),
         "singleton": st.sampled_from(["zero", "raw"]),
     }
 )

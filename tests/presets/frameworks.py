@@ -322,10 +322,15 @@ def slime(folder: Path, rs: list[Rollout], *, split_last: bool = False) -> Path:
 
 def prime_rl(folder: Path, rs: list[Rollout]) -> Path:
     """``rollouts/step_{N}/train/effective/traces.jsonl``: one verifiers episode per line; the
-    prompt and the completion are two nodes of one path."""
+    prompt and the completion are two nodes of one path; the advantage, on the sampled tokens,
+    is the reward minus the group's mean (prime-rl's GRPO)."""
+    means = {}
+    for r in rs:
+        means.setdefault(r.uuid, []).append(r.reward)
     for step in sorted({r.step for r in rs}):
         episodes = []
         for r in (x for x in rs if x.step == step):
+            advantage = r.reward - float(np.mean(means[r.uuid]))
             nodes = [
                 {"parent": None, "message": {"role": "user", "content": r.prompt_text},
                  "sampled": False, "token_ids": r.prompt_ids,
@@ -334,7 +339,7 @@ def prime_rl(folder: Path, rs: list[Rollout]) -> Path:
                  "sampled": True, "token_ids": r.completion_ids,
                  "mask": [True] * len(r.completion_ids),
                  "logprobs": [-0.3] * len(r.completion_ids),
-                 "advantages": [0.25] * len(r.completion_ids)},
+                 "advantages": [advantage] * len(r.completion_ids)},
             ]  # fmt: skip
             episodes.append({
                 "id": f"ep-{step}-{r.prompt}-{r.sample}", "env": {"id": "e", "name": "gsm8k"},

@@ -221,3 +221,54 @@ def test_preset_options_need_from(tmp_path):
         proc.returncode == 2 and "--group-size applies to a framework's log" in proc.stderr.decode()
     )
     assert np.isfinite(1.0)
+
+
+@pytest.mark.parametrize(
+    ("writer", "preset", "options", "convention", "compared"),
+    [
+        (fw.trl, "trl", ["--reward-weights", "format_reward=2", "--group-size", "4"], "trl",
+         "per row"),
+        (fw.nemo_rl, "nemo-rl", [], "nemo-rl", "per token"),
+        (fw.prime_rl, "prime-rl", [], "prime-rl", "per token"),
+    ],
+)  # fmt: skip
+def test_check_reproduces_the_frameworks_own_advantages(
+    tmp_path, writer, preset, options, convention, compared
+):
+    dump = writer(tmp_path / "dump", RS)
+    proc = run("check", str(dump), "--from", preset, *options, "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["convention"] == convention and result["compared"] == compared
+    assert result["rows"] == 24 and result["max_abs_difference"] < 1e-6
+    # Under another convention the numbers differ: exit 4, the worst rows named.
+    proc = run("check", str(dump), "--from", preset, *options, "--convention", "seed")
+    text = proc.stdout.decode()
+    assert proc.returncode == 4 and "worst rows" in text, proc.stderr.decode()
+    assert "differ from the logged advantages by more than --tol 1e-05" in proc.stderr.decode()
+
+
+def test_check_names_a_changed_advantage(tmp_path):
+    dump = fw.trl(tmp_path / "dump", RS)
+    path = dump / "completions" / "completions_00002.parquet"
+    table = pl.read_parquet(path)
+    table = table.with_columns(
+        advantage=pl.col("advantage") + pl.Series([0.0] * 5 + [0.01] + [0.0] * 6)
+    )
+    table.write_parquet(path)
+    proc = run("check", str(dump), "--from", "trl", "--reward-weights", "format_reward=2",
+               "--group-size", "4", "--json")  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 4 and result["rows_beyond_tol"] == 1
+    assert result["groups_beyond_tol"] == 1
+    worst = result["worst"][0]
+    assert worst["rollout_id"] == "2:5" and worst["prompt_id"] == "2:1"
+    assert worst["difference"] == pytest.approx(0.01, abs=1e-6)
+
+
+def test_check_needs_a_log_with_the_frameworks_advantages(tmp_path):
+    dump = fw.verl_v1(tmp_path / "dump", RS)
+    proc = run("check", str(dump), "--from", "verl")
+    assert proc.returncode == 1 and "no advantages of verl's own to check" in proc.stderr.decode()
+    proc = run("check", str(dump))
+    assert proc.returncode == 2 and "add --from" in proc.stderr.decode()
