@@ -38,7 +38,14 @@ from advcli.io.rollouts import (
     token_columns,
 )
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
-from advcli.io.sources import LogSource, Sources, open_source, prefetch
+from advcli.io.sources import (
+    LogSource,
+    NestedFields,
+    Sources,
+    nested_paths,
+    open_source,
+    prefetch,
+)
 from advcli.methods import Method, Plan
 from advcli.params import Params
 
@@ -98,9 +105,10 @@ def open_log(
     if preset is not None:
         options = options or presets.PresetOptions()
         converted = presets.PresetSource(presets.get(preset), inputs, options)
-        roles = resolve_roles(converted.schema, mapping, ", ".join(converted.sources.files))
-        return Log(converted, roles, warnings=list(converted.warnings))
-    source = open_source(inputs, mapping)
+        source: LogSource = _lift_nested(converted, mapping)
+        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+        return Log(source, roles, warnings=list(converted.warnings))
+    source = _lift_nested(open_source(inputs, mapping), mapping)
     roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
     log = Log(source, roles, presets.looks_like(set(source.schema.names)))
     if log.looks_like is not None:
@@ -110,6 +118,12 @@ def open_log(
             f"it as {p.framework} writes it (its groups, rewards and tokens)"
         )
     return log
+
+
+def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:
+    """``source`` with the struct fields ``--col`` names (``prompt_id=group.id``) as columns."""
+    paths = nested_paths(source.schema, list(mapping.values()))
+    return NestedFields(source, paths) if paths else source
 
 
 def group_warnings(rows: Rows, roles: Roles) -> list[str]:

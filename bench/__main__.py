@@ -4,10 +4,12 @@ Generates a synthetic multi-turn log (cached in the work folder), then in one in
 the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest counts), ``annotate``
 for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
 for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
-and JSONL reading against polars' own NDJSON reader. Prints one table; ratios are against the
-floor measured in the same run. Timings on a shared machine vary by 10-20% from one run to the
-next, so every end-to-end step runs ``--repeat`` times, the steps taking turns (a slow spell of
-the machine hits all of them alike); the table shows each step's median time and largest peak.
+JSONL reading against polars' own NDJSON reader; and ``annotate --from`` on verl and NeMo-RL
+dumps against the same rollouts in advcli's own JSONL (:mod:`bench.presets`). Prints one
+table; ratios are against the floor measured in the same run. Timings on a shared machine vary
+by 10-20% from one run to the next, so every end-to-end step runs ``--repeat`` times, the steps
+taking turns (a slow spell of the machine hits all of them alike); the table shows each step's
+median time and largest peak.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 
 from advcli.engine import BATCH_ROWS, open_log
 from advcli.io.rollouts import row_columns
+from bench import presets
 from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +71,9 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(ROOT / "bench_out"))
     parser.add_argument("--skip-core", action="store_true", help="only the end-to-end runs")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each end-to-end step")
+    parser.add_argument(
+        "--preset-rollouts", type=int, default=20 * 1024, help="rollouts of the preset logs"
+    )
     args = parser.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -153,6 +159,8 @@ def main() -> None:
         f"JSONL ({jsonl_tokens:,} tokens): polars read_ndjson {polars_s:.2f} s, advcli's two "
         f"streaming passes {advcli_s:.2f} s: advcli at {polars_s / advcli_s:.2f}x polars' speed"
     )
+    print("running the presets …", file=sys.stderr)
+    lines += presets.run(work / "presets", args.preset_rollouts, args.repeat)
     report = "\n".join(lines)
     print(report)
     (work / "results.txt").write_text(report + "\n")

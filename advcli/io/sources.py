@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from advcli.errors import DataError, UsageError, no_rows, where
@@ -377,3 +378,67 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
                 box.get_nowait()
             except queue.Empty:
                 thread.join(0.01)
+
+
+class NestedFields(LogSource):
+    """A log with struct fields lifted into columns of their own: ``--col prompt_id=group.id``
+    names the field ``id`` of the struct column ``group``, read as a column ``group.id``."""
+
+    def __init__(self, base: LogSource, paths: dict[str, list[str]]):
+        self.base = base
+        self.paths = paths  # lifted column -> [struct column, field, field, ...]
+        self.sources = base.sources
+        fields = [pa.field(name, _field_type(base.schema, path)) for name, path in paths.items()]
+        self.schema = pa.schema([*base.schema, *fields])
+
+    @property
+    def n_rows(self) -> int:
+        return self.base.n_rows
+
+    def _base_names(self, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        wanted = [self.paths[n][0] if n in self.paths else n for n in names]
+        return list(dict.fromkeys(wanted))
+
+    def _lift(self, table: pa.Table, names: list[str] | None) -> pa.Table:
+        for name, path in self.paths.items():
+            if names is None or name in names:
+                column = table.column(path[0])
+                for field_name in path[1:]:
+                    column = pc.struct_field(column, field_name)
+                table = table.append_column(name, column)
+        return table if names is None else table.select(names)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return self._lift(self.base.columns(self._base_names(names) or []), names)
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        for row0, table in self.base.batches(self._base_names(names), rows):
+            yield row0, self._lift(table, names)
+
+
+def _field_type(schema: pa.Schema, path: list[str]) -> pa.DataType:
+    t = schema.field(path[0]).type
+    for name in path[1:]:
+        t = t.field(name).type
+    return t
+
+
+def nested_paths(schema: pa.Schema, columns: list[str]) -> dict[str, list[str]]:
+    """The ``--col`` columns that are dotted paths into struct columns (``group.id``), as
+    paths; a dotted name that is a column itself stays a column."""
+    out = {}
+    for name in columns:
+        if name in schema.names or "." not in name:
+            continue
+        path = name.split(".")
+        t = schema.field(path[0]).type if path[0] in schema.names else None
+        for part in path[1:]:
+            if t is None or not pa.types.is_struct(t) or t.get_field_index(part) < 0:
+                t = None
+                break
+            t = t.field(part).type
+        if t is not None:
+            out[name] = path
+    return out

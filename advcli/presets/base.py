@@ -16,7 +16,7 @@ import re
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -153,22 +153,64 @@ def json_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
     return records, np.array(lines, dtype=np.int64)
 
 
-def json_frame(path: str) -> tuple[pl.DataFrame, np.ndarray]:
-    """A JSONL file as a frame (polars' reader; :func:`json_records` where it refuses a line,
-    e.g. a bare NaN), and the line of each row."""
+def json_frame(
+    path: str, known: Callable[[set[str]], dict[str, Any] | None] | None = None
+) -> tuple[pl.DataFrame, np.ndarray]:
+    """A JSONL file as a frame, and the line of each row.
+
+    polars' reader types the columns from the first rows (reading every row first would double
+    the time), or takes the types ``known(fields)`` gives for the fields of a sample of lines;
+    that sample, read with orjson, also checks that no field was left out. Where one was, or
+    where polars refuses a line (a bare NaN, a type that changes), the file is read again: by
+    polars over every row, then line by line (:func:`json_records`)."""
     data = jsonl.read_bytes(path)
-    lines = np.array(
-        [i for i, line in enumerate(data.split(b"\n"), start=1) if line.strip()], dtype=np.int64
-    )
+    lines, sample = _lines(data)
     try:
-        df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
-    except Exception:  # polars refuses NaN tokens and mixed types: the careful reader
+        keys: set[str] = set().union(*(orjson.loads(t) for t in sample)) if sample else set()
+    except (orjson.JSONDecodeError, TypeError):  # a line orjson refuses: the careful reader
         records, lines = json_records(path)
         return frame(records), lines
-    if df.height != len(lines):
-        records, lines = json_records(path)
-        return frame(records), lines
-    return df, lines
+    attempts: list[dict[str, Any]] = [{}, {"infer_schema_length": None}]
+    schema = known(keys) if known is not None else None
+    if schema is not None:
+        attempts.insert(0, {"schema": schema})
+    for options in attempts:
+        try:
+            df = pl.read_ndjson(io.BytesIO(data), **options)
+        except Exception:  # polars refuses NaN tokens and types that change
+            continue
+        if df.height == len(lines) and keys <= set(df.columns):
+            return df, lines
+    records, lines = json_records(path)
+    return frame(records), lines
+
+
+def _lines(data: bytes) -> tuple[np.ndarray, list[bytes]]:
+    """The 1-based numbers of the lines that hold something, and a sample of them (the first,
+    the last and some between)."""
+    if b"\n\n" not in data and not data.startswith((b"\n", b"\r", b" ")):  # no blank line
+        count = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        lines = np.arange(1, count + 1, dtype=np.int64)
+        sample = []
+        for k in range(17):  # lines starting at 17 points through the data
+            at = 0 if k == 0 else data.find(b"\n", len(data) * k // 17) + 1
+            if 0 < at < len(data) or k == 0:
+                end = data.find(b"\n", at)
+                sample.append(data[at : end if end >= 0 else len(data)])
+        return lines, [t for t in sample if t.strip()]
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    if not data.endswith(b"\n"):
+        ends = np.r_[ends, len(data)]
+    starts = np.r_[0, ends[:-1] + 1]
+    kept = np.flatnonzero([bool(data[a:b].strip()) for a, b in _short(starts, ends)])
+    picks = kept[:: max(1, len(kept) // 16)].tolist() + kept[-1:].tolist()
+    return kept + 1, [data[starts[i] : ends[i]] for i in picks]
+
+
+def _short(starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Each line's span, cut to its first bytes: enough to tell a blank line."""
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield a, min(b, a + 64)
 
 
 def frame(records: list[dict[str, Any]]) -> pl.DataFrame:

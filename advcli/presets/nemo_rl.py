@@ -23,6 +23,21 @@ from advcli.io.arrow import flat_list
 from advcli.presets.base import Converted, Preset, PresetOptions, json_frame, need, step_of
 
 STEP = r"_step(\d+)"
+TRAIN_FIELDS: dict[
+    str, pl.DataType
+] = {  # NeMo-RL's training fields, each wrapped in a one-element list
+    "content": pl.List(pl.List(pl.String)),
+    "rewards": pl.List(pl.Float64),
+    "input_lengths": pl.List(pl.Int64),
+    "token_ids": pl.List(pl.List(pl.Int64)),
+    "token_loss_mask": pl.List(pl.List(pl.Float64)),
+    "sample_loss_mask": pl.List(pl.Float64),
+    "advantages": pl.List(pl.List(pl.Float64)),
+    "generation_logprobs": pl.List(pl.List(pl.Float64)),
+    "prev_logprobs": pl.List(pl.List(pl.Float64)),
+    "filtered_rewards": pl.List(pl.Float64),
+    "idx": pl.Int64(),
+}
 
 
 class NemoRl(Preset):
@@ -38,7 +53,7 @@ class NemoRl(Preset):
     )
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
-        df, lines = json_frame(path)
+        df, lines = json_frame(path, train_fields)
         df = unwrap(df)
         need(path, set(df.columns), ["rewards"], self.framework)
         step = f"{step_of(path, STEP)}:"
@@ -65,6 +80,13 @@ class NemoRl(Preset):
 
 
 PER_TOKEN = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
+
+
+def train_fields(fields: set[str]) -> dict[str, pl.DataType] | None:
+    """The types of a training file's fields (read without inferring them), if these are."""
+    if "token_ids" not in fields or not fields <= set(TRAIN_FIELDS):
+        return None
+    return {k: v for k, v in TRAIN_FIELDS.items() if k in fields}
 
 
 def unwrap(df: pl.DataFrame) -> pl.DataFrame:
