@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,11 +24,14 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from advcli import __version__, methods, presets
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import DataError, RowError
+from advcli.io import jsonl
 from advcli.io.arrow import float_list
+from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
     Rows,
     Tokens,
@@ -42,6 +46,8 @@ from advcli.io.sources import (
     LogSource,
     NestedFields,
     Sources,
+    expand_inputs,
+    is_parquet,
     nested_paths,
     open_source,
     prefetch,
@@ -108,8 +114,15 @@ def open_log(
         source: LogSource = _lift_nested(converted, mapping)
         roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
         return Log(source, roles, warnings=list(converted.warnings))
-    source = _lift_nested(open_source(inputs, mapping), mapping)
-    roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+    try:
+        source = _lift_nested(open_source(inputs, mapping), mapping)
+        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+    except DataError as exc:  # a framework's dump read as advcli's own format
+        p = presets.looks_like(first_fields(inputs))
+        if p is None:
+            raise
+        msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+        raise type(exc)(msg) from None
     log = Log(source, roles, presets.looks_like(set(source.schema.names)))
     if log.looks_like is not None:
         p = log.looks_like
@@ -118,6 +131,24 @@ def open_log(
             f"it as {p.framework} writes it (its groups, rewards and tokens)"
         )
     return log
+
+
+def first_fields(inputs: list[str]) -> set[str]:
+    """The fields of the first input's first row (Python's json: it reads bare NaN)."""
+    files = expand_inputs(inputs)
+    if not files or files[0] == STDIN:
+        return set()
+    if is_parquet(files[0]):
+        return set(pq.read_schema(files[0]).names)
+    with jsonl.open_stream(files[0]) as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    return set()
+                return set(obj) if isinstance(obj, dict) else set()
+    return set()
 
 
 def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:

@@ -272,3 +272,72 @@ def test_check_needs_a_log_with_the_frameworks_advantages(tmp_path):
     assert proc.returncode == 1 and "no advantages of verl's own to check" in proc.stderr.decode()
     proc = run("check", str(dump))
     assert proc.returncode == 2 and "add --from" in proc.stderr.decode()
+
+
+def test_verl_v1_outputs_of_one_session_are_segments_of_one_rollout(tmp_path):
+    rs = [r for r in RS if r.step == 1]
+    dump = fw.verl_v1(tmp_path / "dump", rs)
+    lines = (dump / "1.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])  # a compacting agent loop wrote a second output
+    extra = dict(first, uid=first["uid"][:-2] + "_1", output="continued")
+    (dump / "1.jsonl").write_text("\n".join([lines[0], json.dumps(extra), *lines[1:]]) + "\n")
+    rows = annotated(dump, tmp_path / "o.parquet", "--from", "verl", "--method", "grpo")
+    pair = [r for r in rows if r["rollout_id"] == first["uid"][:-2]]
+    assert [r["segment_index"] for r in pair] == [0, 1]
+    assert pair[0]["advantage"] == pair[1]["advantage"] and pair[0]["group_size"] == 4
+
+
+def test_slime_samples_sharing_a_rollout_id_are_its_segments(tmp_path):
+    dump = fw.slime(tmp_path / "dump", [r for r in RS if r.step == 1])
+    path = dump / "rollout_data" / "1.pt"
+    from advcli.presets import torch_file
+
+    data = torch_file.load(str(path))
+    a, b = data["samples"][4], data["samples"][5]  # two samples of one prompt's group
+    a["rollout_id"] = b["rollout_id"] = 77
+    a["reward"] = b["reward"] = {"acc": 0.5, "fmt": 0.0}
+    fw.torch_save(data, path)
+    rows = annotated(dump, tmp_path / "o.parquet", "--from", "slime", "--reward-key", "acc",
+                     "--method", "grpo")  # fmt: skip
+    pair = [r for r in rows if r["rollout_id"] == "rollout 77"]
+    assert [r["segment_index"] for r in pair] == [0, 1] and pair[0]["group_size"] == 3
+
+
+def test_nemo_rl_validation_lines_group_by_the_first_user_message(tmp_path):
+    records = [
+        {"content": [[{"role": "system", "content": "be brief"},
+                      {"role": "user", "content": f"q{i // 2}"}]],
+         "rewards": [float(i % 2)], "idx": i}
+        for i in range(6)
+    ]  # fmt: skip
+    path = fw.write_lines(tmp_path / "val_data_step3.jsonl", records)
+    report = json.loads(run("audit", str(path), "--from", "nemo-rl", "--json").stdout)
+    assert report["groups"] == 3 and report["group_sizes"] == {"2": 3}
+
+
+def test_prime_rl_every_root_to_leaf_path_is_a_rollout(tmp_path):
+    dump = fw.prime_rl(tmp_path / "dump", [r for r in RS if r.step == 1][:4])
+    path = next(dump.rglob("traces.jsonl"))
+    episodes = [json.loads(line) for line in path.read_text().splitlines()]
+    nodes = episodes[0]["traces"][0]["nodes"]
+    nodes.append(dict(nodes[1], token_ids=[5, 6], mask=[True, True], logprobs=[-1.0, -1.0],
+                      advantages=[0.5, 0.5]))  # fmt: skip
+    path.write_text("\n".join(json.dumps(e) for e in episodes) + "\n")
+    rows = annotated(path, tmp_path / "o.parquet", "--from", "prime-rl", "--method", "grpo")
+    branches = [r for r in rows if r["rollout_id"].startswith(episodes[0]["id"] + "/")]
+    assert [r["rollout_id"].rsplit("/", 1)[1] for r in branches] == ["1", "2"]
+    assert branches[1]["input_ids"][-2:] == [5, 6]
+    assert branches[1]["input_ids"][:-2] == branches[0]["input_ids"][: -len(nodes[1]["token_ids"])]
+
+
+@pytest.mark.parametrize(
+    ("writer", "name", "preset"),
+    [(fw.verl_legacy, "1.jsonl", "verl"), (fw.areal, "rollout/1/0.jsonl", "areal"),
+     (fw.skyrl, "dumped_evals/global_step_1_evals/openai_gsm8k.jsonl", "skyrl")],
+)  # fmt: skip
+def test_a_dump_advcli_cannot_read_as_its_own_names_the_preset(tmp_path, writer, name, preset):
+    dump = writer(tmp_path / "dump", RS)
+    proc = run("schema", str(dump / name))
+    text = proc.stderr.decode()
+    assert proc.returncode == 1 and text.count("\n") == 1, text
+    assert text.rstrip().endswith(f"read it with --from {preset}")
