@@ -142,7 +142,11 @@ class Summary:
             "rollouts": run.rows.n_rollouts,
         }
         if run.has_tokens:
-            out.update(tokens_written=tokens_written, action_tokens_written=n)
+            out.update(
+                written="per-token advantages",
+                tokens_written=tokens_written,
+                action_tokens_written=n,
+            )
         else:
             out["written"] = "per-row advantage only: the log has no token ids"
         out.update(

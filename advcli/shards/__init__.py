@@ -161,5 +161,6 @@ def shard(
         "splits": {k: v["samples"] for k, v in manifest["splits"].items()},
         "dropped": manifest["dropped"],
         "truncated": manifest["truncated"],
+        "warnings": inp.warnings,
         "seconds": round(time.perf_counter() - started, 3),
     }

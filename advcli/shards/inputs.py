@@ -40,6 +40,7 @@ class Input:
     run: Run | None  # the method, planned (a raw log); None: the log is annotated already
     metadata: dict[str, Any]  # method, params, roles (advcli metadata of the annotation)
     dropped_by_method: dict[str, int]
+    warnings: list[str]
 
     @property
     def annotated_input(self) -> bool:
@@ -152,7 +153,7 @@ def open_input(
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
         info = {k: meta.get(k) for k in ("method", "params")}
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
-        return Input(source, roles, rows, None, info, {})
+        return Input(source, roles, rows, None, info, {}, log.warnings)
     if method is None or params is None:
         msg = (
             f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
@@ -161,7 +162,7 @@ def open_input(
         raise UsageError(msg)
     run = plan_run(log, params, stage=stage, batch_rows=batch_rows)
     info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
-    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped))
+    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings)
 
 
 def check_keep(inp: Input, keep: list[str]) -> list[str]:
