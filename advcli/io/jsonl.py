@@ -8,6 +8,7 @@ again with orjson to find the first line and column that do not fit, so the user
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -110,7 +111,7 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     seen: dict = {}
     for number, line in enumerate(io.BytesIO(first_lines), start=1):
         if line.strip():
-            for key, value in _parse_line(path, number, line).items():
+            for key, value in parse_line(path, number, line).items():
                 if seen.get(key) is None:
                     seen[key] = value
     if not first_lines.strip():
@@ -131,13 +132,20 @@ def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[in
             line += block.count(b"\n")
 
 
-def _parse_line(path: str, number: int, line: bytes) -> dict:
+def parse_line(path: str, number: int, line: bytes, *, nan: bool = False) -> dict:
+    """The JSON object on line ``number``; ``nan``: also as Python's ``json`` writes it (bare
+    ``NaN``, ``Infinity``, which orjson refuses)."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        loc = where(path, number, line=True)
-        msg = f"{loc}: not valid JSON ({exc}). Hint: one JSON object per line"
-        raise DataError(msg) from None
+        try:
+            if not nan:
+                raise ValueError(exc) from None
+            obj = json.loads(line)
+        except ValueError as error:
+            loc = where(path, number, line=True)
+            msg = f"{loc}: not valid JSON ({error}). Hint: one JSON object per line"
+            raise DataError(msg) from None
     if not isinstance(obj, dict):
         msg = (
             f"{where(path, number, line=True)}: expected a JSON object, saw "
@@ -154,7 +162,7 @@ def _diagnose(
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
-        obj = _parse_line(path, number, line)
+        obj = parse_line(path, number, line)
         for key, dtype in dtypes.items():
             value = obj.get(key)
             if value is None:

@@ -11,7 +11,6 @@ still name the framework's file, and its line where rows come from lines.
 from __future__ import annotations
 
 import io
-import json
 import re
 import tempfile
 import weakref
@@ -128,25 +127,9 @@ def json_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
     lines: list[int] = []
     with jsonl.open_stream(path) as fh:
         for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    loc = where(path, number, line=True)
-                    msg = f"{loc}: not valid JSON ({exc}). Hint: one JSON object per line"
-                    raise DataError(msg) from None
-            if not isinstance(obj, dict):
-                msg = (
-                    f"{where(path, number, line=True)}: expected a JSON object, saw "
-                    f"{type(obj).__name__}. Hint: one JSON object per line"
-                )
-                raise DataError(msg)
-            records.append(obj)
-            lines.append(number)
+            if line.strip():
+                records.append(jsonl.parse_line(path, number, line, nan=True))
+                lines.append(number)
     if not records:
         msg = f"{path}: the input has no rows. Hint: check the file"
         raise DataError(msg)
