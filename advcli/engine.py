@@ -159,7 +159,7 @@ def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:
 
 def group_warnings(rows: Rows, roles: Roles) -> list[str]:
     """Signs that the group key is not the prompt: every group a single rollout, or groups of
-    sizes other than the common one."""
+    sizes other than the common one (singletons aside: they are flagged and counted anyway)."""
     if rows.group_keys is None or rows.n_rollouts < 2:
         return []
     sizes = np.bincount(rows.rollout_groups(), minlength=len(rows.group_keys))
@@ -170,12 +170,13 @@ def group_warnings(rows: Rows, roles: Roles) -> list[str]:
             "to each rollout gives no group signal). Hint: name the group key with --col "
             "prompt_id=COLUMN, or read a framework's dump with --from"
         ]
-    values, counts = np.unique(sizes, return_counts=True)
+    groups = sizes[sizes > 1]
+    values, counts = np.unique(groups, return_counts=True)
     common = int(values[np.argmax(counts)])
-    other = int((sizes != common).sum())
+    other = int((groups != common).sum())
     if other:
         return [
-            f"{other} of {len(sizes)} groups do not have the common size of {common} rollouts "
+            f"{other} of {len(groups)} groups do not have the common size of {common} rollouts "
             f"(sizes {', '.join(map(str, values.tolist()))}): check that '{column}' keys one "
             "prompt per group"
         ]

@@ -157,7 +157,8 @@ def schema_report(name: str, info: dict) -> None:
     for column, (type_name, role) in info["columns"].items():
         t.add_row(column, type_name, role)
     stdout.print(t)
-    facts = {k: v for k, v in info.items() if k not in ("columns", "can_run", "problems")}
+    shown_apart = ("columns", "can_run", "problems", "warnings")
+    facts = {k: v for k, v in info.items() if k not in shown_apart}
     summary("log", facts, stdout)
     runs = Table(title="what advcli can do with this log", title_justify="left")
     runs.add_column("command or method")

@@ -131,3 +131,25 @@ def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
     seen.clear()
     advcli.audit(paths, progress=lambda rows, tokens: seen.append(rows), batch_rows=16)
     assert seen[-1] == info["rows"] and len(seen) > 2
+
+
+def test_group_key_warnings(tmp_path):
+    """Every group a single rollout, or groups of two or more of an uncommon size, are
+    signs of a wrong group key; a singleton among groups of 4 is not (it is flagged)."""
+    from advcli import engine
+
+    def warnings_for(keys):
+        rows = [rollout(k, float(i % 2)) for i, k in enumerate(keys)]
+        path = tmp_path / "log.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        log = engine.open_log([str(path)])
+        source = log.source
+        rows_ = engine.extract_rows(source.columns(engine.row_columns(log.roles)), log.roles,
+                                    source.sources)  # fmt: skip
+        return engine.group_warnings(rows_, log.roles)
+
+    assert warnings_for(["a"] * 4 + ["b"] * 4 + ["c"]) == []
+    (wrong,) = warnings_for(["a"] * 4 + ["b"] * 4 + ["c"] * 8)
+    assert wrong.startswith("1 of 3 groups do not have the common size of 4 rollouts (sizes 4, 8)")
+    (single,) = warnings_for(["a", "b", "c"])
+    assert single.startswith("every group has a single rollout: is 'prompt_id' really the prompt?")
