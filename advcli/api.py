@@ -48,7 +48,7 @@ from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list, float_list
 from advcli.io.rollouts import Rows, extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
-from advcli.io.sources import Sources, TableSource, prefetch
+from advcli.io.sources import Sources, TableSource, expand_inputs, prefetch
 from advcli.io.writers import METADATA_KEY, TableWriter, check_output, output_format
 from advcli.presets import PresetOptions
 from advcli.shards import ShardOptions, shard, verify
@@ -77,16 +77,23 @@ def _paths(inputs: Inputs) -> list[str]:
     return [os.fspath(i) for i in inputs]
 
 
+def input_files(paths: list[str], preset: str | None) -> list[str]:
+    """The files ``paths`` name (folders and globs expanded), as the log will read them."""
+    return presets.get(preset).files(paths) if preset else expand_inputs(paths)
+
+
 def _write(
     out: str,
     fmt: str,
     metadata: dict[str, Any],
     batches: Iterable[tuple[pa.Table, int]],
     progress: Progress | None,
+    *,
+    force: bool,
 ) -> tuple[int, int]:
     """Write ``(table, tokens)`` batches to ``out`` atomically; returns rows and tokens."""
     rows = tokens = 0
-    with TableWriter(out, fmt, metadata) as writer:
+    with TableWriter(out, fmt, metadata, force=force) as writer:
         for table, n_tokens in batches:
             writer.write(table)
             rows += table.num_rows
@@ -190,7 +197,7 @@ def annotate(
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
     fmt = output_format(out, fmt)
-    check_output(out, paths, force=force)
+    check_output(out, input_files(paths, preset), force=force)
     log = open_log(paths, col, preset=preset, options=preset_options)
     roles = log.roles
     scorer = None
@@ -201,7 +208,7 @@ def annotate(
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())
-        rows, tokens = _write(out, fmt, run.metadata(), batches, progress)
+        rows, tokens = _write(out, fmt, run.metadata(), batches, progress, force=force)
     result = summary.as_dict(run, rows, tokens)
     result.update(
         output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
@@ -386,7 +393,7 @@ def score(
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
     paths = _paths(inputs)
     fmt = output_format(out, fmt)
-    check_output(out, paths, force=force)
+    check_output(out, input_files(paths, None), force=force)
     log = open_log(paths, col)
     source, roles = log.source, log.roles
     log.require({"input_ids"}, what="score")
@@ -407,7 +414,7 @@ def score(
         "command": "score",
         "inputs": source.sources.files,
     }
-    rows, tokens = _write(out, fmt, metadata, scored(), progress)
+    rows, tokens = _write(out, fmt, metadata, scored(), progress, force=force)
     return {
         "rows": rows,
         "tokens": tokens,

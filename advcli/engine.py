@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from advcli import __version__, methods, presets
 from advcli.core.ragged import lengths, row_of
-from advcli.errors import DataError, RowError
+from advcli.errors import DataError, RowError, SchemaError
 from advcli.io import jsonl
 from advcli.io.arrow import float_list
 from advcli.io.jsonl import STDIN
@@ -123,6 +123,14 @@ def open_log(
             raise
         msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with --from {p.name}"
         raise type(exc)(msg) from None
+    for role, column in roles.columns.items():
+        lacking = source.files_without(column) if column is not None else []
+        if lacking:
+            msg = (
+                f"{lacking[0]}: no '{column}' column ({role}), which other files of the log "
+                "have. Hint: give every file the column, or read the files separately"
+            )
+            raise SchemaError(msg)
     log = Log(source, roles, presets.looks_like(set(source.schema.names)))
     if log.looks_like is not None:
         p = log.looks_like

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -30,19 +31,98 @@ def is_jsonl(path: str) -> bool:
 
 
 def open_stream(path: str) -> io.BufferedIOBase:
-    """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read."""
+    """A file's bytes as a stream, decompressed (``.gz``, ``.zst``) as they are read.
+
+    Compressed data that is truncated or corrupt is a :class:`DataError` naming the file, at
+    the read that meets it: a partial read never passes for the whole file.
+    """
     if path.lower().endswith(".gz"):
         import gzip
 
-        return gzip.open(path, "rb")
+        return io.BufferedReader(_Checked(path, "gzip", gzip.open(path, "rb")))
     if path.lower().endswith(".zst"):
         try:
-            import zstandard
+            import zstandard  # noqa: F401
         except ImportError:
             msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
             raise UsageError(msg) from None
-        return io.BufferedReader(zstandard.open(path, "rb"))  # lines, as the others give
+        return io.BufferedReader(_Checked(path, "zstd", _ZstdFrames(path)))
     return open(path, "rb")
+
+
+class _Checked(io.RawIOBase):
+    """A decompressing stream whose errors are :class:`DataError` s naming the file."""
+
+    def __init__(self, path: str, kind: str, raw: Any):
+        self.path, self.kind, self.raw = path, kind, raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self.raw.read(len(buffer))
+        except (EOFError, OSError, ValueError, zlib.error) as exc:  # gzip and zstandard errors
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            msg = (
+                f"{self.path}: the {self.kind} data is truncated or corrupt ({reason}). "
+                "Hint: check the file is complete"
+            )
+            raise DataError(msg) from None
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Zstandard frames one after another, decompressed; input that ends inside a frame is
+    an error (zstandard's own readers stop there quietly)."""
+
+    def __init__(self, path: str):
+        import zstandard
+
+        self._zstd = zstandard
+        self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
+        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._started = False  # the current frame has consumed input
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._pending:
+            chunk = self._file.read(1 << 20)
+            if not chunk:
+                if self._started:
+                    raise EOFError("the input ends inside a frame")
+                return b""
+            self._pending = self._feed(chunk)
+        size = len(self._pending) if size < 0 else size
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def _feed(self, chunk: bytes) -> bytes:
+        out = []
+        while chunk:
+            try:
+                out.append(self._frame.decompress(chunk))
+            except self._zstd.ZstdError as exc:
+                raise ValueError(str(exc)) from None
+            self._started = True
+            if not self._frame.eof:
+                break
+            chunk = self._frame.unused_data  # the next frame
+            self._frame = self._zstd.ZstdDecompressor().decompressobj()
+            self._started = False
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 def read_bytes(path: str) -> bytes:

@@ -210,11 +210,11 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
         check.no_nulls(roles["prompt_id"], "prompt id")
         group_codes, group_keys = _codes(table.column(roles["prompt_id"]))
 
-    rollout_codes, rollout_keys = (
-        _codes(table.column(roles["rollout_id"]))
-        if roles["rollout_id"] is not None
-        else (np.arange(table.num_rows, dtype=np.int64), None)
-    )
+    if roles["rollout_id"] is not None:
+        check.no_nulls(roles["rollout_id"], "rollout id")
+        rollout_codes, rollout_keys = _codes(table.column(roles["rollout_id"]))
+    else:
+        rollout_codes, rollout_keys = np.arange(table.num_rows, dtype=np.int64), None
     segment_rank = _segments(check, roles, table, rollout_codes, rollout_keys)
     if group_codes is not None and roles["segment_index"] is not None:
         first = np.full(int(rollout_codes.max()) + 1, -1, dtype=np.int64)

@@ -131,8 +131,9 @@ class Sources:
 
 
 def _unreadable_parquet(path: str, exc: Exception) -> DataError:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
     return DataError(
-        f"{path}: not a readable Parquet file ({exc}). Hint: check the file is complete"
+        f"{path}: not a readable Parquet file ({reason}). Hint: check the file is complete"
     )
 
 
@@ -192,6 +193,10 @@ class LogSource:
     def n_rows(self) -> int:
         return sum(self.sources.row_counts)
 
+    def files_without(self, column: str) -> list[str]:
+        """The files of the log that have no such column (their rows read it as null)."""
+        return []
+
     def columns(self, names: list[str]) -> pa.Table:
         raise NotImplementedError
 
@@ -218,7 +223,12 @@ class TableSource(LogSource):
 
 
 class ParquetSource(LogSource):
-    """Parquet files, read from disk a batch at a time at every pass."""
+    """Parquet files, read from disk a batch at a time at every pass.
+
+    Files may differ in their columns: a column some files lack is null on their rows (a role
+    column must be in every file: :meth:`LogSource.files_without`). A file that cannot be read
+    (a corrupt page) is an error naming it, at the read that meets it.
+    """
 
     def __init__(self, files: list[str]):
         self.files = files
@@ -228,10 +238,11 @@ class ParquetSource(LogSource):
             try:
                 meta = pq.read_metadata(f)
                 schemas.append(pq.read_schema(f))
-            except (pa.ArrowInvalid, OSError) as exc:
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
+        self.file_columns = [set(schema.names) for schema in schemas]
         if self.n_rows == 0:
             raise no_rows(", ".join(files))
         try:
@@ -241,20 +252,26 @@ class ParquetSource(LogSource):
         self.schema = schema.remove_metadata()
 
     def _file_tables(self, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
-        for f in self.files:
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
-            for batch in pf.iter_batches(batch_size=rows, columns=names):
-                table = pa.Table.from_batches([batch])
-                target = pa.schema([self.schema.field(n) for n in table.column_names])
-                yield table if table.schema.equals(target) else table.cast(target)
+        wanted = self.schema.names if names is None else names
+        target = pa.schema([self.schema.field(n) for n in wanted])
+        for f, has in zip(self.files, self.file_columns, strict=True):
+            present = [n for n in wanted if n in has]
+            try:
+                pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
+                for batch in pf.iter_batches(batch_size=rows, columns=present):
+                    yield _conform(pa.Table.from_batches([batch]), target)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise _unreadable_parquet(f, exc) from None
 
     def columns(self, names: list[str]) -> pa.Table:
-        tables = [
-            pq.read_table(f, columns=names, pre_buffer=False).cast(
-                pa.schema([self.schema.field(n) for n in names])
-            )
-            for f in self.files
-        ]
+        target = pa.schema([self.schema.field(n) for n in names])
+        tables = []
+        for f, has in zip(self.files, self.file_columns, strict=True):
+            try:
+                table = pq.read_table(f, columns=[n for n in names if n in has], pre_buffer=False)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise _unreadable_parquet(f, exc) from None
+            tables.append(_conform(table, target))
         return pa.concat_tables(tables)
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
@@ -262,6 +279,24 @@ class ParquetSource(LogSource):
         for table in self._file_tables(names, rows):
             yield start, table
             start += table.num_rows
+
+    def files_without(self, column: str) -> list[str]:
+        return [
+            f for f, has in zip(self.files, self.file_columns, strict=True) if column not in has
+        ]
+
+
+def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table`` with ``target``'s columns, in its order and types (a missing one: nulls)."""
+    if table.schema.equals(target):
+        return table
+    columns = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in target
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
 
 
 class JsonlSource(LogSource):
@@ -285,6 +320,7 @@ class JsonlSource(LogSource):
                 schemas.append(
                     jsonl.jsonl_schema(f, jsonl.head(lines, jsonl.SCHEMA_LINES), mapping)
                 )
+        self.file_columns = [set(schema) for schema in schemas]
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -299,6 +335,11 @@ class JsonlSource(LogSource):
         for i, path in enumerate(self.files):
             for line, chunk in jsonl.chunks(path, self.chunk_bytes):
                 yield i, jsonl.read_ndjson(path, chunk, full, line, schema=schema)
+
+    def files_without(self, column: str) -> list[str]:
+        return [
+            f for f, has in zip(self.files, self.file_columns, strict=True) if column not in has
+        ]
 
     def _count_rows(self) -> None:
         """Rows per file (for ``n_rows`` and error messages), unless a full pass counted them."""

@@ -8,12 +8,14 @@ before any work (it exists, it is an input), and the metadata advcli writes with
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
 import queue
+import re
 import shutil
-import tempfile
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
-from advcli.errors import OutputError, UsageError
+from advcli.errors import DataError, OutputError, UsageError
+from advcli.io.checksum import file_sha256
 from advcli.io.jsonl import STDIN
 
 METADATA_KEY = b"advcli"
@@ -55,17 +58,38 @@ def _refuse_existing(out: str, exists: bool, *, force: bool) -> None:
         raise OutputError(msg)
 
 
-def check_output(out: str, inputs: list[str], *, force: bool) -> None:
-    """Refuse an output file that is one of the inputs (always) or exists (unless ``force``)."""
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """The same file (a symlink or a hard link counts), or the same resolved path."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def check_output(out: str, files: list[str], *, force: bool) -> None:
+    """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
+    names the files it holds) or their metadata, always; one that exists, or whose
+    ``.meta.json`` (JSONL) exists, unless ``force``; and a path where no file can go."""
     target = Path(out)
-    for f in inputs:
-        if f != STDIN and target.resolve() == Path(f).resolve():
-            msg = (
-                f"{out}: this is one of the inputs; advcli never overwrites its input. "
-                "Hint: choose another --out"
-            )
-            raise OutputError(msg)
-    _refuse_existing(out, target.exists(), force=force)
+    written = [target, *([Path(f"{out}.meta.json")] if is_jsonl_output(out) else [])]
+    for f in files:
+        if f == STDIN:
+            continue
+        for path in written:
+            if _same_file(path, f) or _same_file(path, f"{f}.meta.json"):
+                msg = (
+                    f"{out}: this is one of the inputs; advcli never overwrites its input. "
+                    "Hint: choose another --out"
+                )
+                raise OutputError(msg)
+    if target.is_dir():
+        msg = f"{out}: a folder, not a file. Hint: give a file name for --out"
+        raise OutputError(msg)
+    for path in written:
+        _refuse_existing(str(path), path.exists() or path.is_symlink(), force=force)
+    _check_writable(target.parent, out)
 
 
 def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
@@ -86,8 +110,26 @@ def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     if target.resolve() == here or target.resolve() in here.parents:
         msg = f"{out}: the current folder or one above it. Hint: choose a new folder for --out"
         raise OutputError(msg)
+    if target.exists() and not target.is_dir():
+        msg = f"{out}: a file, not a folder. Hint: give a new folder for --out"
+        raise OutputError(msg)
     _refuse_existing(out, target.exists() or target.is_symlink(), force=force)
+    _check_writable(target.parent, out)
     return target
+
+
+def is_jsonl_output(path: str) -> bool:
+    return path.lower().endswith((".jsonl", ".ndjson"))
+
+
+def _check_writable(folder: Path, out: str) -> None:
+    """The first existing folder on the way to ``folder`` must let us create files."""
+    existing = folder.resolve()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        msg = f"{out}: cannot write in {existing} (no permission). Hint: choose another --out"
+        raise OutputError(msg)
 
 
 def _umask() -> int:
@@ -96,47 +138,133 @@ def _umask() -> int:
     return mask
 
 
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), which tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+_OURS = re.compile(r"\.advcli-(\d+)-(\d+)-")
+TAG = f"advcli-{os.getpid()}-{_start_time(os.getpid()) or 0}"
+"""In the name of every temporary file or folder this process writes: which process, since
+when. A later write to the same output removes the ones of a process that is gone."""
+
+
+def clean_stale(target: Path) -> None:
+    """Remove the temporaries that an earlier, interrupted run left beside ``target``."""
+    if not target.parent.is_dir():
+        return
+    for path in target.parent.glob(f".{glob_escape(target.name)}.advcli-*"):
+        m = _OURS.search(path.name)
+        if m is None:
+            continue
+        pid, start = int(m.group(1)), m.group(2)
+        if pid == os.getpid() or (_start_time(pid) or "") == start:
+            continue  # ours, or a run still going
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _temporary_name(target: Path, suffix: str) -> Path:
+    return target.parent / f".{target.name}.{TAG}-{os.urandom(4).hex()}{suffix}"
+
+
 def _temporary_beside(target: Path) -> Path:
-    """An empty file beside ``target``, with the permissions a new file gets (mkstemp: 0600)."""
+    """An empty file beside ``target``, with the permissions a new file gets."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.fchmod(fd, 0o666 & ~_umask())
+    clean_stale(target)
+    path = _temporary_name(target, ".tmp")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies
     os.close(fd)
-    return Path(name)
+    return path
+
+
+def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
+    """Move the finished ``tmp`` onto ``target`` in one step. Without ``force``, a file that
+    appeared at ``target`` meanwhile (another run) is never replaced: an error instead."""
+    if force:
+        os.replace(tmp, target)
+        return
+    appeared = OutputError(
+        f"{shown}: appeared while writing (another run?). Hint: pass --force to replace it"
+    )
+    try:
+        os.link(tmp, target)  # fails if target exists: no other run's output is lost
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # a file system without hard links: check, then rename
+        if target.exists():
+            raise appeared from None
+        os.replace(tmp, target)
+        return
+    tmp.unlink()
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``target``; rename it onto ``target`` on success."""
+def atomic_path(target: str | Path, *, force: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; move it onto ``target`` on success."""
     tmp = _temporary_beside(Path(target))
     try:
         yield tmp
-        os.replace(tmp, target)
+        publish(tmp, Path(target), force=force, shown=str(target))
     finally:
         tmp.unlink(missing_ok=True)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
 @contextlib.contextmanager
 def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside ``target``; rename it onto ``target`` on success.
+    """Yield a temporary folder beside ``target``; move it onto ``target`` on success.
 
-    An interrupted run leaves only a hidden ``.NAME.*.tmp`` folder, never ``target``. With
-    ``force`` an existing ``target`` is moved aside, replaced, then removed.
+    An interrupted run leaves only a hidden temporary folder (removed by the next write to
+    ``target``), never a partial ``target``. With ``force`` an existing ``target`` is swapped
+    with the new folder in one step where Linux allows it (``renameat2``), so the old or the new
+    complete folder is there at every instant; elsewhere the old one is moved aside first, and
+    restored if the new one cannot take its place.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    clean_stale(target)
+    tmp = _temporary_name(target, ".tmp")
+    os.mkdir(tmp, 0o777)  # the umask applies
     try:
         yield tmp
         if target.exists() or target.is_symlink():
             if not force:
                 msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
                 raise OutputError(msg)
-            old = Path(
-                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
-            )
-            os.rename(target, old / "previous")
-            os.rename(tmp, target)
+            if _exchange(tmp, target):  # tmp now holds the old folder
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = _temporary_name(target, ".old")
+            os.rename(target, old)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                os.rename(old, target)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, target)
@@ -165,12 +293,39 @@ def write_json(path: str | Path, obj: dict) -> None:
 
 
 def read_metadata(path: str) -> dict | None:
-    """The advcli metadata of an output written by advcli, or None."""
-    if path.lower().endswith((".jsonl", ".ndjson")):
-        meta = Path(f"{path}.meta.json")
-        return json.loads(meta.read_text()) if meta.exists() else None
+    """The advcli metadata of an output written by advcli, or None.
+
+    A JSONL output's ``.meta.json`` records the size and sha256 of the data it describes: a
+    JSONL file that is not that data (a run interrupted between the two renames, an edit) is
+    an error rather than a file described by another run's metadata.
+    """
+    if is_jsonl_output(path):
+        meta_path = Path(f"{path}.meta.json")
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (ValueError, OSError) as exc:
+            msg = f"{meta_path}: not advcli metadata ({exc}). Hint: annotate the log again"
+            raise DataError(msg) from None
+        if not isinstance(meta, dict):
+            raise DataError(f"{meta_path}: not advcli metadata. Hint: annotate the log again")
+        data = meta.get("data")
+        if isinstance(data, dict) and (
+            os.path.getsize(path) != data.get("bytes") or file_sha256(path) != data.get("sha256")
+        ):
+            msg = (
+                f"{meta_path}: describes another version of {path} (an interrupted or later "
+                "write, or an edit). Hint: annotate the log again"
+            )
+            raise DataError(msg)
+        return meta
     raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else None
+    try:
+        meta = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -261,10 +416,11 @@ class TableWriter:
     Nothing is created on disk before the first table.
     """
 
-    def __init__(self, out: str, fmt: str, metadata: dict):
+    def __init__(self, out: str, fmt: str, metadata: dict, *, force: bool = False):
         self.out = out
         self.fmt = fmt
         self.metadata = metadata
+        self.force = force
         self._tmp: Path | None = None
         self._sink: PolarsSink | None = None
 
@@ -275,14 +431,20 @@ class TableWriter:
         self._sink.write(table)
 
     def commit(self) -> None:
-        """Finish the file and rename it into place."""
+        """Finish the file and move it into place (a JSONL file, then its ``.meta.json``,
+        which records the data's size and sha256: see :func:`read_metadata`)."""
         if self._tmp is None:
             msg = f"{self.out}: nothing to write"
             raise OutputError(msg)
         self._close()
-        if self.fmt == "jsonl":
-            write_json(f"{self.out}.meta.json", self.metadata)
-        os.replace(self._tmp, self.out)
+        try:
+            if self.fmt == "jsonl":
+                data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
+            publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
+            if self.fmt == "jsonl":
+                write_json(f"{self.out}.meta.json", {**self.metadata, "data": data})
+        except OSError as exc:
+            raise OutputError(f"{self.out}: could not write the output ({exc})") from None
 
     def _close(self) -> None:
         if self._sink is not None:

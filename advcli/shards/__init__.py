@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from advcli import __version__
+from advcli import __version__, presets
 from advcli.engine import BATCH_ROWS, Stage, no_stage
 from advcli.errors import DataError, UsageError
 from advcli.io.sources import expand_inputs
@@ -109,7 +109,7 @@ def shard(
     if method is not None or convention is not None or param:
         # Checked before reading; without --method only for the error an annotated log gives.
         params = run_params(method or "grpo", convention, param)
-    listed = paths if preset is not None else expand_inputs(paths)
+    listed = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
     target = check_output_folder(out, listed, force=force)
     inp = open_input(
         paths,
