@@ -11,12 +11,17 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import signal
 import sys
+import typing
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
+import numpy as np
 import orjson
 import typer
+import typer.main
 
 from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
@@ -79,7 +84,7 @@ Shift = Annotated[
     typer.Option(
         "--shift/--no-shift",
         rich_help_panel=_CRITIC,
-        help="values[t] = output[t-1] (causal heads).",
+        help="The value of token t is the output at t-1 (causal heads).",
     ),
 ]
 MaxLen = Annotated[
@@ -587,31 +592,83 @@ def version_callback(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=version_callback, is_eager=True)
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
     ] = False,
 ) -> None:
     """Offline advantages for logged LLM reinforcement-learning rollouts."""
 
 
-def main() -> None:
-    """Entry point: run the app, turning every error into one line and an exit code.
+_METAVARS = {int: "INT", float: "NUMBER", str: "TEXT"}
 
-    Typer reports usage errors itself (exit code 2); advcli's own errors are printed here.
+
+def command() -> Any:
+    """The command line as the click command typer makes of :data:`app`, with metavars that
+    read as words (INT, NUMBER, TEXT; none for a flag)."""
+    group = typer.main.get_command(app)
+    for cmd in [group, *getattr(group, "commands", {}).values()]:
+        help_option = cmd.get_help_option(typer.Context(cmd))  # made once, then kept
+        for param in [*cmd.params, *([help_option] if help_option else [])]:
+            if param.name == "inputs":
+                param.metavar = "INPUT"
+            elif getattr(param, "is_flag", False):
+                param.metavar = ""
+            else:
+                param.metavar = _METAVARS.get(_scalar(param.type_descriptor.annotation), "TEXT")
+    return group
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point: run the command line, turning every error into one line and an exit code
+    (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted).
     """
     tune_allocator()
+    warnings.filterwarnings("ignore")  # numbers are checked; no Python warning on a terminal
+    np.seterr(all="ignore")
+    signal.signal(signal.SIGINT, _interrupted)  # after the imports: theirs may replace ours
     try:
-        app()
+        # Not standalone, so that typer's own errors reach the handlers below; it returns an
+        # exit code where it stopped early (0 after --help, 130 after Ctrl-C).
+        code = command().main(args=args, prog_name="advcli", standalone_mode=False)
     except AdvcliError as exc:
-        sys.stderr.write(f"advcli: error: {exc}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("advcli: interrupted\n")
-        sys.exit(130)
+        _fail(f"advcli: error: {exc}", exc.exit_code)
+    except typer.Abort:
+        _fail("advcli: interrupted", 130)
+    except typer.TyperException as exc:  # bad flags or arguments, as typer found them
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `advcli`: the help, as is
+            sys.stderr.write(exc.format_message() + "\n")
+            sys.exit(0)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
+        _fail(f"advcli: error: {message}{hint}", getattr(exc, "exit_code", 2))
     except Exception as exc:  # a bug: still one line, unless the user asks for the traceback
         if os.environ.get("ADVCLI_DEBUG"):
             raise
-        sys.stderr.write(
+        _fail(
             f"advcli: internal error: {type(exc).__name__}: {exc} "
-            "(set ADVCLI_DEBUG=1 for the traceback, and please report it)\n"
+            "(set ADVCLI_DEBUG=1 for the traceback, and please report it)",
+            70,
         )
-        sys.exit(70)
+    if code == 130:
+        _fail("advcli: interrupted", 130)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _scalar(annotation: Any) -> Any:
+    """``int`` for ``Optional[int]`` or ``list[int]``; the annotation itself otherwise."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    return args[0] if args else annotation
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _fail(message: str, code: int) -> None:
+    """One line on stderr (a message of several lines is joined), and the exit code."""
+    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.exit(code)

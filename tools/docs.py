@@ -12,6 +12,9 @@ when one is stale (the test suite runs it):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -23,13 +26,21 @@ HELP_WIDTH = 100
 
 def command_help(args: list[str]) -> str:
     """``advcli ARGS --help`` as printed on a terminal HELP_WIDTH wide, without colour."""
-    from typer.testing import CliRunner
-
-    from advcli.cli import app
+    from advcli.cli import command
 
     env = {"COLUMNS": str(HELP_WIDTH), "TERM": "dumb", "NO_COLOR": "1"}
-    result = CliRunner().invoke(app, [*args, "--help"], prog_name="advcli", env=env)
-    lines = [line.rstrip() for line in result.output.splitlines()]
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            command().main([*args, "--help"], prog_name="advcli", standalone_mode=False)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
     return "\n".join(lines).strip("\n") + "\n"
 
 
