@@ -44,7 +44,7 @@ from advcli.engine import (
     plan_run,
     token_counts,
 )
-from advcli.errors import DataError, UsageError
+from advcli.errors import DataError, SchemaError, UsageError, columns_found
 from advcli.io.arrow import flat_list, float_list
 from advcli.io.rollouts import Rows, extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
@@ -283,10 +283,10 @@ def audit(
     if roles["prompt_id"] is None and log.looks_like is None:
         msg = (
             f"{log.files}: no 'prompt_id' column, so no groups to audit. "
-            f"Columns found: {', '.join(source.schema.names)}. "
+            f"{columns_found(source.schema.names)}. "
             "Hint: name the group key with --col prompt_id=COLUMN"
         )
-        raise UsageError(msg)
+        raise SchemaError(msg)
     log.require({"prompt_id", "reward"}, what="audit")
     rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
     assert rows.group_keys is not None

@@ -6,6 +6,8 @@ stderr and the exit code below, in one place (``advcli.cli``); no other module p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class AdvcliError(Exception):
     """Base class: a message for the user and the process exit code."""
@@ -77,3 +79,8 @@ def where(
 def no_rows(files: str) -> DataError:
     """The error for an input without a single row."""
     return DataError(f"{files}: the input has no rows. Hint: check the file")
+
+
+def columns_found(names: Iterable[str]) -> str:
+    """``Columns found: a, b`` (``none`` for a log without columns), for messages."""
+    return f"Columns found: {', '.join(names) or 'none'}"

@@ -245,7 +245,7 @@ def test_atomic_write_leaves_nothing_when_writing_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(pl.LazyFrame, "sink_parquet", explode)
     out = tmp_path / "o.parquet"
     with (
-        pytest.raises(OutputError, match=r"o\.parquet: could not write the output: disk full"),
+        pytest.raises(OutputError, match=r"o\.parquet: could not write the output \(disk full\)"),
         writers.TableWriter(str(out), "parquet", {}) as writer,
     ):
         writer.write(pa.table({"a": [1]}))

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -158,15 +159,35 @@ def test_a_folder_is_swapped_in_one_step(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["sh"]
 
 
+def test_a_swap_a_kill_interrupted_is_undone_by_the_next_run(small_log, tmp_path):
+    """Where no one-step swap exists, the old folder is moved aside first; killed right then,
+    the next run puts it back before anything else."""
+    out = tmp_path / "sh"
+    shard = ["shard", small_log, "--method", "grpo", "-q", "--out", str(out)]
+    assert run(*shard).returncode == 0
+    dead = _dead_pid()
+    os.rename(out, tmp_path / f".sh.advcli-{dead}-1-0a0a.old")
+    (tmp_path / f".sh.advcli-{dead}-1-0b0b.tmp").mkdir()  # the new folder, never moved in
+    proc = run(*shard)
+    assert proc.returncode == 2 and "already exists" in one_line(proc)
+    assert run("verify", str(out)).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl", "sh"]
+
+
+def _dead_pid() -> str:
+    """The pid of a process that has exited."""
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+
+
 # 5. Temporaries are named as ours and removed by the next write when their process is gone.
 
 
 def test_stale_temporaries_of_dead_runs_are_removed(small_log, tmp_path):
     out = tmp_path / "out.parquet"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dead = _dead_pid()
     stale_file = tmp_path / f".out.parquet.advcli-{dead}-1-abcd.tmp"
-    stale_folder = tmp_path / f".out.parquet.advcli-{dead}-1-ef01.old"
+    stale_folder = tmp_path / f".out.parquet.advcli-{dead}-1-ef01.tmp"
     live = tmp_path / f".out.parquet.{writers.TAG}-0000.tmp"  # this test's own process: running
     foreign = tmp_path / ".out.parquet.user-notes.tmp"
     stale_file.write_text("x")
@@ -237,3 +258,193 @@ def test_corrupt_parquet_pages_are_one_line(tmp_path):
             assert one_line(proc).startswith(f"advcli: error: {path}")
         (tmp_path / "o.parquet").unlink(missing_ok=True)
     assert seen > 10
+
+
+# 9. Output paths that cannot be used, and writes that fail: exit 2, nothing left behind.
+
+
+def test_an_output_that_cannot_go_there_is_a_usage_error(small_log, tmp_path):
+    (tmp_path / "file").write_text("x")
+    folder = tmp_path / "out.parquet"
+    folder.mkdir()
+    (tmp_path / "o.jsonl.meta.json").write_text("{}")
+    cases = [
+        (["--out", str(tmp_path / "file" / "o.parquet")], "is a file, not a folder"),
+        (["--out", str(folder), "--force"], "a folder, not a file"),
+        (["--out", str(tmp_path / "o.jsonl")], "o.jsonl.meta.json: already exists"),
+    ]
+    if sys.platform.startswith("linux"):
+        cases.append((["--out", "/proc/advcli-test.parquet"], "could not write the output"))
+    for args, needle in cases:
+        proc = run("annotate", small_log, "--method", "grpo", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert needle in one_line(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "file", "log.jsonl", "o.jsonl.meta.json", "out.parquet"
+    ]  # fmt: skip
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
+def test_a_read_only_folder_is_a_usage_error(small_log, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    proc = run("annotate", small_log, "--method", "grpo", "--out", str(locked / "o.parquet"))
+    assert proc.returncode == 2
+    assert "no permission" in one_line(proc)
+
+
+def _limited(max_bytes: int):
+    """A child process whose files cannot grow beyond ``max_bytes``, as on a full disk."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return limit
+
+
+@pytest.mark.parametrize("command", ["annotate-parquet", "annotate-jsonl", "shard"])
+def test_a_write_that_fails_midway_is_a_usage_error_and_leaves_nothing(tmp_path, command):
+    log = write_parquet(tmp_path / "log.parquet", group_log(3000, 4))
+    out = tmp_path / ("sh" if command == "shard" else f"out.{command.split('-')[1]}")
+    args = ["shard", log, "--method", "grpo", "--rows-per-shard", "500"] if command == "shard" \
+        else ["annotate", log, "--method", "grpo"]  # fmt: skip
+    command_line = [sys.executable, "-m", "advcli", *args, "--out", str(out)]
+    limit = _limited(20_000)
+    proc = subprocess.run(command_line, capture_output=True, preexec_fn=limit, check=False)
+    assert proc.returncode == 2
+    assert "could not write the output" in one_line(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+
+
+# 10. Logs of odd shapes.
+
+
+def test_schema_of_a_log_of_empty_objects_counts_its_rows(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("{}\n\n{}\n")
+    info = json.loads(run("schema", str(log), "--json").stdout)
+    assert info["rows"] == 2 and info["columns"] == {}
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert "no 'prompt_id' column. Columns found: none." in one_line(proc)
+
+
+def test_integers_beyond_64_bits(tmp_path):
+    rows = [rollout(2**64 + 1, 1.0), rollout(2**64 + 1, 0.0), rollout(7, 1.0)]
+    log = tmp_path / "log.jsonl"  # orjson writes no integer beyond 64 bits: json does
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o.parquet"
+    assert run("annotate", str(log), "--method", "grpo", "-q", "--out", str(out)).returncode == 0
+    table = pq.read_table(out)
+    assert table.column("prompt_id").to_pylist() == [str(2**64 + 1)] * 2 + ["7"]  # as text
+    assert [a[-1] for a in table.column("advantages").to_pylist()] == pytest.approx(
+        [1.0, -1.0, 0.0], abs=1e-5
+    )
+    rows = [rollout("a", 1.0), rollout("a", 0.0, input_ids=[1, 2, 3, 4, 2**64])]
+    (tmp_path / "ids.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run("annotate", str(tmp_path / "ids.jsonl"), "--method", "grpo", "--out", str(out),
+               "--force")  # fmt: skip
+    assert proc.returncode == 1
+    assert "line 2, column 'input_ids': expected a list of 64-bit integers" in one_line(proc)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    ["[1, 2", '"text"', '{"method": 5}', '{"method": "grpo", "roles": {"reward": 3}}'],
+)
+def test_malformed_metadata_of_an_annotated_log(small_log, tmp_path, meta):
+    out = tmp_path / "ann.jsonl"
+    assert run("annotate", small_log, "--method", "grpo", "-q", "--out", str(out)).returncode == 0
+    Path(f"{out}.meta.json").write_text(meta)
+    proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
+    assert proc.returncode == 1
+    assert one_line(proc).startswith(f"advcli: error: {out}.meta.json: ")
+
+
+def test_a_segment_index_that_is_no_number(tmp_path):
+    log = write_jsonl(tmp_path / "log.jsonl", [rollout("a", 1.0, segment_index={})])
+    proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert "column 'segment_index'" in one_line(proc)
+
+
+# 11. verify trusts nothing it has not checked.
+
+
+@pytest.fixture
+def shards(tmp_path) -> Path:
+    log = write_parquet(tmp_path / "log.parquet", group_log(20, 4))
+    out = tmp_path / "sh"
+    proc = run("shard", log, "--method", "grpo", "--split", "val=0.3", "--rows-per-shard", "20",
+               "-q", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _edit_manifest(folder: Path, change, *, checksum: bool) -> None:
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+    if checksum:  # as a careful forger would: then the other checks must catch it
+        (folder / "manifest.sha256").write_text(f"{digest(path)}  manifest.json\n")
+
+
+def _verify_fails(folder: Path, needle: str) -> None:
+    proc = run("verify", str(folder))
+    assert proc.returncode == 1, proc.stderr
+    assert needle in one_line(proc)
+
+
+def test_verify_checks_the_manifest_checksum(shards):
+    assert run("verify", str(shards)).returncode == 0
+    for change in (
+        lambda m: m.update(method="rloo"),
+        lambda m: m["params"].update(eps=0.1),
+        lambda m: m["inputs"][0].update(sha256="0" * 64),
+        lambda m: m["shards"][0].update(split="val"),
+    ):
+        original = (shards / "manifest.json").read_text()
+        _edit_manifest(shards, change, checksum=False)
+        _verify_fails(shards, "manifest.json: edited after advcli wrote it")
+        (shards / "manifest.json").write_text(original)
+    (shards / "manifest.sha256").unlink()
+    _verify_fails(shards, "manifest.sha256: missing")
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda m: m["shards"][0].pop("bytes"), "manifest.shards[0] lacks 'bytes'"),
+        (lambda m: m["shards"][0].pop("sha256"), "manifest.shards[0] lacks 'sha256'"),
+        (lambda m: m["shards"].__setitem__(0, "train/part-00000.parquet"),
+         "manifest.shards[0] is str, expected a record"),
+        (lambda m: m["shards"][0].update(rows=str(m["shards"][0]["rows"])),
+         "manifest.shards[0].rows is '"),
+        (lambda m: m.update(method="rloo"), "its method differs from the manifest's"),
+        (lambda m: m["params"].update(eps=0.1), "its params differs from the manifest's"),
+        (lambda m: m["shards"][0].update(split="val"), "is not where the shard is"),
+        (lambda m: m["splits"]["val"].update(rows=1), "split 'val' does not add up"),
+    ],
+)  # fmt: skip
+def test_verify_checks_every_field_it_reads(shards, change, needle):
+    _edit_manifest(shards, change, checksum=True)
+    _verify_fails(shards, needle)
+
+
+def test_verify_refuses_symlinks_and_stray_files(shards):
+    shard = next(shards.glob("train/*.parquet"))
+    keep = shards.parent / "kept.parquet"
+    shutil.move(shard, keep)
+    shard.symlink_to(keep)
+    _verify_fails(shards, f"{shard}: missing or not a file")
+    shard.unlink()
+    shutil.move(keep, shard)
+    assert run("verify", str(shards)).returncode == 0
+    (shards / ".hidden").mkdir()
+    (shards / ".hidden" / "extra.parquet").write_bytes(shard.read_bytes())
+    _verify_fails(shards, ".hidden/extra.parquet: a file the manifest does not list")

@@ -198,7 +198,16 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
         raise no_rows(path)
     overrides = jsonl_dtypes(list(seen), mapping, seen)
     inferred = read_ndjson(path, first_lines, overrides, schema_overrides=overrides or None).schema
-    return {name: pl.String if dtype == pl.Null else dtype for name, dtype in inferred.items()}
+    return {name: _storable(dtype) for name, dtype in inferred.items()}
+
+
+def _storable(dtype: Any) -> Any:
+    """A type Arrow can hold: null and integers beyond 64 bits (ids, seeds) are read as text."""
+    if dtype == pl.Null or dtype in (pl.Int128, pl.UInt128):
+        return pl.String
+    if isinstance(dtype, pl.List):
+        return pl.List(_storable(dtype.inner))
+    return dtype
 
 
 def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
@@ -210,6 +219,14 @@ def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[in
                 block += fh.readline()  # the rest of the last line
             yield line, block
             line += block.count(b"\n")
+
+
+def count_rows(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> int:
+    """The non-blank lines of a JSONL file."""
+    return sum(
+        sum(1 for line in chunk.splitlines() if line.strip())
+        for _, chunk in chunks(path, chunk_bytes)
+    )
 
 
 def parse_line(path: str, number: int, line: bytes, *, nan: bool = False) -> dict:
@@ -267,7 +284,7 @@ def _fits(value: object, dtype: Any) -> bool:
     if dtype == pl.Boolean:
         return isinstance(value, bool)
     if dtype.is_integer():
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     if dtype.is_float():
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return True  # text takes any value; nested types are left to polars' own message
@@ -278,7 +295,7 @@ def _describe(dtype: Any) -> str:
     if inner == pl.Boolean:
         one, many = "a boolean", "booleans"
     elif inner.is_integer():
-        one, many = "an integer", "integers"
+        one, many = "a 64-bit integer", "64-bit integers"
     else:
         one, many = "a number", "numbers"
     return f"a list of {many}" if isinstance(dtype, pl.List) else one

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, row_of
-from advcli.errors import DataError, SchemaError
+from advcli.errors import DataError, SchemaError, columns_found
 from advcli.io.arrow import flat_list
 from advcli.io.schema import SPAN_KINDS, Roles
 from advcli.io.sources import Sources
@@ -166,11 +166,11 @@ def require(
     ``what`` needs them (a method, a command); ``without_tokens`` says what works on a log
     without token ids, for the hint when ``input_ids`` is the one missing; ``hint`` replaces
     the hint (a log that looks like a framework's dump: use ``--from``)."""
-    files, found = ", ".join(sources.files), ", ".join(columns)
+    files, found = ", ".join(sources.files), columns_found(columns)
     if "input_ids" in needs and roles["input_ids"] is None:
         msg = (
             f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
-            f"decoded text has none). Columns found: {found}. Hint: "
+            f"decoded text has none). {found}. Hint: "
             + (hint or (f"{without_tokens}; or " if without_tokens else "")
                + "name the token column with --col input_ids=COLUMN")
         )  # fmt: skip
@@ -178,7 +178,7 @@ def require(
     for role in sorted(needs):
         if roles[role] is None:
             msg = (
-                f"{files}: no '{role}' column. Columns found: {found}. "
+                f"{files}: no '{role}' column. {found}. "
                 f"Hint: {hint or f'name it with --col {role}=COLUMN'}"
             )
             raise SchemaError(msg)

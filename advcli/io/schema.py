@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from advcli.errors import SchemaError, UsageError
+from advcli.errors import SchemaError, UsageError, columns_found
 
 # kind: what type a role's column must have.
 #   key: string or integer scalar; num: numeric scalar; bool: boolean scalar;
@@ -118,11 +118,8 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
         if role in mapping:
             col = mapping[role]
             if col not in names:
-                msg = (
-                    f"{files}: --col {role}={col}: no column '{col}'. "
-                    f"Columns found: {', '.join(names)}"
-                )
-                raise SchemaError(msg)
+                msg = f"{files}: --col {role}={col}: no column '{col}'. {columns_found(names)}"
+                raise UsageError(msg)
             chosen = col
         elif role in names:
             chosen = role

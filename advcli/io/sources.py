@@ -343,8 +343,12 @@ class JsonlSource(LogSource):
 
     def _count_rows(self) -> None:
         """Rows per file (for ``n_rows`` and error messages), unless a full pass counted them."""
-        if not self.sources.row_counts:
+        if self.sources.row_counts:
+            return
+        if self.polars_schema:
             self.columns([next(iter(self.polars_schema))])
+        else:  # lines of empty objects, {}: no column to count them by
+            self.sources.row_counts = [jsonl.count_rows(f, self.chunk_bytes) for f in self.files]
 
     @property
     def n_rows(self) -> int:
@@ -360,6 +364,8 @@ class JsonlSource(LogSource):
         self.sources.row_counts = counts
 
     def columns(self, names: list[str]) -> pa.Table:
+        if not names:  # polars frames without columns have no rows: keep the count
+            return pa.table({"": pa.nulls(self.n_rows)}).drop_columns([""])
         tables = [frame.to_arrow() for frame in self._count(self._frames(names))]
         return pa.concat_tables(tables)
 

@@ -73,6 +73,7 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
     names the files it holds) or their metadata, always; one that exists, or whose
     ``.meta.json`` (JSONL) exists, unless ``force``; and a path where no file can go."""
     target = Path(out)
+    clean_stale(target)
     written = [target, *([Path(f"{out}.meta.json")] if is_jsonl_output(out) else [])]
     for f in files:
         if f == STDIN:
@@ -113,6 +114,7 @@ def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     if target.exists() and not target.is_dir():
         msg = f"{out}: a file, not a folder. Hint: give a new folder for --out"
         raise OutputError(msg)
+    clean_stale(target)  # a swap a kill interrupted is undone first
     _refuse_existing(out, target.exists() or target.is_symlink(), force=force)
     _check_writable(target.parent, out)
     return target
@@ -127,7 +129,10 @@ def _check_writable(folder: Path, out: str) -> None:
     existing = folder.resolve()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if not existing.is_dir():
+        msg = f"{out}: {existing} is a file, not a folder. Hint: choose another --out"
+        raise OutputError(msg)
+    if not os.access(existing, os.W_OK | os.X_OK):
         msg = f"{out}: cannot write in {existing} (no permission). Hint: choose another --out"
         raise OutputError(msg)
 
@@ -164,7 +169,9 @@ def clean_stale(target: Path) -> None:
         pid, start = int(m.group(1)), m.group(2)
         if pid == os.getpid() or (_start_time(pid) or "") == start:
             continue  # ours, or a run still going
-        if path.is_dir() and not path.is_symlink():
+        if path.name.endswith(".old") and not (target.exists() or target.is_symlink()):
+            os.rename(path, target)  # killed in the middle of a swap: the old output comes back
+        elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
@@ -210,14 +217,29 @@ def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
 
 
 @contextlib.contextmanager
+def output_errors(shown: str | Path) -> Iterator[None]:
+    """A write that fails (full disk, read-only or vanished folder) as an :class:`OutputError`."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        msg = (
+            f"{shown}: could not write the output ({reason}). "
+            "Hint: check the disk has room and the folder is writable"
+        )
+        raise OutputError(msg) from None
+
+
+@contextlib.contextmanager
 def atomic_path(target: str | Path, *, force: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; move it onto ``target`` on success."""
-    tmp = _temporary_beside(Path(target))
-    try:
-        yield tmp
-        publish(tmp, Path(target), force=force, shown=str(target))
-    finally:
-        tmp.unlink(missing_ok=True)
+    with output_errors(target):
+        tmp = _temporary_beside(Path(target))
+        try:
+            yield tmp
+            publish(tmp, Path(target), force=force, shown=str(target))
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -243,14 +265,21 @@ def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
     ``target``), never a partial ``target``. With ``force`` an existing ``target`` is swapped
     with the new folder in one step where Linux allows it (``renameat2``), so the old or the new
     complete folder is there at every instant; elsewhere the old one is moved aside first, and
-    restored if the new one cannot take its place.
+    restored if the new one cannot take its place (or, after a kill, by the next run).
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(target)
-    tmp = _temporary_name(target, ".tmp")
-    os.mkdir(tmp, 0o777)  # the umask applies
+    with output_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(target)
+        tmp = _temporary_name(target, ".tmp")
+        os.mkdir(tmp, 0o777)  # the umask applies
+        with _swapped_in(tmp, target, force=force):
+            yield tmp
+
+
+@contextlib.contextmanager
+def _swapped_in(tmp: Path, target: Path, *, force: bool) -> Iterator[None]:
     try:
-        yield tmp
+        yield
         if target.exists() or target.is_symlink():
             if not force:
                 msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
@@ -289,7 +318,11 @@ def parquet_options(schema: pa.Schema) -> dict:
 
 def write_json(path: str | Path, obj: dict) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        write_json_to(tmp, obj)
+
+
+def write_json_to(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_metadata(path: str) -> dict | None:
@@ -299,33 +332,52 @@ def read_metadata(path: str) -> dict | None:
     JSONL file that is not that data (a run interrupted between the two renames, an edit) is
     an error rather than a file described by another run's metadata.
     """
-    if is_jsonl_output(path):
-        meta_path = Path(f"{path}.meta.json")
-        if not meta_path.exists():
-            return None
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (ValueError, OSError) as exc:
-            msg = f"{meta_path}: not advcli metadata ({exc}). Hint: annotate the log again"
-            raise DataError(msg) from None
-        if not isinstance(meta, dict):
-            raise DataError(f"{meta_path}: not advcli metadata. Hint: annotate the log again")
-        data = meta.get("data")
-        if isinstance(data, dict) and (
-            os.path.getsize(path) != data.get("bytes") or file_sha256(path) != data.get("sha256")
-        ):
+    if not is_jsonl_output(path):
+        raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
+        return None if raw is None else _metadata(raw, f"{path} (its advcli metadata)")
+    meta_path = Path(f"{path}.meta.json")
+    if not meta_path.exists():
+        return None
+    meta = _metadata(meta_path.read_bytes(), str(meta_path))
+    data = meta.get("data")
+    if data is not None and (
+        not isinstance(data, dict)
+        or os.path.getsize(path) != data.get("bytes")
+        or file_sha256(path) != data.get("sha256")
+    ):
+        msg = (
+            f"{meta_path}: describes another version of {path} (an interrupted or later "
+            "write, or an edit). Hint: annotate the log again"
+        )
+        raise DataError(msg)
+    return meta
+
+
+_METADATA_TYPES = {"method": str, "params": dict, "roles": dict, "convention": str}
+
+
+def _metadata(raw: bytes, shown: str) -> dict:
+    """advcli's metadata from its JSON text, its fields of the types advcli reads."""
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        reason = " ".join(str(exc).split())
+        msg = f"{shown}: not advcli metadata ({reason}). Hint: annotate the log again"
+        raise DataError(msg) from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{shown}: not advcli metadata. Hint: annotate the log again")
+    for key, kind in _METADATA_TYPES.items():
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
             msg = (
-                f"{meta_path}: describes another version of {path} (an interrupted or later "
-                "write, or an edit). Hint: annotate the log again"
+                f"{shown}: advcli metadata with {key!r} of type {type(meta[key]).__name__}, "
+                f"expected {kind.__name__}. Hint: annotate the log again"
             )
             raise DataError(msg)
-        return meta
-    raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
-    try:
-        meta = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return meta if isinstance(meta, dict) else None
+    roles = meta.get("roles") or {}
+    if not all(isinstance(c, str) for c in roles.values()):
+        msg = f"{shown}: advcli metadata whose roles are not column names. Hint: annotate again"
+        raise DataError(msg)
+    return meta
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -391,8 +443,14 @@ class PolarsSink:
                 continue
 
     def _raise_if_failed(self) -> None:
+        if isinstance(self._error, KeyboardInterrupt):
+            raise KeyboardInterrupt
         if self._error is not None:
-            msg = f"{self.target}: could not write the output: {self._error}"
+            reason = " ".join(str(self._error).split()) or type(self._error).__name__
+            msg = (
+                f"{self.target}: could not write the output ({reason}). "
+                "Hint: check the disk has room and the folder is writable"
+            )
             raise OutputError(msg) from self._error
 
     def write(self, table: pa.Table) -> None:
@@ -426,7 +484,8 @@ class TableWriter:
 
     def write(self, table: pa.Table) -> None:
         if self._sink is None:
-            self._tmp = _temporary_beside(Path(self.out))
+            with output_errors(self.out):
+                self._tmp = _temporary_beside(Path(self.out))
             self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
 
@@ -437,14 +496,16 @@ class TableWriter:
             msg = f"{self.out}: nothing to write"
             raise OutputError(msg)
         self._close()
-        try:
-            if self.fmt == "jsonl":
-                data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
-            publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
-            if self.fmt == "jsonl":
-                write_json(f"{self.out}.meta.json", {**self.metadata, "data": data})
-        except OSError as exc:
-            raise OutputError(f"{self.out}: could not write the output ({exc})") from None
+        with output_errors(self.out):
+            if self.fmt != "jsonl":
+                publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
+                return
+            # The metadata is written in full before the data moves, so a full disk stops the
+            # run with the old output intact.
+            data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
+            with atomic_path(f"{self.out}.meta.json") as meta:
+                write_json_to(meta, {**self.metadata, "data": data})
+                publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
 
     def _close(self) -> None:
         if self._sink is not None:

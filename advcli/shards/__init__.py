@@ -17,7 +17,6 @@ Options: :mod:`~advcli.shards.options`.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from advcli.io.writers import atomic_folder, check_output_folder
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, layout
-from advcli.shards.manifest import FORMAT, MANIFEST, build_manifest, verify
+from advcli.shards.manifest import FORMAT, build_manifest, verify, write_manifest
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
 from advcli.shards.plan import ShardPlan, plan_shards
 from advcli.shards.route import allow_open_files, route
@@ -73,7 +72,7 @@ def write_shards(
             records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
         buckets.rmdir()
         manifest = build_manifest(inp, plan, opts, records)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_manifest(tmp, manifest)
     return manifest
 
 

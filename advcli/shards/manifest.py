@@ -25,6 +25,7 @@ from advcli.shards.write import schema_list
 
 FORMAT = "advcli-shards/1"
 MANIFEST = "manifest.json"
+CHECKSUM = "manifest.sha256"
 
 
 def input_record(path: str, sources: Sources) -> dict[str, Any]:
@@ -80,73 +81,174 @@ def _fail(problem: str, hint: str) -> NoReturn:
     raise DataError(f"{problem}. Hint: {hint}")
 
 
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """``manifest.json``, then ``manifest.sha256`` (in ``sha256sum`` format), which lets
+    ``verify`` (or ``sha256sum -c manifest.sha256``) tell an edited manifest."""
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (folder / CHECKSUM).write_text(f"{file_sha256(folder / MANIFEST)}  {MANIFEST}\n")
+
+
+# The manifest's documented schema (docs/shards.md), as ``verify`` reads it: a dict is a record
+# with these keys (more may follow), ``[X]`` a list of X, ``Map(X)`` names to X, a tuple any of
+# its types. Counts are non-negative integers.
+class Map:
+    def __init__(self, of: Any):
+        self.of = of
+
+
+Count = "count"
+_COUNTS = {"rows": Count, "samples": Count, "tokens": Count, "action_tokens": Count}
+_TOTALS = {**_COUNTS, "shards": Count}
+_SCHEMA = {
+    "format": str,
+    "advcli_version": str,
+    "method": (str, type(None)),
+    "params": (dict, type(None)),
+    "roles": (dict, type(None)),
+    "annotated_input": bool,
+    "inputs": [{"path": str, "bytes": Count, "sha256": str}],
+    "options": dict,
+    "layout": str,
+    "splits": Map(_TOTALS),
+    "shards": [{"path": str, "split": str, "bytes": Count, "sha256": str, "schema": [[str]],
+                **_COUNTS}],
+    "totals": _TOTALS,
+    "dropped": dict,
+    "truncated": dict,
+}  # fmt: skip
+
+
+def _problem(value: Any, spec: Any, at: str) -> str | None:
+    """What makes ``value`` differ from ``spec`` (None: nothing), located by ``at``."""
+    if spec is Count:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else f"{at} is {value!r}, expected a count"
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{at} is {type(value).__name__}, expected a record"
+        for key, inner in spec.items():
+            if key not in value:
+                return f"{at} lacks {key!r}"
+            if (found := _problem(value[key], inner, f"{at}.{key}")) is not None:
+                return found
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{at} is {type(value).__name__}, expected a list"
+        problems = (_problem(v, spec[0], f"{at}[{i}]") for i, v in enumerate(value))
+        return next((p for p in problems if p is not None), None)
+    if isinstance(spec, Map):
+        if not isinstance(value, dict):
+            return f"{at} is {type(value).__name__}, expected a record"
+        problems = (_problem(v, spec.of, f"{at}.{k}") for k, v in value.items())
+        return next((p for p in problems if p is not None), None)
+    ok = isinstance(value, spec) and not (isinstance(value, bool) and spec is not bool)
+    return None if ok else f"{at} is {value!r}, expected {_type_name(spec)}"
+
+
+def _type_name(spec: Any) -> str:
+    kinds = spec if isinstance(spec, tuple) else (spec,)
+    return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+
+
+def read_manifest(root: Path, regen: str) -> dict[str, Any]:
+    """The folder's manifest, checked against its checksum and its schema."""
+    mpath, sums = root / MANIFEST, root / CHECKSUM
+    if not mpath.is_file() or mpath.is_symlink():
+        _fail(f"{mpath}: no manifest, so the folder is not a complete shard output", regen)
+    if not sums.is_file() or sums.is_symlink():
+        _fail(f"{sums}: missing, so the manifest cannot be checked", regen)
+    recorded = sums.read_text(errors="replace").split()
+    if recorded[:2] != [file_sha256(mpath), MANIFEST]:
+        _fail(f"{mpath}: edited after advcli wrote it (its sha256 differs from {CHECKSUM})", regen)
+    try:
+        manifest: Any = json.loads(mpath.read_text())
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        _fail(f"{mpath}: not an advcli shard manifest ({FORMAT})", regen)
+    if (problem := _problem(manifest, _SCHEMA, "manifest")) is not None:
+        _fail(f"{mpath}: {problem}", regen)
+    return manifest
+
+
 def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """``advcli verify``: re-read every shard against the manifest; raise on the first problem."""
+    """``advcli verify``: re-read every shard against the manifest; raise on the first problem.
+
+    The manifest must match its checksum and schema; every file in the folder (hidden ones
+    too) must be the manifest, its checksum or a shard it lists, none a symlink; each shard's
+    size, sha256, schema, rows and tokens, and the method and parameters it records, must be
+    the manifest's; its split one of the manifest's, whose counts add up.
+    """
     folder = os.fspath(folder)
     root = Path(folder)
     if not root.is_dir():
         msg = f"{folder}: no such folder. Hint: give the --out folder of advcli shard"
         raise UsageError(msg)
-    mpath = root / MANIFEST
     regen = "write the shards again with advcli shard --force"
-    if not mpath.is_file():
-        _fail(f"{mpath}: no manifest, so the folder is not a complete shard output", regen)
-    try:
-        manifest: Any = json.loads(mpath.read_text())
-    except ValueError:
-        manifest = None
-    if not (
-        isinstance(manifest, dict)
-        and manifest.get("format") == FORMAT
-        and isinstance(manifest.get("shards"), list)
-    ):
-        _fail(f"{mpath}: not an advcli shard manifest ({FORMAT})", regen)
+    manifest = read_manifest(root, regen)
+    mpath = root / MANIFEST
     records = manifest["shards"]
     listed = set()
     for rec in records:
-        rel = str(rec.get("path", ""))
+        rel = rec["path"]
         path = root / rel
         if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
             _fail(f"{mpath}: shard path {rel!r} is not inside the folder", regen)
         listed.add(Path(rel).as_posix())
-        if not path.is_file():
-            _fail(f"{path}: missing (the manifest lists it)", regen)
-        size = path.stat().st_size
-        if size != rec["bytes"]:
-            _fail(f"{path}: {size} bytes, the manifest says {rec['bytes']} (truncated?)", regen)
-        digest = file_sha256(path)
-        if digest != rec["sha256"]:
-            _fail(
-                f"{path}: sha256 {digest[:12]}…, the manifest says {rec['sha256'][:12]}… "
-                "(the file was altered)",
-                regen,
-            )
-        try:
-            pf = pq.ParquetFile(path)
-            schema = pf.schema_arrow
-        except (OSError, pa.ArrowException) as exc:
-            _fail(f"{path}: not a readable Parquet file ({exc})", regen)
-        if schema_list(schema) != rec["schema"]:
-            seen = ", ".join(f"{n}: {t}" for n, t in schema_list(schema))
-            _fail(f"{path}: schema ({seen}) differs from the manifest's", regen)
-        if pf.metadata.num_rows != rec["rows"]:
-            _fail(f"{path}: {pf.metadata.num_rows} rows, the manifest says {rec['rows']}", regen)
-        cols = pf.read(columns=["input_ids", "loss_mask"])
-        tokens = sum(len(c.flatten()) for c in cols.column("input_ids").chunks)
-        actions = sum(
-            int(np.asarray(c.flatten()).astype(np.int64).sum())
-            for c in cols.column("loss_mask").chunks
-        )
-        if tokens != rec["tokens"] or actions != rec["action_tokens"]:
-            _fail(
-                f"{path}: {tokens} tokens ({actions} action tokens), the manifest says "
-                f"{rec['tokens']} ({rec['action_tokens']})",
-                regen,
-            )
-    for path in sorted(root.rglob("*.parquet")):
+        _verify_shard(path, rec, manifest, regen)
+    for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if rel not in listed and not any(part.startswith(".") for part in Path(rel).parts):
-            _fail(f"{path}: a shard the manifest does not list", "remove it, or " + regen)
-    if totals(records) != manifest.get("totals"):
+        if path.is_symlink():
+            _fail(f"{path}: a symlink; a shard folder holds only files advcli wrote", regen)
+        if path.is_file() and rel not in listed | {MANIFEST, CHECKSUM}:
+            _fail(f"{path}: a file the manifest does not list", "remove it, or " + regen)
+    if totals(records) != manifest["totals"]:
         _fail(f"{mpath}: the totals do not add up to the shards' counts", regen)
+    for name, split in manifest["splits"].items():
+        if totals([r for r in records if r["split"] == name]) != split:
+            _fail(f"{mpath}: split {name!r} does not add up to its shards' counts", regen)
     return {"folder": folder, "ok": True, **totals(records)}
+
+
+def _verify_shard(path: Path, rec: dict[str, Any], manifest: dict[str, Any], regen: str) -> None:
+    if path.is_symlink() or not path.is_file():
+        _fail(f"{path}: missing or not a file (the manifest lists it)", regen)
+    folders = Path(rec["path"]).parts[:-1]
+    if rec["split"] not in manifest["splits"] or (folders and folders[0] != rec["split"]):
+        _fail(f"{path}: split {rec['split']!r} is not where the shard is", regen)
+    size = path.stat().st_size
+    if size != rec["bytes"]:
+        _fail(f"{path}: {size} bytes, the manifest says {rec['bytes']} (truncated?)", regen)
+    digest = file_sha256(path)
+    if digest != rec["sha256"]:
+        _fail(
+            f"{path}: sha256 {digest[:12]}…, the manifest says {rec['sha256'][:12]}… "
+            "(the file was altered)",
+            regen,
+        )
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+        own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        _fail(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())})", regen)
+    for key in ("method", "params"):
+        if not isinstance(own, dict) or own.get(key) != manifest[key]:
+            _fail(f"{path}: its {key} differs from the manifest's", regen)
+    if schema_list(schema) != rec["schema"]:
+        seen = ", ".join(f"{n}: {t}" for n, t in schema_list(schema))
+        _fail(f"{path}: schema ({seen}) differs from the manifest's", regen)
+    if pf.metadata.num_rows != rec["rows"]:
+        _fail(f"{path}: {pf.metadata.num_rows} rows, the manifest says {rec['rows']}", regen)
+    cols = pf.read(columns=["input_ids", "loss_mask"])
+    tokens = sum(len(c.flatten()) for c in cols.column("input_ids").chunks)
+    actions = sum(
+        int(np.asarray(c.flatten()).astype(np.int64).sum()) for c in cols.column("loss_mask").chunks
+    )
+    if tokens != rec["tokens"] or actions != rec["action_tokens"]:
+        _fail(
+            f"{path}: {tokens} tokens ({actions} action tokens), the manifest says "
+            f"{rec['tokens']} ({rec['action_tokens']})",
+            regen,
+        )

@@ -110,8 +110,8 @@ def test_wrong_type_in_a_later_line(tmp_path):
     )
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
     assert err(proc) == (
-        f"advcli: error: {path}: line 3, column 'input_ids': expected a list of integers, saw "
-        '"oops". Hint: every line must use the same types'
+        f"advcli: error: {path}: line 3, column 'input_ids': expected a list of 64-bit integers, "
+        'saw "oops". Hint: every line must use the same types'
     )
 
 

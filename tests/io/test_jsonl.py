@@ -93,7 +93,7 @@ def test_an_error_names_its_line_in_any_chunk(tmp_path, row, column):
         whole(JsonlSource([path], {}, chunk_bytes=500))
     assert str(info.value) == (
         f"{path}: line {row + 1}, column '{column}': expected "
-        f'{"a list of integers" if column == "input_ids" else "a number"}, saw "oops". '
+        f'{"a list of 64-bit integers" if column == "input_ids" else "a number"}, saw "oops". '
         "Hint: every line must use the same types"
     )
 
@@ -149,7 +149,7 @@ def test_a_later_value_of_another_type_is_named_by_line_and_column(tmp_path):
     rows[140]["step"] = 2.5
     path = write_jsonl(tmp_path / "log.jsonl", rows)
     expected = (
-        f"{path}: line 141, column 'step': expected an integer, saw 2.5. "
+        f"{path}: line 141, column 'step': expected a 64-bit integer, saw 2.5. "
         "Hint: every line must use the same types"
     )
     for read in (lambda: whole(JsonlSource([path], {})), lambda: read_inputs([path])):

@@ -33,5 +33,5 @@ def test_a_dotted_col_names_a_struct_field(tmp_path):
 def test_a_dotted_col_that_is_no_field_is_an_error(tmp_path):
     log = write_jsonl(tmp_path / "nested.jsonl", ROWS)
     proc = run("audit", log, "--col", "prompt_id=group.nope")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # the flag names what is not there: usage
     assert "--col prompt_id=group.nope: no column 'group.nope'" in proc.stderr.decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -452,9 +453,12 @@ def test_verify_catches_truncated_altered_and_missing_shards(capsys, tmp_path, l
     manifest = json.loads(manifest_path.read_text())
 
     def with_manifest(change) -> None:
+        """Edit the manifest, and its checksum too (else verify stops at the checksum)."""
         m = json.loads(json.dumps(manifest))
         change(m)
         manifest_path.write_text(json.dumps(m))
+        digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+        (out / "manifest.sha256").write_text(f"{digest}  manifest.json\n")
 
     with_manifest(lambda m: m["shards"][0].update(rows=m["shards"][0]["rows"] + 1))
     fails("rows, the manifest says")
@@ -462,9 +466,9 @@ def test_verify_catches_truncated_altered_and_missing_shards(capsys, tmp_path, l
     fails("tokens (")
     with_manifest(lambda m: m["shards"][0]["schema"][0].__setitem__(1, "int64"))
     fails("schema (prompt_id: string")
-    manifest_path.write_text(json.dumps(manifest))
+    with_manifest(lambda m: None)
     (out / "part-09999.parquet").write_bytes(data)
-    fails("a shard the manifest does not list")
+    fails("a file the manifest does not list")
     (out / "part-09999.parquet").unlink()
     files[0].unlink()
     fails(f"{files[0]}: missing")
