@@ -1,6 +1,31 @@
-"""The ``advcli`` command and ``python -m advcli``."""
+"""The ``advcli`` command and ``python -m advcli``.
 
-from advcli.cli import main
+Ctrl-C while the command line's modules load (polars, pyarrow: a second or so) is an
+interrupt like any other, not a traceback: the import happens inside :func:`main`. A SIGINT
+the parent ignores stays ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def main() -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and hasattr(signal, "pthread_sigmask"):
+        # The parent (nohup, a background job) means SIGINT to be ignored. polars installs a
+        # native SIGINT handler of its own, which would still stop the run: blocking the
+        # signal before any thread exists keeps it from every thread.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        from advcli.cli import main as run
+    except KeyboardInterrupt:
+        sys.stderr.write("advcli: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)  # as advcli.cli does: sys.exit here would end in SIGINT, not 130
+    run()
+
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,6 @@ Elsewhere than glibc this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -27,7 +26,8 @@ def tune_allocator() -> None:
         return
     _tuned = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (find_library
+        # would run ldconfig in a subprocess)
         libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest allowed threshold
         libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
         libc.mallopt(_M_TOP_PAD, 64 << 20)

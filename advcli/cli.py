@@ -8,20 +8,24 @@ method's parameters are made from their declarations (:data:`advcli.methods.PARA
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import inspect
 import os
 import signal
 import sys
+import traceback
 import typing
 import warnings
 from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import numpy as np
 import orjson
 import typer
 import typer.main
+from polars.exceptions import PanicException as _Panic
 
 from advcli import __version__, api, render
 from advcli._malloc import tune_allocator
@@ -624,18 +628,14 @@ def main(args: list[str] | None = None) -> None:
     """Entry point: run the command line, turning every error into one line and an exit code
     (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted).
     """
-    tune_allocator()
-    warnings.filterwarnings("ignore")  # numbers are checked; no Python warning on a terminal
-    np.seterr(all="ignore")
-    signal.signal(signal.SIGINT, _interrupted)  # after the imports: theirs may replace ours
     try:
-        # Not standalone, so that typer's own errors reach the handlers below; it returns an
-        # exit code where it stopped early (0 after --help, 130 after Ctrl-C).
-        code = command().main(args=args, prog_name="advcli", standalone_mode=False)
+        code = _run(args)
     except AdvcliError as exc:
         _fail(f"advcli: error: {exc}", exc.exit_code)
-    except typer.Abort:
-        _fail("advcli: interrupted", 130)
+    except (KeyboardInterrupt, typer.Abort):
+        if os.environ.get("ADVCLI_DEBUG"):
+            traceback.print_exc()
+        _interrupted()
     except typer.TyperException as exc:  # bad flags or arguments, as typer found them
         ctx = getattr(exc, "ctx", None)
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `advcli`: the help, as is
@@ -644,7 +644,7 @@ def main(args: list[str] | None = None) -> None:
         hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
         message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
         _fail(f"advcli: error: {message}{hint}", getattr(exc, "exit_code", 2))
-    except Exception as exc:  # a bug: still one line, unless the user asks for the traceback
+    except (Exception, _Panic) as exc:  # a bug: one line, unless the user asks for the traceback
         if os.environ.get("ADVCLI_DEBUG"):
             raise
         _fail(
@@ -652,20 +652,42 @@ def main(args: list[str] | None = None) -> None:
             "(set ADVCLI_DEBUG=1 for the traceback, and please report it)",
             70,
         )
-    if code == 130:
-        _fail("advcli: interrupted", 130)
+    if code == 130:  # typer caught the interrupt itself
+        _interrupted()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let the exit finish
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _run(args: list[str] | None) -> Any:
+    tune_allocator()
+    warnings.filterwarnings("ignore")  # numbers are checked; no Python warning on a terminal
+    np.seterr(all="ignore")
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
+        # Python's own handler, again after the imports: a native one may have replaced it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
+    # code where it stopped early (0 after --help, 130 after Ctrl-C).
+    return command().main(args=args, prog_name="advcli", standalone_mode=False)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: the unwinding has removed the temporaries; say so and leave at once (a normal
+    exit would wait for, or crash in, native threads still writing)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    sys.stderr.write("advcli: interrupted\n")
+    sys.stderr.flush()
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # e.g. the folder of a converted framework dump
+    os._exit(130)
 
 
 def _scalar(annotation: Any) -> Any:
     """``int`` for ``Optional[int]`` or ``list[int]``; the annotation itself otherwise."""
     args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
     return args[0] if args else annotation
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _fail(message: str, code: int) -> None:

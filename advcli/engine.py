@@ -33,6 +33,7 @@ from advcli.io import jsonl
 from advcli.io.arrow import float_list
 from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
+    FLOAT32_MAX,
     Rows,
     Tokens,
     extract_rows,
@@ -292,6 +293,8 @@ class Run:
                 done.callback(self.scorer.close)  # the last pass that reads the values
             for row0, table, tok in self.tokens(None, values=self.method.reads_values):
                 columns = self.method.apply(self.plan, tok, row0, self.params)
+                for name, flat in columns.items():
+                    self._check_written(name, flat, row0, tok.offsets)
                 per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
                 out, kept = self._add_columns(table, row0, per_token)
                 adv = columns["advantages"]
@@ -317,7 +320,10 @@ class Run:
         n = table.num_rows
         new = dict(per_token)
         for name, per_row in self.plan.columns.items():
-            new[name] = pa.array(per_row[row0 : row0 + n], from_pandas=True)
+            here = per_row[row0 : row0 + n]
+            if here.dtype.kind == "f":  # NaN stands for no value here (null)
+                self._check_written(name, np.where(np.isnan(here), 0.0, here), row0)
+            new[name] = pa.array(here, from_pandas=True)
         for name, column in new.items():
             if name in table.column_names:
                 table = table.drop_columns([name])
@@ -326,6 +332,22 @@ class Run:
         if kept is None or kept.all():
             return table, None
         return table.filter(pa.array(kept)), kept
+
+    def _check_written(
+        self, name: str, x: np.ndarray, row0: int, offsets: np.ndarray | None = None
+    ) -> None:
+        """A number the method computed must be finite in float32, as written; else the run
+        stops at its row (inputs near float32's limit can overflow a sum or a square)."""
+        bad = ~(np.abs(x) <= FLOAT32_MAX)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            row = row0 + (i if offsets is None else int(row_of(offsets)[i]))
+            msg = (
+                f"{self.sources.at(row, name)}: the {self.method.name} result {x[i]:g} is not a "
+                "finite float32 number (the row's inputs are too large or too small). "
+                "Hint: scale the rewards and values"
+            )
+            raise DataError(msg)
 
     def metadata(self) -> dict[str, Any]:
         """What an annotated output records about the run."""

@@ -84,3 +84,25 @@ def test_the_readme_layout_names_every_module():
         assert re.search(rf"`{re.escape(named)}`", layout), f"README Layout misses {rel}"
     for folder in (p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
         assert f"`advcli/{folder.name}/`" in layout, f"README Layout misses {folder.name}/"
+
+
+def test_the_readme_loads_what_the_tours_shard_command_writes(tmp_path):
+    """The `datasets` snippet reads the files and columns the quick tour's `shard` writes."""
+    import glob
+    import shlex
+
+    import pyarrow.parquet as pq
+
+    from tests.conftest import SAMPLE, run
+
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"^advcli shard logs/ (.+?) && advcli verify", readme, re.S | re.M)
+    assert command is not None
+    args = shlex.split(command.group(1).replace("\\\n", " "))
+    assert run("shard", str(SAMPLE / "rollouts.parquet"), *args, cwd=tmp_path).returncode == 0
+    snippet = re.search(r'data_files=\{"train": "([^"]+)"\}.*?\n(.*?)\n```', readme, re.S)
+    assert snippet is not None
+    files = glob.glob(str(tmp_path / snippet.group(1)))
+    assert files
+    columns = set(re.findall(r'row\["(\w+)"\]', snippet.group(2)))
+    assert columns <= set(pq.read_schema(files[0]).names), columns

@@ -92,10 +92,13 @@ def pad(
     return Padded(ids, mask, slot, col, src)
 
 
-def unpad(out: np.ndarray, batch: Padded, values: np.ndarray, *, shift: bool) -> None:
-    """Write the outputs [height, width] of ``batch`` into the flat per-token ``values``."""
+def unpad(out: np.ndarray, batch: Padded, values: np.ndarray, *, shift: bool) -> np.ndarray:
+    """Write the outputs [height, width] of ``batch`` into the flat per-token ``values``;
+    return the indices written."""
     if shift:
         has_prior = batch.col > 0
-        values[batch.src[has_prior]] = out[batch.slot[has_prior], batch.col[has_prior] - 1]
-    else:
-        values[batch.src] = out[batch.slot, batch.col]
+        written = batch.src[has_prior]
+        values[written] = out[batch.slot[has_prior], batch.col[has_prior] - 1]
+        return written
+    values[batch.src] = out[batch.slot, batch.col]
+    return batch.src

@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -309,12 +309,29 @@ class Critic:
                     f"{self.path}: output '{self.output_name}' has shape {list(out.shape)} for "
                     f"inputs of shape {[height, width]}; {_CONTRACT}."
                 )
-            batching.unpad(out.reshape(height, width), batch, values, shift=shift)
+            written = batching.unpad(out.reshape(height, width), batch, values, shift=shift)
+            if not np.isfinite(values[written]).all():
+                _refuse_non_finite(values, written, offsets, describe_row)
             padded += height * width
             done += batch.tokens
             if progress is not None:
                 progress(done, total)
         return Scored(values, truncated_rows=len(cut), padded_tokens=padded)
+
+
+def _refuse_non_finite(
+    values: np.ndarray,
+    written: np.ndarray,
+    offsets: np.ndarray,
+    describe_row: Callable[[int], str] | None,
+) -> NoReturn:
+    token = int(written[~np.isfinite(values[written])].min())
+    row = int(np.searchsorted(offsets, token, side="right")) - 1
+    where = describe_row(row) if describe_row is not None else f"row {row}"
+    raise DataError(
+        f"{where}: the critic returned {values[token]} for token {token - int(offsets[row])} "
+        "(a value must be a finite number). Hint: check the model's weights and its export"
+    )
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,17 @@ def narrow(t: pa.DataType) -> pa.DataType:
     if pa.types.is_large_list(t):
         return pa.list_(narrow(t.value_type))
     return t
+
+
+def nul_name(fields: pa.Schema | list[pa.Field]) -> str | None:
+    """A column or nested field name holding a NUL character, which Arrow's C interface (how
+    polars and pyarrow exchange tables) cannot carry; None if there is none."""
+    for field in fields:
+        if "\x00" in field.name:
+            return field.name
+        t = field.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        if pa.types.is_struct(t) and (inner := nul_name(list(t))) is not None:
+            return inner
+    return None

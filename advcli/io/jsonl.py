@@ -163,7 +163,7 @@ def read_ndjson(
     whole file when None; where it fails, the line and column that ``dtypes`` do not fit."""
     try:
         return pl.read_ndjson(path if data is None else io.BytesIO(data), **options)
-    except Exception as exc:  # polars raises several error types without line numbers
+    except (Exception, pl.exceptions.PanicException) as exc:  # many types, no line numbers
         with open_stream(path) if data is None else io.BytesIO(data) as lines:
             _diagnose(path, lines, first_line, dtypes)
         msg = f"{path}: not valid JSONL ({exc}). Hint: one JSON object per line"
@@ -191,7 +191,11 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     seen: dict = {}
     for number, line in enumerate(io.BytesIO(first_lines), start=1):
         if line.strip():
-            for key, value in parse_line(path, number, line).items():
+            obj = parse_line(path, number, line)
+            if (key := _nul_key(obj)) is not None:  # Arrow's C interface cannot name it
+                msg = f"{where(path, number, line=True)}: key {key!r} holds a NUL character"
+                raise DataError(f"{msg}. Hint: rename the key")
+            for key, value in obj.items():
                 if seen.get(key) is None:
                     seen[key] = value
     if not first_lines.strip():
@@ -210,6 +214,21 @@ def _storable(dtype: Any) -> Any:
     return dtype
 
 
+def _nul_key(value: object) -> str | None:
+    """A key, at any depth, holding a NUL character."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if "\x00" in key:
+                return key
+            if (found := _nul_key(inner)) is not None:
+                return found
+    elif isinstance(value, list):
+        for inner in value:
+            if (found := _nul_key(inner)) is not None:
+                return found
+    return None
+
+
 def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
     """``(number of its first line, bytes)``: a file's consecutive runs of whole lines."""
     line = 1
@@ -219,6 +238,29 @@ def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[in
                 block += fh.readline()  # the rest of the last line
             yield line, block
             line += block.count(b"\n")
+
+
+def refuse_duplicate_keys(
+    path: str, chunk: bytes, first_line: int, rows: int, keys: Iterable[str]
+) -> None:
+    """Refuse a line of ``chunk`` that holds one of ``keys`` twice (JSON readers disagree on
+    which to keep: polars the first, Python's the last). ``rows``: the chunk's objects.
+
+    A key counted once per object is unique (the common case, at the cost of one scan); else
+    the lines are checked one by one, and those naming the key twice parsed."""
+    for key in keys:
+        quoted = orjson.dumps(key)
+        if chunk.count(quoted) == rows:
+            continue
+        for number, line in enumerate(chunk.splitlines(), start=first_line):
+            if line.count(quoted) > 1:
+                pairs = json.loads(line, object_pairs_hook=list)  # the top level's, in order
+                if [k for k, _ in pairs].count(key) > 1:
+                    msg = (
+                        f"{where(path, number, key, line=True)}: the key appears twice in the "
+                        "object (readers disagree on which to keep). Hint: keep one"
+                    )
+                    raise DataError(msg)
 
 
 def count_rows(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> int:
@@ -261,24 +303,41 @@ def _diagnose(
             continue
         obj = parse_line(path, number, line)
         for key, dtype in dtypes.items():
-            value = obj.get(key)
-            if value is None:
-                continue
-            if isinstance(dtype, pl.List):
-                fits = isinstance(value, list) and all(_fits(v, dtype.inner) for v in value)
-            else:
-                fits = _fits(value, dtype)
-            if not fits:
+            misfit = _misfit(obj.get(key), dtype)
+            if misfit is not None:
+                inside, expected, value = misfit
                 shown = orjson.dumps(value).decode()[:60]
+                part = f" at {key}{inside}" if inside else ""
                 msg = (
-                    f"{where(path, number, key, line=True)}: expected {_describe(dtype)}, saw "
-                    f"{shown}. Hint: every line must use the same types"
+                    f"{where(path, number, key, line=True)}: expected {_describe(expected)}"
+                    f"{part}, saw {shown}. Hint: every line must use the same types"
                 )
                 raise DataError(msg)
 
 
+def _misfit(value: object, dtype: Any, inside: str = "") -> tuple[str, Any, object] | None:
+    """The first part of ``value`` that polars cannot read as ``dtype``: where in the value
+    (``[1].start``), the type it needs, and the part; None if it all fits. A list of scalars
+    is named whole."""
+    if value is None:
+        return None
+    if isinstance(dtype, pl.List):
+        if not isinstance(value, list):
+            return inside, dtype, value
+        if isinstance(dtype.inner, (pl.List, pl.Struct)):
+            found = (_misfit(v, dtype.inner, f"{inside}[{i}]") for i, v in enumerate(value))
+            return next((f for f in found if f is not None), None)
+        return None if all(_fits(v, dtype.inner) for v in value) else (inside, dtype, value)
+    if isinstance(dtype, pl.Struct):
+        if not isinstance(value, dict):
+            return inside, dtype, value
+        fields = (_misfit(value.get(f.name), f.dtype, f"{inside}.{f.name}") for f in dtype.fields)
+        return next((f for f in fields if f is not None), None)
+    return None if _fits(value, dtype) else (inside, dtype, value)
+
+
 def _fits(value: object, dtype: Any) -> bool:
-    """Whether polars reads a JSON value as ``dtype`` (only the types advcli checks)."""
+    """Whether polars reads a JSON scalar as ``dtype`` (only the types advcli checks)."""
     if value is None:
         return True
     if dtype == pl.Boolean:
@@ -287,12 +346,14 @@ def _fits(value: object, dtype: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     if dtype.is_float():
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return True  # text takes any value; nested types are left to polars' own message
+    return True  # text takes any value
 
 
 def _describe(dtype: Any) -> str:
     inner = dtype.inner if isinstance(dtype, pl.List) else dtype
-    if inner == pl.Boolean:
+    if isinstance(inner, (pl.List, pl.Struct)):
+        one, many = ("a list", "lists") if isinstance(inner, pl.List) else ("an object", "objects")
+    elif inner == pl.Boolean:
         one, many = "a boolean", "booleans"
     elif inner.is_integer():
         one, many = "a 64-bit integer", "64-bit integers"

@@ -25,6 +25,8 @@ from advcli.io.arrow import flat_list
 from advcli.io.schema import SPAN_KINDS, Roles
 from advcli.io.sources import Sources
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest number advcli can write
+
 
 @dataclass
 class Rows:
@@ -133,6 +135,18 @@ class _Checker:
             row = _first(col.is_null().to_numpy(zero_copy_only=False))
             self.fail(row, column, f"{what} is missing (null)", f"every row needs a {what}")
 
+    def utf8(self, column: str) -> None:
+        """Text is valid UTF-8 (Parquet readers do not check it; a corrupt page can break it)."""
+        col = self.table.column(column)
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            return
+        try:
+            col.validate(full=True)
+        except pa.ArrowInvalid:
+            raw = col.cast(pa.large_binary()).to_pylist()
+            row = next(i for i, v in enumerate(raw) if v is not None and not _decodes(v))
+            self.fail(row, column, "text that is not valid UTF-8", "check the file is intact")
+
     def finite(
         self,
         column: str,
@@ -140,14 +154,19 @@ class _Checker:
         offsets: np.ndarray | None = None,
         positions: np.ndarray | None = None,
     ) -> None:
-        """Every ``x`` finite; ``x`` is per row, or per token (``offsets``) at ``positions``."""
-        bad = ~np.isfinite(x)
+        """Every ``x`` finite and within float32's range (advcli writes float32: a larger
+        number would come out infinite); ``x`` is per row, or per token (``offsets``) at
+        ``positions``."""
+        bad = ~(np.abs(x) <= FLOAT32_MAX)  # NaN too
         if bad.any():
             i = _first(bad)
             row = i
             if offsets is not None:
                 token = i if positions is None else int(positions[i])
                 row = int(np.searchsorted(offsets, token, side="right")) - 1
+            if np.isfinite(x[i]):
+                problem = f"value {x[i]:g} is beyond float32's range (±3.4e38), which advcli writes"
+                self.fail(row, column, problem, "scale the column")
             self.fail(row, column, f"value {x[i]} is not a finite number", "fix or drop the row")
 
 
@@ -208,10 +227,12 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
     group_codes = group_keys = None
     if roles["prompt_id"] is not None:
         check.no_nulls(roles["prompt_id"], "prompt id")
+        check.utf8(roles["prompt_id"])
         group_codes, group_keys = _codes(table.column(roles["prompt_id"]))
 
     if roles["rollout_id"] is not None:
         check.no_nulls(roles["rollout_id"], "rollout id")
+        check.utf8(roles["rollout_id"])
         rollout_codes, rollout_keys = _codes(table.column(roles["rollout_id"]))
     else:
         rollout_codes, rollout_keys = np.arange(table.num_rows, dtype=np.int64), None
@@ -271,8 +292,13 @@ def extract_tokens(
     check = _Checker(table, sources, row0)
     ids_col = roles.column("input_ids")
     check.no_nulls(ids_col, "token list")
-    _, offsets = flat_list(table.column(ids_col))
+    ids, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
+    if len(ids) and pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
+        token = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
+        row = int(np.searchsorted(offsets, token, side="right")) - 1
+        problem = f"token id {ids[token].as_py()} is negative"
+        check.fail(row, ids_col, problem, "token ids are vocabulary indices, 0 or more")
 
     def token_list(role: str) -> pa.Array | None:
         col = roles[role]
@@ -298,10 +324,18 @@ def extract_tokens(
         check.finite(roles.column("token_rewards"), token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
         vals = _numeric(flat, floats=True)  # widened later, only at the action steps
-        if not np.isfinite(vals).all():  # non-finite values off actions are allowed
+        if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
             at_actions = np.flatnonzero(mask)
             check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
     return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
@@ -423,6 +457,9 @@ def _segments(
         raise SchemaError(msg)
     seg = seg.to_numpy(zero_copy_only=False).astype(np.int64)
     base = int(seg.min())
+    if base < 0:
+        row = int(np.argmin(seg))
+        check.fail(row, col, f"segment index {base} is negative", "number segments 0, 1, ...")
     order = np.lexsort((seg, rollout_codes))
     codes_sorted, seg_sorted = rollout_codes[order], seg[order]
     first = np.r_[True, codes_sorted[1:] != codes_sorted[:-1]]

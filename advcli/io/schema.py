@@ -18,7 +18,7 @@ from advcli.errors import SchemaError, UsageError, columns_found
 # kind: what type a role's column must have.
 #   key: string or integer scalar; num: numeric scalar; bool: boolean scalar;
 #   ids: list of integers; mask: list of 0/1 integers or booleans; nums: list of numbers;
-#   spans: list of {start, end, kind} structs.
+#   spans: list of {start, end, kind} structs, start and end integers.
 ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "prompt_id": ("key", ("uid", "prompt", "group_id", "prompt_idx", "query_id", "task_id")),
     "rollout_id": ("key", ("sample_id", "trajectory_id", "traj_id", "episode_id")),
@@ -54,9 +54,10 @@ def _fits(kind: str, t: pa.DataType) -> bool:
     if kind == "nums":
         return pa.types.is_integer(inner) or pa.types.is_floating(inner)
     if kind == "spans":
-        return pa.types.is_struct(inner) and {"start", "end", "kind"} <= {
-            inner.field(i).name for i in range(inner.num_fields)
-        }
+        fields = {f.name: f.type for f in inner} if pa.types.is_struct(inner) else {}
+        return {"start", "end", "kind"} <= set(fields) and all(
+            pa.types.is_integer(fields[name]) for name in ("start", "end")
+        )
     return False
 
 
@@ -67,7 +68,7 @@ _KIND_TEXT = {
     "ids": "a list of integers",
     "mask": "a list of 0/1",
     "nums": "a list of numbers",
-    "spans": "a list of {start, end, kind}",
+    "spans": "a list of {start, end, kind} with integer start and end",
 }
 
 

@@ -27,7 +27,9 @@ import pyarrow.parquet as pq
 
 from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io import jsonl
+from advcli.io.arrow import nul_name
 from advcli.io.jsonl import STDIN, is_jsonl
+from advcli.io.schema import ROLES
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -242,6 +244,9 @@ class ParquetSource(LogSource):
                 raise _unreadable_parquet(f, exc) from None
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
+            if (name := nul_name(schemas[-1])) is not None:
+                msg = f"{f}: column {name!r} holds a NUL character. Hint: rename the column"
+                raise DataError(msg)
         self.file_columns = [set(schema.names) for schema in schemas]
         if self.n_rows == 0:
             raise no_rows(", ".join(files))
@@ -321,6 +326,11 @@ class JsonlSource(LogSource):
                     jsonl.jsonl_schema(f, jsonl.head(lines, jsonl.SCHEMA_LINES), mapping)
                 )
         self.file_columns = [set(schema) for schema in schemas]
+        role_names = {n for role, (_, aliases) in ROLES.items() for n in (role, *aliases)}
+        role_names |= {column.partition(".")[0] for column in mapping.values()}
+        self._unique_keys = [c for c in dict.fromkeys(k for s in schemas for k in s)
+                             if c in role_names]  # fmt: skip
+        self._unique_checked: set[int] = set()  # files whose keys were checked
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -334,7 +344,11 @@ class JsonlSource(LogSource):
         schema = full if names is None else {n: full[n] for n in names}
         for i, path in enumerate(self.files):
             for line, chunk in jsonl.chunks(path, self.chunk_bytes):
-                yield i, jsonl.read_ndjson(path, chunk, full, line, schema=schema)
+                frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
+                if i not in self._unique_checked:
+                    jsonl.refuse_duplicate_keys(path, chunk, line, frame.height, self._unique_keys)
+                yield i, frame
+            self._unique_checked.add(i)
 
     def files_without(self, column: str) -> list[str]:
         return [

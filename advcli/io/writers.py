@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -328,29 +329,50 @@ def write_json_to(path: Path, obj: dict) -> None:
 def read_metadata(path: str) -> dict | None:
     """The advcli metadata of an output written by advcli, or None.
 
-    A JSONL output's ``.meta.json`` records the size and sha256 of the data it describes: a
-    JSONL file that is not that data (a run interrupted between the two renames, an edit) is
-    an error rather than a file described by another run's metadata.
+    A JSONL output's ``.meta.json`` records the size and sha256 of the data it describes, and
+    is written in full (under a temporary name) before the data moves into place: a run killed
+    between the two moves leaves the new data with the old metadata (or none) and the new
+    metadata still under its temporary name, which is then the one returned. A ``.meta.json``
+    that describes other data (an edit) is an error rather than the wrong metadata.
     """
     if not is_jsonl_output(path):
         raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
         return None if raw is None else _metadata(raw, f"{path} (its advcli metadata)")
     meta_path = Path(f"{path}.meta.json")
-    if not meta_path.exists():
+    meta = _metadata(meta_path.read_bytes(), str(meta_path)) if meta_path.exists() else None
+    data = _DataDigest(path)
+    if meta is not None and data.described_by(meta):
+        return meta
+    pending = meta_path.parent.glob(f".{glob_escape(meta_path.name)}.advcli-*.tmp")
+    for candidate in sorted(pending):
+        with contextlib.suppress(DataError, OSError):
+            found = _metadata(candidate.read_bytes(), str(candidate))
+            if found.get("data") is not None and data.described_by(found):
+                return found
+    if meta is None:
         return None
-    meta = _metadata(meta_path.read_bytes(), str(meta_path))
-    data = meta.get("data")
-    if data is not None and (
-        not isinstance(data, dict)
-        or os.path.getsize(path) != data.get("bytes")
-        or file_sha256(path) != data.get("sha256")
-    ):
-        msg = (
-            f"{meta_path}: describes another version of {path} (an interrupted or later "
-            "write, or an edit). Hint: annotate the log again"
-        )
-        raise DataError(msg)
-    return meta
+    msg = (
+        f"{meta_path}: describes another version of {path} (an edit, or another program's "
+        "write). Hint: annotate the log again"
+    )
+    raise DataError(msg)
+
+
+class _DataDigest:
+    """A data file's size and sha256, computed once and only when asked."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @functools.cached_property
+    def record(self) -> dict[str, Any]:
+        return {"bytes": os.path.getsize(self.path), "sha256": file_sha256(self.path)}
+
+    def described_by(self, meta: dict) -> bool:
+        data = meta.get("data")
+        if data is None:
+            return True  # written before advcli recorded it
+        return isinstance(data, dict) and all(data.get(k) == v for k, v in self.record.items())
 
 
 _METADATA_TYPES = {"method": str, "params": dict, "roles": dict, "convention": str}
@@ -500,8 +522,9 @@ class TableWriter:
             if self.fmt != "jsonl":
                 publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
                 return
-            # The metadata is written in full before the data moves, so a full disk stops the
-            # run with the old output intact.
+            # The metadata is written in full before the data moves: a full disk stops the run
+            # with the old output intact, and a kill between the two moves leaves it where
+            # read_metadata() finds it.
             data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
             with atomic_path(f"{self.out}.meta.json") as meta:
                 write_json_to(meta, {**self.metadata, "data": data})
