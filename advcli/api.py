@@ -189,8 +189,9 @@ def annotate(
 ) -> dict[str, Any]:
     """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
 
-    ``critic`` scores the values when the log has none; ``preset`` reads the log as that
-    framework wrote it (``--from``).
+    ``critic`` scores the values (those of the log, if it has any, are then not read: a
+    warning says so and the metadata records it); ``preset`` reads the log as that framework
+    wrote it (``--from``).
     """
     started = time.perf_counter()
     out = os.fspath(out)
@@ -198,13 +199,23 @@ def annotate(
     paths = _paths(inputs)
     fmt = output_format(out, fmt)
     check_output(out, input_files(paths, preset), force=force)
+    if critic is not None and not methods.get(method).reads_values:
+        reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
+        msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
+        raise UsageError(msg)
     log = open_log(paths, col, preset=preset, options=preset_options)
     roles = log.roles
-    scorer = None
-    scores = methods.get(method).reads_values and roles["input_ids"] is not None
-    if critic is not None and scores and roles["values"] is None:
+    scorer = rescored = None
+    if critic is not None:
+        log.require({"input_ids"}, what="--critic")
         scorer = CriticScorer(critic, log.sources, roles)
+        rescored = roles["values"]
     run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
+    if rescored is not None:
+        run.warnings.append(
+            f"the log's '{rescored}' column is not read: --critic scores the values "
+            "(recorded in the output's metadata)"
+        )
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())

@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn, Optional
 import numpy as np
 import orjson
 import typer
+import typer.core
 import typer.main
 from polars.exceptions import PanicException as _Panic
 
@@ -146,14 +147,15 @@ def _critic_options(
 
 
 def _report(title: str, result: dict, *, as_json: bool, quiet: bool) -> None:
-    """A command's result: JSON on stdout, or a summary and its warnings on stderr."""
+    """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
+    a summary (unless quiet) and the warnings on stderr."""
     warnings = result.pop("warnings", [])
     if as_json:
         _print_json({**result, "warnings": warnings})
+        return
     if not quiet:
         render.summary(title, result)
-    if not as_json:  # with --json, warnings are in the JSON only
-        _warn(warnings)
+    _warn(warnings)
 
 
 def _print_json(obj: object) -> None:
@@ -438,11 +440,18 @@ def audit(
     as_json: Json = False,
     list_: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--list", help="Print the prompt ids of zero-variance or singleton groups."),
+        typer.Option(
+            "--list",
+            help="Print the prompt ids of zero-variance or singleton groups (--json: as a list).",
+        ),
     ] = None,
     fail_above: Annotated[
         Optional[float],  # noqa: UP045
-        typer.Option(help="Exit with status 3 when the zero-variance share of rollouts is above."),
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Exit with status 3 when the zero-variance share of rollouts is above (0 to 1).",
+        ),
     ] = None,
     zero_variance_tol: Annotated[float, typer.Option(help="max - min <= this.")] = 1e-9,
     preset: str | None = None,
@@ -458,7 +467,9 @@ def audit(
             preset_options=preset_options, progress=activity.progress,
         )  # fmt: skip
     report = found.report
-    if list_:
+    if list_ and as_json:
+        _print_json(found.prompt_ids(list_))
+    elif list_:
         for key in found.prompt_ids(list_):
             sys.stdout.write(f"{_one_line(key)}\n")
     elif as_json:
@@ -580,11 +591,7 @@ def verify(
     as_json: Json = False,
 ) -> None:
     """Re-read every shard: checksums, schema, row and token counts against the manifest."""
-    result = api.verify(folder)
-    if as_json:
-        _print_json(result)
-    if not quiet:
-        render.summary(f"verify: {folder}", result)
+    _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
 
 
 def version_callback(value: bool) -> None:
@@ -615,8 +622,10 @@ def command() -> Any:
     for cmd in [group, *getattr(group, "commands", {}).values()]:
         help_option = cmd.get_help_option(typer.Context(cmd))  # made once, then kept
         for param in [*cmd.params, *([help_option] if help_option else [])]:
-            if param.name == "inputs":
-                param.metavar = "INPUT"
+            if isinstance(param, typer.core.TyperArgument):
+                param.metavar = param.name.upper().removesuffix("S")  # INPUT, FOLDER
+                # no "<list[str]>" beside it: the name says what it is
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
             elif getattr(param, "is_flag", False):
                 param.metavar = ""
             else:

@@ -360,6 +360,8 @@ class Run:
         }
         if self.scorer is not None and self.method.reads_values:
             meta.update(self.scorer.metadata)
+            if self.roles["values"] is not None:  # the log's own values, not read
+                meta["critic"] = {**meta["critic"], "replaced_column": self.roles["values"]}
         return meta
 
 

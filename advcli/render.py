@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from advcli.core.audit import AuditReport
+from advcli.io.sources import metered
 
 stderr = Console(stderr=True)
 stdout = Console()
@@ -31,34 +42,43 @@ def _fmt(x: object) -> str:
 
 
 class Activity:
-    """One live line on stderr for long work: the current stage, rows, tokens and tokens/s.
+    """One live line on stderr for long work: the stage, a bar with the share done and the time
+    left (where the pass knows its total), rows read, tokens/s and the time elapsed.
 
-    ``activity.stage(name)`` is a context manager naming what runs; ``activity.progress`` is
-    the ``(rows, tokens)`` callback of the pass that writes. Silent when quiet or when stderr is
-    not a terminal.
+    ``activity.stage(name)`` is a context manager naming what runs. Every pass over a log
+    reports through :func:`advcli.io.sources.metered` while the activity is open;
+    ``activity.progress`` is the ``(rows, tokens)`` callback of the pass that writes, for the
+    tokens/s. Silent when quiet or when stderr is not a terminal.
     """
 
     def __init__(self, quiet: bool):
         self.enabled = not quiet and stderr.is_terminal
         self._bar: Progress | None = None
         self._task = TaskID(0)
+        self._metering = contextlib.ExitStack()
+        self._started = time.perf_counter()
 
     def __enter__(self) -> Activity:
         if self.enabled:
             self._bar = Progress(
                 SpinnerColumn(),
                 TextColumn("{task.description}"),
-                TextColumn("{task.fields[rows]:,} rows, {task.completed:,.0f} tokens"),
+                BarColumn(bar_width=24),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[rows]:,} rows"),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 console=stderr,
                 transient=True,
             )
             self._bar.__enter__()
             self._task = self._bar.add_task("starting", total=None, rows=0, rate="")
+            self._metering.enter_context(metered(self.meter))
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self._metering.close()
         if self._bar is not None:
             self._bar.__exit__(*exc_info)
             self._bar = None
@@ -66,14 +86,20 @@ class Activity:
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         if self._bar is not None:
-            self._bar.reset(self._task, description=name, rows=0, rate="")
+            self._bar.reset(self._task, description=name, total=None, rows=0, rate="")
+            self._started = time.perf_counter()
         yield
+
+    def meter(self, rows: int, share: float | None) -> None:
+        """A pass has read ``rows``, ``share`` of it (None: its total is not known)."""
+        if self._bar is not None:
+            total = None if share is None else 1.0
+            self._bar.update(self._task, total=total, completed=share or 0.0, rows=rows)
 
     def progress(self, rows: int, tokens: int) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=tokens, rows=rows)
-            speed = self._bar.tasks[0].speed
-            self._bar.update(self._task, rate=f"{speed or 0:,.0f} tokens/s")
+            seconds = max(time.perf_counter() - self._started, 1e-9)
+            self._bar.update(self._task, rows=rows, rate=f"{tokens / seconds:,.0f} tokens/s")
 
 
 def summary(title: str, data: dict, console: Console = stderr) -> None:

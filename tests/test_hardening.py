@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -687,3 +688,164 @@ def test_ctrl_c_is_ignored_when_the_parent_ignores_it(tmp_path):
     _, err = proc.communicate()
     assert proc.returncode == 0, err
     assert writers.read_metadata(str(out)) is not None
+
+
+# 17. typer's usage errors in advcli's form; --json alone on stdout; ranges checked.
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["annotate", "log.jsonl", "--out", "o.parquet"], "Missing option '--method'"),
+        (["annotate", "log.jsonl", "--method", "gae", "--gamma", "abc", "-o", "o.parquet"],
+         "Invalid value for '--gamma'"),
+        (["audit", "log.jsonl", "--fail-above", "2"], "Invalid value for '--fail-above'"),
+        (["audit", "log.jsonl", "--fail-above", "-0.1"], "Invalid value for '--fail-above'"),
+        (["audit", "log.jsonl", "--list", "everything"], "expected zero-variance or singleton"),
+        (["annotate", "log.jsonl", "--nosuch"], "No such option: --nosuch"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)  # fmt: skip
+def test_usage_errors_are_one_line_and_exit_2(small_log, args, needle):
+    proc = run(*args, cwd=Path(small_log).parent)
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("advcli: error: ") and needle in line, line
+
+
+def test_json_alone_prints_json_on_stdout_and_nothing_on_stderr(tmp_path):
+    log = write_jsonl(tmp_path / "log.jsonl", [rollout(f"p{i}", 1.0) for i in range(3)])
+    out = str(tmp_path / "o.parquet")
+    for args in (["annotate", log, "--method", "grpo", "--out", out], ["schema", log],
+                 ["audit", log], ["shard", log, "--method", "grpo", "--out", str(tmp_path / "s")],
+                 ["verify", str(tmp_path / "s")]):  # fmt: skip
+        proc = run(*args, "--json")
+        assert proc.returncode == 0 and proc.stderr == b"", (args, proc.stderr)
+        result = json.loads(proc.stdout)
+        if "warnings" in result:  # every group a singleton: the warning is in the JSON
+            assert args[0] == "verify" or result["warnings"]
+    proc = run("audit", log, "--list", "singleton", "--json")
+    assert json.loads(proc.stdout) == ["p0", "p1", "p2"] and proc.stderr == b""
+
+
+# 18. --critic with a method that reads no values; --critic over a log that has values.
+
+
+def test_critic_with_a_method_that_reads_no_values_is_refused(small_log, tmp_path):
+    proc = run("annotate", small_log, "--method", "grpo", "--critic", "c.onnx",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("advcli: error: --critic: grpo reads no values.")
+
+
+def test_critic_over_logged_values_scores_them_and_says_so(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=32000, dim=8, hidden=8))
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pq.read_table(SAMPLE / "rollouts.parquet").drop_columns(["values"]), raw)
+    args = ["--method", "gae", "--critic", str(critic)]
+    with_values, without = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    proc = run("annotate", str(SAMPLE / "rollouts.parquet"), *args, "--out", str(with_values))
+    assert proc.returncode == 0
+    assert "advcli: warning: the log's 'values' column is not read: --critic scores" in \
+        proc.stderr.decode()  # fmt: skip
+    assert run("annotate", str(raw), *args, "-q", "--out", str(without)).returncode == 0
+    a, b = pq.read_table(with_values), pq.read_table(without)
+    assert a.column("advantages").equals(b.column("advantages"))  # the critic's values, both
+    meta = writers.read_metadata(str(with_values))
+    assert meta["critic"]["replaced_column"] == "values"
+
+
+# 19. Every --help renders: metavars in words, nothing eaten by rich markup.
+
+
+def test_every_command_help_renders_its_options_in_words():
+    from advcli.cli import command
+
+    group = command()
+    for name, cmd in [("", group), *group.commands.items()]:
+        proc = run(*([name] if name else []), "--help")
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout.decode()
+        flat = " ".join(text.replace("│", " ").split())
+        for ugly in ("<bool>", "<str>", "<int>", "<float>", "<list["):
+            assert ugly not in text, (name, ugly)
+        for param in cmd.params:
+            for opt in param.opts:
+                assert opt in text or param.metavar in text, (name, opt)
+            if param.help and "[" in param.help:  # rich markup would eat [t-1]-like text
+                for bracketed in re.findall(r"\[[^\]]*\]", param.help):
+                    assert bracketed in flat, (name, param.name, bracketed)
+    score = run("score", "--help").stdout.decode()
+    assert "output at t-1" in " ".join(score.replace("│", " ").split())
+
+
+# 20. Every pass moves the progress line, with its share done where its total is known.
+
+
+def _passes(calls: list[tuple[int, float | None]]) -> list[list[tuple[int, float | None]]]:
+    """The meter's calls cut into passes (the rows read start again)."""
+    passes: list[list[tuple[int, float | None]]] = []
+    for rows, share in calls:
+        if not passes or rows <= passes[-1][-1][0]:
+            passes.append([])
+        passes[-1].append((rows, share))
+    return passes
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
+def test_every_pass_reports_its_progress(tmp_path, suffix):
+    import advcli
+    from advcli.io.sources import metered
+
+    rows = group_log(30, 4)
+    paths = []
+    for k in range(3):  # three files: a JSONL pass reports after each (a chunk each)
+        part = [{**r, "rollout_id": f"{r['rollout_id']}-{k}", "values": [0.5] * 5} for r in rows]
+        path = tmp_path / f"log{k}{suffix}"
+        if suffix == ".parquet":
+            write_parquet(path, part)
+        else:
+            data = b"".join(orjson.dumps(r) + b"\n" for r in part)
+            path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+        paths.append(str(path))
+    calls: list[tuple[int, float | None]] = []
+    with metered(lambda rows, share: calls.append((rows, share))):
+        advcli.annotate(paths, tmp_path / "o.parquet", method="gae", convention="verl",
+                        batch_rows=50)  # fmt: skip
+    passes = _passes(calls)
+    assert len(passes) >= 3  # per-row columns, whitening statistics, the annotated rows
+    for i, one in enumerate(passes):
+        assert one[-1][0] == 360, one  # every pass reads every row
+        if suffix == ".jsonl.gz" and i == 0:
+            assert {share for _, share in one} == {None}  # no total before the rows are counted
+        else:
+            shares = [share for _, share in one]
+            assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0), one
+
+
+# 21. Two files with the same rollouts: the error names both.
+
+
+def test_a_folder_holding_one_log_in_two_formats_names_both_files(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name in ("rollouts.jsonl", "rollouts.parquet"):
+        shutil.copy(SAMPLE / name, folder / name)
+    proc = run("audit", str(folder))
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {folder}/rollouts.parquet: row 0, column 'segment_index': rollout "
+        f"'r00' (segment 0) is also at {folder}/rollouts.jsonl line 1; two files hold the same "
+        "rollouts (one log in two formats in one folder?). Hint: give only one of them"
+    )
+    rows = group_log(2, 2)
+    a = write_jsonl(tmp_path / "a.jsonl", rows)
+    b = write_jsonl(tmp_path / "b.jsonl", rows[2:])  # no segment_index: ids must be unique
+    proc = run("annotate", a, b, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert f"{b}: line 1, column 'rollout_id': rollout 'p1-r0' is also at {a} line 3" in \
+        one_line(proc)  # fmt: skip

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, row_of
-from advcli.errors import DataError, SchemaError, columns_found
+from advcli.errors import DataError, SchemaError, columns_found, where
 from advcli.io.arrow import flat_list
 from advcli.io.schema import SPAN_KINDS, Roles
 from advcli.io.sources import Sources
@@ -134,6 +134,18 @@ class _Checker:
         if col.null_count:
             row = _first(col.is_null().to_numpy(zero_copy_only=False))
             self.fail(row, column, f"{what} is missing (null)", f"every row needs a {what}")
+
+    def same_rollout_in_two_files(self, a: int, b: int, column: str, rollout: str) -> None:
+        """Rows ``a`` and ``b`` hold the same rollout: if in two files, say which."""
+        file_a, at_a, line_a = self.sources.locate(self.row0 + a)
+        file_b, at_b, line_b = self.sources.locate(self.row0 + b)
+        if file_a != file_b:
+            msg = (
+                f"{where(file_b, at_b, column, line=line_b)}: rollout {rollout} is also at "
+                f"{file_a} {'line' if line_a else 'row'} {at_a}; two files hold the same "
+                "rollouts (one log in two formats in one folder?). Hint: give only one of them"
+            )
+            raise DataError(msg)
 
     def utf8(self, column: str) -> None:
         """Text is valid UTF-8 (Parquet readers do not check it; a corrupt page can break it)."""
@@ -436,11 +448,13 @@ def _segments(
         if roles["rollout_id"] is not None and repeats.any():
             assert rollout_keys is not None
             dup_code = sorted_codes[_first(repeats)]
+            first, second = (int(r) for r in np.flatnonzero(rollout_codes == dup_code)[:2])
+            rid = rollout_keys[dup_code].as_py()
+            check.same_rollout_in_two_files(first, second, roles["rollout_id"], f"{rid!r}")
             check.fail(
-                int(np.flatnonzero(rollout_codes == dup_code)[1]),
+                second,
                 roles["rollout_id"],
-                f"rollout id {rollout_keys[dup_code].as_py()!r} appears on several rows "
-                "but the log has no segment_index",
+                f"rollout id {rid!r} appears on several rows but the log has no segment_index",
                 "give segments a 'segment_index' column, or make rollout ids unique",
             )
         return np.zeros(n, dtype=np.int64)
@@ -472,6 +486,9 @@ def _segments(
         i = _first(bad)
         rid = rollout_keys[codes_sorted[i]].as_py()
         repeated = i > 0 and not first[i] and seg_sorted[i] == seg_sorted[i - 1]
+        if repeated:
+            what = f"{rid!r} (segment {seg_sorted[i]})"
+            check.same_rollout_in_two_files(int(order[i - 1]), int(order[i]), col, what)
         problem = (
             f"rollout {rid!r} has segment {seg_sorted[i]} twice"
             if repeated

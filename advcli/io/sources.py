@@ -9,12 +9,15 @@ few columns, or batches of rows; :class:`Sources` turns a global row back into i
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import glob
 import io
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -93,6 +96,30 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             if f not in files:
                 files.append(f)
     return files
+
+
+Meter = Callable[[int, float | None], None]
+"""``meter(rows read, share of the pass done or None)``: how a pass over a log advances."""
+
+_METER: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("meter", default=None)
+
+
+@contextlib.contextmanager
+def metered(meter: Meter) -> Iterator[None]:
+    """Report every pass over a log that runs in this block to ``meter`` (the CLI's progress
+    line). Passes report as they read, whichever code drives them."""
+    token = _METER.set(meter)
+    try:
+        yield
+    finally:
+        _METER.reset(token)
+
+
+def report(rows: int, share: float | None) -> None:
+    """Tell the meter of this block (if any) how far the pass has got."""
+    meter = _METER.get()
+    if meter is not None:
+        meter(rows, None if share is None else min(share, 1.0))
 
 
 @dataclass
@@ -222,6 +249,8 @@ class TableSource(LogSource):
         table = self.table if names is None else self.table.select(names)
         for start in range(0, table.num_rows, rows):
             yield start, table.slice(start, rows)
+            done = min(start + rows, table.num_rows)
+            report(done, done / table.num_rows)
 
 
 class ParquetSource(LogSource):
@@ -277,6 +306,8 @@ class ParquetSource(LogSource):
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             tables.append(_conform(table, target))
+            done = sum(t.num_rows for t in tables)
+            report(done, done / self.n_rows)
         return pa.concat_tables(tables)
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
@@ -284,6 +315,7 @@ class ParquetSource(LogSource):
         for table in self._file_tables(names, rows):
             yield start, table
             start += table.num_rows
+            report(start, start / self.n_rows)  # the row count is in the files' footers
 
     def files_without(self, column: str) -> list[str]:
         return [
@@ -342,13 +374,26 @@ class JsonlSource(LogSource):
         """``(file index, frame)`` for every chunk of every file, in order."""
         full = self.polars_schema
         schema = full if names is None else {n: full[n] for n in names}
+        rows = read = 0
+        known = sum(self.sources.row_counts) if self.sources.row_counts else None
         for i, path in enumerate(self.files):
             for line, chunk in jsonl.chunks(path, self.chunk_bytes):
                 frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
                 if i not in self._unique_checked:
                     jsonl.refuse_duplicate_keys(path, chunk, line, frame.height, self._unique_keys)
                 yield i, frame
+                rows, read = rows + frame.height, read + len(chunk)
+                # the share: of the rows once counted; of the bytes until then (plain files)
+                size = self._plain_bytes
+                report(rows, rows / known if known else read / size if size else None)
             self._unique_checked.add(i)
+
+    @functools.cached_property
+    def _plain_bytes(self) -> int | None:
+        """The files' size in bytes; None if one is compressed (its share is not known)."""
+        if any(not f.lower().endswith(jsonl.PLAIN_JSONL_SUFFIXES) for f in self.files):
+            return None
+        return sum(os.path.getsize(f) for f in self.files)
 
     def files_without(self, column: str) -> list[str]:
         return [
@@ -425,7 +470,8 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
         except BaseException as exc:  # handed to the consumer
             box.put(exc)
 
-    thread = threading.Thread(target=run, daemon=True)
+    context = contextvars.copy_context()  # the meter of the block: reads report to it
+    thread = threading.Thread(target=context.run, args=(run,), daemon=True)
     thread.start()
     try:
         while (item := box.get()) is not done:

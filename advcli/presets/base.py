@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from advcli.errors import AdvcliError, DataError, UsageError, where
 from advcli.io import jsonl
-from advcli.io.sources import LogSource, Sources, refuse_pickle
+from advcli.io.sources import LogSource, Sources, refuse_pickle, report
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -304,6 +304,7 @@ class PresetSource(LogSource):
             lines.append(converted.lines)
             counts.append(converted.table.num_rows)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
+            report(sum(counts), (i + 1) / len(files))
         self.sources = Sources(files=files, row_counts=counts, lines=lines)
         if not sum(counts):
             msg = f"{', '.join(files)}: the input has no rows. Hint: check the files"
@@ -338,3 +339,4 @@ class PresetSource(LogSource):
                 part = table.slice(lo, rows)
                 yield start, part
                 start += part.num_rows
+                report(start, start / self.n_rows)

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from advcli.core.ragged import offsets_from_lengths, ranges
 from advcli.io.arrow import flat_list, list_array, narrow
 from advcli.io.checksum import file_sha256
+from advcli.io.sources import report
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options
 from advcli.shards.layout import Layout
 from advcli.shards.options import OWN_COLUMNS, ShardOptions
@@ -178,6 +179,7 @@ def write_pieces(
     """Bucket by bucket, put the rows in order and write the pieces into the shards."""
     files = ShardFiles(folder, plan, metadata)
     totals = shard_totals(plan)
+    ends = lay.bucket_positions[1:]
     for j in range(lay.n_buckets):
         path = bucket_path(buckets, j)
         with pa.OSFile(str(path)) as fh:
@@ -204,5 +206,6 @@ def write_pieces(
             )
             files.write(k, s, table)
         del bucket
+        report(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
     files.close()
     return files.records
