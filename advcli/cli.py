@@ -204,8 +204,24 @@ def _injected(
 def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """An option for every method parameter (:data:`advcli.methods.PARAMETERS`), after the
     option ``after``; the command gets them as one dict, ``params`` (None: not given)."""
-    options = [_option(param) for param in PARAMETERS.values()]
+    options = [_option(p) for p in PARAMETERS.values() if p.name not in SHARED_WITH_PRESETS]
     return _injected(after, options, lambda values: {"params": values})
+
+
+SHARED_WITH_PRESETS = ("reward_columns", "reward_weights")
+"""Method parameters that are also options of the presets (TRL's reward columns are GDPO's):
+one ``--reward-columns`` serves both, through :class:`PresetOptions`."""
+
+
+def _shared_params(options: PresetOptions | None) -> dict[str, Any]:
+    """The method parameters given as preset options (``--reward-columns`` for gdpo)."""
+    if options is None:
+        return {}
+    weights = ",".join(f"{name}={w!r}" for name, w in options.reward_weights.items())
+    return {
+        "reward_columns": ",".join(options.reward_columns) if options.reward_columns else None,
+        "reward_weights": weights or None,
+    }
 
 
 _FROM = "Logs as a framework wrote them"
@@ -226,9 +242,9 @@ _PRESET_OPTIONS = [
              f"Read the log as this framework writes it: {', '.join(PRESETS)}."),
     _keyword("reward_columns", Optional[str], (),  # noqa: UP045
              "trl: the reward functions' columns, comma separated (default: the float columns "
-             "between completion and advantage)."),
+             "between completion and advantage); gdpo: the reward columns it normalises."),
     _keyword("reward_weights", Optional[str], (),  # noqa: UP045
-             "trl: their weights, e.g. acc=1,fmt=0.5 (default 1 each)."),
+             "trl, gdpo: their weights, e.g. acc=1,fmt=0.5 (default 1 each)."),
     _keyword("group_size", Optional[int], (),  # noqa: UP045
              "trl: rollouts per prompt, num_generations (default: runs of the same prompt)."),
     _keyword("reward_key", Optional[str], (),  # noqa: UP045
@@ -236,10 +252,12 @@ _PRESET_OPTIONS = [
 ]  # fmt: skip
 
 
-def _presets(values: dict[str, Any]) -> dict[str, Any]:
+def _presets(values: dict[str, Any], methods: bool) -> dict[str, Any]:
     """``preset`` and ``preset_options`` from the ``--from`` options."""
     preset = values.pop("from_")
     given = [f"--{k.replace('_', '-')}" for k, v in values.items() if v is not None]
+    if methods:  # --reward-columns and --reward-weights are gdpo's too
+        given = [flag for flag in given if flag[2:].replace("-", "_") not in SHARED_WITH_PRESETS]
     if given and preset is None:
         msg = f"{given[0]} applies to a framework's log: add --from (e.g. --from trl)"
         raise UsageError(msg)
@@ -263,10 +281,12 @@ def _presets(values: dict[str, Any]) -> dict[str, Any]:
     return {"preset": preset, "preset_options": options}
 
 
-def with_preset_options(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def with_preset_options(
+    after: str, *, methods: bool = False
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """``--from`` and the options some frameworks' logs need; the command gets ``preset`` and
-    ``preset_options``."""
-    return _injected(after, _PRESET_OPTIONS, _presets)
+    ``preset_options``. ``methods``: the command runs a method, which may read some of them."""
+    return _injected(after, _PRESET_OPTIONS, lambda values: _presets(values, methods))
 
 
 def _one_line(key: object) -> str:
@@ -303,7 +323,7 @@ def schema(
 
 
 @app.command()
-@with_preset_options(after="col")
+@with_preset_options(after="col", methods=True)
 @with_method_parameters(after="convention")
 def annotate(
     inputs: Inputs,
@@ -348,12 +368,13 @@ def annotate(
             preset=preset,
             preset_options=preset_options,
             **(params or {}),
+            **_shared_params(preset_options),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
 
 
 @app.command()
-@with_preset_options(after="col")
+@with_preset_options(after="col", methods=True)
 @with_method_parameters(after="convention")
 def check(
     inputs: Inputs,
@@ -384,6 +405,7 @@ def check(
         result = api.check(
             inputs, preset=preset, preset_options=preset_options, method=method,
             convention=convention, tol=tol, col=col, stage=activity.stage, **(params or {}),
+            **_shared_params(preset_options),
         )  # fmt: skip
     warnings = result.pop("warnings")
     if as_json:

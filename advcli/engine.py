@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from advcli import __version__, methods, presets
 from advcli.core.ragged import lengths, row_of
-from advcli.errors import DataError, RowError, SchemaError
+from advcli.errors import DataError, RowError, SchemaError, UsageError, columns_found
 from advcli.io import jsonl
 from advcli.io.arrow import float_list
 from advcli.io.jsonl import STDIN
@@ -53,7 +53,7 @@ from advcli.io.sources import (
     open_source,
     prefetch,
 )
-from advcli.methods import Method, Plan
+from advcli.methods import Method, Plan, sum_rows
 from advcli.params import Params
 
 BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
@@ -271,8 +271,11 @@ class Run:
     ) -> Iterator[tuple[int, pa.Table, Tokens]]:
         """Batches of validated tokens (values from the log, or scored by the critic)."""
         from_log = values and self.scorer is None
+        extra = self.method.token_roles(self.params)
         for row0, table in prefetch(self.source.batches(names, self.batch_rows)):
-            tok = extract_tokens(table, self.roles, self.sources, row0, values=from_log)
+            tok = extract_tokens(
+                table, self.roles, self.sources, row0, values=from_log, extra=extra
+            )
             if values and self.scorer is not None:
                 tok.values = self.scorer(row0, table, tok)
                 _check_scored(tok, row0)
@@ -292,7 +295,7 @@ class Run:
             if isinstance(self.scorer, ValueCache):
                 done.callback(self.scorer.close)  # the last pass that reads the values
             for row0, table, tok in self.tokens(None, values=self.method.reads_values):
-                columns = self.method.apply(self.plan, tok, row0, self.params)
+                columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)
                 per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
@@ -303,6 +306,20 @@ class Run:
                 else:
                     tokens_kept = np.repeat(kept, lengths(tok.offsets))
                     yield Batch(out, adv[tokens_kept], tok.mask[tokens_kept])
+
+    def token_names(self, *, values: bool) -> list[str]:
+        """The token columns a pass reads (``values``: with the critic values)."""
+        extra = self.method.token_roles(self.params)
+        return token_columns(self.roles, values=values, extra=extra)
+
+    def row_sums(self, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The per-row sums of token columns the method plans with (one pass)."""
+        sums: dict[str, np.ndarray] = {}
+        for row0, _, tok in self.tokens(self.token_names(values=False), values=False):
+            for name, part in sum_rows(tok, wanted, self.params).items():
+                whole = sums.setdefault(name, np.zeros(self.rows.n_rows, dtype=part.dtype))
+                whole[row0 : row0 + len(part)] = part
+        return sums
 
     def _annotated_rows(self) -> Iterator[Batch]:
         """The final pass of a log without token ids: the method's per-row columns only."""
@@ -391,20 +408,30 @@ def plan_run(
     """
     source, roles = log.source, log.roles
     method = methods.get(params.method)
-    needs = set(method.roles) - ({"values"} if scorer is not None else set())
+    needs = method.needs(params) - ({"values"} if scorer is not None else set())
     log.require(needs, what=method.name, without_tokens=methods.without_tokens())
+    named = method.named_columns(params)
+    for name in named:
+        if name not in source.schema.names:
+            msg = f"{log.files}: no column '{name}' (named by {method.name}'s options)"
+            raise UsageError(f"{msg}. {columns_found(source.schema.names)}")
     with stage("reading per-row columns"):
-        rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+        steps = method.reads_steps
+        table = source.columns(row_columns(roles, steps=steps, named=named))
+        rows = extract_rows(table, roles, source.sources, steps=steps, named=named)
     warnings = [*log.warnings, *group_warnings(rows, roles)]
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
     with located(source.sources, roles):
+        if wanted := method.row_sums(params):
+            with stage("summing tokens per row"):
+                rows.sums = run.row_sums(wanted)
         run.plan = method.plan(rows, params)
         passes = method.passes(rows, params)
         if scorer is not None and method.reads_values and any(p.reads_values for p in passes):
             run.scorer = ValueCache(scorer)  # several passes read the values: score them once
         for token_pass in passes:
             with stage(token_pass.title):
-                names = token_columns(roles, values=token_pass.reads_values)
+                names = run.token_names(values=token_pass.reads_values)
                 for row0, _, tok in run.tokens(names, values=token_pass.reads_values):
                     token_pass.observe(run.plan, row0, tok)
                 run.plan = token_pass.finish(run.plan)

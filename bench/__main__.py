@@ -35,6 +35,23 @@ from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
+ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log with more columns
+    "opo": ["--method", "opo"],
+    "grpo-passk": ["--method", "grpo-passk", "--singleton", "zero"],
+    "gpg": ["--method", "gpg"],
+    "maxrl": ["--method", "maxrl"],
+    "sppo": ["--method", "sppo"],
+    "gdpo": ["--method", "gdpo", "--reward-columns", "reward,format_reward"],
+    "gdpo (trl)": ["--method", "gdpo", "--convention", "trl", "--reward-columns",
+                   "reward,format_reward"],
+    "grpo-process": ["--method", "grpo-process"],
+    "remax": ["--method", "remax"],
+    "opd": ["--method", "opd"],
+    "grpo --kl-coef 0.05 (k3)": ["--method", "grpo", "--kl-coef", "0.05", "--kl-estimator", "k3"],
+    "gae --kl-coef 0.05": ["--method", "gae", "--kl-coef", "0.05"],
+    "grpo --opd-coef 1": ["--method", "grpo", "--opd-coef", "1"],
+}  # fmt: skip
+
 
 def measured(args: list[str]) -> tuple[float, float]:
     """Run a command; return (seconds, peak resident MB)."""
@@ -68,6 +85,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=float, default=50e6, help="size of the Parquet log")
     parser.add_argument("--jsonl-tokens", type=float, default=5e6, help="size of the JSONL log")
     parser.add_argument("--loop-tokens", type=float, default=2e6, help="tokens for the loop")
+    parser.add_argument(
+        "--extras-tokens", type=float, default=20e6, help="size of the log for the estimators "
+        "that read more columns (log-probabilities, process rewards, ...)"
+    )  # fmt: skip
     parser.add_argument("--workdir", default=str(ROOT / "bench_out"))
     parser.add_argument("--skip-core", action="store_true", help="only the end-to-end runs")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each end-to-end step")
@@ -96,6 +117,17 @@ def main() -> None:
             *advcli, "annotate", str(log), "--method", method, "--gamma", "0.99",
             "--out", out, "--force", "-q",
         ]  # fmt: skip
+    extras = work / f"log-extras-{args.extras_tokens:.0f}.parquet"
+    if not extras.exists():
+        print(f"generating {extras} …", file=sys.stderr)
+        generate(str(extras), args.extras_tokens, extras=True)
+    extras_floor = [py, "-m", "bench.floor", "advcli", str(extras), str(work / "floor-x.parquet")]
+    for name, options in ESTIMATORS.items():
+        out = str(work / f"x-{name.split()[0]}.parquet")
+        steps[f"x: annotate {name}"] = [
+            *advcli, "annotate", str(extras), *options, "--out", out, "--force", "-q",
+        ]  # fmt: skip
+    steps["x: I/O floor (advcli)"] = extras_floor
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
     shards = work / "shards"
     steps["shard (grpo)"] = [
@@ -114,13 +146,28 @@ def main() -> None:
         (name, statistics.median(times[name]), max(peaks[name])) for name in steps
     ]  # name, median seconds, largest peak MB
     floor = min(seconds for name, seconds, _ in results if name.startswith("I/O floor"))
+    x_floor = next(seconds for name, seconds, _ in results if name == "x: I/O floor (advcli)")
+    x_tokens = tokens_in(extras)
 
     lines = [f"log: {log.name}, {n_tokens:,} tokens, {log.stat().st_size / 2**20:,.0f} MiB"]
     lines.append(f"{'step':<24}{'seconds':>9}{'M tokens/s':>12}{'floor/step':>12}{'peak MB':>10}")
     for name, seconds, peak in results:
+        if name.startswith("x: "):
+            continue
         rate = n_tokens / seconds / 1e6
         lines.append(f"{name:<24}{seconds:>9.2f}{rate:>12.1f}{floor / seconds:>12.2f}{peak:>10.0f}")
     lines.append(f"(median of {args.repeat} runs per step, taking turns; peak: the largest)")
+    lines.append(
+        f"estimators reading more columns: {extras.name}, {x_tokens:,} tokens, "
+        f"{extras.stat().st_size / 2**20:,.0f} MiB (floor: the same read and write)"
+    )
+    lines.append(f"{'step':<36}{'seconds':>9}{'M tokens/s':>12}{'floor/step':>12}{'peak MB':>10}")
+    for name, seconds, peak in results:
+        if name.startswith("x: "):
+            rate = x_tokens / seconds / 1e6
+            lines.append(
+                f"{name[3:]:<36}{seconds:>9.2f}{rate:>12.1f}{x_floor / seconds:>12.2f}{peak:>10.0f}"
+            )
 
     if not args.skip_core:
         print("running the GAE core and the Python loop …", file=sys.stderr)

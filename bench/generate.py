@@ -26,8 +26,12 @@ def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.clip(rng.lognormal(np.log(1500), 0.9, n), 64, MAX_LEN).astype(np.int64)
 
 
-def chunk(rng: np.random.Generator, first_row: int, n_rows: int, group_size: int) -> pa.Table:
-    """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups)."""
+def chunk(
+    rng: np.random.Generator, first_row: int, n_rows: int, group_size: int, extras: bool = False
+) -> pa.Table:
+    """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups); ``extras``: the
+    columns only some methods read (log-probabilities of the policy, a reference and a teacher,
+    a greedy rollout's reward, four process rewards per row, a second reward column)."""
     n_tok = lengths(rng, n_rows)
     offsets = offsets_from_lengths(n_tok)
     total = int(offsets[-1])
@@ -47,28 +51,44 @@ def chunk(rng: np.random.Generator, first_row: int, n_rows: int, group_size: int
     def lists(values: np.ndarray) -> pa.Array:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
 
-    return pa.table(
-        {
-            "prompt_id": pa.array([f"prompt-{g}" for g in group]),
-            "rollout_id": pa.array(first_row + np.arange(n_rows)),
-            "input_ids": lists(rng.integers(0, 150_000, total, dtype=np.int32)),
-            "action_mask": lists(mask),
-            "values": lists(rng.uniform(0, 1, total).astype(np.float32)),
-            "reward": pa.array(reward),
-            "completion_time": pa.array(first_row + rng.uniform(0, 64, n_rows)),
-        }
-    )
+    columns = {
+        "prompt_id": pa.array([f"prompt-{g}" for g in group]),
+        "rollout_id": pa.array(first_row + np.arange(n_rows)),
+        "input_ids": lists(rng.integers(0, 150_000, total, dtype=np.int32)),
+        "action_mask": lists(mask),
+        "values": lists(rng.uniform(0, 1, total).astype(np.float32)),
+        "reward": pa.array(reward),
+        "completion_time": pa.array(first_row + rng.uniform(0, 64, n_rows)),
+    }
+    if extras:
+        logprobs = -rng.exponential(0.5, total).astype(np.float32)
+        columns["logprobs"] = lists(logprobs)
+        columns["ref_logprobs"] = lists(logprobs + rng.normal(0, 0.1, total).astype(np.float32))
+        columns["teacher_logprobs"] = lists(logprobs + rng.normal(0, 0.3, total).astype(np.float32))
+        columns["baseline_reward"] = pa.array(rng.uniform(0, 1, n_rows))
+        steps = 4
+        step_offsets = pa.array((np.arange(n_rows + 1) * steps).astype(np.int32))
+        ends = (n_tok[:, None] * np.arange(1, steps + 1) // steps - 1).ravel()
+        columns["step_rewards"] = pa.ListArray.from_arrays(
+            step_offsets, pa.array(rng.integers(0, 2, n_rows * steps).astype(np.float64))
+        )
+        columns["step_ends"] = pa.ListArray.from_arrays(step_offsets, pa.array(ends))
+        columns["format_reward"] = pa.array(rng.integers(0, 2, n_rows).astype(np.float64))
+    return pa.table(columns)
 
 
-def generate(out: str, tokens: float, group_size: int = 16, seed: int = 0) -> tuple[int, int]:
-    """Write about ``tokens`` tokens to ``out``; returns (rows, tokens) written."""
+def generate(
+    out: str, tokens: float, group_size: int = 16, seed: int = 0, extras: bool = False
+) -> tuple[int, int]:
+    """Write about ``tokens`` tokens to ``out`` (``extras``: see :func:`chunk`); returns (rows,
+    tokens) written."""
     rng = np.random.default_rng(seed)
     rows_per_chunk = group_size * (ROW_GROUP_ROWS // group_size)
     written_rows = written_tokens = 0
     writer = None
     try:
         while written_tokens < tokens:
-            table = chunk(rng, written_rows, rows_per_chunk, group_size)
+            table = chunk(rng, written_rows, rows_per_chunk, group_size, extras)
             if out.endswith(".jsonl"):
                 import polars as pl
 

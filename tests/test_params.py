@@ -70,7 +70,7 @@ def test_bad_values_name_the_option(given, message):
 
 
 def test_unknown_method_and_convention_list_the_choices():
-    with pytest.raises(UsageError, match="unknown method 'x'. Methods: grpo, rloo, batch-mean"):
+    with pytest.raises(UsageError, match="unknown method 'x'. Methods: grpo, rloo, dr-grpo, opo"):
         resolve("x")
     with pytest.raises(UsageError, match="unknown convention 'x'. Conventions: seed, verl"):
         resolve("grpo", "x")

@@ -64,7 +64,8 @@ def method_table() -> str:
 
     rows = ["| method | advantage | needs |", "|---|---|---|"]
     for name, method in REGISTRY.items():
-        rows.append(f"| `{name}` | {method.summary} | {', '.join(method.roles)} |")
+        needs = ", ".join((*method.roles, *([method.also_needs] if method.also_needs else [])))
+        rows.append(f"| `{name}` | {method.summary} | {needs} |")
     return "\n".join(rows) + "\n"
 
 
@@ -75,8 +76,8 @@ def convention_table() -> str:
     singleton = {"zero": "0, flagged", "raw": "raw reward", "error": "error", "drop": "dropped"}
     rows = [
         "| name | grpo baseline | grpo scale | std ddof | eps | eps placement | singleton | "
-        "observations | whitening of mc/td/gae |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "observations | whitening of mc/td/gae | zero-variance also when |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(CONVENTIONS.values()):
         name = f"`{c.name}`" + (" (default)" if i == 0 else "")
@@ -85,7 +86,8 @@ def convention_table() -> str:
             f"| {name} | {c.baseline} | {c.scale} | {c.std_ddof} | "
             f"{f'{c.eps:.0e}'.replace('e-0', 'e-')} | "
             f"{placement[c.eps_placement]} | "
-            f"{singleton[c.singleton]} | {c.observations} | {whiten} |"
+            f"{singleton[c.singleton]} | {c.observations} | {whiten} | "
+            + (f"std ≤ {c.zero_std:.0e} |".replace("e-0", "e-") if c.zero_std else "— |")
         )
     return "\n".join(rows) + "\n"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Baseline = Literal["group", "leave-one-out"]
+Baseline = Literal["group", "leave-one-out", "batch", "none"]
 Scale = Literal["group", "batch", "none", "leave-one-out"]
 EpsPlacement = Literal["add", "max"]
 Singleton = Literal["zero", "raw", "error", "drop"]
@@ -23,7 +23,9 @@ class Convention:
     ``baseline`` and ``scale`` say what GRPO subtracts and divides by (:mod:`advcli.core.group`).
     ``eps_placement`` is ``"add"`` for ``std + eps`` and ``"max"`` for ``max(std, eps)``.
     ``temporal_whiten`` is the whitening the framework applies to GAE/MC/TD advantages;
-    ``whiten_ddof`` the ddof of that whitening (REINFORCE++ always whitens).
+    ``whiten_ddof`` the ddof of that whitening (REINFORCE++ always whitens). ``zero_std``: a
+    group whose std is at most this gets advantage 0, as a zero-variance group (0: off).
+    ``source`` says where the defaults were read.
     """
 
     name: str
@@ -36,6 +38,8 @@ class Convention:
     observations: Observations
     temporal_whiten: Whiten
     whiten_ddof: int
+    zero_std: float = 0.0
+    source: str = ""
 
 
 CONVENTIONS: dict[str, Convention] = {
@@ -52,6 +56,54 @@ CONVENTIONS: dict[str, Convention] = {
         ),  # fmt: skip
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
+        # NormConfig (mean/std level group, std_unbiased since v0.3.4, eps 1e-5), as the GRPO
+        # examples set reward_norm; a group of one gets 0
+        Convention(
+            "areal",
+            "group",
+            "group",
+            1,
+            1e-5,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            source="inclusionAI/AReaL@4aef98d areal/api/cli_args.py NormConfig, "
+            "areal/utils/data.py Normalization",
+        ),  # fmt: skip
+        # --rewards-normalization and grpo std normalization on (store_false), torch.std + 1e-6;
+        # n_samples_per_prompt 1: mean subtracted, no std: 0
+        Convention(
+            "slime",
+            "group",
+            "group",
+            1,
+            1e-6,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            source="THUDM/slime@624b824 slime/utils/arguments.py, "
+            "slime/ray/rollout.py _post_process_rewards",
+        ),  # fmt: skip
+        # adv_estimator grpo forces norm_mean_type/norm_std_type group; torch.std + 1e-6;
+        # groups with std <= 1e-6 and groups of one get 0
+        Convention(
+            "roll",
+            "group",
+            "group",
+            1,
+            1e-6,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            zero_std=1e-6,
+            source="alibaba/ROLL@8eb27cc roll/configs/base_config.py, roll/utils/functionals.py",
+        ),  # fmt: skip
     )
 }
 

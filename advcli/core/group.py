@@ -8,8 +8,9 @@ rollout: ``rewards`` (float64) and ``codes`` (int64 group index in ``[0, n_group
   members (``"leave-one-out"``, NeMo-RL), and the scale s_i the group's std (``scale="group"``),
   the batch's (``"batch"``), the std of the other members, ddof 1 (``"leave-one-out"``: no
   division where it is 0, as NeMo-RL), or none (``"none"``, Dr. GRPO: A_i = R_i - b_i).
-- RLOO:       A_i = R_i - mean_{j != i} R_j = n / (n - 1) * (R_i - mean_g)
+- RLOO:       A_i = R_i - mean_{j != i} R_j (GRPO with the leave-one-out baseline, no scale)
 - batch-mean: A_i = R_i - mean_b over consecutive completion-ordered batches of exactly B.
+- OPO, pass@k, GPG, MaxRL, SPPO, GDPO and process rewards: see their functions below.
 
 A zero-variance group (n >= 2 and max - min <= tol) gets exactly 0. A singleton group (n = 1)
 gets 0 (``singleton="zero"``) or, like verl, mean 0 and std 1 (``singleton="raw"``).
@@ -24,7 +25,7 @@ import numpy as np
 
 from advcli.core.ragged import ranges
 
-Baseline = Literal["group", "leave-one-out"]
+Baseline = Literal["group", "leave-one-out", "batch", "none"]
 Scale = Literal["group", "batch", "none", "leave-one-out"]
 
 
@@ -41,9 +42,18 @@ class GroupStats:
 
 
 def group_stats(
-    rewards: np.ndarray, codes: np.ndarray, n_groups: int, *, ddof: int, tol: float
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    n_groups: int,
+    *,
+    ddof: int,
+    tol: float,
+    min_std: float = 0.0,
 ) -> GroupStats:
-    """Size, mean, std (two-pass, ``ddof``), zero-variance and singleton flags per group."""
+    """Size, mean, std (two-pass, ``ddof``), zero-variance and singleton flags per group.
+
+    A group is zero-variance when it has two members or more and max - min <= ``tol``, or its
+    std <= ``min_std`` (ROLL's rule, with ``min_std`` 1e-6; 0 turns it off)."""
     rewards = np.asarray(rewards, dtype=np.float64)
     size = np.bincount(codes, minlength=n_groups).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -55,7 +65,7 @@ def group_stats(
     lo = np.full(n_groups, np.inf)
     np.maximum.at(hi, codes, rewards)
     np.minimum.at(lo, codes, rewards)
-    zero_variance = (size >= 2) & (hi - lo <= tol)
+    zero_variance = (size >= 2) & ((hi - lo <= tol) | (std <= min_std))
     return GroupStats(size, mean, sq, std, zero_variance, size == 1)
 
 
@@ -73,18 +83,25 @@ def grpo(
     baseline: Baseline = "group",
     scale: Scale = "group",
     batch_std: np.ndarray | None = None,
+    batch_mean: np.ndarray | None = None,
     singleton: str = "zero",
 ) -> np.ndarray:
     """GRPO advantages (float64, one per rollout).
 
-    ``batch_std`` (one per rollout: the std of all rewards of its batch) is required for
-    ``scale="batch"``.
+    ``batch_std`` and ``batch_mean`` (one per rollout: the std and mean of all rewards of its
+    batch) are required for ``scale="batch"`` and ``baseline="batch"``; ``baseline="none"``
+    subtracts nothing.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     raw = singleton == "raw"
     single = stats.singleton[codes]
     loo_mean, loo_std = leave_one_out(rewards, codes, stats)
-    base = loo_mean if baseline == "leave-one-out" else stats.mean[codes]
+    base = {
+        "group": lambda: stats.mean[codes],
+        "leave-one-out": lambda: loo_mean,
+        "batch": lambda: np.asarray(batch_mean, dtype=np.float64),
+        "none": lambda: np.zeros(len(rewards)),
+    }[baseline]()
     centred = rewards - np.where(single & raw, 0.0, base)
     if scale == "none":
         adv = centred
@@ -145,32 +162,11 @@ def leave_one_out(
     return mean, std
 
 
-def rloo(
-    rewards: np.ndarray, codes: np.ndarray, stats: GroupStats, *, singleton: str = "zero"
-) -> np.ndarray:
-    """RLOO advantages: R_i minus the mean of the other members of its group."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    n = stats.size[codes].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        adv = n / (n - 1.0) * (rewards - stats.mean[codes])
-    raw = singleton == "raw"
-    adv = np.where(stats.singleton[codes], rewards if raw else 0.0, adv)
-    return _apply_flags(adv, codes, stats, raw)
-
-
 def _apply_flags(adv: np.ndarray, codes: np.ndarray, stats: GroupStats, raw: bool) -> np.ndarray:
     adv = np.where(stats.zero_variance[codes], 0.0, adv)
     if not raw:
         adv = np.where(stats.singleton[codes], 0.0, adv)
     return adv
-
-
-def batch_std(
-    rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, ddof: int
-) -> np.ndarray:
-    """The std (two-pass, ``ddof``) of all rewards in each rollout's batch, one per rollout."""
-    stats = group_stats(rewards, batch_codes, n_batches, ddof=ddof, tol=0.0)
-    return stats.std[batch_codes]
 
 
 def completion_batches(order: np.ndarray, batch_size: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -194,10 +190,192 @@ def completion_batches(order: np.ndarray, batch_size: int | None) -> tuple[np.nd
 
 
 def batch_mean(
-    rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, tol: float
+    rewards: np.ndarray,
+    batch_codes: np.ndarray,
+    n_batches: int,
+    *,
+    tol: float,
+    baseline: np.ndarray | None = None,
 ) -> tuple[np.ndarray, GroupStats]:
-    """One-batch REINFORCE: A_i = R_i - mean of its batch (no std). Equal-reward batches get 0."""
+    """One-batch REINFORCE: A_i = R_i - mean of its batch (no std), or minus ``baseline`` (one
+    per batch: SPPO's soft mean). Equal-reward batches and batches of one get 0."""
     stats = group_stats(rewards, batch_codes, n_batches, ddof=0, tol=tol)
-    adv = np.asarray(rewards, dtype=np.float64) - stats.mean[batch_codes]
+    base = stats.mean if baseline is None else baseline
+    adv = np.asarray(rewards, dtype=np.float64) - base[batch_codes]
     adv = np.where(stats.zero_variance[batch_codes] | stats.singleton[batch_codes], 0.0, adv)
     return adv, stats
+
+
+def batch_mean_std(
+    rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, ddof: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and std (two-pass, ``ddof``) of all rewards in each rollout's batch."""
+    stats = group_stats(rewards, batch_codes, n_batches, ddof=ddof, tol=0.0)
+    return stats.mean[batch_codes], stats.std[batch_codes]
+
+
+def opo(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    stats: GroupStats,
+    lengths: np.ndarray,
+    *,
+    singleton: str = "zero",
+) -> np.ndarray:
+    """OPO (verl ``compute_opo_outcome_advantage``): A_i = R_i - b_g with the length-weighted
+    baseline b_g = sum_j |o_j| R_j / sum_j |o_j| over the group, |o_j| the action tokens of
+    rollout j. No std. A singleton's baseline is 0 (``singleton="raw"``: A = R, as verl) or its
+    advantage 0; a group without action tokens takes the plain mean.
+
+    Rewards [1, 0] with lengths [3, 1]: b = 3/4, A = [0.25, -0.75].
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(stats.size)
+    weight = np.bincount(codes, weights=lengths, minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weighted = np.bincount(codes, weights=lengths * rewards, minlength=n) / weight
+    base = np.where(weight > 0, weighted, stats.mean)
+    raw = singleton == "raw"
+    adv = rewards - np.where(stats.singleton[codes] & raw, 0.0, base[codes])
+    return _apply_flags(adv, codes, stats, raw)
+
+
+def grpo_passk(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    stats: GroupStats,
+    *,
+    eps: float,
+    eps_placement: str = "add",
+    scale: bool = True,
+    singleton: str = "zero",
+) -> np.ndarray:
+    """Pass@k GRPO (verl ``compute_grpo_passk_outcome_advantage``): only the group's best
+    rollout gets A = (R_max - R_second) / (std_g + eps) (``scale=False``: no division); every
+    other rollout gets 0. Ties for the best: the first rollout (in order of appearance) is the
+    best, and R_max - R_second = 0. A singleton gets 0 (``singleton="raw"``: its reward).
+
+    Rewards [1, 0, 0, 0], std ddof 1 = 0.5: A = [1 / (0.5 + eps), 0, 0, 0].
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(rewards)
+    order = np.lexsort((np.arange(n), -rewards, codes))  # by group, best first, then position
+    first = np.r_[True, codes[order][1:] != codes[order][:-1]] if n else np.zeros(0, bool)
+    best = order[first]  # the best rollout of each group, in group order of the sort
+    has_second = np.flatnonzero(first) + 1
+    has_second = has_second[(has_second < n)]
+    second = np.full(len(stats.size), np.nan)
+    follows = has_second[~first[has_second]]  # the element after a group's best, same group
+    second[codes[order[follows]]] = rewards[order[follows]]
+    gap = rewards[best] - second[codes[best]]
+    if scale:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = gap / _denominator(stats.std[codes[best]], eps, eps_placement)
+    adv = np.zeros(n)
+    adv[best] = gap
+    raw = singleton == "raw"
+    adv = np.where(stats.singleton[codes], rewards if raw else 0.0, adv)
+    return _apply_flags(adv, codes, stats, raw)
+
+
+def gpg(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    stats: GroupStats,
+    batch_codes: np.ndarray,
+    n_batches: int,
+    *,
+    f_norm: float = 1.0,
+    singleton: str = "zero",
+) -> tuple[np.ndarray, np.ndarray]:
+    """GPG (verl ``compute_gpg_outcome_advantage``): A_i = alpha_b (R_i - mean_g) / f_norm with
+    alpha_b = B_b / max(1, number of nonzero rewards in the batch), B_b the batch's rollouts.
+    No std. A singleton's mean is 0 (``singleton="raw"``: A = alpha R / f_norm, as verl) or its
+    advantage 0. Returns the advantages and alpha, per rollout.
+
+    Rewards [1, 0, 0, 0] in one group and batch: alpha = 4, A = [3, -1, -1, -1].
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    size = np.bincount(batch_codes, minlength=n_batches).astype(np.float64)
+    nonzero = np.bincount(batch_codes, weights=rewards != 0, minlength=n_batches)
+    alpha = (size / np.maximum(nonzero, 1.0))[batch_codes]
+    raw = singleton == "raw"
+    centred = rewards - np.where(stats.singleton[codes] & raw, 0.0, stats.mean[codes])
+    return _apply_flags(alpha * centred / f_norm, codes, stats, raw), alpha
+
+
+def maxrl(rewards: np.ndarray, codes: np.ndarray, stats: GroupStats) -> np.ndarray:
+    """MaxRL (prime-rl ``orchestrator/algo/max_rl.py``): A_i = (R_i - mean_g) / mean_g, and 0 in
+    a group whose mean is <= 0 (no eps). A singleton gets 0.
+
+    Rewards [1, 0, 0, 0]: mean 1/4, A = [3, -1, -1, -1].
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    mean = stats.mean[codes]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        adv = np.where(mean > 0, (rewards - mean) / mean, 0.0)
+    return _apply_flags(adv, codes, stats, raw=False)
+
+
+def soft_mean(
+    rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, beta: float
+) -> np.ndarray:
+    """SPPO's baseline per batch: (1/beta) log mean_i exp(beta R_i), the mean when beta = 0.
+
+    Taken as max + log mean exp(beta (R - max)) / beta, so no exp overflows.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    size = np.bincount(batch_codes, minlength=n_batches).astype(np.float64)
+    if beta == 0.0:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.bincount(batch_codes, weights=rewards, minlength=n_batches) / size
+    scaled = beta * rewards
+    top = np.full(n_batches, -np.inf)
+    np.maximum.at(top, batch_codes, scaled)
+    total = np.bincount(batch_codes, weights=np.exp(scaled - top[batch_codes]), minlength=n_batches)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (top + np.log(total / size)) / beta
+
+
+def token_weighted_whiten(
+    x: np.ndarray,
+    weights: np.ndarray,
+    batch_codes: np.ndarray,
+    n_batches: int,
+    *,
+    ddof: int,
+    eps: float,
+) -> np.ndarray:
+    """Whitening of one value per rollout as if broadcast to its ``weights`` action tokens
+    (verl's ``masked_whiten`` over a batch): (x - mean) / sqrt(var + eps), with the mean and
+    variance (``ddof``) over the batch's action tokens. 0 where a batch has <= ``ddof`` tokens.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    count = np.bincount(batch_codes, weights=w, minlength=n_batches)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(batch_codes, weights=w * x, minlength=n_batches) / count
+        m2 = np.bincount(batch_codes, weights=w * (x - mean[batch_codes]) ** 2, minlength=n_batches)
+        var = np.where(count > ddof, m2 / (count - ddof), 0.0)
+    return np.where(
+        count[batch_codes] > ddof,
+        (x - mean[batch_codes]) / np.sqrt(var[batch_codes] + eps),
+        0.0,
+    )
+
+
+def nan_group_zscore(
+    x: np.ndarray, codes: np.ndarray, n_groups: int, *, ddof: int, eps: float
+) -> np.ndarray:
+    """TRL's NaN-aware z-score within groups: (x - nanmean) / (nanstd + eps), NaN where x is
+    NaN or the group has <= ``ddof`` values (TRL's ``nanstd``)."""
+    x = np.asarray(x, dtype=np.float64)
+    have = ~np.isnan(x)
+    filled = np.where(have, x, 0.0)
+    count = np.bincount(codes, weights=have, minlength=n_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(codes, weights=filled, minlength=n_groups) / count
+        dev = np.where(have, x - mean[codes], 0.0)
+        m2 = np.bincount(codes, weights=dev**2, minlength=n_groups)
+        std = np.where(count > ddof, np.sqrt(m2 / (count - ddof)), np.nan)
+        return (x - mean[codes]) / (std[codes] + eps)

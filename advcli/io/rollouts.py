@@ -13,7 +13,7 @@ and column, what was seen, and a hint. Nothing here computes an estimator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,12 @@ class Rows:
     bootstrap: np.ndarray  # float64 per row: the value after the last token (0 unless truncated;
     # NaN for a truncated row without a finite bootstrap_value: only temporal methods need one)
     has_bootstrap: bool  # the log has a bootstrap_value column
+    baseline_reward: np.ndarray | None = None  # float64 per row (ReMax's greedy reward)
+    steps: StepRewards | None = None  # process rewards (step_rewards, step_ends)
+    named: dict[str, np.ndarray] = field(default_factory=dict)  # numeric columns asked by name
+    # (float64 per row, NaN where null): what a method reads beyond the roles (GDPO's rewards)
+    sums: dict[str, np.ndarray] = field(default_factory=dict)  # per-row sums of token columns,
+    # filled by the engine before planning when a method asks (Method.row_sums)
 
     @property
     def n_rollouts(self) -> int:
@@ -86,6 +92,17 @@ class Rows:
         return np.lexsort((first_row, key_rank, finished))
 
 
+@dataclass(frozen=True)
+class StepRewards:
+    """Process rewards of every row: ``rewards[offsets[r]:offsets[r + 1]]`` are row r's step
+    rewards, and ``ends`` (same layout) the index, within the row's tokens, of each step's last
+    token, increasing."""
+
+    rewards: np.ndarray  # float64
+    ends: np.ndarray  # int64
+    offsets: np.ndarray  # int64, from 0
+
+
 @dataclass
 class Tokens:
     """The token columns of a batch of rows, validated."""
@@ -94,6 +111,8 @@ class Tokens:
     mask: np.ndarray  # bool per token: the policy sampled it
     values: np.ndarray | None  # float32 or float64 per token (NaN allowed off actions)
     token_rewards: np.ndarray | None  # float64 per token
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # float64 per token, by role
+    # (logprobs, ref_logprobs, teacher_logprobs): finite on action tokens, anything elsewhere
 
     def action_counts(self) -> np.ndarray:
         """Action tokens per row."""
@@ -215,20 +234,44 @@ def require(
             raise SchemaError(msg)
 
 
-def row_columns(roles: Roles) -> list[str]:
-    """The scalar columns :func:`extract_rows` reads."""
-    names = ("prompt_id", "rollout_id", "segment_index", "reward", "completion_time")
-    return [c for r in (*names, "truncated", "bootstrap_value") if (c := roles[r]) is not None]
+ROW_ROLES = (
+    "prompt_id",
+    "rollout_id",
+    "segment_index",
+    "reward",
+    "completion_time",
+    "truncated",
+    "bootstrap_value",
+    "baseline_reward",
+)
+STEP_ROLES = ("step_rewards", "step_ends")  # per-row lists, read only when asked
+TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
 
 
-def token_columns(roles: Roles, *, values: bool = True) -> list[str]:
-    """The list columns :func:`extract_tokens` reads (``values=False``: not the values)."""
+def row_columns(roles: Roles, *, steps: bool = False, named: tuple[str, ...] = ()) -> list[str]:
+    """The columns :func:`extract_rows` reads: the scalar roles, the process rewards
+    (``steps``) and columns asked by name."""
+    found = [c for r in (*ROW_ROLES, *(STEP_ROLES if steps else ())) if (c := roles[r])]
+    return [*found, *(name for name in named if name not in found)]
+
+
+def token_columns(roles: Roles, *, values: bool = True, extra: tuple[str, ...] = ()) -> list[str]:
+    """The list columns :func:`extract_tokens` reads (``values=False``: not the values;
+    ``extra``: per-token roles of :data:`TOKEN_FLOATS`)."""
     names = ["input_ids", "action_mask", "spans", "token_rewards"] + (["values"] if values else [])
-    return [c for r in names if (c := roles[r]) is not None]
+    return [c for r in (*names, *extra) if (c := roles[r]) is not None]
 
 
-def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
-    """Validate the scalar columns of a whole log (``table`` may hold only those)."""
+def extract_rows(
+    table: pa.Table,
+    roles: Roles,
+    sources: Sources,
+    *,
+    steps: bool = False,
+    named: tuple[str, ...] = (),
+) -> Rows:
+    """Validate the scalar columns of a whole log (``table`` may hold only those), and the
+    process rewards (``steps``) and numeric columns asked by name (``named``)."""
     check = _Checker(table, sources)
     reward = None
     if roles["reward"] is not None:
@@ -281,6 +324,21 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
             boot = _numeric(table.column(boot_col).combine_chunks())
         bootstrap = np.where(truncated, boot, 0.0)
 
+    baseline = None  # NaN where null: only the methods that read it check it
+    if (col := roles["baseline_reward"]) is not None:
+        baseline = _numeric(table.column(col).combine_chunks())
+
+    named_columns: dict[str, np.ndarray] = {}
+    for name in named:
+        values = table.column(name).combine_chunks()
+        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+                or pa.types.is_null(values.type)):  # fmt: skip
+            msg = f"{check.sources.at(0, name)}: column '{name}' is {values.type}, not numbers"
+            raise SchemaError(msg)
+        x = _numeric(values)
+        check.finite(name, np.where(np.isnan(x), 0.0, x))  # null or NaN: no value here
+        named_columns[name] = x
+
     return Rows(
         n_rows=table.num_rows,
         reward=reward,
@@ -294,13 +352,54 @@ def extract_rows(table: pa.Table, roles: Roles, sources: Sources) -> Rows:
         truncated=truncated,
         bootstrap=bootstrap,
         has_bootstrap=roles["bootstrap_value"] is not None,
+        baseline_reward=baseline,
+        steps=_step_rewards(check, roles) if steps else None,
+        named=named_columns,
     )
 
 
+def _step_rewards(check: _Checker, roles: Roles) -> StepRewards:
+    """The process rewards: one reward per step end, step ends increasing and within the row
+    (checked against the tokens when they are read)."""
+    r_col, e_col = roles.column("step_rewards"), roles.column("step_ends")
+    check.no_nulls(r_col, "step reward list")
+    check.no_nulls(e_col, "step end list")
+    rewards, offsets = flat_list(check.table.column(r_col))
+    ends, end_offsets = flat_list(check.table.column(e_col))
+    bad = lengths(offsets) != lengths(end_offsets)
+    if bad.any():
+        row = _first(bad)
+        problem = f"{lengths(offsets)[row]} step rewards but {lengths(end_offsets)[row]} step ends"
+        check.fail(row, e_col, problem, "give one step end per step reward")
+    x = _numeric(rewards)
+    check.finite(r_col, x, offsets)
+    e = _numeric(ends, fill=-1).astype(np.int64)
+    rows = row_of(offsets)
+    negative = e < 0
+    if negative.any():
+        i = _first(negative)
+        check.fail(int(rows[i]), e_col, f"step end {e[i]} is not a token index",
+                   "a step end is the index of the step's last token, from 0")  # fmt: skip
+    same_row = rows[1:] == rows[:-1]
+    unordered = same_row & (e[1:] <= e[:-1])
+    if unordered.any():
+        i = _first(unordered)
+        check.fail(int(rows[i]), e_col, f"step ends {e[i]} then {e[i + 1]}",
+                   "step ends increase along the row")  # fmt: skip
+    return StepRewards(x, e, offsets)
+
+
 def extract_tokens(
-    table: pa.Table, roles: Roles, sources: Sources, row0: int = 0, *, values: bool = True
+    table: pa.Table,
+    roles: Roles,
+    sources: Sources,
+    row0: int = 0,
+    *,
+    values: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> Tokens:
-    """Validate the token columns of a batch whose first row is global row ``row0``."""
+    """Validate the token columns of a batch whose first row is global row ``row0``
+    (``extra``: per-token roles of :data:`TOKEN_FLOATS` to read too)."""
     check = _Checker(table, sources, row0)
     ids_col = roles.column("input_ids")
     check.no_nulls(ids_col, "token list")
@@ -330,6 +429,14 @@ def extract_tokens(
         return flat
 
     mask = _mask(check, roles, table, offsets, token_list("action_mask"))
+    at_actions = np.flatnonzero(mask)
+    floats: dict[str, np.ndarray] = {}
+    for role in extra:
+        if (flat_floats := token_list(role)) is not None:
+            x = _numeric(flat_floats)
+            if not (np.abs(x[at_actions]) <= FLOAT32_MAX).all():  # off actions: anything
+                check.finite(roles.column(role), x[at_actions], offsets, at_actions)
+            floats[role] = x
     token_rewards = vals = None
     if (tr := token_list("token_rewards")) is not None:
         token_rewards = _numeric(tr)
@@ -337,9 +444,10 @@ def extract_tokens(
     if values and (flat := token_list("values")) is not None:
         vals = _numeric(flat, floats=True)  # widened later, only at the action steps
         if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
-            at_actions = np.flatnonzero(mask)
             check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
-    return Tokens(offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards)
+    return Tokens(
+        offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards, extra=floats
+    )
 
 
 def _decodes(raw: bytes) -> bool:

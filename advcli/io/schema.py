@@ -32,6 +32,15 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "completion_time": ("num", ("finish_time", "end_time", "completed_at")),
     "truncated": ("bool", ("is_truncated",)),
     "bootstrap_value": ("num", ("last_value",)),
+    # ReMax: the reward of the greedy rollout of the same prompt
+    "baseline_reward": ("num", ("reward_baseline", "greedy_reward")),
+    # Process supervision: each step's reward, and the index of the token that ends it
+    "step_rewards": ("nums", ("process_rewards",)),
+    "step_ends": ("ids", ("step_end_positions",)),
+    # Per-token log-probabilities: the sampling policy's, a reference's (KL), a teacher's (OPD)
+    "logprobs": ("nums", ("old_logprobs", "rollout_log_probs", "generation_logprobs")),
+    "ref_logprobs": ("nums", ("ref_log_probs", "ref_log_prob")),
+    "teacher_logprobs": ("nums", ("teacher_log_probs",)),
 }
 
 SPAN_KINDS = ("prompt", "action", "observation")

@@ -2,8 +2,12 @@
 
 Each family lives in one module and declares its methods and the parameters they introduce:
 
-- :mod:`advcli.methods.group`: outcome baselines (grpo, rloo, batch-mean);
-- :mod:`advcli.methods.temporal`: per-token estimators (mc, td, gae, reinforce-pp, ...);
+- :mod:`advcli.methods.group`: outcome baselines (grpo, rloo, opo, gpg, sppo, batch-mean, ...);
+- :mod:`advcli.methods.gdpo`: several reward columns, normalised apart and summed (gdpo);
+- :mod:`advcli.methods.process`: step rewards (grpo-process);
+- :mod:`advcli.methods.temporal`: per-token estimators (mc, td, gae, reinforce-pp, remax, ...);
+- :mod:`advcli.methods.distill`: on-policy distillation (opd);
+- :mod:`advcli.methods.signals`: what every method takes (``--kl-coef``, ``--opd-coef``);
 - :mod:`advcli.methods.base`: the :class:`Method` protocol they follow.
 
 To add an estimator, write its class in its family's module (or a module of its own, declaring
@@ -19,8 +23,8 @@ from typing import Any
 from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError
 from advcli.io.schema import Roles
-from advcli.methods import group, temporal
-from advcli.methods.base import Method, Plan, TokenPass
+from advcli.methods import distill, gdpo, group, process, signals, temporal
+from advcli.methods.base import Method, Plan, TokenPass, sum_rows
 from advcli.params import Param, Params
 
 REGISTRY: dict[str, Method[Any]] = {}
@@ -39,6 +43,7 @@ __all__ = [
     "missing_roles",
     "register",
     "resolve",
+    "sum_rows",
     "verdict",
     "what_runs",
 ]
@@ -52,7 +57,7 @@ def register(method: Method[Any]) -> None:
     """
     if method.name in REGISTRY:
         raise ValueError(f"a method called {method.name!r} is registered already")
-    for param in method.parameters:
+    for param in method.all_parameters:
         known = PARAMETERS.setdefault(param.name, param)
         if known is not param:
             raise ValueError(f"{method.name}: another parameter is called {param.name!r}")
@@ -60,8 +65,12 @@ def register(method: Method[Any]) -> None:
 
 
 # The built-in methods, after the parameters in the order their families declare them.
-PARAMETERS.update({p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS)})
-for _method in (*group.METHODS, *temporal.METHODS):
+# KL and distillation apply to every method.
+PARAMETERS.update(
+    {p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS, *signals.PARAMETERS)}
+)
+for _method in (*group.METHODS, *gdpo.METHODS, *process.METHODS, *temporal.METHODS,
+                *distill.METHODS):  # fmt: skip
     register(_method)
 
 
@@ -125,4 +134,10 @@ def resolve(method: str, convention: str = "seed", **given: Any) -> Params:
         problem = param.problem(values[param.name], values)
         if problem:
             raise UsageError(problem)
+    if values["kl_coef"] and not chosen.takes_kl:
+        msg = (
+            f"--kl-coef: {method} puts no KL penalty in its rewards. Hint: use a method that "
+            "does (grpo, rloo, gae, reinforce-pp, ...), or drop --kl-coef"
+        )
+        raise UsageError(msg)
     return Params(method, convention, values)

@@ -23,6 +23,7 @@ import numpy as np
 from advcli.core import group as G
 from advcli.core.conventions import Convention
 from advcli.io.rollouts import Rows, Tokens
+from advcli.methods import signals
 from advcli.params import Param, Params
 
 BATCHES_PANEL = "Group and batch baselines"
@@ -88,13 +89,50 @@ class Method(ABC, Generic[PlanT]):
     name: ClassVar[str]  # what --method takes
     summary: ClassVar[str]  # the advantage it computes, for the README's method table
     roles: ClassVar[tuple[str, ...]]  # the columns it needs besides input_ids
+    also_needs: ClassVar[str] = ""  # what else, for the README (columns named by an option)
     reads_values: ClassVar[bool] = False  # reads critic values (a --critic can score them)
+    reads_steps: ClassVar[bool] = False  # reads the process rewards (``rows.steps``)
+    takes_kl: ClassVar[bool] = True  # applies --kl-coef to its rewards
     parameters: ClassVar[tuple[Param, ...]] = ()  # the run parameters it reads
     outputs: ClassVar[tuple[str, ...]]  # the columns it writes: per token, then per row
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
         """Defaults of this method under ``convention``, before the convention's own."""
         return {}
+
+    @property
+    def all_parameters(self) -> tuple[Param, ...]:
+        """Its own parameters and those every method takes (KL, distillation)."""
+        return (*self.parameters, *signals.PARAMETERS)
+
+    def token_roles(self, p: Params) -> tuple[str, ...]:
+        """The per-token float columns it reads besides the mask, rewards and values
+        (``tokens.extra``): by default those of the KL and distillation signals."""
+        return signals.token_roles(p)
+
+    def row_sums(self, p: Params) -> tuple[str, ...]:
+        """The per-row sums of token columns :meth:`plan` reads from ``rows.sums``:
+        ``"actions"`` (action tokens) and ``"kl"`` (sum of kl_t over them, with --kl-coef).
+        The engine makes one pass for them before planning."""
+        return ("actions", "kl") if p.kl_coef else ()
+
+    def named_columns(self, p: Params) -> tuple[str, ...]:
+        """Numeric per-row columns, named by a parameter, that :meth:`plan` reads from
+        ``rows.named`` (GDPO's reward columns)."""
+        return ()
+
+    def needs(self, p: Params) -> set[str]:
+        """The roles a run with ``p`` needs: its own, the signals', and token ids for sums."""
+        extra = set(self.token_roles(p))
+        if extra or self.row_sums(p):
+            extra.add("input_ids")
+        return set(self.roles) | extra
+
+    def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
+        """:meth:`apply`, then the distillation term of ``--opd-coef``."""
+        columns = self.apply(plan, tokens, row0, p)
+        columns["advantages"] = signals.distill(columns["advantages"], tokens, p)
+        return columns
 
     @abstractmethod
     def plan(self, rows: Rows, p: Params) -> PlanT:
@@ -107,6 +145,14 @@ class Method(ABC, Generic[PlanT]):
     @abstractmethod
     def apply(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         """Per-token columns (``advantages`` first) of the batch whose first row is ``row0``."""
+
+
+def sum_rows(tokens: Tokens, wanted: tuple[str, ...], p: Params) -> dict[str, np.ndarray]:
+    """The per-row sums of :meth:`Method.row_sums` over one batch of rows."""
+    sums = {"actions": tokens.action_counts()}
+    if "kl" in wanted:
+        sums["kl"] = signals.row_kl(tokens, p)
+    return sums
 
 
 def completion_batches(rows: Rows, batch_size: int | None) -> tuple[np.ndarray, np.ndarray, int]:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, ClassVar, get_args
 
 import numpy as np
 
 from advcli.core import group as G
-from advcli.core.conventions import EpsPlacement, Singleton
+from advcli.core.conventions import Convention, EpsPlacement, Singleton
 from advcli.core.ragged import lengths
-from advcli.errors import RowError
+from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows, Tokens
+from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
     BATCHES_PANEL,
@@ -89,6 +90,31 @@ ZERO_VARIANCE = Param(
 ZERO_VARIANCE_TOL = Param(
     "zero_variance_tol", float, 1e-9, "A group is zero-variance when max - min <= this.", PANEL
 )
+ZERO_STD = Param(
+    "zero_std",
+    float,
+    None,
+    "A group is also zero-variance when its std <= this (ROLL: 1e-6; 0: off).",
+    PANEL,
+    conventional=True,
+    check=lambda value, _: f"--zero-std {value}: expected a number >= 0" if value < 0 else None,
+)
+F_NORM = Param(
+    "f_norm",
+    float,
+    1.0,
+    "gpg: divide the advantages by this.",
+    PANEL,
+    check=lambda value, _: None if value > 0 else f"--f-norm {value}: expected a number > 0",
+)
+BETA = Param(
+    "beta",
+    float,
+    1.0,
+    "sppo: the baseline is (1/beta) log mean exp(beta R) over the batch (0: the mean).",
+    PANEL,
+    check=lambda value, _: None if np.isfinite(value) else f"--beta {value}: expected a number",
+)
 PARTIAL = Param(
     "partial",
     str,
@@ -107,8 +133,11 @@ PARAMETERS = (
     SINGLETON,
     ZERO_VARIANCE,
     ZERO_VARIANCE_TOL,
+    ZERO_STD,
     BATCH_SIZE,
     PARTIAL,
+    F_NORM,
+    BETA,
 )
 
 
@@ -135,8 +164,13 @@ class OutcomeMethod(Method[OutcomePlan]):
     def advantages(self, rows: Rows, rewards: np.ndarray, p: Params) -> RolloutAdvantages:
         """Advantages and group columns per rollout; ``rewards`` has one per rollout."""
 
+    def rewards(self, rows: Rows, p: Params) -> np.ndarray:
+        """One reward per rollout: its last segment's, less beta * sum_t kl_t (--kl-coef)."""
+        rewards = rows.rollout_rewards()
+        return rewards - p.kl_coef * signals.rollout_kl(rows) if p.kl_coef else rewards
+
     def plan(self, rows: Rows, p: Params) -> OutcomePlan:
-        r = self.advantages(rows, rows.rollout_rewards(), p)
+        r = self.advantages(rows, self.rewards(rows, p), p)
         codes = rows.rollout_codes
         drop = np.zeros(rows.n_rollouts, dtype=bool)
         dropped: dict[str, int] = {}
@@ -148,7 +182,7 @@ class OutcomeMethod(Method[OutcomePlan]):
         if p.zero_variance == "drop" and zero_var.any():
             drop |= zero_var
             dropped["zero_variance"] = int(zero_var[codes].sum())
-        stats = dict(r.stats)
+        stats = {**r.stats, **signals.kl_stats(rows, p)}
         stats["zero_variance_rollout_share"] = float(zero_var.mean()) if len(zero_var) else 0.0
         columns = {"advantage": r.advantage[codes].astype(np.float32)}
         columns.update({name: values[codes] for name, values in r.columns.items()})
@@ -170,10 +204,24 @@ class OutcomeMethod(Method[OutcomePlan]):
         return {"advantages": adv}
 
 
+def refuse_singletons(rows: Rows, single: np.ndarray, p: Params) -> None:
+    """With ``--singleton error``, the first rollout alone in its group is an error."""
+    if p.singleton != "error" or not single.any():
+        return
+    assert rows.group_keys is not None and rows.group_codes is not None
+    row = int(np.flatnonzero(single[rows.rollout_codes])[0])
+    key = rows.group_keys[rows.group_codes[row]].as_py()
+    problem = (
+        f"prompt {key!r} has a single rollout; --singleton error (convention {p.convention}, "
+        f"method {p.method}) forbids singleton groups. Hint: pass --singleton zero, raw or drop"
+    )
+    raise RowError(row, ("prompt_id",), problem)
+
+
 class GroupBaseline(OutcomeMethod):
     """A baseline from the rollout's group (the rollouts sharing its prompt id)."""
 
-    roles = ("prompt_id", "reward")
+    roles: ClassVar[tuple[str, ...]] = ("prompt_id", "reward")
     outputs = (
         "advantages",
         "advantage",
@@ -194,18 +242,15 @@ class GroupBaseline(OutcomeMethod):
         assert rows.group_keys is not None and rows.group_codes is not None
         codes = rows.rollout_groups()
         stats = G.group_stats(
-            rewards, codes, len(rows.group_keys), ddof=p.std_ddof, tol=p.zero_variance_tol
+            rewards,
+            codes,
+            len(rows.group_keys),
+            ddof=p.std_ddof,
+            tol=p.zero_variance_tol,
+            min_std=p.zero_std,
         )
         single = stats.singleton[codes]
-        if p.singleton == "error" and single.any():
-            row = int(np.flatnonzero(single[rows.rollout_codes])[0])
-            key = rows.group_keys[rows.group_codes[row]].as_py()
-            problem = (
-                f"prompt {key!r} has a single rollout; --singleton error (convention "
-                f"{p.convention}) forbids singleton groups. Hint: pass --singleton zero, raw "
-                "or drop"
-            )
-            raise RowError(row, ("prompt_id",), problem)
+        refuse_singletons(rows, single, p)
         zero_var = stats.zero_variance[codes]
         return RolloutAdvantages(
             advantage=self.from_group(rows, rewards, codes, stats, p),
@@ -247,10 +292,10 @@ class Grpo(GroupBaseline):
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
     ) -> np.ndarray:
-        batch_std = None
-        if p.scale == "batch":
+        batch_mean = batch_std = None
+        if "batch" in (p.baseline, p.scale):
             batch_id, _, n_batches = completion_batches(rows, p.batch_size)
-            batch_std = G.batch_std(rewards, batch_id, n_batches, ddof=p.std_ddof)
+            batch_mean, batch_std = G.batch_mean_std(rewards, batch_id, n_batches, ddof=p.std_ddof)
         return G.grpo(
             rewards,
             codes,
@@ -260,42 +305,134 @@ class Grpo(GroupBaseline):
             baseline=p.baseline,
             scale=p.scale,
             batch_std=batch_std,
-            singleton="raw" if p.singleton == "raw" else "zero",
+            batch_mean=batch_mean,
+            singleton=_singleton(p),
         )
 
 
-class Rloo(GroupBaseline):
+def _singleton(p: Params) -> str:
+    """What the core does with a singleton that is kept: its raw reward, or 0."""
+    return "raw" if p.singleton == "raw" else "zero"
+
+
+class Rloo(Grpo):
+    """RLOO is GRPO with the leave-one-out baseline and no scale."""
+
     name = "rloo"
-    summary = "R_i − mean of the other rollouts of the group = n/(n−1)·(R_i − mean_g)"
-    parameters = (STD_DDOF, SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL)
+    summary = (
+        "R_i − mean of the other rollouts of the group = n/(n−1)·(R_i − mean_g): grpo with "
+        "`--baseline leave-one-out --scale none`"
+    )
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"baseline": "leave-one-out", "scale": "none"}
+
+
+class DrGrpo(Grpo):
+    """Dr. GRPO is GRPO without the std."""
+
+    name = "dr-grpo"
+    summary = "R − mean_g (Dr. GRPO): grpo with `--scale none`"
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"scale": "none"}
+
+
+class Opo(GroupBaseline):
+    name = "opo"
+    summary = (
+        "R − Σ|o_j|·R_j / Σ|o_j| over the group, |o| the action tokens (verl "
+        "`compute_opo_outcome_advantage`)"
+    )
+    roles = ("input_ids", "prompt_id", "reward")
+    parameters = (SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+
+    def row_sums(self, p: Params) -> tuple[str, ...]:
+        return ("actions", *super().row_sums(p))
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
     ) -> np.ndarray:
-        return G.rloo(rewards, codes, stats, singleton="raw" if p.singleton == "raw" else "zero")
+        lengths = np.bincount(rows.rollout_codes, weights=rows.sums["actions"])
+        return G.opo(rewards, codes, stats, lengths, singleton=_singleton(p))
 
 
-class BatchMean(OutcomeMethod):
-    name = "batch-mean"
+class GrpoPassk(GroupBaseline):
+    name = "grpo-passk"
     summary = (
-        "R_i − mean of its batch: one-batch REINFORCE over completion-ordered batches of "
-        "`--batch-size B`"
+        "the group's best rollout: (R_max − R_second) / (std_g + eps), every other 0; ties: the "
+        "first wins (verl `compute_grpo_passk_outcome_advantage`)"
     )
+    parameters = (SCALE, STD_DDOF, EPS, EPS_PLACEMENT, SINGLETON, ZERO_VARIANCE,
+                  ZERO_VARIANCE_TOL, ZERO_STD)  # fmt: skip
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"std_ddof": 1, "singleton": "error", "scale": "group"}
+
+    def from_group(
+        self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
+    ) -> np.ndarray:
+        if p.scale not in ("group", "none"):
+            msg = f"--scale {p.scale}: grpo-passk divides by the group's std (group) or not (none)"
+            raise UsageError(msg)
+        return G.grpo_passk(rewards, codes, stats, eps=p.eps, eps_placement=p.eps_placement,
+                            scale=p.scale == "group", singleton=_singleton(p))  # fmt: skip
+
+
+class Gpg(GroupBaseline):
+    name = "gpg"
+    summary = (
+        "α·(R − mean_g) / f_norm, α = B / max(1, nonzero rewards in the batch of B rollouts) "
+        "(verl `compute_gpg_outcome_advantage`)"
+    )
+    parameters = (F_NORM, BATCH_SIZE, SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+
+    def from_group(
+        self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
+    ) -> np.ndarray:
+        batch_id, _, n_batches = completion_batches(rows, p.batch_size)
+        adv, _ = G.gpg(rewards, codes, stats, batch_id, n_batches, f_norm=p.f_norm,
+                       singleton=_singleton(p))  # fmt: skip
+        return adv
+
+
+class MaxRL(GroupBaseline):
+    name = "maxrl"
+    summary = "(R − mean_g) / mean_g, 0 where mean_g ≤ 0 (prime-rl `max_rl`)"
+    parameters = (SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+
+    def from_group(
+        self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
+    ) -> np.ndarray:
+        return G.maxrl(rewards, codes, stats)
+
+
+class BatchBaseline(OutcomeMethod):
+    """A baseline from the rollout's batch (``--batch-size`` rollouts in completion order)."""
+
     roles = ("reward",)
-    parameters = (BATCH_SIZE, PARTIAL, ZERO_VARIANCE, ZERO_VARIANCE_TOL)
-    outputs = (
-        "advantages",
-        "advantage",
-        "batch_id",
-        "batch_size",
-        "batch_mean",
-        "partial_batch",
-        "zero_variance",
+    parameters: ClassVar[tuple[Param, ...]] = (
+        BATCH_SIZE,
+        PARTIAL,
+        ZERO_VARIANCE,
+        ZERO_VARIANCE_TOL,
     )
+    baseline_column: ClassVar[str] = "batch_baseline"
+
+    @property
+    def outputs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("advantages", "advantage", "batch_id", "batch_size", self.baseline_column,
+                "partial_batch", "zero_variance")  # fmt: skip
+
+    @abstractmethod
+    def baseline(self, rewards: np.ndarray, batch_id: np.ndarray, n: int, p: Params) -> np.ndarray:
+        """The baseline of each batch."""
 
     def advantages(self, rows: Rows, rewards: np.ndarray, p: Params) -> RolloutAdvantages:
         batch_id, partial, n_batches = completion_batches(rows, p.batch_size)
-        adv, stats = G.batch_mean(rewards, batch_id, n_batches, tol=p.zero_variance_tol)
+        base = self.baseline(rewards, batch_id, n_batches, p)
+        adv, stats = G.batch_mean(rewards, batch_id, n_batches, tol=p.zero_variance_tol,
+                                  baseline=base)  # fmt: skip
         drop_partial = p.partial == "drop" and partial.any()
         if drop_partial:
             adv = np.where(partial, 0.0, adv)
@@ -305,7 +442,7 @@ class BatchMean(OutcomeMethod):
             columns={
                 "batch_id": batch_id,
                 "batch_size": stats.size[batch_id],
-                "batch_mean": stats.mean[batch_id],
+                self.baseline_column: base[batch_id],
                 "partial_batch": partial,
                 "zero_variance": zero_var,
             },
@@ -315,4 +452,25 @@ class BatchMean(OutcomeMethod):
         )
 
 
-METHODS = (Grpo(), Rloo(), BatchMean())
+class BatchMean(BatchBaseline):
+    name = "batch-mean"
+    summary = (
+        "R_i − mean of its batch: one-batch REINFORCE over completion-ordered batches of "
+        "`--batch-size B`"
+    )
+    baseline_column = "batch_mean"
+
+    def baseline(self, rewards: np.ndarray, batch_id: np.ndarray, n: int, p: Params) -> np.ndarray:
+        return G.group_stats(rewards, batch_id, n, ddof=0, tol=0.0).mean
+
+
+class Sppo(BatchBaseline):
+    name = "sppo"
+    summary = "R − (1/β)·log mean exp(β·R) over the batch (verl-recipe `sppo`, `--beta`, default 1)"
+    parameters = (BETA, BATCH_SIZE, PARTIAL, ZERO_VARIANCE, ZERO_VARIANCE_TOL)
+
+    def baseline(self, rewards: np.ndarray, batch_id: np.ndarray, n: int, p: Params) -> np.ndarray:
+        return G.soft_mean(rewards, batch_id, n, beta=p.beta)
+
+
+METHODS = (Grpo(), Rloo(), DrGrpo(), Opo(), GrpoPassk(), Gpg(), MaxRL(), BatchMean(), Sppo())

@@ -34,6 +34,7 @@ from advcli.core.ragged import lengths
 from advcli.core.scan import linear_scan
 from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows, Tokens
+from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
     Method,
@@ -138,6 +139,7 @@ class TemporalPlan(Plan):
     scale_critic: np.ndarray | None = None  # the same with the returns' lambda
     whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
     whiten_std: np.ndarray | None = None
+    baseline: np.ndarray | None = None  # per row: subtracted from every step's advantage
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,12 @@ class TemporalMethod(Method[TemporalPlan]):
             outcome = np.where(last_seg, outcome, 0.0)
         tail = np.where(last_seg, rows.bootstrap, 0.0)
         return TemporalPlan(
-            columns={}, outcome=outcome, tail=tail, tail_critic=tail.copy(), lam=p.lam
+            columns={},
+            stats=signals.kl_stats(rows, p),
+            outcome=outcome,
+            tail=tail,
+            tail_critic=tail.copy(),
+            lam=p.lam,
         )
 
     def passes(self, rows: Rows, p: Params) -> list[TokenPass[TemporalPlan]]:
@@ -226,6 +233,8 @@ class TemporalMethod(Method[TemporalPlan]):
             )
             rewards = per_token[positions]
         _check_rewards(orphaned, moved, row0, strict=p.strict)
+        if p.kl_coef:  # the penalty sits on the action tokens, before any estimate
+            rewards = rewards - p.kl_coef * signals.token_kl(tokens, p)[positions]
         # With observations skipped the steps are exactly the action tokens: boolean gathers and
         # scatters then move the data (twice as fast as index arrays, masks coming in spans).
         skip = p.observations == "skip"
@@ -255,6 +264,8 @@ class TemporalMethod(Method[TemporalPlan]):
             if self.value_returns:
                 assert plan.scale_critic is not None
                 returns *= np.repeat(plan.scale_critic[rows], step_lens)
+        if plan.baseline is not None:
+            adv -= np.repeat(plan.baseline[rows], lengths(step_offsets))
         return Estimates(steps, adv, returns)
 
     def apply(
@@ -545,8 +556,52 @@ class ReinforcePPBaseline(ReinforcePP):
     def outcomes(self, rows: Rows, p: Params) -> np.ndarray:
         assert rows.group_keys is not None
         codes = rows.rollout_groups()
-        stats = G.group_stats(rows.rollout_rewards(), codes, len(rows.group_keys), ddof=0, tol=0.0)
+        rewards = rows.rollout_rewards()  # what the group mean is of: with the KL penalty
+        if p.kl_coef:
+            rewards = rewards - p.kl_coef * signals.rollout_kl(rows)
+        stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=0.0)
         return super().outcomes(rows, p) - stats.mean[codes][rows.rollout_codes]
 
 
-METHODS = (MonteCarlo(), TemporalDifference(), Gae(), ReinforcePP(), ReinforcePPBaseline())
+class ReMax(TemporalMethod):
+    """ReMax (verl ``compute_remax_outcome_advantage``): A_t = G_t - b, with G_t the return-to-go
+    over the action tokens (undiscounted, as verl: ``--gamma`` 1) and b the reward of the greedy
+    rollout of the same prompt (``baseline_reward``); the returns are G_t."""
+
+    name = "remax"
+    summary = (
+        "G_t − b: the return-to-go over action tokens minus the greedy rollout's reward "
+        "(`baseline_reward`); `returns` = G_t (verl `compute_remax_outcome_advantage`)"
+    )
+    roles = ("input_ids", "reward", "baseline_reward")
+    value_returns = False
+    parameters = (GAMMA, OBSERVATIONS, SEGMENTS, STRICT)
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {"whiten": "none"}
+
+    def plan(self, rows: Rows, p: Params) -> TemporalPlan:
+        assert rows.baseline_reward is not None
+        greedy = rows.baseline_reward[rows.last_segment_row()][rows.rollout_codes]
+        bad = ~(np.abs(greedy) <= np.finfo(np.float32).max)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            problem = f"baseline reward {greedy[row]} is not a finite number"
+            raise RowError(row, ("baseline_reward",), f"{problem}. Hint: fix or drop the row")
+        return replace(super().plan(rows, p), baseline=greedy)
+
+    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
+        returns = T.discounted_returns(
+            steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=steps.tail
+        )
+        return returns.copy(), returns
+
+
+METHODS = (
+    MonteCarlo(),
+    TemporalDifference(),
+    Gae(),
+    ReinforcePP(),
+    ReinforcePPBaseline(),
+    ReMax(),
+)

@@ -5,8 +5,9 @@ Each sample is a dict of plain values (read without torch and without running co
 file: :mod:`advcli.presets.torch_file`): ``group_index`` (the group), ``index``, ``tokens``
 (prompt and response ids), ``response_length``, ``loss_mask`` (over the response only: it is
 aligned to the end of ``tokens``), ``reward`` (a number, or a dict: ``--reward-key`` picks one),
-``status`` (``truncated`` when cut), ``rollout_log_probs`` (over the response), and more, which
-passes through. Samples sharing a ``rollout_id`` are segments of one rollout, in ``index``
+``status`` (``truncated`` when cut), ``rollout_log_probs`` and ``teacher_log_probs`` (over the
+response: advcli's ``logprobs`` and ``teacher_logprobs``, 0 over the prompt, for ``--kl-coef``,
+``--opd-coef`` and ``opd``), and more, which passes through. Samples sharing a ``rollout_id`` are segments of one rollout, in ``index``
 order.
 """
 
@@ -24,8 +25,10 @@ from advcli.io.sources import refuse_pickle
 from advcli.presets import torch_file
 from advcli.presets.base import Converted, Preset, PresetOptions
 
+PER_TOKEN = {"rollout_log_probs": "logprobs", "teacher_log_probs": "teacher_logprobs"}
+"""Per-response-token fields, and the advcli column each becomes (0 over the prompt)."""
 OWN = ("group_index", "index", "rollout_id", "tokens", "loss_mask", "reward", "status",
-       "rollout_log_probs")  # fields that become advcli's columns  # fmt: skip
+       *PER_TOKEN)  # fields that become advcli's columns  # fmt: skip
 
 
 class Slime(Preset):
@@ -58,7 +61,8 @@ def _fail(path: str, row: int, field: str, problem: str) -> DataError:
 
 
 def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptions) -> pa.Table:
-    ids, masks, logprobs, lengths = [], [], [], []
+    ids, masks, lengths = [], [], []
+    per_token: dict[str, list[np.ndarray | None]] = {name: [] for name in PER_TOKEN}
     rewards, groups, rollouts, truncated = [], [], [], []
     for row, s in enumerate(samples):
         for name in ("group_index", "index", "tokens", "response_length", "reward"):
@@ -78,8 +82,12 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         ids.append(np.asarray(tokens, dtype=np.int32))
         masks.append(np.concatenate([pad, np.asarray(loss, dtype=np.float64)]) != 0)
         lengths.append(len(tokens))
-        lp = s.get("rollout_log_probs")
-        logprobs.append(None if lp is None else np.concatenate([pad, np.asarray(lp, np.float64)]))
+        for name, kept in per_token.items():
+            lp = s.get(name)
+            if lp is not None and len(lp) != n_resp:
+                problem = f"{name} has {len(lp)} entries for {n_resp} response tokens"
+                raise _fail(path, row, name, problem)
+            kept.append(None if lp is None else np.concatenate([pad, np.asarray(lp, np.float64)]))
         rewards.append(reward_of(path, row, s["reward"], options))
         groups.append(int(s["group_index"]))
         rid = s.get("rollout_id")
@@ -94,11 +102,13 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         "reward": pa.array(rewards, pa.float64()),
         "truncated": pa.array(truncated, pa.bool_()),
     }
-    given = [lp for lp in logprobs if lp is not None]
-    if len(given) == len(logprobs):  # aligned with the tokens, 0 on the prompt
-        columns["logprobs"] = list_array(np.concatenate(given).astype(np.float32), offsets)
-    else:
-        columns["rollout_log_probs"] = passthrough([s.get("rollout_log_probs") for s in samples])
+    for name, kept in per_token.items():
+        given = [lp for lp in kept if lp is not None]
+        if len(given) == len(kept):  # aligned with the tokens, 0 on the prompt
+            flat = np.concatenate(given).astype(np.float32)
+            columns[PER_TOKEN[name]] = list_array(flat, offsets)
+        elif given:
+            columns[name] = passthrough([s.get(name) for s in samples])
     index = np.array([int(s["index"]) for s in samples])
     segmented = len(set(rollouts)) < len(rollouts)
     if segmented:  # a sample's rank among its rollout's samples, by index

@@ -269,3 +269,185 @@ def actions_after(action_counts, rollout, segment_rank):
             )
         )
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# The frameworks' estimators (one value per rollout unless said), as their code computes them
+
+
+def _flat(xs, tol):
+    return len(xs) >= 2 and max(xs) - min(xs) <= tol
+
+
+def opo(rewards, labels, lengths, *, singleton="zero", tol=1e-9):
+    """R - sum(|o| R) / sum(|o|) over the group; singleton: 0 or (raw) R."""
+    out = [0.0] * len(rewards)
+    for idx in _members(labels).values():
+        xs = [float(rewards[i]) for i in idx]
+        if len(idx) == 1:
+            out[idx[0]] = xs[0] if singleton == "raw" else 0.0
+            continue
+        if _flat(xs, tol):
+            continue
+        w = sum(lengths[i] for i in idx)
+        base = sum(lengths[i] * float(rewards[i]) for i in idx) / w if w else _mean(xs)
+        for i in idx:
+            out[i] = float(rewards[i]) - base
+    return out
+
+
+def grpo_passk(rewards, labels, *, ddof=1, eps=1e-6, scale=True, singleton="zero", tol=1e-9):
+    """Only the best (first among ties) gets (R_max - R_second) / (std + eps)."""
+    out = [0.0] * len(rewards)
+    for idx in _members(labels).values():
+        xs = [float(rewards[i]) for i in idx]
+        if len(idx) == 1:
+            out[idx[0]] = xs[0] if singleton == "raw" else 0.0
+            continue
+        if _flat(xs, tol):
+            continue
+        best = idx[0]
+        for i in idx:
+            if float(rewards[i]) > float(rewards[best]):
+                best = i
+        second = max(float(rewards[i]) for i in idx if i != best)
+        gap = float(rewards[best]) - second
+        out[best] = gap / (_std(xs, ddof) + eps) if scale else gap
+    return out
+
+
+def gpg(rewards, labels, batch_labels, *, f_norm=1.0, singleton="zero", tol=1e-9):
+    """alpha_b (R - mean_g) / f_norm, alpha_b = |b| / max(1, nonzero rewards in b)."""
+    alpha = {}
+    for b, idx in _members(batch_labels).items():
+        alpha[b] = len(idx) / max(1, sum(1 for i in idx if float(rewards[i]) != 0.0))
+    out = [0.0] * len(rewards)
+    for idx in _members(labels).values():
+        xs = [float(rewards[i]) for i in idx]
+        if len(idx) == 1:
+            i = idx[0]
+            out[i] = alpha[batch_labels[i]] * xs[0] / f_norm if singleton == "raw" else 0.0
+            continue
+        if _flat(xs, tol):
+            continue
+        for i in idx:
+            out[i] = alpha[batch_labels[i]] * (float(rewards[i]) - _mean(xs)) / f_norm
+    return out
+
+
+def maxrl(rewards, labels, *, tol=1e-9):
+    """(R - mean) / mean, 0 where mean <= 0 and for singletons."""
+    out = [0.0] * len(rewards)
+    for idx in _members(labels).values():
+        xs = [float(rewards[i]) for i in idx]
+        if len(idx) == 1 or _flat(xs, tol) or _mean(xs) <= 0:
+            continue
+        for i in idx:
+            out[i] = (float(rewards[i]) - _mean(xs)) / _mean(xs)
+    return out
+
+
+def sppo(rewards, batch_labels, *, beta, tol=1e-9):
+    """R - (1/beta) log mean exp(beta R) over the batch."""
+    out = [0.0] * len(rewards)
+    for idx in _members(batch_labels).values():
+        xs = [float(rewards[i]) for i in idx]
+        if len(xs) < 2 or max(xs) - min(xs) <= tol:
+            continue
+        if beta == 0:
+            base = _mean(xs)
+        else:
+            top = max(beta * x for x in xs)
+            base = (top + math.log(sum(math.exp(beta * x - top) for x in xs) / len(xs))) / beta
+        for i in idx:
+            out[i] = float(rewards[i]) - base
+    return out
+
+
+def gdpo_verl(columns, weights, labels, lengths, *, ddof=1, eps=1e-6, singleton="raw", tol=1e-9):
+    """verl: per column GRPO (singleton mean 0 std 1), weighted sum, then token-weighted
+    whitening over the batch (ddof 1, rsqrt(var + 1e-8))."""
+    n = len(labels)
+    score = [0.0] * n
+    for col, w in zip(columns, weights, strict=True):
+        z = grpo(col, labels, ddof=ddof, eps=eps, singleton=singleton, tol=tol)
+        score = [s + w * zi for s, zi in zip(score, z, strict=True)]
+    total = sum(lengths)
+    mean = sum(n * s for n, s in zip(lengths, score, strict=True)) / total
+    var = sum(n * (s - mean) ** 2 for n, s in zip(lengths, score, strict=True)) / (total - 1)
+    out = [(s - mean) / math.sqrt(var + 1e-8) for s in score]
+    if singleton == "zero":
+        sizes = {g: len(i) for g, i in _members(labels).items()}
+        out = [0.0 if sizes[g] == 1 else a for a, g in zip(out, labels, strict=True)]
+    return out, score
+
+
+def _nanstats(xs, ddof):
+    present = [x for x in xs if not math.isnan(x)]
+    if len(present) <= ddof:
+        return (_mean(present) if present else math.nan), math.nan
+    return _mean(present), _std(present, ddof)
+
+
+def gdpo_trl(columns, weights, labels, *, eps=1e-4):
+    """TRL normalize_then_sum: NaN-aware group z-scores (group of one: 0), nansum of the
+    weighted ones (NaN if all missing), then a NaN-aware batch z-score; NaN -> 0."""
+    n = len(labels)
+    members = _members(labels)
+    score = [0.0] * n
+    scored = [False] * n
+    for col, w in zip(columns, weights, strict=True):
+        for idx in members.values():
+            xs = [float(col[i]) for i in idx]
+            mean, std = _nanstats(xs, 1)
+            for i, x in zip(idx, xs, strict=True):
+                if math.isnan(x):
+                    continue
+                scored[i] = True
+                z = 0.0 if len(idx) == 1 else (x - mean) / (std + eps)
+                if not math.isnan(z):
+                    score[i] += w * z
+    s = [v if ok else math.nan for v, ok in zip(score, scored, strict=True)]
+    mean, std = _nanstats(s, 1)
+    out = []
+    for v in s:
+        a = (v - mean) / (std + eps)
+        out.append(0.0 if math.isnan(a) else a)
+    return out, score
+
+
+def process(step_rewards, step_ends, labels, n_tokens, mask, *, ddof=0, eps=1e-6, tol=1e-9):
+    """Per row (one row per rollout): per-token advantages, the sum of the group-normalised
+    rewards of the steps ending at or after the token (action tokens only)."""
+    out = []
+    members = _members(labels)
+    norm = {}
+    for idx in members.values():
+        xs = [float(x) for i in idx for x in step_rewards[i]]
+        flat = len(idx) == 1 or not xs or max(xs) - min(xs) <= tol
+        for i in idx:
+            if flat:
+                norm[i] = [0.0] * len(step_rewards[i])
+            else:
+                m, s = _mean(xs), _std(xs, ddof)
+                norm[i] = [(float(x) - m) / (s + eps) for x in step_rewards[i]]
+    for i in range(len(labels)):
+        row = []
+        for t in range(n_tokens[i]):
+            a = sum(z for z, e in zip(norm[i], step_ends[i], strict=True) if e >= t)
+            row.append(a if mask[i][t] else 0.0)
+        out.append(row)
+    return out
+
+
+def kl(logprob, ref, estimator):
+    """verl kl_penalty, one token."""
+    d = float(logprob) - float(ref)
+    if estimator == "k1":
+        return d
+    if estimator == "abs":
+        return abs(d)
+    if estimator == "k2":
+        return 0.5 * d * d
+    c = min(max(-d, -20.0), 20.0)
+    return min(max(math.exp(c) - c - 1.0, -10.0), 10.0)

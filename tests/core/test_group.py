@@ -34,7 +34,7 @@ def _grpo(
     bstd = None
     if scale == "batch":
         batch_codes = np.asarray(batch_codes)
-        bstd = G.batch_std(rewards, batch_codes, int(batch_codes.max()) + 1, ddof=ddof)
+        bstd = G.batch_mean_std(rewards, batch_codes, int(batch_codes.max()) + 1, ddof=ddof)[1]
     return G.grpo(
         rewards,
         codes,
@@ -52,7 +52,8 @@ def _rloo(rewards, codes=None, *, singleton="zero", tol=1e-9):
     rewards = np.asarray(rewards, dtype=np.float64)
     codes = np.zeros(len(rewards), dtype=np.int64) if codes is None else np.asarray(codes)
     stats = G.group_stats(rewards, codes, int(codes.max()) + 1, ddof=0, tol=tol)
-    return G.rloo(rewards, codes, stats, singleton=singleton)
+    return G.grpo(rewards, codes, stats, eps=0.0, baseline="leave-one-out", scale="none",
+                  singleton=singleton)  # fmt: skip
 
 
 def _f32(actual, expected, atol=F32):
@@ -348,6 +349,6 @@ def test_completion_batches_and_batch_mean(rewards, batch_size, rnd):
 def test_batch_std_by_hand(ddof):
     r = np.array([1.0, 2.0, 3.0, 4.0, 10.0, 10.0])
     b = np.array([0, 0, 0, 0, 1, 1])
-    out = G.batch_std(r, b, 2, ddof=ddof)
+    out = G.batch_mean_std(r, b, 2, ddof=ddof)[1]
     exp = np.sqrt(5.0 / (4 - ddof))
     np.testing.assert_allclose(out, [exp] * 4 + [0.0, 0.0], rtol=1e-12)

@@ -153,8 +153,9 @@ def test_unknown_method_is_a_usage_error(small_log, tmp_path):
     proc = run("annotate", small_log, "--method", "ppo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 2
     assert err(proc) == (
-        "advcli: error: unknown method 'ppo'. Methods: grpo, rloo, batch-mean, mc, td, gae, "
-        "reinforce-pp, reinforce-pp-baseline"
+        "advcli: error: unknown method 'ppo'. Methods: grpo, rloo, dr-grpo, opo, grpo-passk, "
+        "gpg, maxrl, batch-mean, sppo, gdpo, grpo-process, mc, td, gae, reinforce-pp, "
+        "reinforce-pp-baseline, remax, opd"
     )
 
 
@@ -172,7 +173,7 @@ def test_unknown_convention_is_a_usage_error(small_log, tmp_path):
     assert proc.returncode == 2
     assert err(proc) == (
         "advcli: error: unknown convention 'x'. Conventions: seed, verl, trl, openrlhf, torchrl, "
-        "nemo-rl, prime-rl"
+        "nemo-rl, prime-rl, areal, slime, roll"
     )
 
 
@@ -228,7 +229,7 @@ def test_singleton_error_rule_names_the_prompt(tmp_path):
     assert proc.returncode == 1
     assert err(proc) == (
         f"advcli: error: {path}: line 3, column 'prompt_id': prompt 'lonely' has a single "
-        "rollout; --singleton error (convention openrlhf) forbids singleton groups. "
+        "rollout; --singleton error (convention openrlhf, method grpo) forbids singleton groups. "
         "Hint: pass --singleton zero, raw or drop"
     )
 

@@ -8,12 +8,13 @@ import sys
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import typer
 
 import advcli
-from advcli.cli import app
+from advcli.cli import SHARED_WITH_PRESETS, app
 from advcli.io.schema import Roles
 from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
@@ -28,7 +29,7 @@ def annotate_command():
 
 
 def test_every_parameter_is_read_by_a_method_and_declared_once():
-    used = {p.name: p for m in REGISTRY.values() for p in m.parameters}
+    used = {p.name: p for m in REGISTRY.values() for p in m.all_parameters}
     assert set(used) == set(PARAMETERS)
     assert all(used[name] is param for name, param in PARAMETERS.items())
 
@@ -36,6 +37,9 @@ def test_every_parameter_is_read_by_a_method_and_declared_once():
 def test_annotate_has_one_option_per_parameter_made_from_its_declaration():
     options = {p.name: p for p in annotate_command().params}
     for name, param in PARAMETERS.items():
+        if name in SHARED_WITH_PRESETS:  # one option, for a framework's log and for gdpo
+            assert "gdpo" in (options[name].help or "")
+            continue
         option = options[name]
         assert param.flag in option.opts
         assert option.help == param.help
@@ -106,13 +110,34 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, 
     assert "scaled-mean" not in advcli.describe(small_log)["can_run"]  # this process: built-ins
 
 
+def sample_with_every_input():
+    """The sample log with the columns only some methods read: a greedy rollout's reward,
+    process rewards, log-probabilities of the policy and of a teacher, two reward columns."""
+    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    ids = table.column("input_ids").to_pylist()
+    rng = np.random.default_rng(0)
+    logprobs = [(-rng.random(len(row))).tolist() for row in ids]
+    return (
+        table.append_column("baseline_reward", pa.array(rng.random(table.num_rows)))
+        .append_column("step_rewards", pa.array([[0.5, 1.0] for _ in ids]))
+        .append_column("step_ends", pa.array([[0, len(row) - 1] for row in ids]))
+        .append_column("logprobs", pa.array(logprobs))
+        .append_column("teacher_logprobs", pa.array([[x - 0.1 for x in r] for r in logprobs]))
+        .append_column("acc", table.column("reward"))
+        .append_column("fmt", pa.array(rng.integers(0, 2, table.num_rows).astype(float)))
+    )
+
+
+METHOD_OPTIONS = {"grpo-passk": {"singleton": "zero"}, "gdpo": {"reward_columns": "acc,fmt"}}
+
+
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_each_method_writes_the_columns_it_declares(name):
-    table = advcli.annotate_table(pq.read_table(SAMPLE / "rollouts.parquet"), method=name)
-    added = [c for c in table.column_names if c not in INPUT_COLUMNS]
+    log = sample_with_every_input()
+    options = METHOD_OPTIONS.get(name, {})
+    table = advcli.annotate_table(log, method=name, **options)
+    added = [c for c in table.column_names if c not in log.column_names]
     assert added == list(REGISTRY[name].outputs)
-    adaptive = advcli.annotate_table(
-        pq.read_table(SAMPLE / "rollouts.parquet"), method=name, lam="adaptive", alpha=1.5
-    )
+    adaptive = advcli.annotate_table(log, method=name, lam="adaptive", alpha=1.5, **options)
     extra = {"lam"} if "returns" in REGISTRY[name].outputs else set()
     assert set(adaptive.column_names) - set(table.column_names) == extra

@@ -1,0 +1,114 @@
+"""Signals every method can take besides its own: a KL penalty in the reward (``--kl-coef``)
+and an on-policy distillation term in the advantage (``--opd-coef``).
+
+- ``--kl-coef beta --kl-estimator k1|k2|k3|abs`` (verl ``apply_kl_penalty``): temporal methods
+  subtract beta * kl_t from each action token's reward; outcome methods subtract
+  beta * sum_t kl_t from the rollout's reward (TRL's RLOO). Both before any group statistics
+  and before the zero-variance test; only action tokens count.
+- ``--opd-coef c`` (slime): after the method, A_t -= c * (log pi(a_t) - log pi_teacher(a_t)) on
+  every action token.
+
+The formulas are in :mod:`advcli.core.signals`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import numpy as np
+
+from advcli.core.ragged import row_of
+from advcli.core.signals import KlEstimator, kl_penalty
+from advcli.io.rollouts import Rows, Tokens
+from advcli.params import Param, Params
+
+PANEL = "KL and distillation"
+
+
+def _finite(flag: str) -> Any:
+    def check(value: Any, _: object) -> str | None:
+        return None if np.isfinite(value) else f"{flag} {value}: expected a finite number"
+
+    return check
+
+
+KL_COEF = Param(
+    "kl_coef",
+    float,
+    0.0,
+    "beta: subtract beta * KL(logprobs || ref_logprobs) from the rewards (0: off).",
+    PANEL,
+    check=_finite("--kl-coef"),
+)
+KL_ESTIMATOR = Param(
+    "kl_estimator",
+    str,
+    "k1",
+    "The per-token KL: k1 (log-ratio), k2 (squared / 2), k3 (verl's low_var_kl) or abs.",
+    PANEL,
+    choices=get_args(KlEstimator),
+)
+OPD_COEF = Param(
+    "opd_coef",
+    float,
+    0.0,
+    "c: A_t -= c * (logprobs - teacher_logprobs) on action tokens, after any method (slime).",
+    PANEL,
+    check=_finite("--opd-coef"),
+)
+
+PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF)
+KL_ROLES = ("logprobs", "ref_logprobs")
+OPD_ROLES = ("logprobs", "teacher_logprobs")
+
+
+def token_roles(p: Params) -> tuple[str, ...]:
+    """The per-token columns the signals of a run read."""
+    roles = (*(KL_ROLES if p.kl_coef else ()), *(OPD_ROLES if p.opd_coef else ()))
+    return tuple(dict.fromkeys(roles))
+
+
+def token_kl(tokens: Tokens, p: Params) -> np.ndarray:
+    """kl_t per token (float64): the estimate on action tokens, 0 elsewhere."""
+    kl = np.zeros(len(tokens.mask))
+    m = tokens.mask
+    kl[m] = kl_penalty(tokens.extra["logprobs"][m], tokens.extra["ref_logprobs"][m], p.kl_estimator)
+    return kl
+
+
+def row_kl(tokens: Tokens, p: Params) -> np.ndarray:
+    """sum_t kl_t over each row's action tokens."""
+    n_rows = len(tokens.offsets) - 1
+    return np.bincount(row_of(tokens.offsets), weights=token_kl(tokens, p), minlength=n_rows)
+
+
+def rollout_kl(rows: Rows) -> np.ndarray:
+    """sum_t kl_t over each rollout's action tokens (all its segments)."""
+    return np.bincount(rows.rollout_codes, weights=rows.sums["kl"], minlength=rows.n_rollouts)
+
+
+def kl_stats(rows: Rows, p: Params) -> dict[str, Any]:
+    """What the summary says about the KL penalty (nothing when it is off)."""
+    if not p.kl_coef:
+        return {}
+    actions = rows.sums["actions"].sum()
+    total = float(rows.sums["kl"].sum())
+    return {
+        "kl": {
+            "coef": p.kl_coef,
+            "estimator": p.kl_estimator,
+            "mean_per_token": total / actions if actions else 0.0,
+            "mean_per_rollout": total / rows.n_rollouts if rows.n_rollouts else 0.0,
+        }
+    }
+
+
+def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
+    """The advantages with slime's distillation term, float32 (as given without one)."""
+    if not p.opd_coef:
+        return advantages
+    m = tokens.mask
+    gap = tokens.extra["logprobs"][m] - tokens.extra["teacher_logprobs"][m]
+    out = advantages.copy()
+    out[m] = (advantages[m].astype(np.float64) - p.opd_coef * gap).astype(np.float32)
+    return out
