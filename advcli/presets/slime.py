@@ -7,8 +7,8 @@ file: :mod:`advcli.presets.torch_file`): ``group_index`` (the group), ``index``,
 aligned to the end of ``tokens``), ``reward`` (a number, or a dict: ``--reward-key`` picks one),
 ``status`` (``truncated`` when cut), ``rollout_log_probs`` and ``teacher_log_probs`` (over the
 response: advcli's ``logprobs`` and ``teacher_logprobs``, 0 over the prompt, for ``--kl-coef``,
-``--opd-coef`` and ``opd``), and more, which passes through. Samples sharing a ``rollout_id`` are segments of one rollout, in ``index``
-order.
+``--opd-coef`` and ``opd``), and more, which passes through. Samples sharing a ``rollout_id``
+are segments of one rollout, in ``index`` order.
 """
 
 from __future__ import annotations
