@@ -308,6 +308,7 @@ def slime(folder: Path, rs: list[Rollout], *, split_last: bool = False) -> Path:
                 "label": str(2 * r.prompt), "reward": {"acc": r.reward, "fmt": 0.0},
                 "loss_mask": [1] * len(r.completion_ids), "weight_versions": ["v1"],
                 "rollout_log_probs": [-0.25] * len(r.completion_ids), "remove_sample": False,
+                "teacher_log_probs": [-0.5] * len(r.completion_ids),
                 "status": "truncated" if r.sample == 3 else "completed",
                 "metadata": {"turns": 1, "group": group_index},
             }  # fmt: skip

@@ -151,6 +151,10 @@ def test_slime_reads_a_torch_file_without_torch_and_refuses_code(tmp_path):
                      "--method", "grpo")  # fmt: skip
     assert sum(r["truncated"] for r in rows) == 6 and rows[0]["status"] == "completed"
     assert rows[0]["logprobs"][: len(RS[0].prompt_ids)] == [0.0] * len(RS[0].prompt_ids)
+    distilled = annotated(dump, tmp_path / "opd.parquet", "--from", "slime", "--reward-key",
+                          "acc", "--method", "opd")  # fmt: skip
+    n_prompt = len(RS[0].prompt_ids)  # teacher -0.5 against the policy's -0.25, on the response
+    assert distilled[0]["advantages"] == [0.0] * n_prompt + [-0.25] * len(RS[0].completion_ids)
     evil = tmp_path / "evil" / "1.pt"
     fw.torch_save({"samples": [EvilReduce()]}, evil)
     proc = run("schema", str(evil), "--from", "slime")
