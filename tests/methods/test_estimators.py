@@ -379,3 +379,36 @@ def test_kl_matches_the_reference(data, estimator, draw):
             total += step
             want[i] = total
         close(row, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(grouped(), st.data())
+def test_remax_matches_the_reference(data, draw):
+    rs, groups, masks = data
+    masks = [m[:-1] + [1] for m in masks]
+    greedy = draw.draw(st.lists(rewards, min_size=len(rs), max_size=len(rs)))
+    out = advcli.annotate_table(log(rs, groups, masks, baseline_reward=greedy), method="remax")
+    for row, r, b, m in zip(tokens(out), rs, greedy, masks, strict=True):
+        placed, _, _ = ref.place_rewards(m, [0, len(m)], outcome=[r])
+        returns = ref.reverse_scan_rows(placed, [1.0] * len(m), [0, len(m)])
+        close(row, [g - b if x else 0.0 for g, x in zip(returns, m, strict=True)])
+
+
+def test_the_command_line_runs_gdpo_with_kl_refused(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.conftest import run
+
+    path = tmp_path / "log.parquet"
+    pq.write_table(log([1, 0, 1, 1], "aabb", acc=[1.0, 0, 1, 1], fmt=[0.0, 1, 1, 0]), path)
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(path), "--method", "gdpo", "--reward-columns", "acc,fmt",
+               "--reward-weights", "acc=1,fmt=0.5", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected, _ = ref.gdpo_verl([[1, 0, 1, 1], [0, 1, 1, 0]], [1, 0.5], list("aabb"), [3] * 4,
+                                ddof=0, singleton="zero")  # fmt: skip
+    close(pq.read_table(out).column("advantage").to_numpy(), expected)
+    proc = run("annotate", str(path), "--method", "gdpo", "--reward-columns", "acc",
+               "--kl-coef", "0.1", "--out", str(tmp_path / "kl.parquet"))  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.decode().startswith("advcli: error: --kl-coef: gdpo puts no KL penalty")
