@@ -25,7 +25,6 @@ class Convention:
     ``temporal_whiten`` is the whitening the framework applies to GAE/MC/TD advantages;
     ``whiten_ddof`` the ddof of that whitening (REINFORCE++ always whitens). ``zero_std``: a
     group whose std is at most this gets advantage 0, as a zero-variance group (0: off).
-    ``source`` says where the defaults were read.
     """
 
     name: str
@@ -39,7 +38,6 @@ class Convention:
     temporal_whiten: Whiten
     whiten_ddof: int
     zero_std: float = 0.0
-    source: str = ""
 
 
 CONVENTIONS: dict[str, Convention] = {
@@ -56,54 +54,15 @@ CONVENTIONS: dict[str, Convention] = {
         ),  # fmt: skip
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
-        # NormConfig (mean/std level group, std_unbiased since v0.3.4, eps 1e-5), as the GRPO
-        # examples set reward_norm; a group of one gets 0
-        Convention(
-            "areal",
-            "group",
-            "group",
-            1,
-            1e-5,
-            "add",
-            "zero",
-            "skip",
-            "none",
-            1,
-            source="inclusionAI/AReaL@4aef98d areal/api/cli_args.py NormConfig, "
-            "areal/utils/data.py Normalization",
-        ),  # fmt: skip
-        # --rewards-normalization and grpo std normalization on (store_false), torch.std + 1e-6;
-        # n_samples_per_prompt 1: mean subtracted, no std: 0
-        Convention(
-            "slime",
-            "group",
-            "group",
-            1,
-            1e-6,
-            "add",
-            "zero",
-            "skip",
-            "none",
-            1,
-            source="THUDM/slime@624b824 slime/utils/arguments.py, "
-            "slime/ray/rollout.py _post_process_rewards",
-        ),  # fmt: skip
-        # adv_estimator grpo forces norm_mean_type/norm_std_type group; torch.std + 1e-6;
-        # groups with std <= 1e-6 and groups of one get 0
-        Convention(
-            "roll",
-            "group",
-            "group",
-            1,
-            1e-6,
-            "add",
-            "zero",
-            "skip",
-            "none",
-            1,
-            zero_std=1e-6,
-            source="alibaba/ROLL@8eb27cc roll/configs/base_config.py, roll/utils/functionals.py",
-        ),  # fmt: skip
+        # AReaL@4aef98d areal/api/cli_args.py NormConfig (std_unbiased since v0.3.4, eps 1e-5),
+        # areal/utils/data.py Normalization, as the GRPO examples set reward_norm; one: 0
+        Convention("areal", "group", "group", 1, 1e-5, "add", "zero", "skip", "none", 1),
+        # slime@624b824 slime/utils/arguments.py (rewards and GRPO std normalisation on),
+        # slime/ray/rollout.py: (r - mean) / (torch.std + 1e-6); one sample per prompt: 0
+        Convention("slime", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1),
+        # ROLL@8eb27cc roll/configs/base_config.py (adv_estimator grpo: group mean and std),
+        # roll/utils/functionals.py: torch.std + 1e-6; std <= 1e-6 and groups of one get 0
+        Convention("roll", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1, 1e-6),
     )
 }
 

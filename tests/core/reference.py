@@ -279,16 +279,21 @@ def _flat(xs, tol):
     return len(xs) >= 2 and max(xs) - min(xs) <= tol
 
 
-def opo(rewards, labels, lengths, *, singleton="zero", tol=1e-9):
-    """R - sum(|o| R) / sum(|o|) over the group; singleton: 0 or (raw) R."""
-    out = [0.0] * len(rewards)
+def _with_signal(rewards, labels, out, singleton, tol):
+    """The groups of two or more whose rewards differ, as (members, rewards); a singleton's
+    advantage goes to ``out`` on the way: 0, or (raw) its reward."""
     for idx in _members(labels).values():
         xs = [float(rewards[i]) for i in idx]
         if len(idx) == 1:
             out[idx[0]] = xs[0] if singleton == "raw" else 0.0
-            continue
-        if _flat(xs, tol):
-            continue
+        elif not _flat(xs, tol):
+            yield idx, xs
+
+
+def opo(rewards, labels, lengths, *, singleton="zero", tol=1e-9):
+    """R - sum(|o| R) / sum(|o|) over the group; singleton: 0 or (raw) R."""
+    out = [0.0] * len(rewards)
+    for idx, xs in _with_signal(rewards, labels, out, singleton, tol):
         w = sum(lengths[i] for i in idx)
         base = sum(lengths[i] * float(rewards[i]) for i in idx) / w if w else _mean(xs)
         for i in idx:
@@ -299,13 +304,7 @@ def opo(rewards, labels, lengths, *, singleton="zero", tol=1e-9):
 def grpo_passk(rewards, labels, *, ddof=1, eps=1e-6, scale=True, singleton="zero", tol=1e-9):
     """Only the best (first among ties) gets (R_max - R_second) / (std + eps)."""
     out = [0.0] * len(rewards)
-    for idx in _members(labels).values():
-        xs = [float(rewards[i]) for i in idx]
-        if len(idx) == 1:
-            out[idx[0]] = xs[0] if singleton == "raw" else 0.0
-            continue
-        if _flat(xs, tol):
-            continue
+    for idx, xs in _with_signal(rewards, labels, out, singleton, tol):
         best = idx[0]
         for i in idx:
             if float(rewards[i]) > float(rewards[best]):
