@@ -233,7 +233,7 @@ def located(sources: Sources, roles: Roles) -> Iterator[None]:
     try:
         yield
     except RowError as exc:
-        column = next((roles[r] for r in exc.roles if roles[r]), None)
+        column = next((roles[r] for r in exc.roles if roles[r]), exc.column)
         raise DataError(f"{sources.at(exc.row, column)}: {exc.problem}") from None
 
 

@@ -30,13 +30,17 @@ class RowError(DataError):
     critic). The engine, which knows both, raises it again as ``file: row R, column 'C': ...``.
 
     ``roles`` are the roles whose column names the problem; the first the log has is named.
+    ``column`` names a column that plays no role (one a method's option named) instead.
     """
 
-    def __init__(self, row: int, roles: tuple[str, ...], problem: str):
+    def __init__(
+        self, row: int, roles: tuple[str, ...], problem: str, *, column: str | None = None
+    ):
         super().__init__(f"row {row}: {problem}")
         self.row = row
         self.roles = roles
         self.problem = problem
+        self.column = column
 
 
 class UsageError(AdvcliError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -63,4 +64,5 @@ def floor_polars(src: str, out: str) -> None:
 if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars}
+    Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
     floors[sys.argv[1]](sys.argv[2], sys.argv[3])

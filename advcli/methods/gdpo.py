@@ -171,7 +171,7 @@ class Gdpo(OutcomeMethod):
             if aggregation(p) == "verl":
                 if not have.all():
                     row = int(last[np.flatnonzero(~have)[0]])
-                    raise RowError(row, (), _missing(name))
+                    raise RowError(row, (), _missing(), column=name)
                 z = G.grpo(r, codes, stats, eps=p.eps, eps_placement=p.eps_placement,
                            singleton="raw" if p.singleton == "raw" else "zero")  # fmt: skip
             else:
@@ -207,9 +207,9 @@ class Gdpo(OutcomeMethod):
         )
 
 
-def _missing(name: str) -> str:
+def _missing() -> str:
     return (
-        f"column '{name}' has no value (null or NaN), which --aggregation verl needs. "
+        "no value (null or NaN), which --aggregation verl needs. "
         "Hint: fill it, or use --aggregation trl (a missing reward counts as none)"
     )
 

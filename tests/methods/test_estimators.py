@@ -235,7 +235,7 @@ def test_gdpo_trl_skips_missing_rewards():
     nan = float("nan")
     expected, _ = ref.gdpo_trl([[1, 0, nan, 1], [nan, 1, nan, 0]], [1, 1], list("aabb"))
     close(adv, expected)
-    with pytest.raises(DataError, match="column 'acc' has no value"):
+    with pytest.raises(DataError, match="row 2, column 'acc': no value"):
         per_row(t, "gdpo", reward_columns="acc,fmt")
 
 
