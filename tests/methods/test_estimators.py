@@ -412,3 +412,13 @@ def test_the_command_line_runs_gdpo_with_kl_refused(tmp_path):
                "--kl-coef", "0.1", "--out", str(tmp_path / "kl.parquet"))  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.decode().startswith("advcli: error: --kl-coef: gdpo puts no KL penalty")
+
+
+def test_misaligned_or_missing_logprobs_name_the_column():
+    short = log([1, 0], "aa", logprobs=[[-1.0, -1.0], [-1.0] * 3], ref_logprobs=[[-1.0] * 3] * 2)
+    with pytest.raises(DataError, match=r"row 0, column 'logprobs': 2 entries but 'input_ids'"):
+        advcli.annotate_table(short, method="grpo", kl_coef=0.1)
+    nan = log([1, 0], "aa", [[0, 1, 1]] * 2, logprobs=[[float("nan"), -1.0, -1.0]] * 2,
+              ref_logprobs=[[-1.0, float("nan"), -1.0]] * 2)  # fmt: skip
+    with pytest.raises(DataError, match=r"row 0, column 'ref_logprobs': value nan"):
+        advcli.annotate_table(nan, method="grpo", kl_coef=0.1)  # NaN off actions is allowed
