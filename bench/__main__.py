@@ -74,9 +74,9 @@ def tokens_in(path: Path) -> int:
 
 def read_jsonl_as_annotate_does(path: str) -> None:
     """The per-row columns, then every column in batches: what a one-pass method reads."""
-    source, roles = open_log([path])
-    source.columns(row_columns(roles))
-    for _ in source.batches(None, BATCH_ROWS):
+    log = open_log([path])
+    log.source.columns(row_columns(log.roles))
+    for _ in log.source.batches(None, BATCH_ROWS):
         pass
 
 
