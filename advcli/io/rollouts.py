@@ -111,7 +111,7 @@ class Tokens:
     mask: np.ndarray  # bool per token: the policy sampled it
     values: np.ndarray | None  # float32 or float64 per token (NaN allowed off actions)
     token_rewards: np.ndarray | None  # float64 per token
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # float64 per token, by role
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # float32/64 per token, by role
     # (logprobs, ref_logprobs, teacher_logprobs): finite on action tokens, anything elsewhere
 
     def action_counts(self) -> np.ndarray:
@@ -433,7 +433,7 @@ def extract_tokens(
     floats: dict[str, np.ndarray] = {}
     for role in extra:
         if (flat_floats := token_list(role)) is not None:
-            x = _numeric(flat_floats)
+            x = _numeric(flat_floats, floats=True)  # widened later, only at the action tokens
             if not (np.abs(x[at_actions]) <= FLOAT32_MAX).all():  # off actions: anything
                 check.finite(roles.column(role), x[at_actions], offsets, at_actions)
             floats[role] = x

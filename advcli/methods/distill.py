@@ -32,7 +32,7 @@ class Opd(Method[Plan]):
     def apply(self, plan: Plan, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         m = tokens.mask
         adv = np.zeros(len(m), dtype=np.float32)
-        gap = tokens.extra["teacher_logprobs"][m] - tokens.extra["logprobs"][m]
+        gap = tokens.extra["teacher_logprobs"][m].astype(np.float64) - tokens.extra["logprobs"][m]
         adv[m] = gap.astype(np.float32)
         return {"advantages": adv}
 

@@ -108,7 +108,7 @@ def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
     if not p.opd_coef:
         return advantages
     m = tokens.mask
-    gap = tokens.extra["logprobs"][m] - tokens.extra["teacher_logprobs"][m]
+    gap = tokens.extra["logprobs"][m].astype(np.float64) - tokens.extra["teacher_logprobs"][m]
     out = advantages.copy()
     out[m] = (advantages[m].astype(np.float64) - p.opd_coef * gap).astype(np.float32)
     return out
