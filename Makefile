@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test test-min docs bench clean
 
 $(BIN)/advcli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,19 @@ test: $(BIN)/advcli
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+# The suite on the oldest versions pyproject.toml declares (tools/floors.py pins them), in a
+# second virtualenv on the same Python: a floor that does not hold fails here.
+MIN_VENV := .venv-min
+test-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MIN_VENV)/bin/python -m tools.floors > $(MIN_VENV)/floors.txt
+	$(MIN_VENV)/bin/python -m pip install -q -r $(MIN_VENV)/floors.txt
+	$(MIN_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -i -E '^(typer|polars|pyarrow|numpy|rich|orjson|zstandard|onnx|onnxruntime)=='
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider
+
 docs: $(BIN)/advcli
 	$(BIN)/python -m tools.docs
 
@@ -31,4 +44,4 @@ bench: $(BIN)/advcli
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build
+	rm -rf $(VENV) $(MIN_VENV) build

@@ -13,11 +13,13 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.verify("shards/")
 
 The functions load on first use: ``import advcli.critic`` alone needs neither polars nor orjson.
+A dependency older than advcli needs is then a :class:`advcli.errors.DependencyError` naming it.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -55,5 +57,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
+        if "advcli.api" not in sys.modules:  # first use: are the dependencies recent enough?
+            importlib.import_module("advcli.versions").check()
         return getattr(importlib.import_module("advcli.api"), name)
     raise AttributeError(f"module 'advcli' has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
 Ctrl-C while the command line's modules load (polars, pyarrow: a second or so) is an
 interrupt like any other, not a traceback: the import happens inside :func:`main`. A SIGINT
-the parent ignores stays ignored.
+the parent ignores stays ignored. A dependency older than advcli needs is one line, found
+before any of them is imported.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ def main() -> None:
         # native SIGINT handler of its own, which would still stop the run: blocking the
         # signal before any thread exists keeps it from every thread.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    from advcli import versions
+    from advcli.errors import DependencyError
+
     try:
+        versions.check()
         from advcli.cli import main as run
+    except DependencyError as exc:
+        sys.stderr.write(f"advcli: error: {exc}\n")
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("advcli: interrupted\n")
         sys.stderr.flush()

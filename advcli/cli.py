@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import functools
 import inspect
 import os
@@ -634,7 +635,7 @@ def _root(
     """Offline advantages for logged LLM reinforcement-learning rollouts."""
 
 
-_METAVARS = {int: "INT", float: "NUMBER", str: "TEXT"}
+_METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
 
 
 def command() -> Any:
@@ -646,12 +647,15 @@ def command() -> Any:
         for param in [*cmd.params, *([help_option] if help_option else [])]:
             if isinstance(param, typer.core.TyperArgument):
                 param.metavar = param.name.upper().removesuffix("S")  # INPUT, FOLDER
-                # no "<list[str]>" beside it: the name says what it is
+                # no "<list[str]>" (typer 0.29) or "<str>" (0.28) beside it: the name says it
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+                if hasattr(param, "type"):  # typer 0.28 asks the click type
+                    param.type = copy.copy(param.type)
+                    param.type.get_metavar = lambda *_, **__: ""
             elif getattr(param, "is_flag", False):
                 param.metavar = ""
             else:
-                param.metavar = _METAVARS.get(_scalar(param.type_descriptor.annotation), "TEXT")
+                param.metavar = _METAVARS.get(_value_type(param), "TEXT")
     return group
 
 
@@ -715,10 +719,14 @@ def _interrupted() -> NoReturn:
     os._exit(130)
 
 
-def _scalar(annotation: Any) -> Any:
-    """``int`` for ``Optional[int]`` or ``list[int]``; the annotation itself otherwise."""
-    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    return args[0] if args else annotation
+def _value_type(param: Any) -> Any:
+    """What an option takes: ``int`` for ``Optional[int]`` or ``list[int]`` (typer >= 0.29
+    describes it by annotation), or the click type's name (``"integer"``, older typer)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:
+        return getattr(param.type, "name", None)
+    args = [arg for arg in typing.get_args(descriptor.annotation) if arg is not type(None)]
+    return args[0] if args else descriptor.annotation
 
 
 def _fail(message: str, code: int) -> None:

@@ -43,6 +43,12 @@ class RowError(DataError):
         self.column = column
 
 
+class DependencyError(AdvcliError):
+    """A dependency is missing or older than advcli needs. Exit code 1."""
+
+    exit_code = 1
+
+
 class UsageError(AdvcliError):
     """The command line is wrong: an unknown method, conflicting options. Exit code 2."""
 

@@ -45,13 +45,16 @@ def command_help(args: list[str]) -> str:
 
 
 def cli_reference() -> str:
+    import typer
+
     from advcli.cli import app
 
     commands = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback]
     parts = [
         "# Command-line reference\n",
         "Every command's `--help`, generated from the code by `make docs`\n"
-        "(`python -m tools.docs`); a test fails when this page is stale.\n",
+        f"(`python -m tools.docs`) with typer {typer.__version__}; a test fails when this page is "
+        "stale.\n",
         "```text\n" + command_help([]) + "```\n",
     ]
     for name in commands:
@@ -133,6 +136,12 @@ def generated() -> dict[Path, str]:
         ROOT / "docs" / "cli.md": cli_reference(),
         readme_path: readme(readme_path.read_text()),
     }
+
+
+def help_typer() -> str | None:
+    """The typer version ``docs/cli.md`` was made with (help layout is typer's own)."""
+    found = re.search(r"with typer (\S+);", (ROOT / "docs" / "cli.md").read_text())
+    return found.group(1) if found else None
 
 
 def stale() -> list[Path]:

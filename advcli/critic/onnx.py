@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from advcli import versions
 from advcli.critic import batching
 from advcli.errors import DataError, UsageError
 from advcli.io.checksum import file_sha256
@@ -77,6 +78,11 @@ def _import_ort() -> Any:
             "ONNX Runtime is not installed: "
             "pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
         ) from None
+    version = getattr(onnxruntime, "__version__", "0")
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        versions.check_optional("onnxruntime-gpu", version, "gpu")
+    else:
+        versions.check_optional("onnxruntime", version, "onnx")
     return onnxruntime
 
 

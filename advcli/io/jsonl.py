@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from advcli import versions
 from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io.schema import jsonl_dtypes
 
@@ -42,10 +43,11 @@ def open_stream(path: str) -> io.BufferedIOBase:
         return io.BufferedReader(_Checked(path, "gzip", gzip.open(path, "rb")))
     if path.lower().endswith(".zst"):
         try:
-            import zstandard  # noqa: F401
+            import zstandard
         except ImportError:
             msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
             raise UsageError(msg) from None
+        versions.check_optional("zstandard", zstandard.__version__, "zstd")
         return io.BufferedReader(_Checked(path, "zstd", _ZstdFrames(path)))
     return open(path, "rb")
 
@@ -205,9 +207,13 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     return {name: _storable(dtype) for name, dtype in inferred.items()}
 
 
+_WIDE_INTEGERS = tuple(getattr(pl, name) for name in ("Int128", "UInt128") if hasattr(pl, name))
+"""polars' integer types beyond 64 bits (UInt128 is newer than advcli's polars floor)."""
+
+
 def _storable(dtype: Any) -> Any:
     """A type Arrow can hold: null and integers beyond 64 bits (ids, seeds) are read as text."""
-    if dtype == pl.Null or dtype in (pl.Int128, pl.UInt128):
+    if dtype == pl.Null or dtype in _WIDE_INTEGERS:
         return pl.String
     if isinstance(dtype, pl.List):
         return pl.List(_storable(dtype.inner))
