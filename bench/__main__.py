@@ -35,6 +35,29 @@ from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
+ANNOTATE = {  # name: options; methods writing `returns` are compared with the 2-column floor
+    "grpo": ["--method", "grpo"],
+    "rloo": ["--method", "rloo"],
+    "batch-mean": ["--method", "batch-mean", "--batch-size", "256"],
+    "grpo (verl)": ["--method", "grpo", "--convention", "verl"],
+    "mc": ["--method", "mc", "--gamma", "0.99"],
+    "td": ["--method", "td", "--gamma", "0.99"],
+    "gae": ["--method", "gae", "--gamma", "0.99"],
+    "gae (verl, whitened)": ["--method", "gae", "--gamma", "0.99", "--convention", "verl"],
+    "gae (openrlhf, whitened)": ["--method", "gae", "--gamma", "0.99", "--convention",
+                                 "openrlhf"],
+    "reinforce-pp (whitened)": ["--method", "reinforce-pp", "--gamma", "0.99"],
+    "reinforce-pp-baseline": ["--method", "reinforce-pp-baseline", "--gamma", "0.99"],
+}  # fmt: skip
+TWO_COLUMNS = ("mc", "td", "gae", "reinforce-pp")  # methods that also write `returns`
+
+
+def floor_of(step: str) -> str:
+    """The floor a step is compared with: the one writing as many token columns."""
+    method = step.removeprefix("annotate ").split()[0]
+    return "I/O floor, 2 columns" if method.startswith(TWO_COLUMNS) else "I/O floor"
+
+
 ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log with more columns
     "opo": ["--method", "opo"],
     "grpo-passk": ["--method", "grpo-passk", "--singleton", "zero"],
@@ -111,11 +134,13 @@ def main() -> None:
         ]
         for kind in ("advcli", "pyarrow", "polars")
     }  # fmt: skip
-    for method in ("grpo", "gae"):
-        out = str(work / f"{method}.parquet")
-        steps[f"annotate {method}"] = [
-            *advcli, "annotate", str(log), "--method", method, "--gamma", "0.99",
-            "--out", out, "--force", "-q",
+    steps["I/O floor, 2 columns"] = [
+        py, "-m", "bench.floor", "advcli", str(log), str(work / "floor-2.parquet"), "2"
+    ]  # fmt: skip
+    for name, options in ANNOTATE.items():
+        out = str(work / f"{name.split()[0]}.parquet")
+        steps[f"annotate {name}"] = [
+            *advcli, "annotate", str(log), *options, "--out", out, "--force", "-q",
         ]  # fmt: skip
     extras = work / f"log-extras-{args.extras_tokens:.0f}.parquet"
     if not extras.exists():
@@ -145,17 +170,29 @@ def main() -> None:
     results = [
         (name, statistics.median(times[name]), max(peaks[name])) for name in steps
     ]  # name, median seconds, largest peak MB
-    floor = min(seconds for name, seconds, _ in results if name.startswith("I/O floor"))
+    floor = min(seconds for name, seconds, _ in results if name.startswith("I/O floor ("))
+    floors = {"I/O floor": floor, **{name: seconds for name, seconds, _ in results}}
     x_floor = next(seconds for name, seconds, _ in results if name == "x: I/O floor (advcli)")
     x_tokens = tokens_in(extras)
 
     lines = [f"log: {log.name}, {n_tokens:,} tokens, {log.stat().st_size / 2**20:,.0f} MiB"]
-    lines.append(f"{'step':<24}{'seconds':>9}{'M tokens/s':>12}{'floor/step':>12}{'peak MB':>10}")
+    lines.append(
+        f"{'step':<32}{'seconds':>9}{'M tokens/s':>12}{'floor/step':>12}{'like floor':>12}"
+        f"{'peak MB':>10}"
+    )
     for name, seconds, peak in results:
         if name.startswith("x: "):
             continue
         rate = n_tokens / seconds / 1e6
-        lines.append(f"{name:<24}{seconds:>9.2f}{rate:>12.1f}{floor / seconds:>12.2f}{peak:>10.0f}")
+        like = floors[floor_of(name)] / seconds if name.startswith("annotate") else float("nan")
+        lines.append(
+            f"{name:<32}{seconds:>9.2f}{rate:>12.1f}{floor / seconds:>12.2f}{like:>12.2f}"
+            f"{peak:>10.0f}"
+        )
+    lines.append(
+        "(floor/step: against the one-column floor; like floor: against the floor writing as "
+        "many token columns as the method: 2 for mc, td, gae, reinforce-pp)"
+    )
     lines.append(f"(median of {args.repeat} runs per step, taking turns; peak: the largest)")
     lines.append(
         f"estimators reading more columns: {extras.name}, {x_tokens:,} tokens, "

@@ -1,9 +1,10 @@
-"""The I/O floor: read a Parquet log and write it back with one more list<float32> column.
+"""The I/O floor: read a Parquet log and write it back with one more list<float32> column (or
+two: a method that also writes ``returns`` is compared with the floor that writes as much).
 
 No computation: what any read-annotate-write tool must at least spend on the same file. The
 extra column is a copy of the log's ``values`` (float32, one per token): advantages are as hard
 to compress as values, while a column of zeros would compress to nothing and flatter the floor.
-``python -m bench.floor advcli|pyarrow|polars IN OUT``:
+``python -m bench.floor advcli|pyarrow|polars IN OUT [COLUMNS]``:
 
 - ``advcli``: advcli's own reader and writer (pyarrow batches read on a thread, polars' Parquet
   sink encoding on every core), i.e. ``annotate`` minus the computation;
@@ -32,32 +33,38 @@ from advcli.io.writers import (
     parquet_options,
 )
 
+EXTRA = ("advantages", "returns")
 
-def with_extra_column(src: str) -> Iterator[pa.Table]:
+
+def with_extra_column(src: str, columns: int = 1) -> Iterator[pa.Table]:
     pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
     for batch in prefetch(pf.iter_batches(batch_size=512)):
         table = pa.Table.from_batches([batch])
-        yield table.append_column("advantages", table.column("values"))
+        for name in EXTRA[:columns]:
+            table = table.append_column(name, table.column("values"))
+        yield table
 
 
-def floor_advcli(src: str, out: str) -> None:
+def floor_advcli(src: str, out: str, columns: int = 1) -> None:
     with TableWriter(out, "parquet", {}) as writer:
-        for table in with_extra_column(src):
+        for table in with_extra_column(src, columns):
             writer.write(table)
         writer.commit()
 
 
-def floor_pyarrow(src: str, out: str) -> None:
+def floor_pyarrow(src: str, out: str, columns: int = 1) -> None:
     writer = None
-    for table in with_extra_column(src):
+    for table in with_extra_column(src, columns):
         if writer is None:
             writer = pq.ParquetWriter(out, table.schema, **parquet_options(table.schema))
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     writer.close()
 
 
-def floor_polars(src: str, out: str) -> None:
-    frame = pl.scan_parquet(src).with_columns(pl.col("values").alias("advantages"))
+def floor_polars(src: str, out: str, columns: int = 1) -> None:
+    frame = pl.scan_parquet(src).with_columns(
+        [pl.col("values").alias(name) for name in EXTRA[:columns]]
+    )
     frame.sink_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd", compression_level=1)
 
 
@@ -65,4 +72,4 @@ if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars}
     Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
-    floors[sys.argv[1]](sys.argv[2], sys.argv[3])
+    floors[sys.argv[1]](sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)

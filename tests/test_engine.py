@@ -58,6 +58,8 @@ CASES = [
     {"method": "gae", "gamma": 0.99, "lam": 0.9},
     {"method": "gae", "gamma": 0.95, "lam": 0.8, "segments": "chain", "whiten": "batch"},
     {"method": "gae", "lam": "adaptive", "alpha": 1.5, "observations": "step"},
+    {"method": "gae", "observations": "step", "whiten": "batch", "batch_size": 6},
+    {"method": "mc", "convention": "openrlhf", "lam_critic": 0.9},
     {"method": "mc", "gamma": 0.9, "segments": "chain"},
     {"method": "td", "gamma": 0.9},
     {"method": "reinforce-pp", "gamma": 0.97, "batch_size": 10},

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io import jsonl
 from advcli.io.arrow import nul_name
+from advcli.io.interrupts import keep_python_interrupt
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import ROLES
 
@@ -477,6 +478,7 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
         while (item := box.get()) is not done:
             if isinstance(item, BaseException):
                 raise item
+            keep_python_interrupt()
             yield item
     finally:
         stop.set()

@@ -28,6 +28,7 @@ from polars.io.plugins import register_io_source
 
 from advcli.errors import DataError, OutputError, UsageError
 from advcli.io.checksum import file_sha256
+from advcli.io.interrupts import keep_python_interrupt
 from advcli.io.jsonl import STDIN
 
 METADATA_KEY = b"advcli"
@@ -440,10 +441,12 @@ class PolarsSink:
             )
         else:
             write = frames.sink_ndjson
+        self._pulling = threading.Event()  # the sink's query runs: its handlers are in place
         self._thread = threading.Thread(target=self._sink, args=(write,), daemon=True)
         self._thread.start()
 
     def _frames(self, *_: object) -> Iterator[pl.DataFrame]:
+        self._pulling.set()
         while (table := self._queue.get()) is not None:
             yield _frame(table)
 
@@ -477,7 +480,11 @@ class PolarsSink:
 
     def write(self, table: pa.Table) -> None:
         self._raise_if_failed()
+        while not self._pulling.is_set() and self._thread.is_alive():
+            self._pulling.wait(0.005)  # the first table: once the query runs, Ctrl-C is Python's
+        keep_python_interrupt()
         self._put(table)
+        keep_python_interrupt()
         self._raise_if_failed()
 
     def close(self) -> None:

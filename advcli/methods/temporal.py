@@ -20,6 +20,7 @@ compaction), the segment chain, whitening moments per batch (merged with Chan's 
 
 from __future__ import annotations
 
+import tempfile
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -140,6 +141,7 @@ class TemporalPlan(Plan):
     whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
     whiten_std: np.ndarray | None = None
     baseline: np.ndarray | None = None  # per row: subtracted from every step's advantage
+    cache: EstimateCache | None = None  # the last token pass's estimates, for the final one
 
 
 @dataclass(frozen=True)
@@ -271,20 +273,38 @@ class TemporalMethod(Method[TemporalPlan]):
     def apply(
         self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params
     ) -> dict[str, np.ndarray]:
-        """Whiten if planned, then the steps' results as per-token float32 columns."""
-        est = self.steps(plan, tokens, row0, p)
-        steps, adv = est.steps, est.advantages
+        """Whiten if planned, then the steps' results as per-token float32 columns (read back
+        from the whitening pass when it kept them, else computed)."""
+        if plan.cache is not None:
+            positions, step_offsets = T.step_positions(tokens.mask, tokens.offsets, p.observations)
+            adv, returns = plan.cache.read(row0, len(positions))
+            is_action = tokens.mask[positions]
+        else:
+            est = self.steps(plan, tokens, row0, p)
+            step_offsets, is_action, adv = (
+                est.steps.step_offsets,
+                est.steps.is_action,
+                est.advantages,
+            )
+            returns = self.final_returns(est)
         if plan.whiten_mean is not None:
             assert plan.whiten_std is not None
-            rows = steps.rows(row0)
-            act = steps.is_action
+            rows = np.repeat(np.arange(row0, row0 + len(step_offsets) - 1), lengths(step_offsets))
             adv = adv.copy()
+            act = is_action
             adv[act] = (adv[act] - plan.whiten_mean[rows[act]]) / plan.whiten_std[rows[act]]
-        returns = est.returns + steps.values if self.value_returns else est.returns
         return {
-            "advantages": _scatter(adv, steps, tokens.mask),
-            "returns": _scatter(returns, steps, tokens.mask),
+            "advantages": _scatter(adv, is_action, tokens.mask),
+            "returns": _scatter(returns, is_action, tokens.mask),
         }
+
+    def final_returns(self, est: Estimates) -> np.ndarray:
+        """The returns as written (a value method's targets add V)."""
+        return est.returns + est.steps.values if self.value_returns else est.returns
+
+    def reads_values_finally(self, plan: TemporalPlan) -> bool:
+        """The final pass needs no values when it reads the estimates back."""
+        return self.reads_values and plan.cache is None
 
 
 def _check_bootstrap(rows: Rows) -> None:
@@ -323,15 +343,41 @@ def _check_rewards(orphaned: np.ndarray, moved: np.ndarray, row0: int, *, strict
         raise RowError(row0 + int(np.flatnonzero(moved)[0]), roles, problem)
 
 
-def _scatter(step_values: np.ndarray, steps: Steps, mask: np.ndarray) -> np.ndarray:
+def _scatter(step_values: np.ndarray, is_action: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Per-token float32 array: step values on the action tokens, exactly 0 elsewhere.
 
     The action steps, in order, are the tokens where ``mask`` is set (a boolean scatter).
     """
     out = np.zeros(len(mask), dtype=np.float32)
-    values = step_values.astype(np.float32)  # a scatter that also casts is twice as slow
-    out[mask] = values if steps.is_action.all() else values[steps.is_action]
+    values = step_values.astype(np.float32, copy=False)  # a casting scatter is twice as slow
+    out[mask] = values if is_action.all() else values[is_action]
     return out
+
+
+class EstimateCache:
+    """The estimates of the last token pass, kept for the final pass so that it need not
+    compute them (nor read the values) again: per step, the raw advantages (float64: whitening
+    divides by a std that may be small, so float32 would not do) and the returns as written
+    (float32), 12 bytes a step, in an unnamed temporary file. The final pass asks for the same
+    batches, from row 0, in order."""
+
+    def __init__(self, n_rows: int):
+        self.n_rows = n_rows
+        # Unnamed: nothing is left on disk, however the process ends.
+        self.file = tempfile.TemporaryFile(prefix="advcli-estimates-")  # noqa: SIM115
+
+    def write(self, advantages: np.ndarray, returns: np.ndarray) -> None:
+        np.asarray(advantages, dtype=np.float64).tofile(self.file)
+        np.asarray(returns, dtype=np.float32).tofile(self.file)
+
+    def read(self, row0: int, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        if row0 == 0:
+            self.file.seek(0)
+        advantages = np.fromfile(self.file, dtype=np.float64, count=n_steps)
+        returns = np.fromfile(self.file, dtype=np.float32, count=n_steps)
+        if len(returns) != n_steps:  # the final pass batched otherwise: a bug, not the data
+            raise RuntimeError("the final pass read other batches than the whitening pass wrote")
+        return advantages, returns
 
 
 # --------------------------------------------------------------------------- token passes
@@ -442,12 +488,14 @@ class WhitenPass(TokenPass[TemporalPlan]):
         batch_id, _, n_batches = completion_batches(rows, p.batch_size)
         self.batch_of_row = batch_id[rows.rollout_codes]
         self.moments = T.BatchMoments(n_batches)
+        self.cache = EstimateCache(rows.n_rows)  # this pass is the last before the final one
 
     def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
         est = self.method.steps(plan, tokens, row0, self.p)
         act = est.steps.is_action
         step_batch = self.batch_of_row[est.steps.rows(row0)]
         self.moments.add(est.advantages[act], step_batch[act])
+        self.cache.write(est.advantages, self.method.final_returns(est))
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         std = np.sqrt(self.moments.var(self.p.whiten_ddof) + WHITEN_EPS)
@@ -455,6 +503,7 @@ class WhitenPass(TokenPass[TemporalPlan]):
             plan,
             whiten_mean=self.moments.mean[self.batch_of_row],
             whiten_std=std[self.batch_of_row],
+            cache=self.cache,
         )
 
 
