@@ -38,6 +38,7 @@ from advcli.io.rollouts import (
     Tokens,
     extract_rows,
     extract_tokens,
+    needs_ids,
     require,
     row_columns,
     token_columns,
@@ -269,12 +270,14 @@ class Run:
     def tokens(
         self, names: list[str] | None, *, values: bool
     ) -> Iterator[tuple[int, pa.Table, Tokens]]:
-        """Batches of validated tokens (values from the log, or scored by the critic)."""
+        """Batches of validated tokens (values from the log, or scored by the critic); a pass
+        that reads only some columns (``names``) reads the token ids only if it must."""
         from_log = values and self.scorer is None
         extra = self.method.token_roles(self.params)
+        ids = names is None or self.roles["input_ids"] in names
         for row0, table in prefetch(self.source.batches(names, self.batch_rows)):
             tok = extract_tokens(
-                table, self.roles, self.sources, row0, values=from_log, extra=extra
+                table, self.roles, self.sources, row0, values=from_log, extra=extra, ids=ids
             )
             if values and self.scorer is not None:
                 tok.values = self.scorer(row0, table, tok)
@@ -309,9 +312,11 @@ class Run:
                     yield Batch(out, adv[tokens_kept], tok.mask[tokens_kept])
 
     def token_names(self, *, values: bool) -> list[str]:
-        """The token columns a pass reads (``values``: with the critic values)."""
+        """The token columns a pass before the final one reads (``values``: with the critic
+        values; the token ids only where the rows' lengths need them)."""
         extra = self.method.token_roles(self.params)
-        return token_columns(self.roles, values=values, extra=extra)
+        ids = needs_ids(self.roles) or self.scorer is not None  # a critic reads the ids
+        return token_columns(self.roles, values=values, extra=extra, ids=ids)
 
     def row_sums(self, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
         """The per-row sums of token columns the method plans with (one pass)."""

@@ -255,10 +255,13 @@ def row_columns(roles: Roles, *, steps: bool = False, named: tuple[str, ...] = (
     return [*found, *(name for name in named if name not in found)]
 
 
-def token_columns(roles: Roles, *, values: bool = True, extra: tuple[str, ...] = ()) -> list[str]:
+def token_columns(
+    roles: Roles, *, values: bool = True, extra: tuple[str, ...] = (), ids: bool = True
+) -> list[str]:
     """The list columns :func:`extract_tokens` reads (``values=False``: not the values;
-    ``extra``: per-token roles of :data:`TOKEN_FLOATS`)."""
-    names = ["input_ids", "action_mask", "spans", "token_rewards"] + (["values"] if values else [])
+    ``extra``: per-token roles of :data:`TOKEN_FLOATS`; ``ids=False``: not the token ids)."""
+    names = [*(["input_ids"] if ids else []), "action_mask", "spans", "token_rewards"]
+    names += ["values"] if values else []
     return [c for r in (*names, *extra) if (c := roles[r]) is not None]
 
 
@@ -397,19 +400,19 @@ def extract_tokens(
     *,
     values: bool = True,
     extra: tuple[str, ...] = (),
+    ids: bool = True,
 ) -> Tokens:
     """Validate the token columns of a batch whose first row is global row ``row0``
-    (``extra``: per-token roles of :data:`TOKEN_FLOATS` to read too)."""
+    (``extra``: per-token roles of :data:`TOKEN_FLOATS` to read too). ``ids=False``: the
+    token ids are not read, the action mask's lists give the rows' lengths (a pass before the
+    final one, which reads and checks the ids; see :func:`needs_ids`)."""
     check = _Checker(table, sources, row0)
-    ids_col = roles.column("input_ids")
+    ids_col = roles.column("input_ids" if ids else "action_mask")  # the rows' lengths
     check.no_nulls(ids_col, "token list")
-    ids, offsets = flat_list(table.column(ids_col))
+    token_ids, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
-    if len(ids) and pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
-        token = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
-        row = int(np.searchsorted(offsets, token, side="right")) - 1
-        problem = f"token id {ids[token].as_py()} is negative"
-        check.fail(row, ids_col, problem, "token ids are vocabulary indices, 0 or more")
+    if ids:
+        _check_ids(check, ids_col, token_ids, offsets)
 
     def token_list(role: str) -> pa.Array | None:
         col = roles[role]
@@ -448,6 +451,21 @@ def extract_tokens(
     return Tokens(
         offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards, extra=floats
     )
+
+
+def needs_ids(roles: Roles) -> bool:
+    """Whether a pass must read the token ids: only they give the rows' lengths when the log
+    has no action mask column (spans, or every token an action)."""
+    return roles["action_mask"] is None
+
+
+def _check_ids(check: _Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
+    """Token ids are vocabulary indices: none negative."""
+    if len(ids) and pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
+        token = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
+        row = int(np.searchsorted(offsets, token, side="right")) - 1
+        problem = f"token id {ids[token].as_py()} is negative"
+        check.fail(row, column, problem, "token ids are vocabulary indices, 0 or more")
 
 
 def _decodes(raw: bytes) -> bool:
