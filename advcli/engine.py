@@ -297,8 +297,7 @@ class Run:
         with located(self.sources, self.roles), contextlib.ExitStack() as done:
             if isinstance(self.scorer, ValueCache):
                 done.callback(self.scorer.close)  # the last pass that reads the values
-            values = self.method.reads_values_finally(self.plan)
-            for row0, table, tok in self.tokens(None, values=values):
+            for row0, table, tok in self.tokens(None, values=self.method.reads_values):
                 columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)

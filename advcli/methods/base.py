@@ -128,10 +128,6 @@ class Method(ABC, Generic[PlanT]):
             extra.add("input_ids")
         return set(self.roles) | extra
 
-    def reads_values_finally(self, plan: PlanT) -> bool:
-        """Whether the final pass reads the values (a method may have kept what it needs)."""
-        return self.reads_values
-
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         """:meth:`apply`, then the distillation term of ``--opd-coef``."""
         columns = self.apply(plan, tokens, row0, p)

@@ -20,7 +20,6 @@ compaction), the segment chain, whitening moments per batch (merged with Chan's 
 
 from __future__ import annotations
 
-import tempfile
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -141,7 +140,6 @@ class TemporalPlan(Plan):
     whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
     whiten_std: np.ndarray | None = None
     baseline: np.ndarray | None = None  # per row: subtracted from every step's advantage
-    cache: EstimateCache | None = None  # the last token pass's estimates, for the final one
 
 
 @dataclass(frozen=True)
@@ -188,8 +186,11 @@ class TemporalMethod(Method[TemporalPlan]):
         return rows.reward[rows.last_segment_row()][rows.rollout_codes]
 
     @abstractmethod
-    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
-        """``(advantages, returns)`` per step."""
+    def estimates(
+        self, steps: Steps, p: Params, *, returns: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(advantages, returns)`` per step; ``returns=False``: the advantages only (the
+        returns may then be anything: the whitening pass needs no returns)."""
 
     def plan(self, rows: Rows, p: Params) -> TemporalPlan:
         _check_bootstrap(rows)
@@ -218,10 +219,18 @@ class TemporalMethod(Method[TemporalPlan]):
         return passes
 
     def steps(
-        self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params, *, local: bool = False
+        self,
+        plan: TemporalPlan,
+        tokens: Tokens,
+        row0: int,
+        p: Params,
+        *,
+        local: bool = False,
+        returns: bool = True,
     ) -> Estimates:
         """The method on one batch, before whitening. ``local``: as if nothing came after each
-        row's last step (what :class:`ChainPass` measures)."""
+        row's last step (what :class:`ChainPass` measures); ``returns=False``: the advantages
+        only."""
         n = len(tokens.offsets) - 1
         rows = slice(row0, row0 + n)
         positions, step_offsets = T.step_positions(tokens.mask, tokens.offsets, p.observations)
@@ -259,52 +268,34 @@ class TemporalMethod(Method[TemporalPlan]):
             tail_critic=np.zeros(n) if local else plan.tail_critic[rows],
             lam=plan.lam if np.ndim(plan.lam) == 0 else plan.lam[rows],  # type: ignore[index]
         )
-        adv, returns = self.estimates(steps, p)
+        adv, step_returns = self.estimates(steps, p, returns=returns)
         if plan.scale is not None:
             step_lens = lengths(step_offsets)
             adv *= np.repeat(plan.scale[rows], step_lens)
-            if self.value_returns:
+            if self.value_returns and returns:
                 assert plan.scale_critic is not None
-                returns *= np.repeat(plan.scale_critic[rows], step_lens)
+                step_returns *= np.repeat(plan.scale_critic[rows], step_lens)
         if plan.baseline is not None:
             adv -= np.repeat(plan.baseline[rows], lengths(step_offsets))
-        return Estimates(steps, adv, returns)
+        return Estimates(steps, adv, step_returns)
 
     def apply(
         self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params
     ) -> dict[str, np.ndarray]:
-        """Whiten if planned, then the steps' results as per-token float32 columns (read back
-        from the whitening pass when it kept them, else computed)."""
-        if plan.cache is not None:
-            positions, step_offsets = T.step_positions(tokens.mask, tokens.offsets, p.observations)
-            adv, returns = plan.cache.read(row0, len(positions))
-            is_action = tokens.mask[positions]
-        else:
-            est = self.steps(plan, tokens, row0, p)
-            step_offsets, is_action, adv = (
-                est.steps.step_offsets,
-                est.steps.is_action,
-                est.advantages,
-            )
-            returns = self.final_returns(est)
+        """Whiten if planned, then the steps' results as per-token float32 columns."""
+        est = self.steps(plan, tokens, row0, p)
+        steps, adv = est.steps, est.advantages
         if plan.whiten_mean is not None:
             assert plan.whiten_std is not None
-            rows = np.repeat(np.arange(row0, row0 + len(step_offsets) - 1), lengths(step_offsets))
+            rows = steps.rows(row0)
+            act = steps.is_action
             adv = adv.copy()
-            act = is_action
             adv[act] = (adv[act] - plan.whiten_mean[rows[act]]) / plan.whiten_std[rows[act]]
+        returns = est.returns + steps.values if self.value_returns else est.returns
         return {
-            "advantages": _scatter(adv, is_action, tokens.mask),
-            "returns": _scatter(returns, is_action, tokens.mask),
+            "advantages": _scatter(adv, steps, tokens.mask),
+            "returns": _scatter(returns, steps, tokens.mask),
         }
-
-    def final_returns(self, est: Estimates) -> np.ndarray:
-        """The returns as written (a value method's targets add V)."""
-        return est.returns + est.steps.values if self.value_returns else est.returns
-
-    def reads_values_finally(self, plan: TemporalPlan) -> bool:
-        """The final pass needs no values when it reads the estimates back."""
-        return self.reads_values and plan.cache is None
 
 
 def _check_bootstrap(rows: Rows) -> None:
@@ -343,41 +334,15 @@ def _check_rewards(orphaned: np.ndarray, moved: np.ndarray, row0: int, *, strict
         raise RowError(row0 + int(np.flatnonzero(moved)[0]), roles, problem)
 
 
-def _scatter(step_values: np.ndarray, is_action: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def _scatter(step_values: np.ndarray, steps: Steps, mask: np.ndarray) -> np.ndarray:
     """Per-token float32 array: step values on the action tokens, exactly 0 elsewhere.
 
     The action steps, in order, are the tokens where ``mask`` is set (a boolean scatter).
     """
     out = np.zeros(len(mask), dtype=np.float32)
-    values = step_values.astype(np.float32, copy=False)  # a casting scatter is twice as slow
-    out[mask] = values if is_action.all() else values[is_action]
+    values = step_values.astype(np.float32)  # a scatter that also casts is twice as slow
+    out[mask] = values if steps.is_action.all() else values[steps.is_action]
     return out
-
-
-class EstimateCache:
-    """The estimates of the last token pass, kept for the final pass so that it need not
-    compute them (nor read the values) again: per step, the raw advantages (float64: whitening
-    divides by a std that may be small, so float32 would not do) and the returns as written
-    (float32), 12 bytes a step, in an unnamed temporary file. The final pass asks for the same
-    batches, from row 0, in order."""
-
-    def __init__(self, n_rows: int):
-        self.n_rows = n_rows
-        # Unnamed: nothing is left on disk, however the process ends.
-        self.file = tempfile.TemporaryFile(prefix="advcli-estimates-")  # noqa: SIM115
-
-    def write(self, advantages: np.ndarray, returns: np.ndarray) -> None:
-        np.asarray(advantages, dtype=np.float64).tofile(self.file)
-        np.asarray(returns, dtype=np.float32).tofile(self.file)
-
-    def read(self, row0: int, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
-        if row0 == 0:
-            self.file.seek(0)
-        advantages = np.fromfile(self.file, dtype=np.float64, count=n_steps)
-        returns = np.fromfile(self.file, dtype=np.float32, count=n_steps)
-        if len(returns) != n_steps:  # the final pass batched otherwise: a bug, not the data
-            raise RuntimeError("the final pass read other batches than the whitening pass wrote")
-        return advantages, returns
 
 
 # --------------------------------------------------------------------------- token passes
@@ -488,14 +453,12 @@ class WhitenPass(TokenPass[TemporalPlan]):
         batch_id, _, n_batches = completion_batches(rows, p.batch_size)
         self.batch_of_row = batch_id[rows.rollout_codes]
         self.moments = T.BatchMoments(n_batches)
-        self.cache = EstimateCache(rows.n_rows)  # this pass is the last before the final one
 
     def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
-        est = self.method.steps(plan, tokens, row0, self.p)
+        est = self.method.steps(plan, tokens, row0, self.p, returns=False)
         act = est.steps.is_action
         step_batch = self.batch_of_row[est.steps.rows(row0)]
         self.moments.add(est.advantages[act], step_batch[act])
-        self.cache.write(est.advantages, self.method.final_returns(est))
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         std = np.sqrt(self.moments.var(self.p.whiten_ddof) + WHITEN_EPS)
@@ -503,7 +466,6 @@ class WhitenPass(TokenPass[TemporalPlan]):
             plan,
             whiten_mean=self.moments.mean[self.batch_of_row],
             whiten_std=std[self.batch_of_row],
-            cache=self.cache,
         )
 
 
@@ -522,12 +484,20 @@ class ValueMethod(TemporalMethod):
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"whiten": convention.temporal_whiten}
 
-    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
+    def estimates(
+        self, steps: Steps, p: Params, *, returns: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
         offsets = steps.step_offsets
+        if not returns:
+            delta = T.td_errors(
+                steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=steps.tail
+            )
+            adv = self.advantages(steps, p, lambda: delta)
+            return adv, adv
         delta_critic = T.td_errors(
             steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=steps.tail_critic
         )
-        returns = T.gae_from_td(delta_critic, offsets, gamma=p.gamma, lam=p.lam_critic)
+        targets = T.gae_from_td(delta_critic, offsets, gamma=p.gamma, lam=p.lam_critic)
 
         def deltas() -> np.ndarray:  # the same TD errors when both bootstrap alike
             if np.array_equal(steps.tail, steps.tail_critic):
@@ -536,7 +506,7 @@ class ValueMethod(TemporalMethod):
                 steps.values, steps.rewards, offsets, gamma=p.gamma, next_value=steps.tail
             )
 
-        return self.advantages(steps, p, deltas), returns
+        return self.advantages(steps, p, deltas), targets
 
     @abstractmethod
     def advantages(self, steps: Steps, p: Params, deltas: Deltas) -> np.ndarray:
@@ -590,11 +560,13 @@ class ReinforcePP(TemporalMethod):
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"whiten": "batch"}
 
-    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
+    def estimates(
+        self, steps: Steps, p: Params, *, returns: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
         adv = T.discounted_returns(
             steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=steps.tail
         )
-        return adv, adv.copy()
+        return adv, adv.copy() if returns else adv
 
 
 class ReinforcePPBaseline(ReinforcePP):
@@ -639,11 +611,13 @@ class ReMax(TemporalMethod):
             raise RowError(row, ("baseline_reward",), f"{problem}. Hint: fix or drop the row")
         return replace(super().plan(rows, p), baseline=greedy)
 
-    def estimates(self, steps: Steps, p: Params) -> tuple[np.ndarray, np.ndarray]:
-        returns = T.discounted_returns(
+    def estimates(
+        self, steps: Steps, p: Params, *, returns: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        to_go = T.discounted_returns(
             steps.rewards, steps.step_offsets, gamma=p.gamma, next_value=steps.tail
         )
-        return returns.copy(), returns
+        return to_go.copy(), to_go
 
 
 METHODS = (
