@@ -226,6 +226,20 @@ def actions_after(
     return after
 
 
+Moments = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Count, mean and M2 per batch."""
+
+
+def moments(x: np.ndarray, batch: np.ndarray, n_batches: int) -> Moments:
+    """Count, mean and M2 (two passes) of values ``x`` per batch ``batch[i]``."""
+    x = np.asarray(x, dtype=np.float64)
+    count = np.bincount(batch, minlength=n_batches).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, np.bincount(batch, x, minlength=n_batches) / count, 0.0)
+    m2 = np.bincount(batch, (x - mean[batch]) ** 2, minlength=n_batches)
+    return count, mean, m2
+
+
 class BatchMoments:
     """Count, mean and M2 (sum of squared deviations) of values per batch, built up chunk by
     chunk: each chunk's moments are taken in two passes, then merged with Chan et al.'s
@@ -239,12 +253,12 @@ class BatchMoments:
 
     def add(self, x: np.ndarray, batch: np.ndarray) -> None:
         """Add values ``x``, each of batch ``batch[i]``."""
-        k = len(self.count)
-        x = np.asarray(x, dtype=np.float64)
-        count = np.bincount(batch, minlength=k).astype(np.float64)
+        self.merge(moments(x, batch, len(self.count)))
+
+    def merge(self, chunk: Moments) -> None:
+        """Add a chunk's moments (Chan et al.'s pairwise update)."""
+        count, mean, m2 = chunk
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, np.bincount(batch, x, minlength=k) / count, 0.0)
-            m2 = np.bincount(batch, (x - mean[batch]) ** 2, minlength=k)
             total = self.count + count
             frac = np.where(total > 0, count / total, 0.0)
         delta = mean - self.mean

@@ -68,15 +68,26 @@ PlanT = TypeVar("PlanT", bound=Plan)
 class TokenPass(ABC, Generic[PlanT]):
     """A pass over the token columns that a method needs before its final one.
 
-    The engine calls :meth:`observe` for every batch of rows, in order, then :meth:`finish`,
-    which returns the refined plan.
+    For every batch of rows the engine calls :meth:`measure` (on a worker thread: it must
+    only read the plan and the batch) and then :meth:`add` with what it measured, in batch
+    order; then :meth:`finish`, which returns the refined plan. So the batches' arithmetic
+    runs on several cores and the result is the same as one batch after another.
     """
 
     title: ClassVar[str]  # what the progress line shows while it runs
     reads_values: bool = False  # whether it reads the critic values
 
     @abstractmethod
-    def observe(self, plan: PlanT, row0: int, tokens: Tokens) -> None: ...
+    def measure(self, plan: PlanT, row0: int, tokens: Tokens) -> Any:
+        """What the pass needs from one batch (no side effects)."""
+
+    @abstractmethod
+    def add(self, plan: PlanT, row0: int, measured: Any) -> None:
+        """Take one batch's measure, in batch order."""
+
+    def observe(self, plan: PlanT, row0: int, tokens: Tokens) -> None:
+        """:meth:`measure` and :meth:`add` on one batch, here."""
+        self.add(plan, row0, self.measure(plan, row0, tokens))
 
     @abstractmethod
     def finish(self, plan: PlanT) -> PlanT: ...

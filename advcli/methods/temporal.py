@@ -357,8 +357,11 @@ class CountPass(TokenPass[TemporalPlan]):
         self.method, self.rows, self.p = method, rows, p
         self.counts = np.zeros(rows.n_rows, dtype=np.int64)
 
-    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
-        self.counts[row0 : row0 + len(tokens.offsets) - 1] = tokens.action_counts()
+    def measure(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> np.ndarray:
+        return tokens.action_counts()
+
+    def add(self, plan: TemporalPlan, row0: int, measured: np.ndarray) -> None:
+        self.counts[row0 : row0 + len(measured)] = measured
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         rows, p = self.rows, self.p
@@ -398,17 +401,22 @@ class ChainPass(TokenPass[TemporalPlan]):
         self.advantage = np.zeros(n)
         self.advantage_critic = np.zeros(n) if method.value_returns else None
 
-    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
+    def measure(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> tuple[np.ndarray, ...]:
+        """Per row: its steps, and the value, advantage and return at its first step."""
         est = self.method.steps(plan, tokens, row0, self.p, local=True)
         counts = lengths(est.steps.step_offsets)
+        first = est.steps.step_offsets[:-1][counts > 0]
+        return counts, est.steps.values[first], est.advantages[first], est.returns[first]
+
+    def add(self, plan: TemporalPlan, row0: int, measured: tuple[np.ndarray, ...]) -> None:
+        counts, value, advantage, returns = measured
         has = counts > 0
-        first = est.steps.step_offsets[:-1][has]
         at = slice(row0, row0 + len(counts))
         self.steps[at] = counts
-        self.value[at][has] = est.steps.values[first]
-        self.advantage[at][has] = est.advantages[first]
+        self.value[at][has] = value
+        self.advantage[at][has] = advantage
         if self.advantage_critic is not None:
-            self.advantage_critic[at][has] = est.returns[first]
+            self.advantage_critic[at][has] = returns
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         rows, p = self.rows, self.p
@@ -454,11 +462,14 @@ class WhitenPass(TokenPass[TemporalPlan]):
         self.batch_of_row = batch_id[rows.rollout_codes]
         self.moments = T.BatchMoments(n_batches)
 
-    def observe(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> None:
+    def measure(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> T.Moments:
         est = self.method.steps(plan, tokens, row0, self.p, returns=False)
         act = est.steps.is_action
         step_batch = self.batch_of_row[est.steps.rows(row0)]
-        self.moments.add(est.advantages[act], step_batch[act])
+        return T.moments(est.advantages[act], step_batch[act], len(self.moments.count))
+
+    def add(self, plan: TemporalPlan, row0: int, measured: T.Moments) -> None:
+        self.moments.merge(measured)
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         std = np.sqrt(self.moments.var(self.p.whiten_ddof) + WHITEN_EPS)
