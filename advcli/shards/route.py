@@ -100,6 +100,11 @@ def allow_open_files(n_buckets: int, target: Path) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
+def _identity(order: np.ndarray, n: int) -> bool:
+    """Whether ``order`` is 0, 1, ..., n - 1 (a take that would copy every row as it is)."""
+    return len(order) == n and bool((order == np.arange(n)).all())
+
+
 def bucket_path(folder: Path, j: int) -> Path:
     return folder / f"bucket-{j:06d}.arrow"
 
@@ -137,7 +142,10 @@ def route(
             take = np.flatnonzero(position >= 0)
             bucket = np.searchsorted(starts, position[take], side="right") - 1
             by_bucket = np.argsort(bucket, kind="stable")
-            batch = batch.append_column(POSITION, pa.array(position)).take(take[by_bucket])
+            order = take[by_bucket]
+            batch = batch.append_column(POSITION, pa.array(position))
+            if not _identity(order, n):  # rows leave in input order unless shuffled or dropped
+                batch = batch.take(order)
             bucket = bucket[by_bucket]
             cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):

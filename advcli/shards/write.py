@@ -3,6 +3,8 @@ shards (Parquet, zstd), each shard's checksum and counts recorded for the manife
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 from pathlib import Path
 from typing import Any
@@ -86,7 +88,12 @@ def schema_list(schema: pa.Schema) -> list[list[str]]:
 
 
 class ShardFiles:
-    """Writes the shards in order, piece by piece; one manifest record per shard."""
+    """Writes the shards in order, piece by piece; one manifest record per shard.
+
+    pyarrow encodes a piece on a writer thread (it frees the GIL) while the caller prepares
+    the next; at most ``PENDING`` pieces wait, so memory stays bounded."""
+
+    PENDING = 2
 
     def __init__(self, folder: Path, plan: ShardPlan, metadata: dict[str, Any]):
         self.folder = folder
@@ -98,6 +105,8 @@ class ShardFiles:
         self._current: tuple[int, int] | None = None
         self._path = folder
         self._record: dict[str, Any] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._pending: collections.deque[concurrent.futures.Future[None]] = collections.deque()
 
     def write(self, split: int, shard: int, table: pa.Table) -> None:
         if self._current != (split, shard):
@@ -105,7 +114,11 @@ class ShardFiles:
             self._writer = self._open(split, shard, table.schema)
         assert self._writer is not None
         table = table.replace_schema_metadata({METADATA_KEY: self.metadata})
-        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        while len(self._pending) >= self.PENDING:
+            self._pending.popleft().result()
+        self._pending.append(
+            self._pool.submit(self._writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+        )
         mask = table.column("loss_mask").chunk(0).values
         self._record.update(
             rows=self._record["rows"] + table.num_rows,
@@ -133,7 +146,15 @@ class ShardFiles:
         schema = schema.with_metadata({METADATA_KEY: self.metadata})
         return pq.ParquetWriter(self._path, schema, **parquet_options(schema))
 
+    def shutdown(self) -> None:
+        """Stop the writer thread once its pieces are done (after an error too)."""
+        for future in self._pending:
+            future.exception()  # waits; the error, if any, is already on its way
+        self._pool.shutdown()
+
     def close(self) -> None:
+        while self._pending:  # every piece written (an error raised here, in order)
+            self._pending.popleft().result()
         if self._writer is None:
             return
         self._writer.close()
@@ -158,8 +179,12 @@ def shard_totals(plan: ShardPlan) -> list[list[tuple[int, int]]]:
 
 
 def in_order(bucket: pa.Table) -> pa.Table:
-    """A bucket's rows by position, column by column (each column freed once copied)."""
-    order = pa.array(np.argsort(bucket.column(POSITION).to_numpy()))
+    """A bucket's rows by position, column by column (each column freed once copied); as
+    they are when already in order (no shuffle)."""
+    position = bucket.column(POSITION).to_numpy()
+    if (np.diff(position) > 0).all():
+        return bucket
+    order = pa.array(np.argsort(position))
     cols = {}
     for name in bucket.column_names:
         cols[name] = bucket.column(name).take(order).combine_chunks()
@@ -178,34 +203,37 @@ def write_pieces(
 ) -> list[dict[str, Any]]:
     """Bucket by bucket, put the rows in order and write the pieces into the shards."""
     files = ShardFiles(folder, plan, metadata)
-    totals = shard_totals(plan)
-    ends = lay.bucket_positions[1:]
-    for j in range(lay.n_buckets):
-        path = bucket_path(buckets, j)
-        with pa.OSFile(str(path)) as fh:
-            bucket = pa.ipc.open_stream(fh).read_all()
-        path.unlink()
-        bucket = in_order(bucket)
-        first = int(lay.bucket_positions[j])
-        for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
-            k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
-            a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
-            sp = plan.splits[k]
-            row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
-            samples = lay.order[a:b]
-            n_tokens, n_samples = totals[k][s]
-            table = piece_table(
-                bucket.slice(a - first, b - a),
-                plan.lens[samples],
-                None if plan.weight is None else plan.weight[samples],
-                row_offsets - row_offsets[0],
-                per_token,
-                packed=opts.pack is not None,
-                large_tokens=n_tokens >= 2**31,
-                large_samples=n_samples >= 2**31,
-            )
-            files.write(k, s, table)
-        del bucket
-        report(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
-    files.close()
+    try:
+        totals = shard_totals(plan)
+        ends = lay.bucket_positions[1:]
+        for j in range(lay.n_buckets):
+            path = bucket_path(buckets, j)
+            with pa.OSFile(str(path)) as fh:
+                bucket = pa.ipc.open_stream(fh).read_all()
+            path.unlink()
+            bucket = in_order(bucket)
+            first = int(lay.bucket_positions[j])
+            for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
+                k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
+                a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
+                sp = plan.splits[k]
+                row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
+                samples = lay.order[a:b]
+                n_tokens, n_samples = totals[k][s]
+                table = piece_table(
+                    bucket.slice(a - first, b - a),
+                    plan.lens[samples],
+                    None if plan.weight is None else plan.weight[samples],
+                    row_offsets - row_offsets[0],
+                    per_token,
+                    packed=opts.pack is not None,
+                    large_tokens=n_tokens >= 2**31,
+                    large_samples=n_samples >= 2**31,
+                )
+                files.write(k, s, table)
+            del bucket
+            report(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
+        files.close()
+    finally:
+        files.shutdown()
     return files.records
