@@ -54,6 +54,8 @@ TWO_COLUMNS = ("mc", "td", "gae", "reinforce-pp")  # methods that also write `re
 
 def floor_of(step: str) -> str:
     """The floor a step is compared with: the one writing as many token columns."""
+    if step.startswith("shard"):
+        return "I/O floor, shard columns"
     method = step.removeprefix("annotate ").split()[0]
     return "I/O floor, 2 columns" if method.startswith(TWO_COLUMNS) else "I/O floor"
 
@@ -134,6 +136,9 @@ def main() -> None:
         ]
         for kind in ("advcli", "pyarrow", "polars")
     }  # fmt: skip
+    steps["I/O floor, shard columns"] = [
+        py, "-m", "bench.floor", "shard", str(log), str(work / "floor-shard.parquet")
+    ]  # fmt: skip
     steps["I/O floor, 2 columns"] = [
         py, "-m", "bench.floor", "advcli", str(log), str(work / "floor-2.parquet"), "2"
     ]  # fmt: skip
@@ -184,14 +189,16 @@ def main() -> None:
         if name.startswith("x: "):
             continue
         rate = n_tokens / seconds / 1e6
-        like = floors[floor_of(name)] / seconds if name.startswith("annotate") else float("nan")
+        compared = name.startswith(("annotate", "shard"))
+        like = floors[floor_of(name)] / seconds if compared else float("nan")
         lines.append(
             f"{name:<32}{seconds:>9.2f}{rate:>12.1f}{floor / seconds:>12.2f}{like:>12.2f}"
             f"{peak:>10.0f}"
         )
     lines.append(
         "(floor/step: against the one-column floor; like floor: against the floor writing as "
-        "many token columns as the method: 2 for mc, td, gae, reinforce-pp)"
+        "many token columns as the method: 2 for mc, td, gae, reinforce-pp; shard: the floor "
+        "reading and writing the shard columns once)"
     )
     lines.append(f"(median of {args.repeat} runs per step, taking turns; peak: the largest)")
     lines.append(

@@ -4,12 +4,13 @@ two: a method that also writes ``returns`` is compared with the floor that write
 No computation: what any read-annotate-write tool must at least spend on the same file. The
 extra column is a copy of the log's ``values`` (float32, one per token): advantages are as hard
 to compress as values, while a column of zeros would compress to nothing and flatter the floor.
-``python -m bench.floor advcli|pyarrow|polars IN OUT [COLUMNS]``:
+``python -m bench.floor advcli|pyarrow|polars|shard IN OUT [COLUMNS]``:
 
 - ``advcli``: advcli's own reader and writer (pyarrow batches read on a thread, polars' Parquet
   sink encoding on every core), i.e. ``annotate`` minus the computation;
 - ``pyarrow``: the same reader with pyarrow's ``ParquetWriter`` (one core) on a second thread;
-- ``polars``: polars' own streaming engine, scan to sink.
+- ``polars``: polars' own streaming engine, scan to sink;
+- ``shard``: the columns a shard holds, read and written once with the shards' writer.
 
 All write zstd (level 1 for polars' writer, pyarrow's default otherwise) and row groups of
 ``ROW_GROUP_ROWS``.
@@ -61,6 +62,24 @@ def floor_pyarrow(src: str, out: str, columns: int = 1) -> None:
     writer.close()
 
 
+SHARD_COLUMNS = {"prompt_id": "prompt_id", "rollout_id": "rollout_id", "input_ids": "input_ids",
+                 "action_mask": "loss_mask", "values": "advantages"}  # fmt: skip
+
+
+def floor_shard(src: str, out: str, columns: int = 1) -> None:
+    """What ``shard`` must at least do: read the log's columns a shard holds and write them
+    once (the values standing in for the advantages), with the shards' writer settings."""
+    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
+    writer = None
+    for batch in prefetch(pf.iter_batches(batch_size=512, columns=list(SHARD_COLUMNS))):
+        table = pa.Table.from_batches([batch]).rename_columns(list(SHARD_COLUMNS.values()))
+        if writer is None:
+            writer = pq.ParquetWriter(out, table.schema, **parquet_options(table.schema))
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    assert writer is not None
+    writer.close()
+
+
 def floor_polars(src: str, out: str, columns: int = 1) -> None:
     frame = pl.scan_parquet(src).with_columns(
         [pl.col("values").alias(name) for name in EXTRA[:columns]]
@@ -70,6 +89,7 @@ def floor_polars(src: str, out: str, columns: int = 1) -> None:
 
 if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
-    floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars}
+    floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars,
+              "shard": floor_shard}  # fmt: skip
     Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
     floors[sys.argv[1]](sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
