@@ -422,3 +422,38 @@ def test_misaligned_or_missing_logprobs_name_the_column():
               ref_logprobs=[[-1.0, float("nan"), -1.0]] * 2)  # fmt: skip
     with pytest.raises(DataError, match=r"row 0, column 'ref_logprobs': value nan"):
         advcli.annotate_table(nan, method="grpo", kl_coef=0.1)  # NaN off actions is allowed
+
+
+@pytest.mark.parametrize(
+    ("rewards", "ends", "problem"),
+    [
+        ([[1.0, 0.0]], [[0]], "row 0, column 'step_ends': 2 step rewards but 1 step ends. "
+         "Hint: give one step end per step reward"),
+        ([[1.0, 0.0]], [[2, 1]], "row 0, column 'step_ends': step ends 2 then 1. "
+         "Hint: step ends increase along the row"),
+        ([[1.0]], [[-1]], "row 0, column 'step_ends': step end -1 is not a token index. "
+         "Hint: a step end is the index of the step's last token, from 0"),
+    ],
+)  # fmt: skip
+def test_bad_process_rewards_are_one_line_naming_the_row(rewards, ends, problem):
+    t = log([0], "a", step_rewards=pa.array(rewards, pa.list_(pa.float64())),
+            step_ends=pa.array(ends, pa.list_(pa.int64())))  # fmt: skip
+    with pytest.raises(DataError) as info:
+        advcli.annotate_table(t, method="grpo-process")
+    assert str(info.value) == f"<table>: {problem}"
+
+
+def test_a_non_finite_greedy_reward_names_its_row():
+    t = log([1.0, 0.0], "aa", baseline_reward=pa.array([0.5, None], pa.float64()))
+    with pytest.raises(DataError) as info:
+        advcli.annotate_table(t, method="remax")
+    assert str(info.value) == (
+        "<table>: row 1, column 'baseline_reward': baseline reward nan is not a finite number. "
+        "Hint: fix or drop the row"
+    )
+
+
+def test_a_reward_column_of_text_is_refused():
+    t = log([1.0, 0.0], "aa", acc=["yes", "no"])
+    with pytest.raises(SchemaError, match="column 'acc' is string, not numbers"):
+        per_row(t, "gdpo", reward_columns="acc")
