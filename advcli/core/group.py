@@ -61,12 +61,19 @@ def group_stats(
         sq = np.bincount(codes, weights=(rewards - mean[codes]) ** 2, minlength=n_groups)
         std = np.sqrt(sq / (size - ddof))
     std[size <= ddof] = np.nan
+    zero_variance = (size >= 2) & ((spread(rewards, codes, n_groups) <= tol) | (std <= min_std))
+    return GroupStats(size, mean, sq, std, zero_variance, size == 1)
+
+
+def spread(x: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """max - min of ``x`` per group (-inf for a group without values; NaN values left out)."""
+    x = np.asarray(x, dtype=np.float64)
+    have = ~np.isnan(x)
     hi = np.full(n_groups, -np.inf)
     lo = np.full(n_groups, np.inf)
-    np.maximum.at(hi, codes, rewards)
-    np.minimum.at(lo, codes, rewards)
-    zero_variance = (size >= 2) & ((hi - lo <= tol) | (std <= min_std))
-    return GroupStats(size, mean, sq, std, zero_variance, size == 1)
+    np.maximum.at(hi, codes[have], x[have])
+    np.minimum.at(lo, codes[have], x[have])
+    return hi - lo
 
 
 def _denominator(std: np.ndarray, eps: float, eps_placement: str) -> np.ndarray:

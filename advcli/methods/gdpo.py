@@ -177,7 +177,7 @@ class Gdpo(OutcomeMethod):
             else:
                 z = G.nan_group_zscore(r, codes, n_groups, ddof=p.std_ddof, eps=p.eps)
                 z = np.where(single & have, 0.0, z)
-            zero_var &= _flat(r, codes, n_groups, p.zero_variance_tol)
+            zero_var &= G.spread(r, codes, n_groups) <= p.zero_variance_tol
             score += np.where(np.isnan(z), 0.0, weight * z)
             scored |= have
         if aggregation(p) == "verl":
@@ -212,16 +212,6 @@ def _missing() -> str:
         "no value (null or NaN), which --aggregation verl needs. "
         "Hint: fill it, or use --aggregation trl (a missing reward counts as none)"
     )
-
-
-def _flat(r: np.ndarray, codes: np.ndarray, n_groups: int, tol: float) -> np.ndarray:
-    """Per group: its present values of ``r`` lie within ``tol`` (max - min)."""
-    have = ~np.isnan(r)
-    hi = np.full(n_groups, -np.inf)
-    lo = np.full(n_groups, np.inf)
-    np.maximum.at(hi, codes[have], r[have])
-    np.minimum.at(lo, codes[have], r[have])
-    return hi - lo <= tol
 
 
 METHODS = (Gdpo(),)

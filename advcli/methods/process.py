@@ -72,11 +72,8 @@ class GrpoProcess(Method[ProcessPlan]):
         size = np.bincount(rows.rollout_groups(), minlength=n_groups)
         single = size == 1
         refuse_singletons(rows, single[rows.rollout_groups()], p)
-        hi = np.full(n_groups, -np.inf)
-        lo = np.full(n_groups, np.inf)
-        np.maximum.at(hi, step_group, steps.rewards)
-        np.minimum.at(lo, step_group, steps.rewards)
-        zero_var = ~single & (hi - lo <= p.zero_variance_tol)  # no steps at all: no signal
+        spread = G.spread(steps.rewards, step_group, n_groups)
+        zero_var = ~single & (spread <= p.zero_variance_tol)  # no steps at all: no signal
         std = stats.std[step_group]
         denominator = np.maximum(std, p.eps) if p.eps_placement == "max" else std + p.eps
         with np.errstate(invalid="ignore", divide="ignore"):
