@@ -28,7 +28,7 @@ from polars.io.plugins import register_io_source
 
 from advcli.errors import DataError, OutputError, UsageError
 from advcli.io.checksum import file_sha256
-from advcli.io.interrupts import keep_python_interrupt
+from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.jsonl import STDIN
 
 METADATA_KEY = b"advcli"
@@ -188,13 +188,19 @@ def _temporary_name(target: Path, suffix: str) -> Path:
 
 
 def _temporary_beside(target: Path) -> Path:
-    """An empty file beside ``target``, with the permissions a new file gets."""
+    """A fresh temporary name beside ``target`` (its folder made, stale leftovers removed).
+
+    Only the name: the caller holds it where its clean-up will find it *before* creating
+    the file, so a Ctrl-C that lands in between leaves nothing behind.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(target)
-    path = _temporary_name(target, ".tmp")
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies
-    os.close(fd)
-    return path
+    return _temporary_name(target, ".tmp")
+
+
+def _create_empty(path: Path) -> None:
+    """An empty file, with the permissions a new file gets (the umask applies)."""
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
 
 
 def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
@@ -238,6 +244,7 @@ def atomic_path(target: str | Path, *, force: bool = True) -> Iterator[Path]:
     with output_errors(target):
         tmp = _temporary_beside(Path(target))
         try:
+            _create_empty(tmp)
             yield tmp
             publish(tmp, Path(target), force=force, shown=str(target))
         finally:
@@ -270,38 +277,33 @@ def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
     restored if the new one cannot take its place (or, after a kill, by the next run).
     """
     with output_errors(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(target)
-        tmp = _temporary_name(target, ".tmp")
-        os.mkdir(tmp, 0o777)  # the umask applies
-        with _swapped_in(tmp, target, force=force):
+        tmp = _temporary_beside(target)
+        try:
+            os.mkdir(tmp, 0o777)  # the umask applies
             yield tmp
-
-
-@contextlib.contextmanager
-def _swapped_in(tmp: Path, target: Path, *, force: bool) -> Iterator[None]:
-    try:
-        yield
-        if target.exists() or target.is_symlink():
-            if not force:
-                msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
-                raise OutputError(msg)
-            if _exchange(tmp, target):  # tmp now holds the old folder
+            _swap_in(tmp, target, force=force)
+        finally:
+            if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-                return
-            old = _temporary_name(target, ".old")
-            os.rename(target, old)
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                os.rename(old, target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, target: Path, *, force: bool) -> None:
+    if not (target.exists() or target.is_symlink()):
+        os.rename(tmp, target)
+        return
+    if not force:
+        msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
+        raise OutputError(msg)
+    if _exchange(tmp, target):  # tmp now holds the old folder, removed on the way out
+        return
+    old = _temporary_name(target, ".old")
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def parquet_options(schema: pa.Schema) -> dict:
@@ -442,8 +444,11 @@ class PolarsSink:
         else:
             write = frames.sink_ndjson
         self._pulling = threading.Event()  # the sink's query runs: its handlers are in place
-        self._thread = threading.Thread(target=self._sink, args=(write,), daemon=True)
-        self._thread.start()
+        # Set when the file is closed. Not Thread.is_alive()/join(): on Python 3.11 a Ctrl-C
+        # landing inside them marks a running thread stopped, and the clean-up would remove
+        # the file while the thread still writes it.
+        self._done = threading.Event()
+        threading.Thread(target=self._sink, args=(write,), daemon=True).start()
 
     def _frames(self, *_: object) -> Iterator[pl.DataFrame]:
         self._pulling.set()
@@ -458,9 +463,11 @@ class PolarsSink:
             with contextlib.suppress(queue.Empty):
                 while True:  # unblock a producer waiting on a full queue
                     self._queue.get_nowait()
+        finally:
+            self._done.set()
 
     def _put(self, item: pa.Table | None) -> None:
-        while self._thread.is_alive():
+        while not self._done.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
                 return
@@ -480,7 +487,7 @@ class PolarsSink:
 
     def write(self, table: pa.Table) -> None:
         self._raise_if_failed()
-        while not self._pulling.is_set() and self._thread.is_alive():
+        while not self._pulling.is_set() and not self._done.is_set():
             self._pulling.wait(0.005)  # the first table: once the query runs, Ctrl-C is Python's
         keep_python_interrupt()
         self._put(table)
@@ -490,7 +497,7 @@ class PolarsSink:
     def close(self) -> None:
         """End the stream and wait for the file to be finished."""
         self._put(None)
-        self._thread.join()
+        self._done.wait()
         self._raise_if_failed()
 
 
@@ -513,9 +520,12 @@ class TableWriter:
 
     def write(self, table: pa.Table) -> None:
         if self._sink is None:
-            with output_errors(self.out):
+            # A Ctrl-C waits until the file exists *and* its writer thread runs: the clean-up
+            # then finds both (a thread still starting would create the file after it)
+            with interrupt_deferred(), output_errors(self.out):
                 self._tmp = _temporary_beside(Path(self.out))
-            self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
+                _create_empty(self._tmp)
+                self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
 
     def commit(self) -> None:

@@ -1,0 +1,39 @@
+"""Ctrl-C held back over a step that must not stop halfway."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from advcli.io.interrupts import interrupt_deferred
+
+
+def test_a_ctrl_c_inside_the_block_is_raised_after_it():
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("after the signal")  # Python would have run its handler by now
+            steps.append("the block ends")
+    assert steps == ["after the signal", "the block ends"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_no_ctrl_c_no_interrupt():
+    with interrupt_deferred():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_off_the_main_thread_it_changes_nothing():
+    seen = []
+
+    def run():
+        with interrupt_deferred():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler]
