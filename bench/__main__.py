@@ -4,12 +4,12 @@ Generates a synthetic multi-turn log (cached in the work folder), then in one in
 the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest counts), ``annotate``
 for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
 for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
-JSONL reading against polars' own NDJSON reader; and ``annotate --from`` on verl and NeMo-RL
-dumps against the same rollouts in advcli's own JSONL (:mod:`bench.presets`). Prints one
-table; ratios are against the floor measured in the same run. Timings on a shared machine vary
-by 10-20% from one run to the next, so every end-to-end step runs ``--repeat`` times, the steps
-taking turns (a slow spell of the machine hits all of them alike); the table shows each step's
-median time and largest peak.
+``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same; and
+``annotate --from`` on verl and NeMo-RL dumps against the same rollouts in advcli's own JSONL
+(:mod:`bench.presets`). Prints one table; ratios are against the floor measured in the same
+run. Timings on a shared machine vary by 10-20% from one run to the next, so every end-to-end
+step runs ``--repeat`` times, the steps taking turns (a slow spell of the machine hits all of
+them alike); the table shows each step's median time and largest peak.
 """
 
 from __future__ import annotations
@@ -25,11 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pyarrow.parquet as pq
 
-from advcli.engine import BATCH_ROWS, open_log
-from advcli.io.rollouts import row_columns
 from bench import presets
 from bench.generate import generate
 
@@ -97,18 +94,10 @@ def tokens_in(path: Path) -> int:
     return int(sum(len(chunk.values) for chunk in table.column(0).chunks))
 
 
-def read_jsonl_as_annotate_does(path: str) -> None:
-    """The per-row columns, then every column in batches: what a one-pass method reads."""
-    log = open_log([path])
-    log.source.columns(row_columns(log.roles))
-    for _ in log.source.batches(None, BATCH_ROWS):
-        pass
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="size of the Parquet log")
-    parser.add_argument("--jsonl-tokens", type=float, default=5e6, help="size of the JSONL log")
+    parser.add_argument("--jsonl-tokens", type=float, default=10e6, help="size of the JSONL log")
     parser.add_argument("--loop-tokens", type=float, default=2e6, help="tokens for the loop")
     parser.add_argument(
         "--extras-tokens", type=float, default=20e6, help="size of the log for the estimators "
@@ -159,6 +148,15 @@ def main() -> None:
         ]  # fmt: skip
     steps["x: I/O floor (advcli)"] = extras_floor
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
+    jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
+    if not jsonl.exists():
+        print(f"generating {jsonl} …", file=sys.stderr)
+        generate(str(jsonl), args.jsonl_tokens)
+    steps["JSONL floor"] = [py, "-m", "bench.floor", "ndjson", str(jsonl), str(work / "j.parquet")]
+    steps["JSONL annotate grpo"] = [
+        *advcli, "annotate", str(jsonl), "--method", "grpo", "--out", str(work / "j-grpo.parquet"),
+        "--force", "-q",
+    ]  # fmt: skip
     shards = work / "shards"
     steps["shard (grpo)"] = [
         *advcli, "shard", str(log), "--method", "grpo", "--out", str(shards), "-q"
@@ -186,7 +184,7 @@ def main() -> None:
         f"{'peak MB':>10}"
     )
     for name, seconds, peak in results:
-        if name.startswith("x: "):
+        if name.startswith(("x: ", "JSONL")):
             continue
         rate = n_tokens / seconds / 1e6
         compared = name.startswith(("annotate", "shard"))
@@ -213,6 +211,16 @@ def main() -> None:
                 f"{name[3:]:<36}{seconds:>9.2f}{rate:>12.1f}{x_floor / seconds:>12.2f}{peak:>10.0f}"
             )
 
+    jsonl_s = dict((name, seconds) for name, seconds, _ in results)
+    jsonl_peaks = dict((name, peak) for name, _, peak in results)
+    lines.append(
+        f"JSONL ({jsonl.name}, {jsonl.stat().st_size / 2**20:,.0f} MiB): polars read_ndjson + "
+        f"Parquet write {jsonl_s['JSONL floor']:.2f} s ({jsonl_peaks['JSONL floor']:.0f} MB), "
+        f"annotate grpo {jsonl_s['JSONL annotate grpo']:.2f} s "
+        f"({jsonl_peaks['JSONL annotate grpo']:.0f} MB): floor/step "
+        f"{jsonl_s['JSONL floor'] / jsonl_s['JSONL annotate grpo']:.2f}"
+    )
+
     if not args.skip_core:
         print("running the GAE core and the Python loop …", file=sys.stderr)
         proc = subprocess.run(
@@ -228,28 +236,6 @@ def main() -> None:
             f"max |difference| = {r['max_abs_difference']:.1e}"
         )
 
-    jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
-    if not jsonl.exists():
-        generate(str(jsonl), args.jsonl_tokens)
-    overrides = {
-        "input_ids": pl.List(pl.Int64),
-        "action_mask": pl.List(pl.Int64),
-        "values": pl.List(pl.Float64),
-    }
-    polars_runs, advcli_runs = [], []
-    for _ in range(args.repeat):  # taking turns, as above
-        started = time.perf_counter()
-        frame = pl.read_ndjson(jsonl, schema_overrides=overrides)
-        polars_runs.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        read_jsonl_as_annotate_does(str(jsonl))
-        advcli_runs.append(time.perf_counter() - started)
-    polars_s, advcli_s = statistics.median(polars_runs), statistics.median(advcli_runs)
-    jsonl_tokens = int(frame["input_ids"].list.len().sum())
-    lines.append(
-        f"JSONL ({jsonl_tokens:,} tokens): polars read_ndjson {polars_s:.2f} s, advcli's two "
-        f"streaming passes {advcli_s:.2f} s: advcli at {polars_s / advcli_s:.2f}x polars' speed"
-    )
     print("running the presets …", file=sys.stderr)
     lines += presets.run(work / "presets", args.preset_rollouts, args.repeat)
     report = "\n".join(lines)

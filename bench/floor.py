@@ -10,7 +10,9 @@ to compress as values, while a column of zeros would compress to nothing and fla
   sink encoding on every core), i.e. ``annotate`` minus the computation;
 - ``pyarrow``: the same reader with pyarrow's ``ParquetWriter`` (one core) on a second thread;
 - ``polars``: polars' own streaming engine, scan to sink;
-- ``shard``: the columns a shard holds, read and written once with the shards' writer.
+- ``shard``: the columns a shard holds, read and written once with the shards' writer;
+- ``ndjson``: a JSONL log read whole with polars' ``read_ndjson`` and written as Parquet with
+  polars' writer (the floor of ``annotate`` on JSONL).
 
 All write zstd (level 1 for polars' writer, pyarrow's default otherwise) and row groups of
 ``ROW_GROUP_ROWS``.
@@ -87,9 +89,20 @@ def floor_polars(src: str, out: str, columns: int = 1) -> None:
     frame.sink_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd", compression_level=1)
 
 
+JSONL_TYPES = {"input_ids": pl.List(pl.Int64), "action_mask": pl.List(pl.Int64),
+               "values": pl.List(pl.Float32)}  # fmt: skip
+
+
+def floor_ndjson(src: str, out: str, columns: int = 1) -> None:
+    frame = pl.read_ndjson(src, schema_overrides=JSONL_TYPES).with_columns(
+        [pl.col("values").alias(name) for name in EXTRA[:columns]]
+    )
+    frame.write_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd", compression_level=1)
+
+
 if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars,
-              "shard": floor_shard}  # fmt: skip
+              "shard": floor_shard, "ndjson": floor_ndjson}  # fmt: skip
     Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
     floors[sys.argv[1]](sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
