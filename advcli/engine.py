@@ -422,6 +422,7 @@ def plan_run(
         if name not in source.schema.names:
             msg = f"{log.files}: no column '{name}' (named by {method.name}'s options)"
             raise UsageError(f"{msg}. {columns_found(source.schema.names)}")
+    source.keep_parsed()  # the final pass reads every column again
     with stage("reading per-row columns"):
         steps = method.reads_steps
         table = source.columns(row_columns(roles, steps=steps, named=named))

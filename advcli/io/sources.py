@@ -16,6 +16,7 @@ import glob
 import io
 import os
 import queue
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -227,6 +228,10 @@ class LogSource:
         """The files of the log that have no such column (their rows read it as null)."""
         return []
 
+    def keep_parsed(self) -> None:
+        """A hint: the log will be read again, every column. A source that parses text keeps
+        what it parsed at the next pass for the passes after it."""
+
     def columns(self, names: list[str]) -> pa.Table:
         raise NotImplementedError
 
@@ -370,24 +375,47 @@ class JsonlSource(LogSource):
         except pl.exceptions.PolarsError as exc:
             raise _mixed_schemas(files, exc) from None
         self.schema = pl.DataFrame(schema=self.polars_schema).to_arrow().schema
+        self._keep = False  # keep_parsed() was called
+        self._parsed: ParsedRows | None = None  # every column, parsed once
+
+    def keep_parsed(self) -> None:
+        """The next pass parses every column (whatever it asks for) and keeps them in an
+        unnamed temporary file (uncompressed Arrow, about 1.3x the text), which the passes
+        after it read instead of parsing the text again: parsing is most of a JSONL pass."""
+        self._keep = True
 
     def _frames(self, names: list[str] | None) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` for every chunk of every file, in order."""
+        if self._parsed is not None:
+            yield from self._parsed.frames(names, sum(self.sources.row_counts))
+            return
         full = self.polars_schema
-        schema = full if names is None else {n: full[n] for n in names}
+        keep = ParsedRows() if self._keep else None
+        schema = full if names is None or keep else {n: full[n] for n in names}
         rows = read = 0
         known = sum(self.sources.row_counts) if self.sources.row_counts else None
-        for i, path in enumerate(self.files):
-            for line, chunk in jsonl.chunks(path, self.chunk_bytes):
-                frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
-                if i not in self._unique_checked:
-                    jsonl.refuse_duplicate_keys(path, chunk, line, frame.height, self._unique_keys)
-                yield i, frame
-                rows, read = rows + frame.height, read + len(chunk)
-                # the share: of the rows once counted; of the bytes until then (plain files)
-                size = self._plain_bytes
-                report(rows, rows / known if known else read / size if size else None)
-            self._unique_checked.add(i)
+        try:
+            for i, path in enumerate(self.files):
+                for line, chunk in jsonl.chunks(path, self.chunk_bytes):
+                    frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
+                    if i not in self._unique_checked:
+                        jsonl.refuse_duplicate_keys(
+                            path, chunk, line, frame.height, self._unique_keys
+                        )
+                    if keep is not None:
+                        keep.add(i, frame)
+                    yield i, frame if names is None else frame.select(names)
+                    rows, read = rows + frame.height, read + len(chunk)
+                    # the share: of the rows once counted; of the bytes until then (plain files)
+                    size = self._plain_bytes
+                    report(rows, rows / known if known else read / size if size else None)
+                self._unique_checked.add(i)
+        except BaseException:
+            if keep is not None:
+                keep.close()
+            raise
+        if keep is not None:  # a whole pass: the later ones read it
+            self._parsed, self._keep = keep, False
 
     @functools.cached_property
     def _plain_bytes(self) -> int | None:
@@ -437,6 +465,43 @@ class JsonlSource(LogSource):
                 table = frame.slice(lo, rows).to_arrow()
                 yield start, table
                 start += table.num_rows
+
+
+class ParsedRows:
+    """A JSONL log's parsed chunks in an unnamed temporary file (an Arrow IPC stream,
+    uncompressed: writing and reading it back cost a tenth of parsing the text again).
+    Unnamed, so nothing is left on disk however the process ends; ``TMPDIR`` says where."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._file_of_batch: list[int] = []  # the input file each record batch came from
+
+    def add(self, file_index: int, frame: pl.DataFrame) -> None:
+        table = frame.to_arrow()
+        if self._writer is None:
+            self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), table.schema)
+        for batch in table.to_batches():
+            self._writer.write_batch(batch)
+            self._file_of_batch.append(file_index)
+
+    def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
+        """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._file.seek(0)
+        rows = 0
+        reader = pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
+        for file_index, batch in zip(self._file_of_batch, reader, strict=True):
+            frame = pl.from_arrow(batch if names is None else batch.select(names))
+            assert isinstance(frame, pl.DataFrame)
+            yield file_index, frame
+            rows += batch.num_rows
+            report(rows, rows / n_rows if n_rows else None)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> LogSource:
@@ -521,6 +586,9 @@ class NestedFields(LogSource):
 
     def columns(self, names: list[str]) -> pa.Table:
         return self._lift(self.base.columns(self._base_names(names) or []), names)
+
+    def keep_parsed(self) -> None:
+        self.base.keep_parsed()
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
         for row0, table in self.base.batches(self._base_names(names), rows):

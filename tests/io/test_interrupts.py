@@ -11,11 +11,10 @@ from advcli.io.interrupts import interrupt_deferred
 
 def test_a_ctrl_c_inside_the_block_is_raised_after_it():
     steps = []
-    with pytest.raises(KeyboardInterrupt):
-        with interrupt_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            steps.append("after the signal")  # Python would have run its handler by now
-            steps.append("the block ends")
+    with pytest.raises(KeyboardInterrupt), interrupt_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("after the signal")  # Python would have run its handler by now
+        steps.append("the block ends")
     assert steps == ["after the signal", "the block ends"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import advcli
 from advcli import engine
 from advcli.errors import DataError
 from advcli.io.jsonl import chunks as jsonl_chunks
+from advcli.io.jsonl import refuse_duplicate_keys
 from advcli.io.sources import JsonlSource, open_source, read_inputs
 from tests.conftest import annotate_in_memory, rollout, write_jsonl
 
@@ -156,3 +159,49 @@ def test_a_later_value_of_another_type_is_named_by_line_and_column(tmp_path):
         with pytest.raises(DataError) as info:
             read()
         assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
+def test_kept_rows_are_the_rows_parsed_and_the_text_is_parsed_once(tmp_path, chunk_bytes):
+    """keep_parsed(): the next pass parses every column and keeps them; the passes after it
+    give the same tables without the files (renamed away here)."""
+    data = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
+    more = tmp_path / "b.jsonl.gz"
+    more.write_bytes(gzip.compress(b"\n\n" + jsonl_bytes(tmp_path / "b", log_rows(9, 1))))
+    files = [data, str(more)]
+    expected, _ = read_inputs(files)
+    source = JsonlSource(files, {}, chunk_bytes=chunk_bytes)
+    source.keep_parsed()
+    assert source.columns(["prompt_id", "reward"]).equals(expected.select(["prompt_id", "reward"]))
+    assert source.sources.row_counts == [40, 9]
+    for f in files:
+        os.rename(f, f"{f}.away")
+    assert whole(source).equals(expected)
+    rewards = pa.concat_tables(table for _, table in source.batches(["reward"], 5))
+    assert rewards.equals(expected.select(["reward"]))
+    starts = [start for start, _ in source.batches(None, 5)]
+    assert starts[0] == 0 and starts == sorted(set(starts))
+
+
+def test_a_pass_left_halfway_keeps_nothing(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
+    expected, _ = read_inputs([path])
+    source = JsonlSource([path], {}, chunk_bytes=300)
+    source.keep_parsed()
+    batches = source.batches(None, 5)
+    next(batches)
+    batches.close()  # an error downstream, say
+    assert whole(source).equals(expected)  # parsed again, in full (and kept this time)
+    os.rename(path, f"{path}.away")
+    assert whole(source).equals(expected)
+
+
+@pytest.mark.parametrize("key", ["reward", "a.b*", "ключ", 'q"uote', "back\\slash", "[x]"])
+def test_a_key_twice_is_found_whatever_its_characters(key):
+    unique = "\n".join(json.dumps({key: i, "z": [1, 2]}, ensure_ascii=False) for i in range(3))
+    chunk = unique.encode() + b"\n"
+    refuse_duplicate_keys("log.jsonl", chunk, 1, 3, [key])  # no error
+    quoted = json.dumps(key, ensure_ascii=False)
+    chunk += f"{{{quoted}: 1, {quoted}: 2}}\n".encode()
+    with pytest.raises(DataError, match="line 4, column .*the key appears twice"):
+        refuse_duplicate_keys("log.jsonl", chunk, 1, 4, [key])
