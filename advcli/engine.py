@@ -483,18 +483,23 @@ def token_counts(
     roles: Roles,
     *,
     values: bool = False,
+    ids: bool = True,
     within: int | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> TokenCounts:
     """Token and action counts of every row, from one validating pass over the token columns
-    (``values``: the critic values too, if the log has them)."""
+    (``values``: the critic values too, if the log has them; ``ids=False``: not the token ids,
+    where a later pass checks them and an action mask gives the lengths, see
+    :func:`~advcli.io.rollouts.needs_ids`)."""
     n_rows = source.n_rows
     tokens, actions, actions_within = (np.zeros(n_rows, dtype=np.int64) for _ in range(3))
     values = values and roles["values"] is not None
+    ids = ids or needs_ids(roles)
     done = 0
-    for row0, table in prefetch(source.batches(token_columns(roles, values=values), batch_rows)):
-        tok = extract_tokens(table, roles, source.sources, row0, values=values)
+    columns = token_columns(roles, values=values, ids=ids)
+    for row0, table in prefetch(source.batches(columns, batch_rows)):
+        tok = extract_tokens(table, roles, source.sources, row0, values=values, ids=ids)
         starts, ends = tok.offsets[:-1], tok.offsets[1:]
         before = np.zeros(len(tok.mask) + 1, dtype=np.int64)  # action tokens before each token
         np.cumsum(tok.mask, out=before[1:])

@@ -33,8 +33,8 @@ from advcli.shards.layout import BUCKET_TOKENS, layout
 from advcli.shards.manifest import FORMAT, build_manifest, verify, write_manifest
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
 from advcli.shards.plan import ShardPlan, plan_shards
-from advcli.shards.route import allow_open_files, route
-from advcli.shards.write import write_pieces
+from advcli.shards.route import allow_open_files, arrive_in_order, route
+from advcli.shards.write import PieceWriter, write_pieces
 
 __all__ = ["DEFAULT_TOKENS_PER_SHARD", "ShardOptions", "shard", "verify"]
 
@@ -55,7 +55,11 @@ def write_shards(
     """Route and write into a temporary folder, then the manifest (last), then the rename.
     ``extra`` are the ``--keep`` columns."""
     lay = layout(plan, bucket_tokens)
-    allow_open_files(lay.n_buckets, target)
+    # Rows that arrive in output order go straight to the shards, a bucket at a time; --keep
+    # columns wait for the end (whether they are per-token is known once every row is seen).
+    direct = not extra and arrive_in_order(lay)
+    if not direct:
+        allow_open_files(lay.n_buckets, target)
     shard_meta = {
         "format": FORMAT,
         "advcli_version": __version__,
@@ -64,13 +68,22 @@ def write_shards(
         "pack": opts.pack,
         "loss_weights": opts.loss_weights,
     }
+    reading = "annotating" if inp.run is not None else "reading rows"
     with atomic_folder(target, force=force) as tmp:
-        buckets = tmp / ".buckets"
-        with stage("annotating" if inp.run is not None else "reading rows"):
-            per_token = route(inp, samples, lay, extra, buckets, batch_rows)
-        with stage("writing shards"):
-            records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
-        buckets.rmdir()
+        if direct:
+            with (
+                stage(f"{reading} and writing shards"),
+                PieceWriter(tmp, plan, lay, opts, set(), shard_meta) as pieces,
+            ):
+                route(inp, samples, lay, extra, None, batch_rows, complete=pieces.bucket)
+            records = pieces.records
+        else:
+            buckets = tmp / ".buckets"
+            with stage(reading):
+                per_token = route(inp, samples, lay, extra, buckets, batch_rows)
+            with stage("writing shards"):
+                records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
+            buckets.rmdir()
         manifest = build_manifest(inp, plan, opts, records)
         write_manifest(tmp, manifest)
     return manifest

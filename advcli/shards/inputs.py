@@ -205,8 +205,9 @@ def first_appearance(codes: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, pa.
 
 
 def measure(inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS) -> Samples:
-    """Every sample's token and action counts (a pass over the token columns)."""
-    counts = token_counts(inp.source, inp.roles, within=pack, batch_rows=batch_rows)
+    """Every sample's token and action counts (a pass over the token columns but the ids,
+    which the pass that writes reads and checks)."""
+    counts = token_counts(inp.source, inp.roles, ids=False, within=pack, batch_rows=batch_rows)
     rows = inp.kept_rows()
     group = keys = None
     if inp.rows.group_codes is not None:

@@ -5,6 +5,7 @@ it is written)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -109,24 +110,37 @@ def bucket_path(folder: Path, j: int) -> Path:
     return folder / f"bucket-{j:06d}.arrow"
 
 
+def arrive_in_order(lay: Layout) -> bool:
+    """Whether the samples arrive in output order (no shuffle, one split): every bucket is
+    then complete when the next one begins, and can be written without a temporary file."""
+    kept = lay.position[lay.position >= 0]
+    return bool((np.diff(kept) > 0).all())
+
+
 def route(
     inp: Input,
     samples: Samples,
     lay: Layout,
     extra: list[str],
-    folder: Path,
+    folder: Path | None,
     batch_rows: int = BATCH_ROWS,
+    *,
+    complete: Callable[[int, pa.Table], None] | None = None,
 ) -> set[str]:
     """Append every sample, with the ``--keep`` columns ``extra``, to its bucket's file in
-    ``folder``, with its position.
+    ``folder``, with its position; or, where they :func:`arrive_in_order`, hand each bucket
+    to ``complete`` (its number, its rows) as soon as it is whole, and write no file.
 
     Returns the ``--keep`` columns that are per-token: list columns without nulls whose
     lengths equal the token counts on every row.
     """
-    folder.mkdir()
+    if folder is not None:
+        folder.mkdir()
     per_token_columns = set(extra)
     starts = lay.bucket_positions[:-1]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+    held: list[pa.Table] = []  # the rows of bucket ``holding`` so far (``complete``)
+    holding = 0
     done = 0
     with contextlib.ExitStack() as stack:
         for table, mask in inp.annotated_batches(extra, batch_rows):
@@ -150,9 +164,18 @@ def route(
             cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
                 j = int(bucket[a])
+                if complete is not None:
+                    if j != holding:
+                        complete(holding, pa.concat_tables(held))
+                        held, holding = [], j
+                    held.append(batch.slice(a, b - a))
+                    continue
+                assert folder is not None
                 if j not in writers:
                     writers[j] = stack.enter_context(
                         pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=IPC)
                     )
                 writers[j].write_table(batch.slice(a, b - a))
+    if complete is not None and held:
+        complete(holding, pa.concat_tables(held))
     return per_token_columns

@@ -192,6 +192,62 @@ def in_order(bucket: pa.Table) -> pa.Table:
     return pa.table(cols)
 
 
+class PieceWriter:
+    """Writes buckets, in order, piece by piece into the shards (:meth:`bucket`); a context
+    manager that stops the shards' writer thread on the way out."""
+
+    def __init__(
+        self,
+        folder: Path,
+        plan: ShardPlan,
+        lay: Layout,
+        opts: ShardOptions,
+        per_token: set[str],
+        metadata: dict[str, Any],
+    ):
+        self.plan, self.lay, self.opts, self.per_token = plan, lay, opts, per_token
+        self.files = ShardFiles(folder, plan, metadata)
+        self.totals = shard_totals(plan)
+
+    def bucket(self, j: int, bucket: pa.Table) -> None:
+        """Write bucket ``j`` (its rows in any order, with their positions)."""
+        plan, lay = self.plan, self.lay
+        bucket = in_order(bucket)
+        first = int(lay.bucket_positions[j])
+        for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
+            k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
+            a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
+            sp = plan.splits[k]
+            row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
+            samples = lay.order[a:b]
+            n_tokens, n_samples = self.totals[k][s]
+            table = piece_table(
+                bucket.slice(a - first, b - a),
+                plan.lens[samples],
+                None if plan.weight is None else plan.weight[samples],
+                row_offsets - row_offsets[0],
+                self.per_token,
+                packed=self.opts.pack is not None,
+                large_tokens=n_tokens >= 2**31,
+                large_samples=n_samples >= 2**31,
+            )
+            self.files.write(k, s, table)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return self.files.records
+
+    def __enter__(self) -> PieceWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if exc_info[0] is None:
+                self.files.close()
+        finally:
+            self.files.shutdown()
+
+
 def write_pieces(
     folder: Path,
     buckets: Path,
@@ -201,39 +257,15 @@ def write_pieces(
     per_token: set[str],
     metadata: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Bucket by bucket, put the rows in order and write the pieces into the shards."""
-    files = ShardFiles(folder, plan, metadata)
-    try:
-        totals = shard_totals(plan)
-        ends = lay.bucket_positions[1:]
+    """Bucket by bucket, read from its file in ``buckets``, write the pieces into the shards."""
+    ends = lay.bucket_positions[1:]
+    with PieceWriter(folder, plan, lay, opts, per_token, metadata) as pieces:
         for j in range(lay.n_buckets):
             path = bucket_path(buckets, j)
             with pa.OSFile(str(path)) as fh:
                 bucket = pa.ipc.open_stream(fh).read_all()
             path.unlink()
-            bucket = in_order(bucket)
-            first = int(lay.bucket_positions[j])
-            for i in range(int(lay.bucket_pieces[j]), int(lay.bucket_pieces[j + 1])):
-                k, s = int(lay.piece_split[i]), int(lay.piece_shard[i])
-                a, b = int(lay.piece_positions[i]), int(lay.piece_positions[i + 1])
-                sp = plan.splits[k]
-                row_offsets = sp.row_offsets[lay.piece_row0[i] : lay.piece_row1[i] + 1]
-                samples = lay.order[a:b]
-                n_tokens, n_samples = totals[k][s]
-                table = piece_table(
-                    bucket.slice(a - first, b - a),
-                    plan.lens[samples],
-                    None if plan.weight is None else plan.weight[samples],
-                    row_offsets - row_offsets[0],
-                    per_token,
-                    packed=opts.pack is not None,
-                    large_tokens=n_tokens >= 2**31,
-                    large_samples=n_samples >= 2**31,
-                )
-                files.write(k, s, table)
+            pieces.bucket(j, bucket)
             del bucket
             report(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
-        files.close()
-    finally:
-        files.shutdown()
-    return files.records
+    return pieces.records

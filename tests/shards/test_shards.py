@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli import cli
+from advcli import cli, shards
 from tests.conftest import ROOT
 from tests.shards.test_plan import naive_ffd
 
@@ -212,17 +212,21 @@ STREAM_CASES = [
 
 @pytest.mark.parametrize("case", STREAM_CASES)
 @pytest.mark.parametrize("param", [None, ["zero-variance=drop"]])
-def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param):
-    """Many small batches and buckets give the same folder as the whole log in one of each."""
+def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param, monkeypatch):
+    """Many small batches and buckets give the same folder as the whole log in one of each;
+    rows arriving in order, written straight to the shards, the same as through bucket files."""
     folders = []
-    for name, batch_rows, bucket_tokens in (("one", 10**9, 2**62), ("many", 16, 500)):
+    runs = (("one", 10**9, 2**62, True), ("many", 16, 500, True), ("files", 16, 500, False))
+    for name, batch_rows, bucket_tokens, direct in runs:
+        if not direct:
+            monkeypatch.setattr(shards, "arrive_in_order", lambda lay: False)
         out = tmp_path / name
         opts = advcli.ShardOptions(**case)
         advcli.shard([str(log_path)], str(out), opts, method="grpo", param=param,
                        batch_rows=batch_rows, bucket_tokens=bucket_tokens)  # fmt: skip
         folders.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
-    one, many = folders
-    assert len(one) > 1 and one == many
+    one, many, files = folders
+    assert len(one) > 1 and one == many == files
     assert not list(tmp_path.rglob("*.arrow"))  # no bucket left behind
 
 
@@ -232,7 +236,7 @@ import advcli
 from advcli.errors import OutputError
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), int(sys.argv[4])))
 try:
-    advcli.shard([sys.argv[1]], sys.argv[2], advcli.ShardOptions(tokens_per_shard=60),
+    advcli.shard([sys.argv[1]], sys.argv[2], advcli.ShardOptions(tokens_per_shard=60, shuffle=True),
                    method="grpo", batch_rows=16, bucket_tokens=50)
 except OutputError as exc:
     sys.exit(str(exc))
@@ -240,11 +244,13 @@ except OutputError as exc:
 
 
 def test_many_buckets_raise_the_open_file_limit_or_fail_before_writing(tmp_path, log_path):
-    """Pass 2 holds one open file per bucket (here ~150): a low soft limit on open files is
-    raised to what is needed; a hard limit below it is a clear error and nothing is written."""
+    """Shuffled rows go through bucket files, one open per bucket (here ~150): a low soft limit
+    on open files is raised to what is needed; a hard limit below it is a clear error and
+    nothing is written."""
     expected = tmp_path / "expected"
-    advcli.shard([str(log_path)], str(expected), advcli.ShardOptions(tokens_per_shard=60),
-                   method="grpo", batch_rows=16, bucket_tokens=50)  # fmt: skip
+    opts = advcli.ShardOptions(tokens_per_shard=60, shuffle=True)
+    advcli.shard([str(log_path)], str(expected), opts, method="grpo", batch_rows=16,
+                 bucket_tokens=50)  # fmt: skip
 
     def under(soft: int, hard: int, out: Path) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-c", SHARD_UNDER_LIMIT, str(log_path), str(out), str(soft)]
