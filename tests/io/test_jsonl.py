@@ -43,15 +43,21 @@ def whole(source) -> pa.Table:
     return pa.concat_tables(table for _, table in source.batches(None, 5))
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
-def test_chunks_give_the_rows_of_one_read(tmp_path, chunk_bytes):
-    """Any chunk size (1 byte: every chunk one line) gives the table of the in-memory reader,
-    batch starts counting rows, and the first pass counts each file's rows."""
+def two_files(tmp_path: Path) -> tuple[list[str], pa.Table]:
+    """A plain file of 40 rows and a gzipped one of 9 after two blank lines, and their table."""
     data = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
     more = tmp_path / "b.jsonl.gz"
     more.write_bytes(gzip.compress(b"\n\n" + jsonl_bytes(tmp_path / "b", log_rows(9, 1))))
     files = [data, str(more)]
-    expected, _ = read_inputs(files)
+    return files, read_inputs(files)[0]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
+def test_chunks_give_the_rows_of_one_read(tmp_path, chunk_bytes):
+    """Any chunk size (1 byte: every chunk one line) gives the table of the in-memory reader,
+    batch starts counting rows, and the first pass counts each file's rows."""
+    files, expected = two_files(tmp_path)
+    more = files[1]
     source = JsonlSource(files, {}, chunk_bytes=chunk_bytes)
     assert source.schema == expected.schema
     assert source.columns(["prompt_id", "reward"]).equals(expected.select(["prompt_id", "reward"]))
@@ -165,11 +171,7 @@ def test_a_later_value_of_another_type_is_named_by_line_and_column(tmp_path):
 def test_kept_rows_are_the_rows_parsed_and_the_text_is_parsed_once(tmp_path, chunk_bytes):
     """keep_parsed(): the next pass parses every column and keeps them; the passes after it
     give the same tables without the files (renamed away here)."""
-    data = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
-    more = tmp_path / "b.jsonl.gz"
-    more.write_bytes(gzip.compress(b"\n\n" + jsonl_bytes(tmp_path / "b", log_rows(9, 1))))
-    files = [data, str(more)]
-    expected, _ = read_inputs(files)
+    files, expected = two_files(tmp_path)
     source = JsonlSource(files, {}, chunk_bytes=chunk_bytes)
     source.keep_parsed()
     assert source.columns(["prompt_id", "reward"]).equals(expected.select(["prompt_id", "reward"]))
