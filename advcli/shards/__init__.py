@@ -29,7 +29,7 @@ from advcli.io.sources import expand_inputs
 from advcli.io.writers import atomic_folder, check_output_folder
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
-from advcli.shards.layout import BUCKET_TOKENS, layout
+from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
 from advcli.shards.manifest import FORMAT, build_manifest, verify, write_manifest
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
 from advcli.shards.plan import ShardPlan, plan_shards
@@ -58,7 +58,9 @@ def write_shards(
     # Rows that arrive in output order go straight to the shards, a bucket at a time; --keep
     # columns wait for the end (whether they are per-token is known once every row is seen).
     direct = not extra and arrive_in_order(lay)
-    if not direct:
+    if direct:  # a bucket is held only until its last row arrives: one row group is enough
+        lay = layout(plan, min(bucket_tokens, ROW_GROUP_TOKENS))
+    else:
         allow_open_files(lay.n_buckets, target)
     shard_meta = {
         "format": FORMAT,
