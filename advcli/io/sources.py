@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from advcli.errors import DataError, UsageError, no_rows, where
+from advcli.errors import DataError, OutputError, UsageError, no_rows, where
 from advcli.io import jsonl
 from advcli.io.arrow import nul_name
 from advcli.io.interrupts import keep_python_interrupt
@@ -473,24 +473,42 @@ class ParsedRows:
     Unnamed, so nothing is left on disk however the process ends; ``TMPDIR`` says where."""
 
     def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
+        with self._room():
+            self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._file_of_batch: list[int] = []  # the input file each record batch came from
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _room() -> Iterator[None]:
+        """A temporary folder that is full or not writable: one line saying what to do."""
+        try:
+            yield
+        except OSError as exc:
+            msg = (
+                f"{tempfile.gettempdir()}: no room to keep the JSONL log's parsed rows "
+                f"({exc.strerror or exc}). Hint: point TMPDIR at a disk with about 1.3x the "
+                "log's size free"
+            )
+            raise OutputError(msg) from None
+
     def add(self, file_index: int, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
-        if self._writer is None:
-            self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), table.schema)
-        for batch in table.to_batches():
-            self._writer.write_batch(batch)
-            self._file_of_batch.append(file_index)
+        with self._room():
+            if self._writer is None:
+                sink = pa.PythonFile(self._file, mode="w")
+                self._writer = pa.ipc.new_stream(sink, table.schema)
+            for batch in table.to_batches():
+                self._writer.write_batch(batch)
+                self._file_of_batch.append(file_index)
 
     def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self._file.seek(0)
+        with self._room():  # the last buffered bytes reach the disk here
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            self._file.seek(0)
         rows = 0
         reader = pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
         for file_index, batch in zip(self._file_of_batch, reader, strict=True):

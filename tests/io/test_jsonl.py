@@ -207,3 +207,31 @@ def test_a_key_twice_is_found_whatever_its_characters(key):
     chunk += f"{{{quoted}: 1, {quoted}: 2}}\n".encode()
     with pytest.raises(DataError, match="line 4, column .*the key appears twice"):
         refuse_duplicate_keys("log.jsonl", chunk, 1, 4, [key])
+
+
+def test_no_room_for_the_parsed_rows_is_one_line(tmp_path):
+    """The parsed rows go to TMPDIR: a file size limit there (as a full disk would) is one
+    line naming the folder, exit 2, and no output."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    path = write_jsonl(tmp_path / "a.jsonl", log_rows(400))
+    out = tmp_path / "out.parquet"
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "advcli", "annotate", path, "--method", "gae", "--out", str(out)],
+        capture_output=True, text=True, preexec_fn=small_files,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"advcli: error: {tmp_path}: no room to keep the JSONL log's parsed rows (File too "
+        "large). Hint: point TMPDIR at a disk with about 1.3x the log's size free\n"
+    )
+    assert not out.exists()
