@@ -55,6 +55,7 @@ from advcli.io.sources import (
     nested_paths,
     open_source,
     prefetch,
+    room_in_tmpdir,
 )
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
@@ -208,11 +209,14 @@ class ValueCache:
     critic gives them) go to an unnamed temporary file, and every later pass, which asks for
     the same batches from row 0 again, reads them back in order."""
 
+    WHAT = "the critic's values", "4 bytes per token of the log"
+
     def __init__(self, scorer: Scorer):
         self.scorer = scorer
         self.metadata = scorer.metadata
         # Unnamed: nothing is left on disk, however the process ends.
-        self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
+        with room_in_tmpdir(*self.WHAT):
+            self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
         self.scored_rows = 0  # rows scored so far: the first pass
 
     def __call__(self, row0: int, table: pa.Table, tokens: Tokens) -> np.ndarray:
@@ -222,7 +226,9 @@ class ValueCache:
             n_tokens = int(tokens.offsets[-1])
             return np.fromfile(self.file, dtype=np.float32, count=n_tokens)
         values = self.scorer(row0, table, tokens)
-        np.asarray(values, dtype=np.float32).tofile(self.file)
+        with room_in_tmpdir(*self.WHAT):  # not ndarray.tofile: it missed a short write
+            self.file.write(np.asarray(values, dtype=np.float32).tobytes())
+            self.file.flush()
         self.scored_rows = row0 + len(tokens.offsets) - 1
         return values
 

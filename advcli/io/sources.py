@@ -467,34 +467,36 @@ class JsonlSource(LogSource):
                 start += table.num_rows
 
 
+@contextlib.contextmanager
+def room_in_tmpdir(what: str, size: str) -> Iterator[None]:
+    """Writing ``what`` to an unnamed temporary file: a temporary folder that is full or not
+    writable is one line saying what to do (``size``: the room it needs)."""
+    try:
+        yield
+    except OSError as exc:
+        msg = (
+            f"{tempfile.gettempdir()}: no room to keep {what} ({exc.strerror or exc}). "
+            f"Hint: point TMPDIR at a disk with {size} free"
+        )
+        raise OutputError(msg) from None
+
+
 class ParsedRows:
     """A JSONL log's parsed chunks in an unnamed temporary file (an Arrow IPC stream,
     uncompressed: writing and reading it back cost a tenth of parsing the text again).
     Unnamed, so nothing is left on disk however the process ends; ``TMPDIR`` says where."""
 
+    WHAT = "the JSONL log's parsed rows", "about 1.3x the log's size"
+
     def __init__(self) -> None:
-        with self._room():
+        with room_in_tmpdir(*self.WHAT):
             self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._file_of_batch: list[int] = []  # the input file each record batch came from
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _room() -> Iterator[None]:
-        """A temporary folder that is full or not writable: one line saying what to do."""
-        try:
-            yield
-        except OSError as exc:
-            msg = (
-                f"{tempfile.gettempdir()}: no room to keep the JSONL log's parsed rows "
-                f"({exc.strerror or exc}). Hint: point TMPDIR at a disk with about 1.3x the "
-                "log's size free"
-            )
-            raise OutputError(msg) from None
-
     def add(self, file_index: int, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
-        with self._room():
+        with room_in_tmpdir(*self.WHAT):
             if self._writer is None:
                 sink = pa.PythonFile(self._file, mode="w")
                 self._writer = pa.ipc.new_stream(sink, table.schema)
@@ -504,7 +506,7 @@ class ParsedRows:
 
     def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
-        with self._room():  # the last buffered bytes reach the disk here
+        with room_in_tmpdir(*self.WHAT):  # the last buffered bytes reach the disk here
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None

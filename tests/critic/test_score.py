@@ -121,3 +121,35 @@ def test_cuda_without_cuda_is_a_clear_error(critic, tmp_path):
     assert proc.returncode == 2
     text = proc.stderr.decode()
     assert text.count("\n") == 1 and "pip install 'advcli[gpu]'" in text
+
+
+def test_no_room_for_the_critics_values_is_one_line(critic, tmp_path):
+    """Several passes read the values: they go to an unnamed file in TMPDIR. A file size limit
+    there (as a full disk would) is one line naming the folder, exit 2, and no output."""
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    path, _ = critic
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pq.read_table(SAMPLE / "rollouts.parquet").drop_columns(["values"]), raw)
+    out = tmp_path / "out.parquet"
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (400, 400))  # the values take 764 bytes
+
+    args = ["annotate", str(raw), "--critic", path, "--method", "gae", "--convention", "verl"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "advcli", *args, "--out", str(out)],
+        capture_output=True, text=True, preexec_fn=small_files,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"advcli: error: {tmp_path}: no room to keep the critic's values (File too large). "
+        "Hint: point TMPDIR at a disk with 4 bytes per token of the log free\n"
+    )
+    assert not out.exists()
