@@ -30,7 +30,14 @@ import pyarrow.parquet as pq
 
 from advcli import __version__, methods, presets
 from advcli.core.ragged import lengths, row_of
-from advcli.errors import DataError, RowError, SchemaError, UsageError, columns_found
+from advcli.errors import (
+    DataError,
+    OutputError,
+    RowError,
+    SchemaError,
+    UsageError,
+    columns_found,
+)
 from advcli.io import jsonl
 from advcli.io.arrow import float_list
 from advcli.io.jsonl import STDIN
@@ -55,7 +62,6 @@ from advcli.io.sources import (
     nested_paths,
     open_source,
     prefetch,
-    room_in_tmpdir,
 )
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
@@ -202,6 +208,20 @@ class Scorer(Protocol):
     metadata: dict[str, Any]
 
     def __call__(self, row0: int, table: pa.Table, tokens: Tokens) -> np.ndarray: ...
+
+
+@contextlib.contextmanager
+def room_in_tmpdir(what: str, size: str) -> Iterator[None]:
+    """Writing ``what`` to an unnamed temporary file: a temporary folder that is full or not
+    writable is one line saying what to do (``size``: the room it needs)."""
+    try:
+        yield
+    except OSError as exc:
+        msg = (
+            f"{tempfile.gettempdir()}: no room to keep {what} ({exc.strerror or exc}). "
+            f"Hint: point TMPDIR at a disk with {size} free"
+        )
+        raise OutputError(msg) from None
 
 
 class ValueCache:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from advcli.errors import DataError, OutputError, UsageError, no_rows, where
+from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io import jsonl
 from advcli.io.arrow import nul_name
 from advcli.io.interrupts import keep_python_interrupt
@@ -414,8 +414,9 @@ class JsonlSource(LogSource):
             if keep is not None:
                 keep.close()
             raise
-        if keep is not None:  # a whole pass: the later ones read it
-            self._parsed, self._keep = keep, False
+        self._keep = False
+        if keep is not None and keep.finish():  # a whole pass: the later ones read it
+            self._parsed = keep
 
     @functools.cached_property
     def _plain_bytes(self) -> int | None:
@@ -467,50 +468,49 @@ class JsonlSource(LogSource):
                 start += table.num_rows
 
 
-@contextlib.contextmanager
-def room_in_tmpdir(what: str, size: str) -> Iterator[None]:
-    """Writing ``what`` to an unnamed temporary file: a temporary folder that is full or not
-    writable is one line saying what to do (``size``: the room it needs)."""
-    try:
-        yield
-    except OSError as exc:
-        msg = (
-            f"{tempfile.gettempdir()}: no room to keep {what} ({exc.strerror or exc}). "
-            f"Hint: point TMPDIR at a disk with {size} free"
-        )
-        raise OutputError(msg) from None
-
-
 class ParsedRows:
     """A JSONL log's parsed chunks in an unnamed temporary file (an Arrow IPC stream,
     uncompressed: writing and reading it back cost a tenth of parsing the text again).
-    Unnamed, so nothing is left on disk however the process ends; ``TMPDIR`` says where."""
-
-    WHAT = "the JSONL log's parsed rows", "about 1.3x the log's size"
+    Unnamed, so nothing is left on disk however the process ends; ``TMPDIR`` says where. Only
+    a speed-up: where the folder has no room, nothing is kept and every pass parses again."""
 
     def __init__(self) -> None:
-        with room_in_tmpdir(*self.WHAT):
-            self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
+        self._file: IO[bytes] | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._file_of_batch: list[int] = []  # the input file each record batch came from
+        with contextlib.suppress(OSError):
+            self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
 
     def add(self, file_index: int, frame: pl.DataFrame) -> None:
+        if self._file is None:
+            return
         table = frame.to_arrow()
-        with room_in_tmpdir(*self.WHAT):
+        try:
             if self._writer is None:
                 sink = pa.PythonFile(self._file, mode="w")
                 self._writer = pa.ipc.new_stream(sink, table.schema)
             for batch in table.to_batches():
                 self._writer.write_batch(batch)
                 self._file_of_batch.append(file_index)
+        except OSError:  # no room: keep nothing
+            self.close()
 
-    def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
-        """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
-        with room_in_tmpdir(*self.WHAT):  # the last buffered bytes reach the disk here
+    def finish(self) -> bool:
+        """Whether every row added is on disk, to be read back by :meth:`frames`."""
+        try:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-            self._file.seek(0)
+            if self._file is not None:
+                self._file.flush()
+        except OSError:
+            self.close()
+        return self._file is not None
+
+    def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
+        """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
+        assert self._file is not None
+        self._file.seek(0)
         rows = 0
         reader = pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
         for file_index, batch in zip(self._file_of_batch, reader, strict=True):
@@ -521,7 +521,14 @@ class ParsedRows:
             report(rows, rows / n_rows if n_rows else None)
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(Exception):  # a writer whose file is full: its end unwritten
+            if self._writer is not None:
+                self._writer.close()
+        self._writer = None
+        if self._file is not None:
+            with contextlib.suppress(OSError):  # its buffered bytes: nowhere to go, not needed
+                self._file.close()
+            self._file = None
 
 
 def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> LogSource:
