@@ -331,7 +331,7 @@ def _limited(max_bytes: int):
 def test_a_write_that_fails_midway_is_a_usage_error_and_leaves_nothing(tmp_path, command):
     log = write_parquet(tmp_path / "log.parquet", group_log(3000, 4))
     out = tmp_path / ("sh" if command == "shard" else f"out.{command.split('-')[1]}")
-    args = ["shard", log, "--method", "grpo", "--rows-per-shard", "500"] if command == "shard" \
+    args = ["shard", log, "--method", "grpo", "--rows-per-shard", "5000"] if command == "shard" \
         else ["annotate", log, "--method", "grpo"]  # fmt: skip
     command_line = [sys.executable, "-m", "advcli", *args, "--out", str(out)]
     limit = _limited(20_000)
