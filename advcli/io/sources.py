@@ -505,7 +505,7 @@ class ParsedRows:
                 self._file.flush()
         except OSError:
             self.close()
-        return self._file is not None
+        return self._file is not None and bool(self._file_of_batch)  # (no rows: parse again)
 
     def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""

@@ -8,7 +8,9 @@ The decisions are pure steps on per-sample arrays; the data moves in three passe
 2. :mod:`~advcli.shards.plan` decides drops, splits, order, packing and shards;
    :mod:`~advcli.shards.layout` cuts the output into pieces and buckets;
 3. :mod:`~advcli.shards.route` streams the annotated rows into temporary bucket files;
-4. :mod:`~advcli.shards.write` writes the buckets, one at a time and in order, into the shards;
+4. :mod:`~advcli.shards.write` writes the buckets, one at a time and in order, into the shards
+   (rows that already arrive in output order skip the files: each bucket is written as soon
+   as its last row arrives);
 5. :mod:`~advcli.shards.manifest` writes the manifest last; the folder is then renamed into
    place (:func:`~advcli.io.writers.atomic_folder`), and ``verify`` checks it later.
 
