@@ -175,7 +175,8 @@ def main() -> None:
     ]  # name, median seconds, largest peak MB
     floor = min(seconds for name, seconds, _ in results if name.startswith("I/O floor ("))
     floors = {"I/O floor": floor, **{name: seconds for name, seconds, _ in results}}
-    x_floor = next(seconds for name, seconds, _ in results if name == "x: I/O floor (advcli)")
+    x_floor = floors["x: I/O floor (advcli)"]
+    peak_mb = {name: peak for name, _, peak in results}
     x_tokens = tokens_in(extras)
 
     lines = [f"log: {log.name}, {n_tokens:,} tokens, {log.stat().st_size / 2**20:,.0f} MiB"]
@@ -211,14 +212,12 @@ def main() -> None:
                 f"{name[3:]:<36}{seconds:>9.2f}{rate:>12.1f}{x_floor / seconds:>12.2f}{peak:>10.0f}"
             )
 
-    jsonl_s = dict((name, seconds) for name, seconds, _ in results)
-    jsonl_peaks = dict((name, peak) for name, _, peak in results)
     lines.append(
         f"JSONL ({jsonl.name}, {jsonl.stat().st_size / 2**20:,.0f} MiB): polars read_ndjson + "
-        f"Parquet write {jsonl_s['JSONL floor']:.2f} s ({jsonl_peaks['JSONL floor']:.0f} MB), "
-        f"annotate grpo {jsonl_s['JSONL annotate grpo']:.2f} s "
-        f"({jsonl_peaks['JSONL annotate grpo']:.0f} MB): floor/step "
-        f"{jsonl_s['JSONL floor'] / jsonl_s['JSONL annotate grpo']:.2f}"
+        f"Parquet write {floors['JSONL floor']:.2f} s ({peak_mb['JSONL floor']:.0f} MB), "
+        f"annotate grpo {floors['JSONL annotate grpo']:.2f} s "
+        f"({peak_mb['JSONL annotate grpo']:.0f} MB): floor/step "
+        f"{floors['JSONL floor'] / floors['JSONL annotate grpo']:.2f}"
     )
 
     if not args.skip_core:
