@@ -258,6 +258,7 @@ class Audit:
     rows: Rows
     stats: G.GroupStats
     warnings: list[str]
+    action_tokens: np.ndarray | None = None  # per rollout (None: the log has no token ids)
 
     def prompt_ids(self, kind: str) -> list[Any]:
         """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
@@ -283,13 +284,28 @@ def audit(
     *,
     col: list[str] | None = None,
     tol: float = 1e-9,
+    near_tie: float | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Audit:
-    """``advcli audit``: zero-variance and singleton accounting of one log (streamed)."""
+    """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
+    (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
+    the log's reward range)."""
     log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
+    return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows)
+
+
+def audit_log(
+    log: Log,
+    *,
+    tol: float = 1e-9,
+    near_tie: float | None = None,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Audit:
+    """The audit of an opened log (what ``audit`` and ``report`` share)."""
     source, roles = log.source, log.roles
     if roles["prompt_id"] is None and log.looks_like is None:
         msg = (
@@ -310,9 +326,9 @@ def audit(
     rewards = rows.rollout_rewards()
     codes = rows.rollout_groups()
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
-    report = audit_groups(rewards, codes, stats, action_tokens)
+    report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
     warnings = [*log.warnings, *group_warnings(rows, roles)]
-    return Audit(report, source.sources.files, rows, stats, warnings)
+    return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)
 
 
 def describe(

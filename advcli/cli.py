@@ -61,6 +61,17 @@ Format = Annotated[
     typer.Option("--format", help="parquet or jsonl (default: from --out)."),
 ]
 Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
+ZeroVarianceTol = Annotated[
+    float, typer.Option(help="A group is zero-variance when max - min <= this.")
+]
+NearTie = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        min=0.0,
+        help="A group is a near-tie when its reward std is below this "
+        "(default: 0.05 x the log's reward range).",
+    ),
+]
 
 
 _CRITIC = "Critic (ONNX)"  # the help panel of the critic options
@@ -476,17 +487,18 @@ def audit(
             help="Exit with status 3 when the zero-variance share of rollouts is above (0 to 1).",
         ),
     ] = None,
-    zero_variance_tol: Annotated[float, typer.Option(help="max - min <= this.")] = 1e-9,
+    zero_variance_tol: ZeroVarianceTol = 1e-9,
+    near_tie: NearTie = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
-    """Report zero-variance and singleton groups: what carries no group signal."""
+    """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
     with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
         found = api.audit(
-            inputs, col=col, tol=zero_variance_tol, preset=preset,
+            inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
             preset_options=preset_options, progress=activity.progress,
         )  # fmt: skip
     report = found.report

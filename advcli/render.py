@@ -127,6 +127,7 @@ def audit_report(name: str, report: AuditReport) -> None:
         ("  all-correct", report.zero_variance_all_correct),
         ("  all-wrong", report.zero_variance_all_wrong),
         ("  other", report.zero_variance_other),
+        (f"near-tie groups (std < {report.near_tie_std_below:.3g})", report.near_tie_groups),
         ("singleton groups", report.singleton_groups),
         ("zero-variance rollouts", f"{report.zero_variance_rollout_share:.1%}"),
         ("rollouts without signal", f"{report.no_signal_rollout_share:.1%}"),

@@ -6,6 +6,11 @@ from the group baseline. So does a singleton group (n = 1). The common reward of
 group is called *all-correct* when it equals the log's highest reward, *all-wrong* when it equals
 the lowest, and *other* otherwise (when every reward of the log is equal, positive counts as
 correct).
+
+A *near-tie* is a group of n >= 2 that is not zero-variance but whose rewards barely differ: its
+population standard deviation is below a threshold (default 5% of the log's reward range,
+``NEAR_TIE_SHARE`` × (highest − lowest)). Its advantages exist, but come from differences
+that may be noise (a judge's rounding, a length penalty); the audit counts them apart.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from advcli.core.group import GroupStats
+
+NEAR_TIE_SHARE = 0.05  # the default near-tie threshold, as a share of the log's reward range
 
 
 @dataclass
@@ -34,6 +41,9 @@ class AuditReport:
     no_signal_rollout_share: float
     no_signal_action_token_share: float | None
     zero_variance_rollout_share: float
+    near_tie_groups: int
+    near_tie_rollouts: int
+    near_tie_std_below: float  # the threshold used
     group_sizes: dict[int, int] = field(default_factory=dict)
     reward_histogram: list[tuple[float, float, int]] = field(default_factory=list)
 
@@ -44,10 +54,13 @@ def audit(
     stats: GroupStats,
     action_tokens: np.ndarray | None,
     *,
+    near_tie: float | None = None,
     bins: int = 10,
 ) -> AuditReport:
     """Audit one log: ``rewards``, ``codes`` and ``action_tokens`` have one entry per rollout
-    (``action_tokens`` None: a log without token ids, so no token shares)."""
+    (``action_tokens`` None: a log without token ids, so no token shares). ``stats`` must
+    hold population standard deviations (ddof 0); ``near_tie`` is the std below which a group
+    is a near-tie (None: ``NEAR_TIE_SHARE`` of the reward range)."""
     rewards = np.asarray(rewards, dtype=np.float64)
     n = len(rewards)
     zv_row = stats.zero_variance[codes]
@@ -65,6 +78,8 @@ def audit(
     else:
         correct = common > 0
         wrong = ~correct
+    threshold = near_tie if near_tie is not None else NEAR_TIE_SHARE * float(hi - lo)
+    near = near_ties(stats, threshold)
     sizes, size_counts = np.unique(stats.size[stats.size > 0], return_counts=True)
 
     histogram: list[tuple[float, float, int]] = []
@@ -93,6 +108,15 @@ def audit(
         if total_tokens
         else 0.0,
         zero_variance_rollout_share=float(zv_row.mean()) if n else 0.0,
+        near_tie_groups=int(near.sum()),
+        near_tie_rollouts=int(near[codes].sum()),
+        near_tie_std_below=threshold,
         group_sizes={int(s): int(c) for s, c in zip(sizes, size_counts, strict=True)},
         reward_histogram=histogram,
     )
+
+
+def near_ties(stats: GroupStats, threshold: float) -> np.ndarray:
+    """Per group: two members or more, not zero-variance, population std below ``threshold``."""
+    with np.errstate(invalid="ignore"):
+        return (stats.size >= 2) & ~stats.zero_variance & (stats.std < threshold)

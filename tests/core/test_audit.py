@@ -95,3 +95,21 @@ def test_audit_empty_log():
     assert rep.rollouts == 0 and rep.groups == 0 and rep.action_tokens == 0
     assert rep.no_signal_rollout_share == 0.0
     assert rep.group_sizes == {} and rep.reward_histogram == []
+
+
+def test_near_ties_by_hand():
+    # range 0..1, so the default threshold is 0.05 (population std).
+    log = [
+        ([0.50, 0.52], [3, 3]),  # std 0.01: a near-tie
+        ([0.0, 0.1], [2, 2]),  # std 0.05: not below 0.05
+        ([0.9, 0.9], [1, 1]),  # zero-variance, never a near-tie
+        ([1.0], [4]),  # singleton, never a near-tie
+        ([0.0, 1.0, 0.98], [5, 5, 5]),  # signal
+    ]
+    rep = _audit(*_flatten(log))
+    assert rep.near_tie_std_below == pytest.approx(0.05)
+    assert (rep.near_tie_groups, rep.near_tie_rollouts) == (1, 2)
+    rep = _audit(*_flatten(log), near_tie=0.06)  # std 0.05 is now below
+    assert (rep.near_tie_groups, rep.near_tie_rollouts) == (2, 4)
+    rep = _audit(*_flatten(log), near_tie=0.0)
+    assert rep.near_tie_groups == 0
