@@ -20,33 +20,31 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from advcli import __version__, methods, presets
-from advcli.core import group as G
-from advcli.core.audit import AuditReport
-from advcli.core.audit import audit as audit_groups
 from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.engine import (
     BATCH_ROWS,
+    Audit,
     Batch,
     Log,
     Progress,
     Run,
     Stage,
+    audit_log,
     group_warnings,
     no_stage,
     open_log,
     plan_run,
     token_counts,
 )
-from advcli.errors import DataError, SchemaError, UsageError, columns_found
+from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list, float_list
-from advcli.io.rollouts import Rows, extract_rows, extract_tokens, row_columns
+from advcli.io.rollouts import extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, expand_inputs, prefetch
 from advcli.io.writers import METADATA_KEY, TableWriter, check_output, output_format
@@ -249,36 +247,6 @@ def annotate_table(
     return annotated.replace_schema_metadata(metadata)
 
 
-@dataclass(frozen=True)
-class Audit:
-    """What ``advcli audit`` found: the report, and the groups behind its counts."""
-
-    report: AuditReport
-    files: list[str]
-    rows: Rows
-    stats: G.GroupStats
-    warnings: list[str]
-    action_tokens: np.ndarray | None = None  # per rollout (None: the log has no token ids)
-
-    def prompt_ids(self, kind: str) -> list[Any]:
-        """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
-        appearance."""
-        flags = {"zero-variance": self.stats.zero_variance, "singleton": self.stats.singleton}
-        if kind not in flags:
-            msg = f"expected zero-variance or singleton, saw {kind!r}"
-            raise UsageError(msg)
-        assert self.rows.group_keys is not None
-        return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as ``audit --json`` prints it; without token ids the token shares are
-        left out, and ``token_shares`` says why."""
-        out = {k: v for k, v in self.report.__dict__.items() if v is not None}
-        if self.report.action_tokens is None:
-            out["token_shares"] = "omitted: the log has no token ids"
-        return out | {"files": self.files, "warnings": self.warnings}
-
-
 def audit(
     inputs: Inputs,
     *,
@@ -295,40 +263,6 @@ def audit(
     the log's reward range)."""
     log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
     return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows)
-
-
-def audit_log(
-    log: Log,
-    *,
-    tol: float = 1e-9,
-    near_tie: float | None = None,
-    progress: Progress | None = None,
-    batch_rows: int = BATCH_ROWS,
-) -> Audit:
-    """The audit of an opened log (what ``audit`` and ``report`` share)."""
-    source, roles = log.source, log.roles
-    if roles["prompt_id"] is None and log.looks_like is None:
-        msg = (
-            f"{log.files}: no 'prompt_id' column, so no groups to audit. "
-            f"{columns_found(source.schema.names)}. "
-            "Hint: name the group key with --col prompt_id=COLUMN"
-        )
-        raise SchemaError(msg)
-    log.require({"prompt_id", "reward"}, what="audit")
-    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    assert rows.group_keys is not None
-    action_tokens = None
-    if roles["input_ids"] is not None:
-        counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
-        action_tokens = np.bincount(
-            rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
-        )
-    rewards = rows.rollout_rewards()
-    codes = rows.rollout_groups()
-    stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
-    report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
-    warnings = [*log.warnings, *group_warnings(rows, roles)]
-    return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)
 
 
 def describe(

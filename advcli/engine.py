@@ -29,6 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli import __version__, methods, presets
+from advcli.core import group as G
+from advcli.core.audit import AuditReport
+from advcli.core.audit import audit as audit_groups
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
     DataError,
@@ -322,6 +325,19 @@ class Run:
         if not self.has_tokens:
             yield from self._annotated_rows()
             return
+        for row0, table, tok, columns in self.computed():
+            per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
+            out, kept = self._add_columns(table, row0, per_token)
+            adv = columns["advantages"]
+            if kept is None:
+                yield Batch(out, adv, tok.mask)
+            else:
+                tokens_kept = np.repeat(kept, lengths(tok.offsets))
+                yield Batch(out, adv[tokens_kept], tok.mask[tokens_kept])
+
+    def computed(self) -> Iterator[tuple[int, pa.Table, Tokens, dict[str, np.ndarray]]]:
+        """The final pass of a log with token ids, before any row is dropped: each batch's
+        first row, its table and tokens, and the method's flat per-token columns."""
         with located(self.sources, self.roles), contextlib.ExitStack() as done:
             if isinstance(self.scorer, ValueCache):
                 done.callback(self.scorer.close)  # the last pass that reads the values
@@ -329,14 +345,7 @@ class Run:
                 columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)
-                per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
-                out, kept = self._add_columns(table, row0, per_token)
-                adv = columns["advantages"]
-                if kept is None:
-                    yield Batch(out, adv, tok.mask)
-                else:
-                    tokens_kept = np.repeat(kept, lengths(tok.offsets))
-                    yield Batch(out, adv[tokens_kept], tok.mask[tokens_kept])
+                yield row0, table, tok, columns
 
     def token_names(self, *, values: bool) -> list[str]:
         """The token columns a pass before the final one reads (``values``: with the critic
@@ -538,3 +547,67 @@ def token_counts(
         if progress:
             progress(at.stop, done)
     return TokenCounts(tokens, actions, actions_within)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What ``advcli audit`` found: the report, and the groups behind its counts."""
+
+    report: AuditReport
+    files: list[str]
+    rows: Rows
+    stats: G.GroupStats
+    warnings: list[str]
+    action_tokens: np.ndarray | None = None  # per rollout (None: the log has no token ids)
+
+    def prompt_ids(self, kind: str) -> list[Any]:
+        """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
+        appearance."""
+        flags = {"zero-variance": self.stats.zero_variance, "singleton": self.stats.singleton}
+        if kind not in flags:
+            msg = f"expected zero-variance or singleton, saw {kind!r}"
+            raise UsageError(msg)
+        assert self.rows.group_keys is not None
+        return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as ``audit --json`` prints it; without token ids the token shares are
+        left out, and ``token_shares`` says why."""
+        out = {k: v for k, v in self.report.__dict__.items() if v is not None}
+        if self.report.action_tokens is None:
+            out["token_shares"] = "omitted: the log has no token ids"
+        return out | {"files": self.files, "warnings": self.warnings}
+
+
+def audit_log(
+    log: Log,
+    *,
+    tol: float = 1e-9,
+    near_tie: float | None = None,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Audit:
+    """The audit of an opened log (what ``audit`` and ``report`` share)."""
+    source, roles = log.source, log.roles
+    if roles["prompt_id"] is None and log.looks_like is None:
+        msg = (
+            f"{log.files}: no 'prompt_id' column, so no groups to audit. "
+            f"{columns_found(source.schema.names)}. "
+            "Hint: name the group key with --col prompt_id=COLUMN"
+        )
+        raise SchemaError(msg)
+    log.require({"prompt_id", "reward"}, what="audit")
+    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    assert rows.group_keys is not None
+    action_tokens = None
+    if roles["input_ids"] is not None:
+        counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+        action_tokens = np.bincount(
+            rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
+        )
+    rewards = rows.rollout_rewards()
+    codes = rows.rollout_groups()
+    stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
+    report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
+    warnings = [*log.warnings, *group_warnings(rows, roles)]
+    return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)
