@@ -23,6 +23,9 @@ from advcli.core.group import GroupStats
 
 NEAR_TIE_SHARE = 0.05  # the default near-tie threshold, as a share of the log's reward range
 
+KINDS = ("signal", "all-correct", "all-wrong", "zero-variance (other)", "near-tie", "singleton")
+SIGNAL, ALL_CORRECT, ALL_WRONG, ZERO_VARIANCE_OTHER, NEAR_TIE, SINGLETON = range(len(KINDS))
+
 
 @dataclass
 class AuditReport:
@@ -69,17 +72,10 @@ def audit(
     total_tokens = int(tokens.sum())
     no_signal = zv_row | single_row
 
-    zv_groups = np.flatnonzero(stats.zero_variance)
-    common = stats.mean[zv_groups]
     hi, lo = (rewards.max(), rewards.min()) if n else (0.0, 0.0)
-    if hi > lo:
-        correct = np.isclose(common, hi, rtol=0, atol=1e-9)
-        wrong = np.isclose(common, lo, rtol=0, atol=1e-9)
-    else:
-        correct = common > 0
-        wrong = ~correct
     threshold = near_tie if near_tie is not None else NEAR_TIE_SHARE * float(hi - lo)
-    near = near_ties(stats, threshold)
+    kinds = group_kinds(stats, hi, lo, threshold)
+    of_kind = np.bincount(kinds, minlength=len(KINDS))
     sizes, size_counts = np.unique(stats.size[stats.size > 0], return_counts=True)
 
     histogram: list[tuple[float, float, int]] = []
@@ -94,10 +90,10 @@ def audit(
         groups=int((stats.size > 0).sum()),
         rollouts=n,
         action_tokens=total_tokens if action_tokens is not None else None,
-        zero_variance_groups=len(zv_groups),
-        zero_variance_all_correct=int(correct.sum()),
-        zero_variance_all_wrong=int(wrong.sum()),
-        zero_variance_other=int((~correct & ~wrong).sum()),
+        zero_variance_groups=int(stats.zero_variance.sum()),
+        zero_variance_all_correct=int(of_kind[ALL_CORRECT]),
+        zero_variance_all_wrong=int(of_kind[ALL_WRONG]),
+        zero_variance_other=int(of_kind[ZERO_VARIANCE_OTHER]),
         singleton_groups=int(stats.singleton.sum()),
         zero_variance_rollouts=int(zv_row.sum()),
         singleton_rollouts=int(single_row.sum()),
@@ -108,15 +104,33 @@ def audit(
         if total_tokens
         else 0.0,
         zero_variance_rollout_share=float(zv_row.mean()) if n else 0.0,
-        near_tie_groups=int(near.sum()),
-        near_tie_rollouts=int(near[codes].sum()),
+        near_tie_groups=int(of_kind[NEAR_TIE]),
+        near_tie_rollouts=int((kinds[codes] == NEAR_TIE).sum()),
         near_tie_std_below=threshold,
         group_sizes={int(s): int(c) for s, c in zip(sizes, size_counts, strict=True)},
         reward_histogram=histogram,
     )
 
 
-def near_ties(stats: GroupStats, threshold: float) -> np.ndarray:
-    """Per group: two members or more, not zero-variance, population std below ``threshold``."""
+def group_kinds(stats: GroupStats, hi: float, lo: float, near_tie: float) -> np.ndarray:
+    """What each group is, as an index into :data:`KINDS`: zero-variance (all-correct when its
+    reward is the log's highest ``hi``, all-wrong when the lowest ``lo``, else other), a
+    near-tie (std below ``near_tie``), a singleton, or a group with signal. Groups without
+    rollouts count as signal (they never occur in a log)."""
+    kinds = np.full(len(stats.size), SIGNAL, dtype=np.int64)
+    common = stats.mean
+    if hi > lo:
+        correct = np.isclose(common, hi, rtol=0, atol=1e-9)
+        wrong = np.isclose(common, lo, rtol=0, atol=1e-9) & ~correct
+    else:
+        correct = common > 0
+        wrong = ~correct
     with np.errstate(invalid="ignore"):
-        return (stats.size >= 2) & ~stats.zero_variance & (stats.std < threshold)
+        near = (stats.size >= 2) & ~stats.zero_variance & (stats.std < near_tie)
+    kinds[near] = NEAR_TIE
+    kinds[stats.singleton] = SINGLETON
+    zv = stats.zero_variance
+    kinds[zv] = ZERO_VARIANCE_OTHER
+    kinds[zv & correct] = ALL_CORRECT
+    kinds[zv & wrong] = ALL_WRONG
+    return kinds
