@@ -8,6 +8,7 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.annotate_table(table, method="grpo")  # a pyarrow Table in, annotated out
     advcli.audit("logs/").report
     advcli.describe("logs/")                   # what `advcli schema` shows
+    advcli.report("logs/", "report.html", method="grpo")  # needs advcli[report]
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
     advcli.verify("shards/")
@@ -28,12 +29,14 @@ if TYPE_CHECKING:
     from advcli.api import (
         Audit,
         CriticOptions,
+        ReportOptions,
         ShardOptions,
         annotate,
         annotate_table,
         audit,
         check,
         describe,
+        report,
         score,
         shard,
         verify,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Audit",
     "CriticOptions",
+    "ReportOptions",
     "ShardOptions",
     "__version__",
     "annotate",
@@ -49,6 +53,7 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "report",
     "score",
     "shard",
     "verify",

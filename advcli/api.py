@@ -47,8 +47,15 @@ from advcli.io.arrow import flat_list, float_list
 from advcli.io.rollouts import extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, expand_inputs, prefetch
-from advcli.io.writers import METADATA_KEY, TableWriter, check_output, output_format
+from advcli.io.writers import (
+    METADATA_KEY,
+    TableWriter,
+    atomic_path,
+    check_output,
+    output_format,
+)
 from advcli.presets import PresetOptions
+from advcli.reports import ReportOptions, collect
 from advcli.shards import ShardOptions, shard, verify
 
 __all__ = [
@@ -60,6 +67,8 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "report",
+    "ReportOptions",
     "score",
     "shard",
     "verify",
@@ -263,6 +272,61 @@ def audit(
     the log's reward range)."""
     log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
     return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows)
+
+
+def report(
+    inputs: Inputs,
+    out: str | os.PathLike[str],
+    *,
+    method: str | None = None,
+    convention: str = "seed",
+    col: list[str] | None = None,
+    force: bool = False,
+    options: ReportOptions | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+    stage: Stage = no_stage,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+    **params: Any,
+) -> dict[str, Any]:
+    """``advcli report``: one self-contained HTML page (``out``) of the log's groups, rewards
+    and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``."""
+    from advcli.reports import page
+
+    started = time.perf_counter()
+    out = os.fspath(out)
+    options = options or ReportOptions()
+    page.bokeh()  # the extra is missing: say so before reading anything
+    p = methods.resolve(method, convention, **params) if method is not None else None
+    paths = _paths(inputs)
+    check_output(out, input_files(paths, preset), force=force)
+    log = open_log(paths, col, preset=preset, options=preset_options)
+    run = plan_run(log, p, stage=stage, batch_rows=batch_rows) if p is not None else None
+    if p is not None and p.reward_columns:
+        components = [c.strip() for c in p.reward_columns.split(",")]
+    else:
+        components = (preset_options.reward_columns if preset_options else None) or []
+    payload = collect(
+        log, options, run=run, reward_components=components, stage=stage,
+        progress=progress, batch_rows=batch_rows,
+    )  # fmt: skip
+    with stage("writing the page"):
+        html = page.render(payload, f"advcli report: {', '.join(payload['files'])}").encode()
+        with atomic_path(out, force=force) as tmp:
+            tmp.write_bytes(html)
+    groups = payload["groups"]
+    return {
+        "output": out,
+        "bytes": len(html),
+        "rollouts": payload["overview"]["rollouts"],
+        "groups": groups["total"],
+        "groups_listed": groups["listed"],
+        "detail_groups": len(payload["details"]),
+        "advantages_from": payload["advantages_from"],
+        "seconds": round(time.perf_counter() - started, 3),
+        "warnings": payload["warnings"],
+    }
 
 
 def describe(

@@ -521,6 +521,68 @@ def audit(
         raise ThresholdExceeded(msg)
 
 
+_DETAIL = "What the page holds"
+
+
+@app.command()
+@with_preset_options(after="col", methods=True)
+@with_method_parameters(after="convention")
+def report(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .html file.")],
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
+    ] = None,
+    convention: Annotated[str, typer.Option(help=_CONVENTIONS)] = "seed",
+    col: Col = None,
+    force: Force = False,
+    quiet: Quiet = False,
+    as_json: Json = False,
+    near_tie: NearTie = None,
+    sample_groups: Annotated[
+        int,
+        typer.Option(
+            min=1, rich_help_panel=_DETAIL, help="Groups the table lists; beyond, a seeded sample."
+        ),
+    ] = 20_000,
+    detail_groups: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            rich_help_panel=_DETAIL,
+            help="Groups whose rollouts and tokens the page holds (the worst always).",
+        ),
+    ] = 200,
+    token_budget: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            rich_help_panel=_DETAIL,
+            help="Tokens the page holds in all, shared by those rollouts.",
+        ),
+    ] = 200_000,
+    seed: Annotated[int, typer.Option(rich_help_panel=_DETAIL, help="Seed of the samples.")] = 0,
+    params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Write one self-contained HTML page of the log's groups, rewards and advantages."""
+    params = params or {}
+    options = api.ReportOptions(
+        tol=params.get("zero_variance_tol") or 1e-9, near_tie=near_tie, sample_groups=sample_groups,
+        detail_groups=detail_groups, token_budget=token_budget, seed=seed,
+    )  # fmt: skip
+    method_params = {**params, **_shared_params(preset_options)} if method else {}
+    with render.Activity(quiet) as activity:
+        result = api.report(
+            inputs, out, method=method, convention=convention, col=col, force=force,
+            options=options, preset=preset, preset_options=preset_options,
+            stage=activity.stage, progress=activity.progress, **method_params,
+        )  # fmt: skip
+    _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
+
+
 @app.command()
 @with_preset_options(after="col")
 def shard(

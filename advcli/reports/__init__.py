@@ -1,0 +1,11 @@
+"""``advcli report``: one self-contained HTML page to look at a log's groups, rewards and
+advantages.
+
+:mod:`~advcli.reports.collect` gathers the numbers in streaming passes (the audit's, and the
+method's final pass when one is given); :mod:`~advcli.reports.page` draws them into one HTML file
+with everything inline (the charts need the optional extra ``advcli[report]``: Bokeh).
+"""
+
+from advcli.reports.collect import ReportOptions, collect
+
+__all__ = ["ReportOptions", "collect"]

@@ -1,0 +1,486 @@
+"""What ``advcli report`` shows, gathered in the passes ``audit`` and ``annotate`` make.
+
+Aggregates (overview, trends, distributions) cover every row: they are built from per-rollout
+and per-group arrays, and the per-token advantages go through an unnamed temporary file (4 bytes
+an action token) so that their histogram is exact in bounded memory. Per-rollout and per-token
+detail is kept for a seeded sample of groups only, which always holds the worst ones: the
+zero-variance and near-tie groups that spend the most action tokens.
+
+The result is a plain dict of lists and numbers (what the page embeds as JSON); token arrays are
+base64 of little-endian typed arrays, which the page reads with ``Float32Array`` and the like.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
+from advcli.core.audit import group_kinds as kinds_of_groups
+from advcli.core.ragged import lengths
+from advcli.engine import (
+    BATCH_ROWS,
+    Audit,
+    Log,
+    Progress,
+    Run,
+    Stage,
+    audit_log,
+    no_stage,
+    room_in_tmpdir,
+)
+from advcli.errors import DataError
+from advcli.io.arrow import flat_list
+from advcli.io.rollouts import extract_tokens, token_columns
+from advcli.io.sources import prefetch
+
+PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
+TEXT_CHARS = 4000  # of each text column shown with a rollout
+KEY_CHARS = 300  # of a prompt id shown in the groups table
+MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """How much ``report`` keeps: every aggregate always; these bound the detail."""
+
+    tol: float = 1e-9  # zero-variance: max - min <= tol
+    near_tie: float | None = None  # group std below this (None: 5% of the reward range)
+    sample_groups: int = 20_000  # groups listed in the table (a seeded sample beyond)
+    detail_groups: int = 200  # groups whose rollouts (and tokens) the page holds
+    token_budget: int = 200_000  # tokens held in all, shared by the detail rollouts
+    seed: int = 0
+    bins: int = 40
+
+
+def collect(
+    log: Log,
+    options: ReportOptions,
+    *,
+    run: Run | None = None,
+    reward_components: list[str] | None = None,
+    stage: Stage = no_stage,
+    progress: Progress | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> dict[str, Any]:
+    """Everything the page shows. ``run``: a method planned over ``log`` (its advantages are
+    shown); without one, a log already annotated (an ``advantages`` or ``advantage`` column)
+    shows those."""
+    with stage("auditing the groups"):
+        found = audit_log(
+            log, tol=options.tol, near_tie=options.near_tie, progress=progress,
+            batch_rows=batch_rows,
+        )  # fmt: skip
+    rows = found.rows
+    rewards = rows.rollout_rewards()
+    codes = rows.rollout_groups()
+    stats = found.stats
+    hi, lo = (float(rewards.max()), float(rewards.min())) if len(rewards) else (0.0, 0.0)
+    kinds = kinds_of_groups(stats, hi, lo, found.report.near_tie_std_below)
+    lengths_ = found.action_tokens
+    group_tokens = (
+        np.bincount(codes, weights=lengths_, minlength=len(kinds)).astype(np.int64)
+        if lengths_ is not None
+        else None
+    )
+    listed, detail = choose_groups(kinds, group_tokens, stats.size, options)
+    in_detail = np.zeros(len(kinds), dtype=bool)
+    in_detail[detail] = True
+
+    with stage("reading advantages and the sampled rollouts"):
+        seen = _Walk(log, found, run, in_detail[codes], options, batch_rows).walk()
+    advantage_source = (
+        f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
+    )
+    overview = found.as_dict()
+    for key in ("reward_histogram", "files", "warnings"):
+        overview.pop(key)
+    warnings = [*found.warnings, *(run.warnings if run is not None else [])]
+    payload: dict[str, Any] = {
+        "files": found.files,
+        "warnings": list(dict.fromkeys(warnings)),
+        "overview": overview,
+        "advantages_from": advantage_source,
+        "kinds": list(KINDS),
+        "trends": trends(log, found, kinds, lengths_),
+        "distributions": {
+            "rewards": histogram(rewards, options.bins),
+            "advantages": seen.histogram(options.bins),
+            "lengths": histogram(lengths_, options.bins, integers=True)
+            if lengths_ is not None
+            else None,
+            "group_sizes": {str(k): v for k, v in found.report.group_sizes.items()},
+            "components": components(log, found, reward_components or [], options.bins),
+        },
+        "groups": group_table(found, kinds, group_tokens, listed),
+        "details": seen.details(found, codes, rewards, lengths_),
+    }
+    return payload
+
+
+def choose_groups(
+    kinds: np.ndarray, tokens: np.ndarray | None, sizes: np.ndarray, options: ReportOptions
+) -> tuple[np.ndarray, np.ndarray]:
+    """The groups the table lists and the groups whose rollouts the page holds, both sorted.
+    Detail: up to half of ``detail_groups`` are the worst (zero-variance or near-tie, most
+    action tokens first; most rollouts without token ids), the rest a seeded sample of the
+    others. Listed: every group up to ``sample_groups``, else the detail groups and a seeded
+    sample of the others."""
+    n = len(kinds)
+    rng = np.random.default_rng(options.seed)
+    weight = tokens if tokens is not None else sizes
+    worst_pool = np.flatnonzero((kinds != SIGNAL) & (kinds != SINGLETON))
+    worst = worst_pool[np.argsort(-weight[worst_pool], kind="stable")][: options.detail_groups // 2]
+    rest = np.setdiff1d(np.arange(n), worst)
+    take = min(options.detail_groups - len(worst), len(rest))
+    detail = np.sort(np.concatenate([worst, rng.choice(rest, take, replace=False)]))
+    if n <= options.sample_groups:
+        return np.arange(n), detail
+    others = np.setdiff1d(np.arange(n), detail)
+    take = max(0, min(options.sample_groups - len(detail), len(others)))
+    listed = np.sort(np.concatenate([detail, rng.choice(others, take, replace=False)]))
+    return listed, detail
+
+
+def histogram(
+    x: np.ndarray | None, bins: int, *, integers: bool = False
+) -> dict[str, list[float]] | None:
+    """Counts over equal bins from the lowest value to the highest (NaN left out); integers
+    get bins of whole numbers."""
+    if x is None:
+        return None
+    x = np.asarray(x, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return None
+    lo, hi = float(x.min()), float(x.max())
+    return _histogram_of(iter([x]), lo, hi, bins, integers=integers)
+
+
+def _histogram_of(
+    chunks: Iterator[np.ndarray], lo: float, hi: float, bins: int, *, integers: bool = False
+) -> dict[str, list[float]]:
+    if integers:
+        step = max(1.0, float(np.ceil((hi - lo + 1) / bins)))
+        edges = np.arange(lo, hi + step + 1, step) - 0.5
+        edges = edges[: int(np.searchsorted(edges, hi, side="right")) + 1]
+    else:
+        edges = np.linspace(lo, hi, bins + 1) if hi > lo else np.array([lo - 0.5, hi + 0.5])
+    counts = np.zeros(len(edges) - 1, dtype=np.int64)
+    for chunk in chunks:
+        counts += np.histogram(chunk, bins=edges)[0]
+    return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def trends(
+    log: Log, found: Audit, kinds: np.ndarray, lengths_: np.ndarray | None
+) -> dict[str, list[float]] | None:
+    """Per step (a ``step`` column: the presets write the step each dump file belongs to): its
+    rollouts, zero-variance share, mean reward and mean length in action tokens."""
+    if "step" not in log.source.schema.names:
+        return None
+    rows = found.rows
+    try:
+        column = log.source.columns(["step"]).column("step").cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # steps that are not numbers: no trend to draw
+    step_of_row = column.to_numpy().astype(np.float64)  # nulls: NaN
+    step = step_of_row[rows.last_segment_row()]
+    have = ~np.isnan(step)
+    if not have.any():
+        return None
+    steps, at = np.unique(step[have], return_inverse=True)
+    n = np.bincount(at, minlength=len(steps))
+    codes = rows.rollout_groups()[have]
+    zero_variance = found.stats.zero_variance[codes]
+    out = {
+        "step": steps.tolist(),
+        "rollouts": n.tolist(),
+        "zero_variance_share": (np.bincount(at, weights=zero_variance) / n).tolist(),
+        "near_tie_share": (np.bincount(at, weights=kinds[codes] == NEAR_TIE) / n).tolist(),
+        "mean_reward": (np.bincount(at, weights=rows.rollout_rewards()[have]) / n).tolist(),
+    }
+    if lengths_ is not None:
+        out["mean_length"] = (np.bincount(at, weights=lengths_[have]) / n).tolist()
+    return out
+
+
+def components(
+    log: Log, found: Audit, names: list[str], bins: int
+) -> dict[str, dict[str, list[float]] | None]:
+    """A reward histogram per reward component column (TRL's reward functions, GDPO's
+    rewards), over the rollouts (their last segment's value)."""
+    if not names:
+        return {}
+    table = log.source.columns(names)
+    last = found.rows.last_segment_row()
+    out = {}
+    for name in names:
+        try:
+            x = table.column(name).cast(pa.float64()).to_numpy().astype(np.float64)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            msg = f"{found.files}: column '{name}' holds no numbers (named as a reward column)"
+            raise DataError(msg) from None
+        out[name] = histogram(x[last], bins)
+    return out
+
+
+def group_table(
+    found: Audit, kinds: np.ndarray, tokens: np.ndarray | None, listed: np.ndarray
+) -> dict[str, Any]:
+    """The listed groups, one row each: group code, prompt id, size, mean, std, action tokens,
+    kind (an index into ``kinds``)."""
+    stats = found.stats
+    keys = found.rows.group_keys
+    assert keys is not None
+    shown = [_short(k) for k in keys.take(pa.array(listed)).to_pylist()]
+    std = np.where(np.isnan(stats.std[listed]), 0.0, stats.std[listed])
+    table = {
+        "code": listed.tolist(),
+        "prompt": shown,
+        "size": stats.size[listed].tolist(),
+        "mean": stats.mean[listed].tolist(),
+        "std": std.tolist(),
+        "action_tokens": tokens[listed].tolist() if tokens is not None else None,
+        "kind": kinds[listed].tolist(),
+    }
+    return {"total": len(kinds), "listed": len(listed), "columns": table}
+
+
+def _short(key: object, chars: int = KEY_CHARS) -> str:
+    text = str(key)
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _b64(x: np.ndarray) -> str:
+    return base64.b64encode(
+        np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<")).tobytes()
+    ).decode()
+
+
+class _Walk:
+    """One pass over the log's rows: every action token's advantage into the histogram file
+    and each rollout's advantage sum; the tokens and text of the detail rows kept."""
+
+    def __init__(
+        self,
+        log: Log,
+        found: Audit,
+        run: Run | None,
+        detail_rollout: np.ndarray,
+        options: ReportOptions,
+        batch_rows: int,
+    ):
+        self.log, self.found, self.run = log, found, run
+        self.roles = log.roles
+        rows = found.rows
+        self.detail_row = detail_rollout[rows.rollout_codes]
+        n_detail = max(1, int(self.detail_row.sum()))
+        self.cap = max(MIN_TOKENS_SHOWN, options.token_budget // n_detail)
+        self.batch_rows = batch_rows
+        names = log.source.schema.names
+        self.logged_column: str | None = None
+        if run is None:
+            wanted = "advantages" if self.roles["input_ids"] is not None else "advantage"
+            self.logged_column = wanted if wanted in names else None
+        role_columns = {c for c in self.roles.columns.values() if c}
+        self.text_columns = [
+            f.name
+            for f in log.source.schema
+            if f.name not in role_columns
+            and f.name != self.logged_column
+            and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+        ]
+        self.adv_sum = np.zeros(rows.n_rollouts)
+        self.row_advantage: np.ndarray | None = None  # per row, a log without token ids
+        self.adv_lo, self.adv_hi = np.inf, -np.inf
+        self.adv_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by histogram())
+        self.has_advantages = run is not None or self.logged_column is not None
+        self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int]] = {}
+        self.text: dict[int, dict[str, str]] = {}
+
+    def walk(self) -> _Walk:
+        if self.roles["input_ids"] is None:
+            self._walk_rows()
+        else:
+            for row0, table, tokens, ids, adv in self._batches():
+                self._add(row0, table, tokens, ids, adv)
+        return self
+
+    def _batches(self) -> Iterator[tuple[int, pa.Table, Any, np.ndarray, np.ndarray | None]]:
+        ids_column = self.roles.column("input_ids")
+        if self.run is not None:
+            for row0, table, tok, columns in self.run.computed():
+                ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
+                yield row0, table, tok, ids, columns["advantages"]
+            return
+        source = self.log.source
+        names = token_columns(self.roles, values=False, ids=True) + self.text_columns
+        if self.logged_column is not None:
+            names.append(self.logged_column)
+        for row0, table in prefetch(source.batches(list(dict.fromkeys(names)), self.batch_rows)):
+            tok = extract_tokens(table, self.roles, source.sources, row0, values=False)
+            ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
+            adv = None
+            if self.logged_column is not None:
+                adv = self._logged(table, row0, tok.offsets)
+            yield row0, table, tok, ids, adv
+
+    def _logged(self, table: pa.Table, row0: int, offsets: np.ndarray) -> np.ndarray:
+        """The advantages an annotated log holds, one per token, checked."""
+        name = self.logged_column
+        assert name is not None
+        column = table.column(name)
+        if not pa.types.is_list(column.type) and not pa.types.is_large_list(column.type):
+            msg = f"{self.log.files}: column '{name}' is not a list of numbers, one per token"
+            raise DataError(msg)
+        flat, offs = flat_list(column.fill_null([]) if column.null_count else column)
+        bad = lengths(offs) != lengths(offsets)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            msg = (
+                f"{self.log.sources.at(row0 + row, name)}: {lengths(offs)[row]} advantages but "
+                f"{lengths(offsets)[row]} tokens. Hint: report a log annotated by advcli, or "
+                "give --method"
+            )
+            raise DataError(msg)
+        return pc.fill_null(flat.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+
+    def _add(
+        self, row0: int, table: pa.Table, tok: Any, ids: np.ndarray, adv: np.ndarray | None
+    ) -> None:
+        offsets, mask = tok.offsets, tok.mask
+        n = len(offsets) - 1
+        rollouts = self.found.rows.rollout_codes[row0 : row0 + n]
+        if adv is not None:
+            act = adv[mask]
+            if len(act):
+                with room_in_tmpdir("the advantages for the report", f"{4 * len(act):,} bytes"):
+                    self.adv_file.write(act.astype(np.float32).tobytes())
+                self.adv_lo = min(self.adv_lo, float(np.nanmin(act)))
+                self.adv_hi = max(self.adv_hi, float(np.nanmax(act)))
+            summed = np.zeros(len(adv) + 1)
+            np.cumsum(np.where(mask, np.nan_to_num(adv), 0.0), out=summed[1:])
+            np.add.at(self.adv_sum, rollouts, summed[offsets[1:]] - summed[offsets[:-1]])
+        for i in np.flatnonzero(self.detail_row[row0 : row0 + n]):
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            shown = min(end, start + self.cap)
+            part = mask[start:end]
+            first_action = int(np.argmax(part)) if part.any() else end - start
+            kind = np.full(end - start, OBSERVATION, dtype=np.uint8)
+            kind[:first_action] = PROMPT
+            kind[part] = ACTION
+            self.tokens[row0 + int(i)] = (
+                ids[start:shown],
+                kind[: shown - start],
+                None if adv is None else adv[start:shown].astype(np.float32),
+                end - start,
+            )
+            self._keep_text(table, int(i), row0)
+
+    def _keep_text(self, table: pa.Table, i: int, row0: int) -> None:
+        texts = {}
+        for name in self.text_columns:
+            if name in table.column_names and (value := table.column(name)[i].as_py()):
+                texts[name] = _short(value, TEXT_CHARS)
+        if texts:
+            self.text[row0 + i] = texts
+
+    def _walk_rows(self) -> None:
+        """A log without token ids: one advantage per row; the text of the detail rows."""
+        rows = self.found.rows
+        if self.run is not None:
+            self.row_advantage = self.run.plan.columns["advantage"]
+        elif self.logged_column is not None:
+            column = self.log.source.columns([self.logged_column]).column(self.logged_column)
+            try:
+                self.row_advantage = column.cast(pa.float64()).to_numpy().astype(np.float64)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                msg = f"{self.log.files}: column '{self.logged_column}' holds no numbers"
+                raise DataError(msg) from None
+        if self.row_advantage is not None:
+            adv = self.row_advantage
+            last = rows.last_segment_row()
+            self.adv_sum = adv[last].astype(np.float64)
+            finite = adv[last][~np.isnan(adv[last])]
+            if len(finite):
+                self.adv_file.write(finite.astype(np.float32).tobytes())
+                self.adv_lo, self.adv_hi = float(finite.min()), float(finite.max())
+        if not self.text_columns or not self.detail_row.any():
+            return
+        source = self.log.source
+        for row0, table in prefetch(source.batches(self.text_columns, self.batch_rows)):
+            for i in np.flatnonzero(self.detail_row[row0 : row0 + table.num_rows]):
+                self._keep_text(table, int(i), row0)
+
+    def histogram(self, bins: int) -> dict[str, list[float]] | None:
+        """The advantages' histogram over every action token (rollout, without token ids)."""
+        if not self.has_advantages or self.adv_lo > self.adv_hi:
+            return None
+        self.adv_file.seek(0)
+
+        def chunks() -> Iterator[np.ndarray]:
+            while block := self.adv_file.read(1 << 24):
+                yield np.frombuffer(block, dtype=np.float32)
+
+        out = _histogram_of(chunks(), self.adv_lo, self.adv_hi, bins)
+        self.adv_file.close()
+        return out
+
+    def details(
+        self, found: Audit, codes: np.ndarray, rewards: np.ndarray, lengths_: np.ndarray | None
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Per detail group (by group code): its rollouts in log order, each with its reward,
+        mean advantage over its action tokens, length, and its tokens and text where kept."""
+        rows = found.rows
+        keys = rows.rollout_keys
+        out: dict[str, list[dict[str, Any]]] = {}
+        by_rollout: dict[int, list[int]] = {}
+        for row in np.flatnonzero(self.detail_row):
+            by_rollout.setdefault(int(rows.rollout_codes[row]), []).append(int(row))
+        for rollout, its_rows in by_rollout.items():
+            its_rows.sort(key=lambda r: int(rows.segment_rank[r]))
+            length = int(lengths_[rollout]) if lengths_ is not None else None
+            advantage = None
+            if self.has_advantages:
+                if lengths_ is None:
+                    advantage = float(self.adv_sum[rollout])
+                elif length:
+                    advantage = float(self.adv_sum[rollout] / length)
+            entry: dict[str, Any] = {
+                "id": str(keys[rollout].as_py()) if keys is not None else str(its_rows[0]),
+                "reward": float(rewards[rollout]),
+                "advantage": None if advantage is None or np.isnan(advantage) else advantage,
+                "length": length,
+                "segments": len(its_rows),
+                "text": {k: v for r in its_rows for k, v in self.text.get(r, {}).items()},
+            }
+            if self.tokens:
+                entry["tokens"] = self._token_view([self.tokens[r] for r in its_rows])
+            out.setdefault(str(int(codes[rollout])), []).append(entry)
+        return out
+
+    def _token_view(
+        self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, int]]
+    ) -> dict[str, Any]:
+        ids = np.concatenate([p[0] for p in parts]).astype(np.int64)
+        kind = np.concatenate([p[1] for p in parts])
+        wide = ids.size and (ids.min() < 0 or ids.max() >= 2**32)
+        view: dict[str, Any] = {
+            "ids": _b64(ids.astype(np.float64 if wide else np.uint32)),
+            "ids_type": "f8" if wide else "u4",
+            "kind": _b64(kind),
+            "shown": int(ids.size),
+            "total": int(sum(p[3] for p in parts)),
+        }
+        if parts[0][2] is not None:
+            adv = np.concatenate([p[2] for p in parts if p[2] is not None])
+            view["adv"] = _b64(adv.astype(np.float32))
+        return view

@@ -1,0 +1,214 @@
+"use strict";
+// The report page: DATA (gathered by advcli) drawn into the sections of page.html.
+const PAGE_ROWS = 100;
+const fmtInt = (x) => (x === null || x === undefined ? "n/a" : Math.round(x).toLocaleString("en-US"));
+const fmtNum = (x) => (x === null || x === undefined ? "n/a" : Number(x).toPrecision(4).replace(/\.?0+(e|$)/, "$1"));
+const fmtShare = (x) => (x === null || x === undefined ? "n/a" : (100 * x).toFixed(1) + "%");
+const el = (tag, attrs = {}, text) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+};
+
+function decode(b64, Type) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Type(bytes.buffer);
+}
+
+// Overview: the numbers of `advcli audit --json`, each card carrying its raw value.
+const OVERVIEW = [
+  ["rollouts", "rollouts", fmtInt], ["groups", "groups", fmtInt],
+  ["action_tokens", "action tokens", fmtInt],
+  ["zero_variance_groups", "zero-variance groups", fmtInt, true],
+  ["zero_variance_all_correct", "  all-correct", fmtInt], ["zero_variance_all_wrong", "  all-wrong", fmtInt],
+  ["zero_variance_other", "  other", fmtInt],
+  ["near_tie_groups", "near-tie groups", fmtInt, true], ["near_tie_rollouts", "near-tie rollouts", fmtInt],
+  ["near_tie_std_below", "near-tie: std below", fmtNum],
+  ["singleton_groups", "singleton groups", fmtInt],
+  ["zero_variance_rollouts", "zero-variance rollouts", fmtInt],
+  ["zero_variance_rollout_share", "zero-variance share of rollouts", fmtShare, true],
+  ["no_signal_rollout_share", "rollouts without signal", fmtShare, true],
+  ["no_signal_action_token_share", "action tokens without signal", fmtShare, true],
+];
+
+function drawOverview() {
+  const o = DATA.overview;
+  const cards = el("div", { class: "cards" });
+  for (const [key, label, fmt, warn] of OVERVIEW) {
+    if (!(key in o)) continue;
+    const card = el("div", { class: "card" + (warn && o[key] > 0 ? " warn" : "") });
+    card.append(el("div", { class: "label" }, label));
+    card.append(el("div", { class: "value", "data-key": key, "data-value": JSON.stringify(o[key]) }, fmt(o[key])));
+    cards.append(card);
+  }
+  document.getElementById("overview-body").append(cards);
+  for (const warning of DATA.warnings) {
+    document.getElementById("overview-body").append(el("p", { class: "note warning" }, "warning: " + warning));
+  }
+  const adv = DATA.advantages_from ? "advantages: " + DATA.advantages_from : "no advantages (give --method)";
+  document.getElementById("subtitle").textContent = DATA.files.join(", ") + " · " + adv;
+}
+
+function drawCharts() {
+  const homes = { "chart-trend": "trend-charts" };
+  const pending = [];
+  for (const [id, item] of Object.entries(DATA.charts)) {
+    const home = id.startsWith("chart-trend") ? homes["chart-trend"] : "dist-charts";
+    document.getElementById(home).append(el("div", { id, class: "chart" }));
+    pending.push(Bokeh.embed.embed_item(item, id));
+  }
+  if (!DATA.trends) {
+    document.getElementById("trend-charts").replaceWith(
+      el("p", { class: "note" }, "The log has no step column (the --from presets read the step of each dump file)."));
+  }
+  return Promise.all(pending);
+}
+
+// Groups: sortable, filterable, paged; a row opens the group.
+const G = DATA.groups.columns;
+const state = { sort: "code", dir: 1, filter: "", kind: "all", page: 0, rows: [] };
+
+function groupRows() {
+  const text = state.filter.toLowerCase();
+  let rows = [];
+  for (let i = 0; i < G.code.length; i++) {
+    if (state.kind !== "all" && String(G.kind[i]) !== state.kind) continue;
+    if (text && !G.prompt[i].toLowerCase().includes(text)) continue;
+    rows.push(i);
+  }
+  const col = G[state.sort] || G.code;
+  const dir = state.dir;
+  rows.sort((a, b) => (col[a] < col[b] ? -dir : col[a] > col[b] ? dir : G.code[a] - G.code[b]));
+  return rows;
+}
+
+function drawGroups() {
+  state.rows = groupRows();
+  const pages = Math.max(1, Math.ceil(state.rows.length / PAGE_ROWS));
+  state.page = Math.min(state.page, pages - 1);
+  const body = document.querySelector("#group-table tbody");
+  body.replaceChildren();
+  for (const i of state.rows.slice(state.page * PAGE_ROWS, (state.page + 1) * PAGE_ROWS)) {
+    const tr = el("tr", { "data-code": G.code[i] });
+    tr.append(el("td", {}, G.code[i]), el("td", { class: "prompt", title: G.prompt[i] }, G.prompt[i]),
+      el("td", {}, fmtInt(G.size[i])), el("td", {}, fmtNum(G.mean[i])), el("td", {}, fmtNum(G.std[i])),
+      el("td", {}, G.action_tokens ? fmtInt(G.action_tokens[i]) : "n/a"));
+    const kind = el("td");
+    kind.append(el("span", { class: "kind kind-" + G.kind[i] }, DATA.kinds[G.kind[i]]));
+    tr.append(kind);
+    tr.addEventListener("click", () => openGroup(i));
+    body.append(tr);
+  }
+  for (const th of document.querySelectorAll("#group-table th")) {
+    th.classList.toggle("asc", th.dataset.sort === state.sort && state.dir > 0);
+    th.classList.toggle("desc", th.dataset.sort === state.sort && state.dir < 0);
+  }
+  document.getElementById("group-count").textContent =
+    `${state.rows.length.toLocaleString("en-US")} of ${G.code.length.toLocaleString("en-US")} listed groups`;
+  document.getElementById("page-label").textContent = ` page ${state.page + 1} of ${pages} `;
+}
+
+function setUpGroups() {
+  const g = DATA.groups;
+  document.getElementById("groups-note").textContent = g.listed < g.total
+    ? `The log has ${g.total.toLocaleString("en-US")} groups: the table lists a seeded sample of ${g.listed.toLocaleString("en-US")} (--sample-groups).`
+    : `Every group of the log. Click a column to sort, a row to open the group.`;
+  const select = document.getElementById("group-kind");
+  select.append(el("option", { value: "all" }, "every kind"));
+  DATA.kinds.forEach((name, k) => select.append(el("option", { value: String(k) }, name)));
+  select.addEventListener("change", () => { state.kind = select.value; state.page = 0; drawGroups(); });
+  const filter = document.getElementById("group-filter");
+  filter.addEventListener("input", () => { state.filter = filter.value; state.page = 0; drawGroups(); });
+  for (const th of document.querySelectorAll("#group-table th")) {
+    th.addEventListener("click", () => {
+      state.dir = state.sort === th.dataset.sort ? -state.dir : 1;
+      state.sort = th.dataset.sort;
+      drawGroups();
+    });
+  }
+  document.getElementById("page-prev").addEventListener("click", () => { state.page = Math.max(0, state.page - 1); drawGroups(); });
+  document.getElementById("page-next").addEventListener("click", () => { state.page += 1; drawGroups(); });
+  drawGroups();
+}
+
+function openGroup(i) {
+  const code = G.code[i];
+  for (const tr of document.querySelectorAll("#group-table tbody tr")) tr.classList.toggle("open", tr.dataset.code === String(code));
+  const panel = document.getElementById("group-detail");
+  panel.hidden = false;
+  document.getElementById("group-title").textContent = "Group " + code + ": " + G.prompt[i];
+  const rollouts = DATA.details[String(code)];
+  document.getElementById("group-summary").textContent =
+    `${G.size[i]} rollouts · mean reward ${fmtNum(G.mean[i])} · std ${fmtNum(G.std[i])} · ${DATA.kinds[G.kind[i]]}` +
+    (rollouts ? " · click a rollout to see its tokens" : " · not in the detail sample (a seeded sample of groups, --detail-groups, that always holds the worst ones)");
+  const body = document.querySelector("#rollout-table tbody");
+  body.replaceChildren();
+  for (const r of rollouts || []) {
+    const tr = el("tr", { "data-rollout": r.id });
+    tr.append(el("td", {}, r.id), el("td", {}, fmtNum(r.reward)), el("td", {}, fmtNum(r.advantage)),
+      el("td", {}, r.length === null ? "n/a" : fmtInt(r.length)), el("td", {}, r.segments));
+    tr.addEventListener("click", () => showTokens(r));
+    body.append(tr);
+  }
+  document.getElementById("token-view").hidden = true;
+  panel.scrollIntoView({ block: "nearest" });
+}
+
+function tokenColour(a, scale) {
+  if (!Number.isFinite(a) || scale === 0) return "";
+  const t = Math.min(1, Math.abs(a) / scale) * 0.75;
+  return a >= 0 ? `rgba(59,111,182,${t.toFixed(3)})` : `rgba(200,60,50,${t.toFixed(3)})`;
+}
+
+const KIND_NAMES = ["prompt", "action", "observation"];
+
+function showTokens(r) {
+  const view = document.getElementById("token-view");
+  view.hidden = false;
+  document.getElementById("token-title").textContent = "Rollout " + r.id;
+  const text = document.getElementById("token-text");
+  text.replaceChildren();
+  for (const [name, value] of Object.entries(r.text || {})) {
+    const box = el("details", { open: "" });
+    box.append(el("summary", {}, name), el("pre", {}, value));
+    text.append(box);
+  }
+  const home = document.getElementById("tokens");
+  home.replaceChildren();
+  const t = r.tokens;
+  if (!t) {
+    document.getElementById("token-note").textContent = "the log has no token ids: no token view";
+    return;
+  }
+  const ids = decode(t.ids, t.ids_type === "u4" ? Uint32Array : Float64Array);
+  const kind = decode(t.kind, Uint8Array);
+  const adv = t.adv ? decode(t.adv, Float32Array) : null;
+  let scale = 0;
+  if (adv) for (let i = 0; i < adv.length; i++) if (kind[i] === 1 && Number.isFinite(adv[i])) scale = Math.max(scale, Math.abs(adv[i]));
+  const frag = document.createDocumentFragment();
+  for (let i = 0; i < ids.length; i++) {
+    const span = el("span", { class: "tok k" + kind[i] }, String(ids[i]));
+    let title = `token ${ids[i]} · ${KIND_NAMES[kind[i]]}`;
+    if (adv && kind[i] === 1) {
+      span.style.background = tokenColour(adv[i], scale);
+      title += ` · advantage ${fmtNum(adv[i])}`;
+    }
+    span.title = title;
+    frag.append(span);
+  }
+  home.append(frag);
+  document.getElementById("token-note").textContent = t.shown < t.total
+    ? ` · the first ${t.shown.toLocaleString("en-US")} of ${t.total.toLocaleString("en-US")} tokens`
+    : ` · ${t.total.toLocaleString("en-US")} tokens`;
+  view.scrollIntoView({ block: "nearest" });
+}
+
+drawOverview();
+setUpGroups();
+drawCharts().then(() => {
+  window.advcliChartsDrawn = performance.now();
+  document.body.dataset.ready = "yes";
+});

@@ -1,0 +1,156 @@
+"""The report as one HTML file: the data as JSON, the charts as Bokeh documents, BokehJS and
+the page's own script and style inline, so that it opens offline from disk.
+
+Bokeh is the optional extra ``advcli[report]``: its JavaScript (``bokeh.min.js``, 1.3 MB) ships
+inside the Python package, and is the smallest of the plotting libraries that do (Plotly's
+bundle is 4.8 MB), so the page loads and draws fastest with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from importlib import resources
+from typing import Any
+
+from advcli.errors import DependencyError
+
+BOKEH_FLOOR = (3, 4)
+CHART_HEIGHT = 230
+BLUE, ORANGE, GREY = "#3b6fb6", "#d9822b", "#8a8f98"
+
+
+def bokeh() -> Any:
+    """The bokeh package, or one line saying which extra to install."""
+    try:
+        module = importlib.import_module("bokeh")
+    except ImportError:
+        msg = "advcli report draws its charts with Bokeh. Hint: pip install 'advcli[report]'"
+        raise DependencyError(msg) from None
+    version = tuple(int(p) for p in module.__version__.split(".")[:2] if p.isdigit())
+    if version < BOKEH_FLOOR:
+        msg = (
+            f"advcli report needs bokeh >= {'.'.join(map(str, BOKEH_FLOOR))}; this environment "
+            f"has bokeh {module.__version__}. Hint: pip install 'advcli[report]'"
+        )
+        raise DependencyError(msg)
+    return module
+
+
+def render(payload: dict[str, Any], title: str) -> str:
+    """The page for ``payload`` (what :func:`advcli.reports.collect.collect` gathers)."""
+    bokeh()
+    from bokeh.embed import json_item
+    from bokeh.resources import Resources
+
+    charts = {name: json_item(figure) for name, figure in figures(payload).items()}
+    library = "\n".join(Resources(mode="inline", components=["bokeh"]).js_raw)
+    here = resources.files("advcli.reports")
+    page = (here / "page.html").read_text(encoding="utf-8")
+    parts = {
+        "TITLE": _html(title),
+        "STYLE": (here / "page.css").read_text(encoding="utf-8"),
+        "BOKEH": library,
+        "DATA": _script_json({**payload, "charts": charts, "title": title}),
+        "APP": (here / "page.js").read_text(encoding="utf-8"),
+    }
+    for key, value in parts.items():
+        page = page.replace(f"@@{key}@@", value)
+    return page
+
+
+def figures(payload: dict[str, Any]) -> dict[str, Any]:
+    """The Bokeh figures of the page, by the id of the element each is drawn in."""
+    out: dict[str, Any] = {}
+    dist = payload["distributions"]
+    hists = {
+        "chart-rewards": ("rewards (rollouts)", dist["rewards"], BLUE),
+        "chart-advantages": ("advantages (action tokens)", dist["advantages"], ORANGE),
+        "chart-lengths": ("response length (action tokens)", dist["lengths"], GREY),
+    }
+    for i, (name, hist) in enumerate(dist["components"].items()):
+        hists[f"chart-component-{i}"] = (f"reward component: {name}", hist, BLUE)
+    for element, (title, hist, colour) in hists.items():
+        if hist is not None:
+            out[element] = _histogram(title, hist, colour)
+    sizes = dist["group_sizes"]
+    if sizes:
+        out["chart-group-sizes"] = _bars("group sizes (groups)", sizes)
+    trend = payload["trends"]
+    if trend is not None:
+        lines = {
+            "chart-trend-zero-variance": ("zero-variance share of rollouts", "zero_variance_share"),
+            "chart-trend-reward": ("mean reward", "mean_reward"),
+            "chart-trend-length": ("mean length (action tokens)", "mean_length"),
+        }
+        for element, (title, key) in lines.items():
+            if key in trend:
+                out[element] = _line(title, trend["step"], trend[key])
+    return out
+
+
+def _figure(title: str, **kwargs: Any) -> Any:
+    from bokeh.plotting import figure
+
+    fig = figure(
+        title=title,
+        height=CHART_HEIGHT,
+        sizing_mode="stretch_width",
+        tools="pan,box_zoom,reset,save",
+        toolbar_location="right",
+        **kwargs,
+    )
+    fig.toolbar.logo = None
+    return fig
+
+
+def _histogram(title: str, hist: dict[str, list[float]], colour: str) -> Any:
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    edges, counts = hist["edges"], hist["counts"]
+    source = ColumnDataSource(
+        {"left": edges[:-1], "right": edges[1:], "count": counts, "top": counts}
+    )
+    fig = _figure(title)
+    fig.quad(
+        left="left", right="right", bottom=0, top="top", source=source,
+        fill_color=colour, line_color="white",
+    )  # fmt: skip
+    fig.add_tools(HoverTool(tooltips=[("range", "[@left{0.[000]}, @right{0.[000]})"),
+                                      ("count", "@count")]))  # fmt: skip
+    fig.y_range.start = 0
+    return fig
+
+
+def _bars(title: str, counts: dict[str, int]) -> Any:
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    names = list(counts)
+    source = ColumnDataSource({"size": names, "groups": list(counts.values())})
+    fig = _figure(title, x_range=names)
+    fig.vbar(x="size", top="groups", width=0.8, source=source, fill_color=GREY, line_color=None)
+    fig.add_tools(HoverTool(tooltips=[("size", "@size"), ("groups", "@groups")]))
+    fig.y_range.start = 0
+    return fig
+
+
+def _line(title: str, steps: list[float], values: list[float]) -> Any:
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    source = ColumnDataSource({"step": steps, "value": values})
+    fig = _figure(title)
+    fig.line(x="step", y="value", source=source, line_color=BLUE, line_width=2)
+    fig.scatter(x="step", y="value", source=source, color=BLUE, size=5)
+    fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("value", "@value{0.[0000]}")]))
+    fig.xaxis.axis_label = "step"
+    return fig
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _script_json(obj: Any) -> str:
+    """JSON that is safe inside a <script> element (no ``</``, no HTML comment openers)."""
+    text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")

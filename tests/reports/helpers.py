@@ -1,0 +1,30 @@
+"""Read back what ``advcli report`` embedded in its page."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TYPES = {"u4": np.uint32, "f8": np.float64}
+
+
+def page_data(path: str | Path) -> dict[str, Any]:
+    """The ``DATA`` object of a report page (one line of JSON in its script)."""
+    html = Path(path).read_text(encoding="utf-8")
+    found = re.search(r"^const DATA = (.*);$", html, flags=re.MULTILINE)
+    assert found is not None, "no DATA in the page"
+    return json.loads(found.group(1).replace("<\\/", "</"))
+
+
+def tokens(view: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A rollout's token view decoded: ids, kinds (0 prompt, 1 action, 2 observation),
+    advantages (None: no advantages)."""
+    ids = np.frombuffer(base64.b64decode(view["ids"]), dtype=TYPES[view["ids_type"]])
+    kind = np.frombuffer(base64.b64decode(view["kind"]), dtype=np.uint8)
+    adv = np.frombuffer(base64.b64decode(view["adv"]), dtype=np.float32) if "adv" in view else None
+    return ids, kind, adv

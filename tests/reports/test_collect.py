@@ -1,0 +1,206 @@
+"""``advcli report`` end to end on small logs: the numbers its page holds, by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from advcli.reports.collect import ReportOptions, choose_groups
+from tests.conftest import rollout, run, write_jsonl, write_parquet
+from tests.presets import frameworks as fw
+from tests.reports.helpers import page_data, tokens
+
+pytest.importorskip("bokeh")
+
+STD_A = math.sqrt(0.75 / 4)  # rewards 1, 0, 0, 0: population std (the seed convention)
+
+
+def hand_log(tmp_path, **extra) -> str:
+    rows = [
+        rollout("a", 1.0, rollout_id="a0"),
+        rollout("a", 0.0, rollout_id="a1"),
+        rollout("a", 0.0, rollout_id="a2"),
+        # prompt, action, action, observation, observation, action
+        {"prompt_id": "a", "rollout_id": "a3", "input_ids": [7, 8, 9, 10, 11, 12],
+         "action_mask": [0, 1, 1, 0, 0, 1], "reward": 0.0, "response": "the answer is 4"},
+        rollout("b", 1.0, rollout_id="b0"),
+        rollout("b", 1.0, rollout_id="b1"),
+        rollout("c", 0.5, rollout_id="c0"),
+        rollout("d", 0.50, rollout_id="d0"),
+        rollout("d", 0.52, rollout_id="d1"),
+    ]  # fmt: skip
+    for row in rows:
+        row.update(extra)
+    return write_jsonl(tmp_path / "log.jsonl", rows)
+
+
+def report(log, out, *args):
+    proc = run("report", log, "--out", str(out), "--json", *args)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return json.loads(proc.stdout), page_data(out)
+
+
+def test_overview_groups_and_detail_by_hand(tmp_path):
+    log = hand_log(tmp_path)
+    summary, data = report(log, tmp_path / "r.html", "--method", "grpo")
+    assert summary["bytes"] == (tmp_path / "r.html").stat().st_size
+    assert summary["advantages_from"] == data["advantages_from"] == "grpo (seed)"
+
+    audit = json.loads(run("audit", log, "--json").stdout)
+    for key in ("files", "warnings", "reward_histogram"):
+        audit.pop(key)
+    assert data["overview"] == audit  # the same numbers as audit --json
+    assert audit["near_tie_groups"] == 1 and audit["near_tie_rollouts"] == 2
+
+    g = data["groups"]["columns"]
+    kinds = [data["kinds"][k] for k in g["kind"]]
+    assert g["prompt"] == ["a", "b", "c", "d"] and g["size"] == [4, 2, 1, 2]
+    assert kinds == ["signal", "all-correct", "singleton", "near-tie"]
+    assert g["mean"] == pytest.approx([0.25, 1.0, 0.5, 0.51])
+    assert g["std"] == pytest.approx([STD_A, 0.0, 0.0, 0.01])
+    assert g["action_tokens"] == [12, 6, 3, 6]
+
+    a = data["details"]["0"]
+    assert [r["id"] for r in a] == ["a0", "a1", "a2", "a3"]
+    assert [r["reward"] for r in a] == [1.0, 0.0, 0.0, 0.0]
+    assert [r["length"] for r in a] == [3, 3, 3, 3]
+    win, lose = 0.75 / (STD_A + 1e-6), -0.25 / (STD_A + 1e-6)
+    assert [r["advantage"] for r in a] == pytest.approx([win, lose, lose, lose], rel=1e-6)
+    ids, kind, adv = tokens(a[3]["tokens"])
+    assert ids.tolist() == [7, 8, 9, 10, 11, 12]
+    assert kind.tolist() == [0, 1, 1, 2, 2, 1]
+    assert adv[kind == 1] == pytest.approx([lose] * 3, rel=1e-6)
+    assert a[3]["text"] == {"response": "the answer is 4"}
+    assert a[3]["tokens"]["shown"] == a[3]["tokens"]["total"] == 6
+
+    dist = data["distributions"]
+    assert sum(dist["rewards"]["counts"]) == 9
+    assert sum(dist["advantages"]["counts"]) == 27  # every action token
+    near = 0.01 / (0.01 + 1e-6)  # group d: 0.50 and 0.52
+    assert dist["advantages"]["edges"][0] == pytest.approx(-near, rel=1e-5)
+    assert dist["advantages"]["edges"][-1] == pytest.approx(win, rel=1e-6)
+    assert sum(dist["lengths"]["counts"]) == 9 and dist["group_sizes"] == {"1": 1, "2": 2, "4": 1}
+    assert data["trends"] is None
+
+
+def test_an_annotated_log_shows_its_own_advantages(tmp_path):
+    log = hand_log(tmp_path)
+    ok = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "ann.parquet"))
+    assert ok.returncode == 0, ok.stderr.decode()
+    _, mine = report(str(tmp_path / "ann.parquet"), tmp_path / "a.html")
+    _, theirs = report(log, tmp_path / "b.html", "--method", "grpo")
+    assert mine["advantages_from"] == "advantages"
+    assert mine["distributions"]["advantages"] == theirs["distributions"]["advantages"]
+    for code, rollouts in theirs["details"].items():
+        got = [r["advantage"] for r in mine["details"][code]]
+        assert got == pytest.approx([r["advantage"] for r in rollouts], rel=1e-6)
+    _, plain = report(log, tmp_path / "c.html")  # no method, no advantages column
+    assert plain["advantages_from"] is None and plain["distributions"]["advantages"] is None
+    assert "adv" not in plain["details"]["0"][0]["tokens"]
+
+
+def test_trends_per_step(tmp_path):
+    rows = [
+        rollout("p", 1.0, step=1), rollout("p", 1.0, step=1),  # zero-variance
+        rollout("q", 1.0, step=1, n_action=5), rollout("q", 0.0, step=1, n_action=1),
+        rollout("r", 0.0, step=2), rollout("r", 1.0, step=2),
+    ]  # fmt: skip
+    _, data = report(write_jsonl(tmp_path / "log.jsonl", rows), tmp_path / "r.html")
+    t = data["trends"]
+    assert t["step"] == [1.0, 2.0] and t["rollouts"] == [4, 2]
+    assert t["zero_variance_share"] == [0.5, 0.0]
+    assert t["mean_reward"] == [0.75, 0.5]
+    assert t["mean_length"] == [3.0, 3.0]  # (3 + 3 + 5 + 1) / 4
+
+
+def test_a_framework_dump_steps_from_its_files(tmp_path):
+    dump = fw.verl_v1(tmp_path / "dump", fw.rollouts(steps=3))
+    _, data = report(str(dump), tmp_path / "r.html", "--from", "verl", "--method", "grpo")
+    audit = json.loads(run("audit", str(dump), "--from", "verl", "--json").stdout)
+    assert data["overview"]["zero_variance_groups"] == audit["zero_variance_groups"] == 3
+    assert data["trends"]["step"] == [1.0, 2.0, 3.0]
+    assert data["trends"]["zero_variance_share"] == pytest.approx([1 / 3] * 3)
+
+
+def test_a_log_without_token_ids(tmp_path):
+    rows = [
+        {"prompt_id": "a", "reward": 1.0, "completion": "yes"},
+        {"prompt_id": "a", "reward": 0.0, "completion": "no"},
+    ]
+    log = write_parquet(tmp_path / "text.parquet", rows)
+    _, data = report(log, tmp_path / "r.html", "--method", "grpo")
+    assert data["distributions"]["lengths"] is None
+    a = data["details"]["0"]
+    assert [r["advantage"] for r in a] == pytest.approx([0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)])
+    assert [r["text"] for r in a] == [{"completion": "yes"}, {"completion": "no"}]
+    assert "tokens" not in a[0] and a[0]["length"] is None
+    assert sum(data["distributions"]["advantages"]["counts"]) == 2  # one per rollout
+
+
+def test_large_logs_keep_a_seeded_sample_that_holds_the_worst_groups(tmp_path):
+    rows = []
+    for g in range(60):
+        zero_variance = g % 3 == 0  # 20 zero-variance groups, g tokens long
+        for s in range(2):
+            reward = 1.0 if zero_variance else float(s)
+            rows.append(rollout(f"g{g}", reward, n_action=70 + g))
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    args = ["--sample-groups", "30", "--detail-groups", "8", "--token-budget", "0"]
+    summary, data = report(log, tmp_path / "r.html", *args)
+    listed = data["groups"]["columns"]["code"]
+    assert summary["groups_listed"] == len(listed) == 30 and data["groups"]["total"] == 60
+    detail = sorted(int(c) for c in data["details"])
+    assert len(detail) == 8 and set(detail) <= set(listed)
+    assert {57, 54, 51, 48} <= set(detail)  # the 4 longest zero-variance groups
+    view = data["details"]["57"][0]["tokens"]
+    assert (view["shown"], view["total"]) == (64, 2 + 70 + 57)  # the smallest share
+    _, again = report(log, tmp_path / "s.html", *args)
+    assert again["groups"] == data["groups"] and again["details"].keys() == data["details"].keys()
+    _, other = report(log, tmp_path / "t.html", *args, "--seed", "1")
+    assert other["groups"]["columns"]["code"] != listed
+
+
+def test_choose_groups_keeps_everything_that_fits():
+    kinds = np.array([0, 1, 0, 4])
+    listed, detail = choose_groups(kinds, None, np.array([2, 2, 2, 2]), ReportOptions())
+    assert listed.tolist() == detail.tolist() == [0, 1, 2, 3]
+
+
+def test_bad_advantages_column_is_one_line(tmp_path):
+    row = rollout("a", 1.0, advantages=[0.5, 0.5])  # 5 tokens, 2 advantages
+    log = write_jsonl(tmp_path / "log.jsonl", [row, rollout("a", 0.0, advantages=[0.0] * 5)])
+    proc = run("report", log, "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 1 and not (tmp_path / "r.html").exists()
+    assert proc.stderr.decode() == (
+        f"advcli: error: {log}: line 1, column 'advantages': 2 advantages but 5 tokens. "
+        "Hint: report a log annotated by advcli, or give --method\n"
+    )
+
+
+def test_outputs_are_refused_like_every_command(tmp_path, small_log):
+    out = tmp_path / "r.html"
+    out.write_text("mine")
+    proc = run("report", small_log, "--out", str(out))
+    assert proc.returncode == 2 and b"already exists" in proc.stderr
+    assert out.read_text() == "mine"
+    proc = run("report", small_log, "--out", small_log, "--force")
+    assert proc.returncode == 2 and b"one of the inputs" in proc.stderr
+
+
+def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
+    code = (
+        "import sys; sys.modules['bokeh'] = None; sys.argv = ['advcli', 'report', "
+        f"{small_log!r}, '--out', {str(tmp_path / 'r.html')!r}]\n"
+        "from advcli.__main__ import main; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.decode() == (
+        "advcli: error: advcli report draws its charts with Bokeh. "
+        "Hint: pip install 'advcli[report]'\n"
+    )
