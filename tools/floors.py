@@ -2,7 +2,7 @@
 
 Prints ``package==floor`` for every runtime dependency of ``pyproject.toml`` and for what the
 suite needs from the extras (zstd, onnx) and from ``dev`` (pytest, hypothesis; not the linters),
-so the suite runs on the oldest versions advcli says it supports.
+so the suite runs on the oldest versions advcli says it supports (the report extra's Bokeh too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("zstd", "onnx")
+EXTRAS = ("zstd", "onnx", "report")
 TEST_TOOLS = ("pytest", "hypothesis", "onnx")  # from the dev extra
 
 

@@ -1,0 +1,98 @@
+"""The report page in a real headless Chromium: it draws without errors, shows the audit's
+numbers, sorts its groups, opens a group and shows a rollout's tokens."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import SAMPLE, run
+from tests.reports import browser
+
+pytest.importorskip("bokeh")
+pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
+
+
+@pytest.fixture(scope="module")
+def page_of_sample(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    log = str(SAMPLE / "rollouts.parquet")
+    proc = run("report", log, "--method", "grpo", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    audit = json.loads(run("audit", log, "--json").stdout)
+    with browser.browser_page() as (page, errors):
+        page.goto(out.as_uri())
+        page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+        yield page, errors, audit
+
+
+def test_it_draws_offline_without_errors(page_of_sample):
+    page, errors, _ = page_of_sample
+    assert errors == []
+    charts = page.locator(".chart")
+    assert charts.count() == 4  # rewards, advantages, lengths, group sizes
+    for i in range(charts.count()):  # Bokeh drew a canvas in each
+        assert (
+            charts.nth(i).locator("canvas").count()
+            + charts.nth(i).evaluate("e => e.querySelectorAll('*').length")
+            > 1
+        )
+    assert page.evaluate("typeof window.advcliChartsDrawn") == "number"
+
+
+def test_the_overview_is_the_audit(page_of_sample):
+    page, _, audit = page_of_sample
+    shown = page.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('[data-key]')]"
+        ".map(e => [e.dataset.key, JSON.parse(e.dataset.value)]))"
+    )
+    assert len(shown) == 15
+    assert shown == {key: audit[key] for key in shown}
+    assert page.locator("[data-key=zero_variance_groups]").inner_text() == "1"
+    assert page.locator("[data-key=zero_variance_rollout_share]").inner_text() == "30.8%"
+
+
+def prompts(page) -> list[str]:
+    return page.locator("#group-table tbody td.prompt").all_inner_texts()
+
+
+def test_the_group_table_sorts_and_filters(page_of_sample):
+    page, errors, _ = page_of_sample
+    assert prompts(page) == ["p-math", "p-easy", "p-tool", "p-lonely"]  # log order
+    page.click("#group-table th[data-sort=mean]")  # ascending mean reward
+    assert prompts(page) == ["p-math", "p-tool", "p-lonely", "p-easy"]
+    page.click("#group-table th[data-sort=mean]")  # descending
+    assert prompts(page) == ["p-easy", "p-lonely", "p-tool", "p-math"]
+    page.fill("#group-filter", "p-t")
+    assert prompts(page) == ["p-tool"]
+    page.fill("#group-filter", "")
+    page.select_option("#group-kind", label="singleton")
+    assert prompts(page) == ["p-lonely"]
+    page.select_option("#group-kind", value="all")
+    page.click("#group-table th[data-sort=code]")
+    assert errors == []
+
+
+def test_a_group_opens_and_a_rollout_shows_its_tokens(page_of_sample):
+    page, errors, _ = page_of_sample
+    page.locator("#group-table tbody tr", has_text="p-tool").click()
+    assert page.locator("#group-detail").is_visible()
+    rollouts = page.locator("#rollout-table tbody tr")
+    assert rollouts.count() == 4  # p-tool's rollouts, side by side
+    first = rollouts.nth(0).locator("td").all_inner_texts()
+    assert first[:2] == ["r20", "1"] and first[3:] == ["9", "1"]  # reward 1, 9 actions
+    rollouts.nth(0).click()
+    assert page.locator("#token-view").is_visible()
+    # r20: 4 prompt tokens, 5 actions, a tool's output of 3 tokens, 4 actions
+    assert page.locator("#tokens .tok").count() == 16
+    assert page.locator("#tokens .tok.k0").count() == 4
+    assert page.locator("#tokens .tok.k2").count() == 3
+    actions = page.locator("#tokens .tok.k1")
+    assert actions.count() == 9
+    ids = pq.read_table(SAMPLE / "rollouts.parquet").column("input_ids")[8].as_py()
+    win = 0.375 / math.sqrt(0.6875 / 4)  # rewards 1, 0, 0.5, 1: grpo's 0.9045 for r20
+    assert actions.first.get_attribute("title") == f"token {ids[4]} · action · advantage {win:.4f}"
+    assert errors == []
