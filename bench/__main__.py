@@ -6,7 +6,8 @@ for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/
 for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
 ``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same; and
 ``annotate --from`` on verl and NeMo-RL dumps against the same rollouts in advcli's own JSONL
-(:mod:`bench.presets`). Prints one table; ratios are against the floor measured in the same
+(:mod:`bench.presets`); ``report`` on a 1 M-rollout log, its page opened in headless Chromium
+(:mod:`bench.report`). Prints one table; ratios are against the floor measured in the same
 run. Timings on a shared machine vary by 10-20% from one run to the next, so every end-to-end
 step runs ``--repeat`` times, the steps taking turns (a slow spell of the machine hits all of
 them alike); the table shows each step's median time and largest peak.
@@ -28,6 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from bench import presets
+from bench import report as report_bench
 from bench.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +110,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each end-to-end step")
     parser.add_argument(
         "--preset-rollouts", type=int, default=20 * 1024, help="rollouts of the preset logs"
+    )
+    parser.add_argument(
+        "--report-rollouts", type=float, default=1e6, help="rollouts of the report's log"
     )
     args = parser.parse_args()
     work = Path(args.workdir)
@@ -237,6 +242,8 @@ def main() -> None:
 
     print("running the presets …", file=sys.stderr)
     lines += presets.run(work / "presets", args.preset_rollouts, args.repeat)
+    print("running the report …", file=sys.stderr)
+    lines += report_bench.run(work / "report", int(args.report_rollouts), args.repeat)
     report = "\n".join(lines)
     print(report)
     (work / "results.txt").write_text(report + "\n")

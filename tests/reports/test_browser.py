@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import SAMPLE, run
-from tests.reports import browser
+from tools import browser
 
 pytest.importorskip("bokeh")
 pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))

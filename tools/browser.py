@@ -1,5 +1,5 @@
-"""Headless Chromium for the report's tests and its bench line: Debian's ``chromium``, driven
-by Playwright (the Python package; it downloads no browser of its own here)."""
+"""Headless Chromium for the report's tests, its bench line and its screenshot: Debian's
+``chromium``, driven by Playwright (the Python package; it downloads no browser of its own)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,13 @@ def browser_page() -> Iterator[tuple[Any, list[str]]]:
             yield page, errors
         finally:
             context.close()
+
+
+def open_report(page: Any, path: str) -> float:
+    """Open a report page and wait for its charts; returns the milliseconds from the start of
+    the navigation to the charts drawn (the page's own clock)."""
+    from pathlib import Path
+
+    page.goto(Path(path).resolve().as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=60_000)
+    return float(page.evaluate("window.advcliChartsDrawn"))
