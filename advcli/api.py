@@ -305,8 +305,12 @@ def report(
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows) if p is not None else None
     if p is not None and p.reward_columns:
         components = [c.strip() for c in p.reward_columns.split(",")]
+    elif preset is not None:
+        components = presets.get(preset).reward_components(
+            log.source.schema, preset_options or PresetOptions()
+        )
     else:
-        components = (preset_options.reward_columns if preset_options else None) or []
+        components = []
     payload = collect(
         log, options, run=run, reward_components=components, stage=stage,
         progress=progress, batch_rows=batch_rows,

@@ -103,6 +103,11 @@ class Preset(ABC):
     def convert(self, path: str, options: PresetOptions) -> Converted:
         """One dump file as a table in advcli's schema."""
 
+    def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
+        """The columns of the converted log whose sum is the reward (TRL's reward functions),
+        which ``report`` charts one by one; none for most frameworks."""
+        return []
+
     def matches(self, names: set[str]) -> bool:
         """Whether a table with these columns looks like this framework's dump."""
         return any(mark <= names for mark in self.marks)

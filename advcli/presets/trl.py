@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli.errors import DataError, UsageError
@@ -79,6 +80,16 @@ class Trl(Preset):
             **{k: v.alias(k) for k, v in canonical.items()}
         )
         return Converted(table.to_arrow())
+
+    def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
+        if options.reward_columns:
+            return list(options.reward_columns)
+        names = schema.names  # the dump's own order: completion, the rewards, its advantage
+        if "completion" not in names:
+            return []
+        start = names.index("completion") + 1
+        end = names.index("source_advantage") if "source_advantage" in names else len(names)
+        return [n for n in names[start:end] if pa.types.is_floating(schema.field(n).type)]
 
 
 def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[str]:

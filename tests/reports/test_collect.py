@@ -204,3 +204,15 @@ def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
         "advcli: error: advcli report draws its charts with Bokeh. "
         "Hint: pip install 'advcli[report]'\n"
     )
+
+
+def test_reward_components_of_a_trl_log(tmp_path):
+    dump = fw.trl(tmp_path / "out", fw.rollouts(steps=2))  # 24 completions, one NaN per step
+    _, data = report(str(dump), tmp_path / "r.html", "--from", "trl", "--method", "grpo",
+                     "--convention", "trl")  # fmt: skip
+    parts = data["distributions"]["components"]
+    assert list(parts) == ["accuracy_reward", "format_reward"]
+    assert sum(parts["accuracy_reward"]["counts"]) == 22  # NaN: the function returned None
+    assert sum(parts["format_reward"]["counts"]) == 24
+    assert parts["format_reward"]["edges"][0] == 0.0 and parts["format_reward"]["edges"][-1] == 0.5
+    assert data["trends"]["step"] == [1.0, 2.0]
