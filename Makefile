@@ -17,6 +17,7 @@ demo: $(BIN)/advcli
 	$(BIN)/advcli audit sample_data/rollouts.parquet
 	$(BIN)/advcli shard sample_data/rollouts.parquet --method grpo --out build/demo/shards --force
 	$(BIN)/advcli verify build/demo/shards
+	$(BIN)/advcli report sample_data/rollouts.parquet --method grpo --out build/demo/report.html --force
 
 test: $(BIN)/advcli
 	$(BIN)/ruff check advcli tests bench tools

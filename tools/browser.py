@@ -42,14 +42,15 @@ def missing() -> str | None:
 
 
 @contextlib.contextmanager
-def browser_page() -> Iterator[tuple[Any, list[str]]]:
-    """A fresh page in headless Chromium, and the list its console errors go to."""
+def browser_page(width: int = 1300) -> Iterator[tuple[Any, list[str]]]:
+    """A fresh page in headless Chromium (``width`` pixels wide), and the list its console
+    errors go to."""
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             profile, executable_path=chromium(), headless=True, args=FLAGS,
-            viewport={"width": 1300, "height": 900},
+            viewport={"width": width, "height": 900},
         )  # fmt: skip
         page = context.new_page()
         errors: list[str] = []
