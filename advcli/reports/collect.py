@@ -16,7 +16,7 @@ import base64
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,8 +42,9 @@ from advcli.io.rollouts import extract_tokens, token_columns
 from advcli.io.sources import prefetch
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
-TEXT_CHARS = 4000  # of each text column shown with a rollout
-KEY_CHARS = 300  # of a prompt id shown in the groups table
+TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most
+TEXT_BUDGET = 2_000_000  # characters of text the page holds in all (a page under 10 MB)
+KEY_CHARS = 120  # of a prompt id shown in the groups table
 MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
 
 
@@ -298,10 +299,13 @@ class _Walk:
             and f.name != self.logged_column
             and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
         ]
+        share = TEXT_BUDGET // (n_detail * max(1, len(self.text_columns)))
+        self.text_chars = min(max(share, TEXT_CHARS[0]), TEXT_CHARS[1])
         self.adv_sum = np.zeros(rows.n_rollouts)
         self.row_advantage: np.ndarray | None = None  # per row, a log without token ids
         self.adv_lo, self.adv_hi = np.inf, -np.inf
-        self.adv_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by histogram())
+        self.adv_file: IO[bytes] | None = None  # the action tokens' advantages, float32
+        self.room = f"{4 * (found.report.action_tokens or rows.n_rollouts):,} bytes"
         self.has_advantages = run is not None or self.logged_column is not None
         self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int]] = {}
         self.text: dict[int, dict[str, str]] = {}
@@ -362,8 +366,7 @@ class _Walk:
         if adv is not None:
             act = adv[mask]
             if len(act):
-                with room_in_tmpdir("the advantages for the report", f"{4 * len(act):,} bytes"):
-                    self.adv_file.write(act.astype(np.float32).tobytes())
+                self._keep_advantages(act)
                 self.adv_lo = min(self.adv_lo, float(np.nanmin(act)))
                 self.adv_hi = max(self.adv_hi, float(np.nanmax(act)))
             summed = np.zeros(len(adv) + 1)
@@ -385,11 +388,17 @@ class _Walk:
             )
             self._keep_text(table, int(i), row0)
 
+    def _keep_advantages(self, x: np.ndarray) -> None:
+        with room_in_tmpdir("the advantages for the report", self.room):
+            if self.adv_file is None:
+                self.adv_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by histogram())
+            self.adv_file.write(x.astype(np.float32).tobytes())
+
     def _keep_text(self, table: pa.Table, i: int, row0: int) -> None:
         texts = {}
         for name in self.text_columns:
             if name in table.column_names and (value := table.column(name)[i].as_py()):
-                texts[name] = _short(value, TEXT_CHARS)
+                texts[name] = _short(value, self.text_chars)
         if texts:
             self.text[row0 + i] = texts
 
@@ -411,7 +420,7 @@ class _Walk:
             self.adv_sum = adv[last].astype(np.float64)
             finite = adv[last][~np.isnan(adv[last])]
             if len(finite):
-                self.adv_file.write(finite.astype(np.float32).tobytes())
+                self._keep_advantages(finite)
                 self.adv_lo, self.adv_hi = float(finite.min()), float(finite.max())
         if not self.text_columns or not self.detail_row.any():
             return
@@ -422,17 +431,17 @@ class _Walk:
 
     def histogram(self, bins: int) -> dict[str, list[float]] | None:
         """The advantages' histogram over every action token (rollout, without token ids)."""
-        if not self.has_advantages or self.adv_lo > self.adv_hi:
+        kept = self.adv_file
+        if kept is None or not self.adv_lo <= self.adv_hi:  # no finite advantage
             return None
-        self.adv_file.seek(0)
+        kept.seek(0)
 
         def chunks() -> Iterator[np.ndarray]:
-            while block := self.adv_file.read(1 << 24):
+            while block := kept.read(1 << 24):
                 yield np.frombuffer(block, dtype=np.float32)
 
-        out = _histogram_of(chunks(), self.adv_lo, self.adv_hi, bins)
-        self.adv_file.close()
-        return out
+        with kept:
+            return _histogram_of(chunks(), self.adv_lo, self.adv_hi, bins)
 
     def details(
         self, found: Audit, codes: np.ndarray, rewards: np.ndarray, lengths_: np.ndarray | None

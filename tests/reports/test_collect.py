@@ -13,6 +13,7 @@ import pytest
 from advcli.reports.collect import ReportOptions, choose_groups
 from tests.conftest import rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
+from tests.presets.test_presets import CASES, RS
 from tests.reports.helpers import page_data, tokens
 
 pytest.importorskip("bokeh")
@@ -216,3 +217,16 @@ def test_reward_components_of_a_trl_log(tmp_path):
     assert sum(parts["format_reward"]["counts"]) == 24
     assert parts["format_reward"]["edges"][0] == 0.0 and parts["format_reward"]["edges"][-1] == 0.5
     assert data["trends"]["step"] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_preset(tmp_path, case):
+    write, name, extra, has_tokens = CASES[case]
+    dump = write(tmp_path / "dump", RS)
+    _, data = report(str(dump), tmp_path / "r.html", "--from", name, "--method", "grpo", *extra)
+    audit = json.loads(run("audit", str(dump), "--from", name, *extra, "--json").stdout)
+    assert data["overview"] == {k: audit[k] for k in data["overview"]}
+    assert sum(data["distributions"]["advantages"]["counts"]) > 0
+    rollouts = [r for group in data["details"].values() for r in group]
+    assert len(rollouts) == audit["rollouts"]  # small: every group in detail
+    assert all(("tokens" in r) == has_tokens for r in rollouts)
