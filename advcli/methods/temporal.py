@@ -155,11 +155,6 @@ class Steps:
     tail_critic: np.ndarray  # the same for the returns
     lam: Lam  # the advantages' lambda
 
-    def rows(self, row0: int) -> np.ndarray:
-        """The global row of every step."""
-        steps = lengths(self.step_offsets)
-        return np.repeat(np.arange(row0, row0 + len(steps)), steps)
-
 
 @dataclass(frozen=True)
 class Estimates:
@@ -287,10 +282,13 @@ class TemporalMethod(Method[TemporalPlan]):
         steps, adv = est.steps, est.advantages
         if plan.whiten_mean is not None:
             assert plan.whiten_std is not None
-            rows = steps.rows(row0)
-            act = steps.is_action
-            adv = adv.copy()
-            adv[act] = (adv[act] - plan.whiten_mean[rows[act]]) / plan.whiten_std[rows[act]]
+            # The rows' statistics repeated over their steps: a gather per step costs more.
+            rows = slice(row0, row0 + len(steps.step_offsets) - 1)
+            step_lens = lengths(steps.step_offsets)
+            mean = np.repeat(plan.whiten_mean[rows], step_lens)
+            std = np.repeat(plan.whiten_std[rows], step_lens)
+            whitened = (adv - mean) / std
+            adv = whitened if steps.is_action.all() else np.where(steps.is_action, whitened, adv)
         returns = est.returns + steps.values if self.value_returns else est.returns
         return {
             "advantages": _scatter(adv, steps, tokens.mask),
@@ -464,9 +462,12 @@ class WhitenPass(TokenPass[TemporalPlan]):
 
     def measure(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> T.Moments:
         est = self.method.steps(plan, tokens, row0, self.p, returns=False)
-        act = est.steps.is_action
-        step_batch = self.batch_of_row[est.steps.rows(row0)]
-        return T.moments(est.advantages[act], step_batch[act], len(self.moments.count))
+        n = len(tokens.offsets) - 1
+        step_batch = np.repeat(self.batch_of_row[row0 : row0 + n], lengths(est.steps.step_offsets))
+        adv, act = est.advantages, est.steps.is_action
+        if not act.all():  # steps over observations: only the actions count
+            adv, step_batch = adv[act], step_batch[act]
+        return T.moments(adv, step_batch, len(self.moments.count))
 
     def add(self, plan: TemporalPlan, row0: int, measured: T.Moments) -> None:
         self.moments.merge(measured)
