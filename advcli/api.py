@@ -30,11 +30,10 @@ from advcli.critic.scorer import CriticOptions, CriticScorer
 from advcli.engine import (
     BATCH_ROWS,
     Audit,
-    Batch,
     Log,
     Progress,
-    Run,
     Stage,
+    Summary,
     audit_log,
     group_warnings,
     no_stage,
@@ -52,8 +51,10 @@ from advcli.io.writers import (
     TableWriter,
     atomic_path,
     check_output,
+    check_output_folder,
     output_format,
 )
+from advcli.params import Params
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, collect
 from advcli.shards import ShardOptions, shard, verify
@@ -111,72 +112,6 @@ def _write(
     return rows, tokens
 
 
-class Summary:
-    """The advantages written, gathered while the batches stream past: over the action tokens,
-    or over the rows of a log without token ids."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.adv_min = np.inf
-        self.adv_max = -np.inf
-        self.adv_sum = 0.0
-
-    def counted(self, batches: Iterator[Batch]) -> Iterator[tuple[pa.Table, int]]:
-        """Pass the batches on as ``(table, tokens)``, counting their advantages."""
-        for batch in batches:
-            mask = batch.mask
-            if mask is None:  # one advantage per row
-                mask = np.ones(len(batch.advantages), dtype=bool)
-            self.add(batch.advantages, mask)
-            yield batch.table, 0 if batch.mask is None else len(mask)
-
-    def add(self, adv: np.ndarray, mask: np.ndarray) -> None:
-        """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
-        n_actions = int(np.count_nonzero(mask))
-        if not n_actions:
-            return
-        self.count += n_actions
-        # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
-        # change the extremes only when every action is on one side of 0.
-        lo, hi = float(adv.min()), float(adv.max())
-        if lo >= 0.0 or hi <= 0.0:
-            act = adv[mask]
-            lo, hi = float(act.min()), float(act.max())
-        self.adv_min = min(self.adv_min, lo)
-        self.adv_max = max(self.adv_max, hi)
-        self.adv_sum += float(adv.sum(dtype=np.float64))
-
-    def as_dict(self, run: Run, rows_written: int, tokens_written: int) -> dict[str, Any]:
-        n = self.count
-        out: dict[str, Any] = {
-            "method": run.params.method,
-            "convention": run.params.convention,
-            "rows": run.rows.n_rows,
-            "rows_written": rows_written,
-            "rollouts": run.rows.n_rollouts,
-        }
-        if run.has_tokens:
-            out.update(
-                written="per-token advantages",
-                tokens_written=tokens_written,
-                action_tokens_written=n,
-            )
-        else:
-            out["written"] = "per-row advantage only: the log has no token ids"
-        out.update(
-            {
-                "dropped": run.plan.dropped,
-                "advantage_min": self.adv_min if n else 0.0,
-                "advantage_max": self.adv_max if n else 0.0,
-                "advantage_mean": self.adv_sum / n if n else 0.0,
-            }
-        )
-        if run.rows.group_keys is not None:
-            out["groups"] = len(run.rows.group_keys)
-        out.update(run.plan.stats)
-        return out
-
-
 def annotate(
     inputs: Inputs,
     out: str | os.PathLike[str],
@@ -189,6 +124,8 @@ def annotate(
     critic: CriticOptions | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
     stage: Stage = no_stage,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
@@ -198,12 +135,21 @@ def annotate(
 
     ``critic`` scores the values (those of the log, if it has any, are then not read: a
     warning says so and the metadata records it); ``preset`` reads the log as that framework
-    wrote it (``--from``).
+    wrote it (``--from``). ``engine="ray"`` runs the passes on a Ray cluster, one task per
+    input file (``ray_address``, else ``RAY_ADDRESS``, else a local Ray); ``out`` is then a
+    folder of one Parquet part per input file and a manifest.
     """
     started = time.perf_counter()
     out = os.fspath(out)
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "ray":
+        return _annotate_on_ray(paths, out, p, col=col, fmt=fmt, force=force, critic=critic,
+                                preset=preset, preset_options=preset_options, address=ray_address,
+                                stage=stage, progress=progress, batch_rows=batch_rows,
+                                started=started)  # fmt: skip
     fmt = output_format(out, fmt)
     check_output(out, input_files(paths, preset), force=force)
     if critic is not None and not methods.get(method).reads_values:
@@ -231,6 +177,53 @@ def annotate(
     result.update(
         output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
     )
+    return result
+
+
+ENGINES = ("local", "ray")
+
+
+def _annotate_on_ray(
+    paths: list[str],
+    out: str,
+    p: Params,
+    *,
+    col: list[str] | None,
+    fmt: str | None,
+    force: bool,
+    critic: CriticOptions | None,
+    preset: str | None,
+    preset_options: PresetOptions | None,
+    address: str | None,
+    stage: Stage,
+    progress: Progress | None,
+    batch_rows: int,
+    started: float,
+) -> dict[str, Any]:
+    """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
+    from advcli import on_ray
+
+    if fmt not in (None, "parquet"):
+        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
+    if critic is not None:
+        msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
+        raise UsageError(msg)
+    if preset is not None:
+        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
+        raise UsageError(msg)
+    check_output_folder(out, input_files(paths, preset), force=force)
+    log = open_log(paths, col, preset=preset, options=preset_options)
+    on_ray.parquet_log(log.source)  # not Parquet: one line saying why
+    ray = on_ray.connect(address)
+    run = plan_run(log, p, stage=stage, batch_rows=batch_rows,
+                   measure=on_ray.measured_on_ray(ray))  # fmt: skip
+    with stage("annotating on Ray"):
+        rows, tokens, summary = on_ray.write_parts(ray, run, out, force=force, progress=progress)
+    result = summary.as_dict(run, rows, tokens)
+    result.update(
+        output=out, engine="ray", parts=len(run.sources.files),
+        seconds=round(time.perf_counter() - started, 3), warnings=run.warnings,
+    )  # fmt: skip
     return result
 
 

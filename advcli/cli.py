@@ -61,6 +61,23 @@ Format = Annotated[
     typer.Option("--format", help="parquet or jsonl (default: from --out)."),
 ]
 Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
+_RAY = "Beyond one machine (Ray)"
+Engine = Annotated[
+    str,
+    typer.Option(
+        rich_help_panel=_RAY,
+        help="local, or ray: one task per input Parquet file on a Ray cluster (--out is then a "
+        "folder of parts and a manifest; needs advcli[ray]).",
+    ),
+]
+RayAddress = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        rich_help_panel=_RAY,
+        help="The cluster's head (host:port; default: RAY_ADDRESS, else a local Ray on every "
+        "core).",
+    ),
+]
 ZeroVarianceTol = Annotated[
     float, typer.Option(help="A group is zero-variance when max - min <= this.")
 ]
@@ -356,6 +373,8 @@ def annotate(
     input_name: InputName = None,
     mask_name: MaskName = None,
     output_name: OutputName = None,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     params: dict[str, Any] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
@@ -379,6 +398,8 @@ def annotate(
             critic=opts,
             preset=preset,
             preset_options=preset_options,
+            engine=engine,
+            ray_address=ray_address,
             **(params or {}),
             **_shared_params(preset_options),
         )

@@ -424,6 +424,79 @@ class Run:
         return meta
 
 
+class Summary:
+    """The advantages written, gathered while the batches stream past: over the action tokens,
+    or over the rows of a log without token ids."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.adv_min = np.inf
+        self.adv_max = -np.inf
+        self.adv_sum = 0.0
+
+    def counted(self, batches: Iterator[Batch]) -> Iterator[tuple[pa.Table, int]]:
+        """Pass the batches on as ``(table, tokens)``, counting their advantages."""
+        for batch in batches:
+            mask = batch.mask
+            if mask is None:  # one advantage per row
+                mask = np.ones(len(batch.advantages), dtype=bool)
+            self.add(batch.advantages, mask)
+            yield batch.table, 0 if batch.mask is None else len(mask)
+
+    def add(self, adv: np.ndarray, mask: np.ndarray) -> None:
+        """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
+        n_actions = int(np.count_nonzero(mask))
+        if not n_actions:
+            return
+        self.count += n_actions
+        # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
+        # change the extremes only when every action is on one side of 0.
+        lo, hi = float(adv.min()), float(adv.max())
+        if lo >= 0.0 or hi <= 0.0:
+            act = adv[mask]
+            lo, hi = float(act.min()), float(act.max())
+        self.adv_min = min(self.adv_min, lo)
+        self.adv_max = max(self.adv_max, hi)
+        self.adv_sum += float(adv.sum(dtype=np.float64))
+
+    def as_dict(self, run: Run, rows_written: int, tokens_written: int) -> dict[str, Any]:
+        n = self.count
+        out: dict[str, Any] = {
+            "method": run.params.method,
+            "convention": run.params.convention,
+            "rows": run.rows.n_rows,
+            "rows_written": rows_written,
+            "rollouts": run.rows.n_rollouts,
+        }
+        if run.has_tokens:
+            out.update(
+                written="per-token advantages",
+                tokens_written=tokens_written,
+                action_tokens_written=n,
+            )
+        else:
+            out["written"] = "per-row advantage only: the log has no token ids"
+        out.update(
+            {
+                "dropped": run.plan.dropped,
+                "advantage_min": self.adv_min if n else 0.0,
+                "advantage_max": self.adv_max if n else 0.0,
+                "advantage_mean": self.adv_sum / n if n else 0.0,
+            }
+        )
+        if run.rows.group_keys is not None:
+            out["groups"] = len(run.rows.group_keys)
+        out.update(run.plan.stats)
+        return out
+
+    def merge(self, other: Summary) -> None:
+        """Add another part's counts (a part of the log summarised elsewhere)."""
+        self.count += other.count
+        self.adv_min = min(self.adv_min, other.adv_min)
+        self.adv_max = max(self.adv_max, other.adv_max)
+        self.adv_sum += other.adv_sum
+
+
 def _check_scored(tokens: Tokens, row0: int) -> None:
     assert tokens.values is not None
     bad = tokens.mask & ~np.isfinite(tokens.values)
@@ -443,11 +516,14 @@ def plan_run(
     scorer: Scorer | None = None,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
+    measure: Measure | None = None,
 ) -> Run:
     """Validate the log's per-row columns and plan the method (running the passes it needs).
 
-    ``scorer`` gives the values when the log has none (a critic).
+    ``scorer`` gives the values when the log has none (a critic); ``measure`` runs the token
+    passes elsewhere (default: here, :func:`measured_here`).
     """
+    measure = measure or measured_here
     source, roles = log.source, log.roles
     method = methods.get(params.method)
     needs = method.needs(params) - ({"values"} if scorer is not None else set())
@@ -474,12 +550,22 @@ def plan_run(
             run.scorer = ValueCache(scorer)  # several passes read the values: score them once
         for token_pass in passes:
             with stage(token_pass.title):
-                names = run.token_names(values=token_pass.reads_values)
-                batches = run.tokens(names, values=token_pass.reads_values)
-                for row0, measured in measured_in_order(token_pass, run.plan, batches):
+                for row0, measured in measure(run, token_pass):
                     token_pass.add(run.plan, row0, measured)
                 run.plan = token_pass.finish(run.plan)
     return run
+
+
+Measure = Callable[["Run", TokenPass[Any]], Iterator[tuple[int, Any]]]
+"""How a token pass is measured over a log: ``(first row, measured)`` of every batch, in log
+order (the pass adds them up in that order)."""
+
+
+def measured_here(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
+    """A token pass measured in this process, batch after batch."""
+    names = run.token_names(values=token_pass.reads_values)
+    batches = run.tokens(names, values=token_pass.reads_values)
+    return measured_in_order(token_pass, run.plan, batches)
 
 
 PASS_WORKERS = 2  # batches a token pass measures at once (numpy's arithmetic frees the GIL)

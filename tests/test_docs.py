@@ -19,7 +19,7 @@ LAYERS = [
     ("advcli.io", "advcli.params"),
     ("advcli.methods", "advcli.critic", "advcli.presets"),
     ("advcli.engine",),
-    ("advcli.shards", "advcli.reports"),
+    ("advcli.shards", "advcli.reports", "advcli.on_ray"),
     ("advcli.api", "advcli.render"),
     ("advcli.cli",),
     ("advcli.__main__",),

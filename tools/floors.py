@@ -1,8 +1,8 @@
 """The declared floors as exact pins, for ``make test-min``: ``python -m tools.floors``.
 
-Prints ``package==floor`` for every runtime dependency of ``pyproject.toml`` and for what the
-suite needs from the extras (zstd, onnx) and from ``dev`` (pytest, hypothesis; not the linters),
-so the suite runs on the oldest versions advcli says it supports (the report extra's Bokeh too).
+Prints ``package==floor`` for every runtime dependency of ``pyproject.toml``, for the extras
+(zstd, onnx, report, ray) and for what the suite needs from ``dev`` (pytest, hypothesis; not the
+linters), so the suite runs on the oldest versions advcli says it supports.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("zstd", "onnx", "report")
+EXTRAS = ("zstd", "onnx", "report", "ray")
 TEST_TOOLS = ("pytest", "hypothesis", "onnx")  # from the dev extra
 
 

@@ -292,16 +292,26 @@ class ParquetSource(LogSource):
         self.schema = schema.remove_metadata()
 
     def _file_tables(self, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
+        for index in range(len(self.files)):
+            yield from self.file_tables(index, names, rows)
+
+    def file_tables(self, index: int, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
+        """Batches of one file, in the log's schema (a pass over a log is the passes over its
+        files one after another: no batch spans two files)."""
         wanted = self.schema.names if names is None else names
         target = pa.schema([self.schema.field(n) for n in wanted])
-        for f, has in zip(self.files, self.file_columns, strict=True):
-            present = [n for n in wanted if n in has]
-            try:
-                pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
-                for batch in pf.iter_batches(batch_size=rows, columns=present):
-                    yield _conform(pa.Table.from_batches([batch]), target)
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise _unreadable_parquet(f, exc) from None
+        f, has = self.files[index], self.file_columns[index]
+        present = [n for n in wanted if n in has]
+        try:
+            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
+            for batch in pf.iter_batches(batch_size=rows, columns=present):
+                yield _conform(pa.Table.from_batches([batch]), target)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise _unreadable_parquet(f, exc) from None
+
+    def first_row(self, index: int) -> int:
+        """The global row of file ``index``'s first row."""
+        return sum(self.sources.row_counts[:index])
 
     def columns(self, names: list[str]) -> pa.Table:
         target = pa.schema([self.schema.field(n) for n in names])
@@ -327,6 +337,22 @@ class ParquetSource(LogSource):
         return [
             f for f, has in zip(self.files, self.file_columns, strict=True) if column not in has
         ]
+
+
+class OneFile(LogSource):
+    """One file of a Parquet log, read as its part of the whole: the log's schema, and global
+    row numbers (what a work unit of ``--engine ray`` reads)."""
+
+    def __init__(self, log: ParquetSource, index: int):
+        self.log, self.index = log, index
+        self.schema = log.schema
+        self.sources = log.sources
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        start = self.log.first_row(self.index)
+        for table in self.log.file_tables(self.index, names, rows):
+            yield start, table
+            start += table.num_rows
 
 
 def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
