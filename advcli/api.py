@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -42,6 +43,7 @@ from advcli.engine import (
     token_counts,
 )
 from advcli.errors import DataError, UsageError
+from advcli.io import remote
 from advcli.io.arrow import flat_list, float_list
 from advcli.io.rollouts import extract_rows, extract_tokens, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
@@ -99,7 +101,14 @@ def _write(
     *,
     force: bool,
 ) -> tuple[int, int]:
-    """Write ``(table, tokens)`` batches to ``out`` atomically; returns rows and tokens."""
+    """Write ``(table, tokens)`` batches to ``out`` atomically; returns rows and tokens. An
+    output in object storage is written locally, then uploaded in one piece."""
+    if remote.is_remote(out):
+        with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
+            local = os.path.join(folder, "out.parquet")
+            done = _write(local, fmt, metadata, batches, progress, force=False)
+            remote.upload(local, out, force=force)
+            return done
     rows = tokens = 0
     with TableWriter(out, fmt, metadata, force=force) as writer:
         for table, n_tokens in batches:

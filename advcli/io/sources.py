@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from advcli.errors import DataError, UsageError, no_rows, where
-from advcli.io import jsonl
+from advcli.io import jsonl, remote
 from advcli.io.arrow import nul_name
 from advcli.io.interrupts import keep_python_interrupt
 from advcli.io.jsonl import STDIN, is_jsonl
@@ -39,6 +39,11 @@ from advcli.io.schema import ROLES
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 T = TypeVar("T")
+
+
+def _input(path: str) -> Any:
+    """What pyarrow's Parquet reader opens: a local path, or a remote object's file."""
+    return remote.open_input(path) if remote.is_remote(path) else path
 
 
 def is_parquet(path: str) -> bool:
@@ -64,6 +69,8 @@ def expand_inputs(patterns: list[str]) -> list[str]:
     for pattern in patterns:
         if pattern == STDIN:
             found = [STDIN]
+        elif remote.is_remote(pattern):
+            found = remote.expand(pattern, lambda name: is_jsonl(name) or is_parquet(name))
         elif os.path.isdir(pattern):
             found = sorted(
                 str(p) for p in Path(pattern).iterdir() if is_jsonl(p.name) or is_parquet(p.name)
@@ -195,7 +202,7 @@ def read_inputs(
             table = jsonl.read_jsonl(f, mapping or {}, data).to_arrow()
         else:
             try:
-                table = pq.read_table(f, pre_buffer=False)
+                table = pq.read_table(_input(f), pre_buffer=False)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise _unreadable_parquet(f, exc) from None
         sources.files.append(f)
@@ -273,8 +280,8 @@ class ParquetSource(LogSource):
         schemas = []
         for f in files:
             try:
-                meta = pq.read_metadata(f)
-                schemas.append(pq.read_schema(f))
+                meta = pq.read_metadata(_input(f))
+                schemas.append(pq.read_schema(_input(f)))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             self.sources.files.append(f)
@@ -303,7 +310,7 @@ class ParquetSource(LogSource):
         f, has = self.files[index], self.file_columns[index]
         present = [n for n in wanted if n in has]
         try:
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=8 << 20)
+            pf = pq.ParquetFile(_input(f), pre_buffer=False, buffer_size=8 << 20)
             for batch in pf.iter_batches(batch_size=rows, columns=present):
                 yield _conform(pa.Table.from_batches([batch]), target)
         except (pa.ArrowException, OSError, ValueError) as exc:
@@ -318,7 +325,9 @@ class ParquetSource(LogSource):
         tables = []
         for f, has in zip(self.files, self.file_columns, strict=True):
             try:
-                table = pq.read_table(f, columns=[n for n in names if n in has], pre_buffer=False)
+                table = pq.read_table(
+                    _input(f), columns=[n for n in names if n in has], pre_buffer=False
+                )
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             tables.append(_conform(table, target))
@@ -563,6 +572,13 @@ def open_source(patterns: list[str], mapping: dict[str, str] | None = None) -> L
     files = expand_inputs(patterns)
     if files and all(is_parquet(f) for f in files):
         return ParquetSource(files)
+    for f in files:
+        if remote.is_remote(f):
+            msg = (
+                f"{f}: JSONL in object storage is not read in place yet (Parquet is). Hint: "
+                "copy it to a local disk, or write the log as Parquet"
+            )
+            raise UsageError(msg)
     if files and all(is_jsonl(f) and f != STDIN for f in files):
         return JsonlSource(files, mapping or {})
     table, sources = read_inputs(patterns, mapping)

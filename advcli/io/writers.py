@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
 from advcli.errors import DataError, OutputError, UsageError
+from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.jsonl import STDIN
@@ -74,6 +75,9 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
     """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
     names the files it holds) or their metadata, always; one that exists, or whose
     ``.meta.json`` (JSONL) exists, unless ``force``; and a path where no file can go."""
+    if remote.is_remote(out):
+        remote.check_output(out, files, force=force)
+        return
     target = Path(out)
     clean_stale(target)
     written = [target, *([Path(f"{out}.meta.json")] if is_jsonl_output(out) else [])]
@@ -98,6 +102,12 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
 def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     """Refuse an output folder that holds an input, holds the current folder, or exists
     (unless ``force``); ``files`` are the inputs, expanded."""
+    if remote.is_remote(out):
+        msg = (
+            f"{out}: folders of parts or shards are written to a local (or shared) disk for now. "
+            "Hint: give a local --out, then copy the folder (its manifest last)"
+        )
+        raise UsageError(msg)
     target = Path(out)
     for f in files:
         if f == STDIN:

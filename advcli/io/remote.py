@@ -1,0 +1,143 @@
+"""Logs and outputs in object storage (``s3://``, ``gs://``, ``hf://``, …) through pyarrow's
+filesystems.
+
+A path with a scheme is opened with ``pyarrow.fs.FileSystem.from_uri`` (credentials from the
+usual environment: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, …). For
+``s3://`` an S3-compatible server other than AWS (MinIO, Ceph, R2, a test server) is named by
+``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``http://host:port``), or in the URI itself
+(``s3://bucket/key?endpoint_override=host:port&scheme=http``). Object stores have no rename: an
+output object is written to a local temporary file first and committed by one upload at the
+end, which completes or leaves nothing (atomic per object).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from advcli.errors import OutputError, UsageError
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is a URI of a filesystem other than the local one."""
+    return bool(_SCHEME.match(path)) and not path.startswith("file://")
+
+
+def _reason(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of ``uri`` and the path within it."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    parts = urlsplit(uri)
+    try:
+        if parts.scheme == "s3" and endpoint and "endpoint_override" not in parts.query:
+            server = urlsplit(endpoint)
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            fs = pafs.S3FileSystem(
+                endpoint_override=server.netloc, scheme=server.scheme or "https",
+                region=region or "us-east-1",
+            )  # fmt: skip
+            return fs, f"{parts.netloc}{parts.path}"
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+        msg = (
+            f"{uri}: cannot open this location ({_reason(exc)}). Hint: check the URI and the "
+            "credentials in the environment (for S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+            "AWS_REGION, and AWS_ENDPOINT_URL for a server other than AWS)"
+        )
+        raise UsageError(msg) from None
+
+
+def _uri_of(uri: str, path: str) -> str:
+    """The URI of ``path`` on ``uri``'s filesystem (its query, if any, kept)."""
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def _info(fs: pafs.FileSystem, path: str, uri: str) -> Any:
+    try:
+        return fs.get_file_info(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{uri}: cannot read this location ({_reason(exc)})") from None
+
+
+def expand(pattern: str, wanted: Any) -> list[str]:
+    """The files a URI names: a file, the files of a folder (a prefix), or a glob in the last
+    part of the path; ``wanted(name)`` keeps the log files. Sorted by name."""
+    fs, path = filesystem(pattern)
+    base = path.rstrip("/")
+    parent, _, last = base.rpartition("/")
+    glob = any(ch in last for ch in "*?[")
+    folder = parent if glob else base
+    info = _info(fs, base, pattern) if not glob else None
+    if info is not None and info.type == pafs.FileType.File:
+        return [pattern]
+    if info is not None and info.type == pafs.FileType.NotFound:
+        raise UsageError(f"{pattern}: no such file or folder. Hint: check the URI")
+    try:
+        listed = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{pattern}: cannot list this location ({_reason(exc)})") from None
+    names = sorted(
+        i.path
+        for i in listed
+        if i.type == pafs.FileType.File
+        and wanted(i.base_name)
+        and (not glob or fnmatch.fnmatch(i.base_name, last))
+    )
+    if not names:
+        raise UsageError(f"{pattern}: no .parquet or .jsonl files here")
+    return [_uri_of(pattern, name) for name in names]
+
+
+def open_input(uri: str) -> Any:
+    """A random-access file of ``uri`` (what pyarrow's Parquet reader takes)."""
+    fs, path = filesystem(uri)
+    try:
+        return fs.open_input_file(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{uri}: cannot open this file ({_reason(exc)})") from None
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return _info(fs, path, uri).type != pafs.FileType.NotFound
+
+
+def upload(local: str, uri: str, *, force: bool) -> None:
+    """Copy the finished local file ``local`` to ``uri`` in one upload: the object appears
+    when the upload completes, or not at all."""
+    fs, path = filesystem(uri)
+    if not force and exists(uri):
+        raise OutputError(f"{uri}: appeared while writing. Hint: pass --force to replace it")
+    try:
+        with open(local, "rb") as src, fs.open_output_stream(path) as dst:
+            while block := src.read(8 << 20):
+                dst.write(block)
+    except (pa.ArrowException, OSError) as exc:
+        msg = f"{uri}: the upload failed ({_reason(exc)}); nothing was written"
+        raise OutputError(msg) from None
+
+
+def check_output(uri: str, inputs: list[str], *, force: bool) -> None:
+    """Refuse an output object that is one of the inputs, always; one that exists, unless
+    ``force``; and a JSONL output (its metadata would be a second object, not committed with
+    it)."""
+    if uri.lower().endswith((".jsonl", ".ndjson")):
+        msg = f"{uri}: JSONL outputs go to a local disk (they come with a .meta.json file)"
+        raise UsageError(f"{msg}. Hint: write Parquet to object storage")
+    if uri in inputs:
+        msg = f"{uri}: this is one of the inputs; advcli never overwrites its input"
+        raise OutputError(f"{msg}. Hint: choose another --out")
+    if not force and exists(uri):
+        raise OutputError(f"{uri}: already exists. Hint: pass --force to replace it")

@@ -1,0 +1,120 @@
+"""Logs and outputs in object storage, against a real S3 API server on 127.0.0.1 (moto's
+standalone server, started here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import SAMPLE
+
+SERVER = Path(sys.executable).with_name("moto_server")
+pytestmark = pytest.mark.skipif(not SERVER.exists(), reason="moto[server] is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A bucket ``logs`` on a fresh S3 server, holding the sample log as two Parquet files;
+    the environment that reaches it."""
+    port = free_port()
+    server = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}  # fmt: skip
+    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                           region="us-east-1", access_key="test", secret_key="test",
+                           allow_bucket_creation=True)  # fmt: skip
+    try:
+        for _ in range(100):
+            try:
+                fs.create_dir("logs")
+                break
+            except OSError:
+                time.sleep(0.1)
+        table = pq.read_table(SAMPLE / "rollouts.parquet")
+        with fs.open_output_stream("logs/in/a.parquet") as out:
+            pq.write_table(table.slice(0, 6), out)
+        with fs.open_output_stream("logs/in/b.parquet") as out:
+            pq.write_table(table.slice(6), out)
+        yield env, fs
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def advcli(env, *args):
+    return subprocess.run([sys.executable, "-m", "advcli", *args], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)  # fmt: skip
+
+
+def test_annotate_reads_and_writes_object_storage(s3, tmp_path):
+    env, fs = s3
+    local = tmp_path / "local.parquet"
+    log = tmp_path / "log.parquet"
+    pq.write_table(pq.read_table(SAMPLE / "rollouts.parquet"), log)
+    args = ["--method", "gae", "--convention", "verl", "--gamma", "0.99"]
+    assert advcli(env, "annotate", str(log), *args, "--out", str(local)).returncode == 0
+    proc = advcli(env, "annotate", "s3://logs/in/", *args, "--out", "s3://logs/out/gae.parquet")
+    assert proc.returncode == 0, proc.stderr
+    with fs.open_input_file("logs/out/gae.parquet") as f:
+        written = pq.read_table(f)
+        kv = pq.read_metadata(f).metadata
+    mine = pq.read_table(local)
+    assert (
+        written.drop_columns([])
+        .replace_schema_metadata(None)
+        .equals(mine.replace_schema_metadata(None))
+    )
+    meta = json.loads(kv[b"advcli"])
+    assert meta["inputs"] == ["s3://logs/in/a.parquet", "s3://logs/in/b.parquet"]
+    again = advcli(env, "annotate", "s3://logs/in/*.parquet", *args,
+                   "--out", "s3://logs/out/gae.parquet")  # fmt: skip
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_audit_and_report_read_object_storage(s3, tmp_path):
+    env, _ = s3
+    here = json.loads(advcli(env, "audit", str(SAMPLE / "rollouts.parquet"), "--json").stdout)
+    there = json.loads(advcli(env, "audit", "s3://logs/in", "--json").stdout)
+    assert {k: v for k, v in there.items() if k != "files"} == {
+        k: v for k, v in here.items() if k != "files"
+    }
+    proc = advcli(env, "report", "s3://logs/in", "--method", "grpo",
+                  "--out", str(tmp_path / "r.html"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_clear_errors(s3, tmp_path):
+    env, _ = s3
+    cases = {
+        ("annotate", "s3://logs/nothing/", "--method", "grpo",
+         "--out", str(tmp_path / "o.parquet")):
+            "s3://logs/nothing/: no such file or folder",
+        ("annotate", "s3://logs/in/a.parquet", "--method", "grpo",
+         "--out", "s3://logs/in/a.parquet", "--force"):
+            "s3://logs/in/a.parquet: this is one of the inputs",
+        ("annotate", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/o.jsonl"):
+            "JSONL outputs go to a local disk",
+        ("shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards"):
+            "folders of parts or shards are written to a local",
+    }  # fmt: skip
+    for args, message in cases.items():
+        proc = advcli(env, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("advcli: error: ") and proc.stderr.count("\n") == 1
+        assert message in proc.stderr, proc.stderr
