@@ -152,8 +152,7 @@ def annotate(
     out = os.fspath(out)
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
-    if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    _check_engine(engine, preset)
     if engine == "ray":
         return _annotate_on_ray(paths, out, p, col=col, fmt=fmt, force=force, critic=critic,
                                 preset=preset, preset_options=preset_options, address=ray_address,
@@ -217,9 +216,6 @@ def _annotate_on_ray(
     if critic is not None:
         msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
         raise UsageError(msg)
-    if preset is not None:
-        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
-        raise UsageError(msg)
     check_output_folder(out, input_files(paths, preset), force=force)
     log = open_log(paths, col, preset=preset, options=preset_options)
     on_ray.parquet_log(log.source)  # not Parquet: one line saying why
@@ -266,14 +262,32 @@ def audit(
     near_tie: float | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Audit:
     """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
     (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
-    the log's reward range)."""
+    the log's reward range); ``engine="ray"`` counts each file's tokens on a Ray cluster."""
+    _check_engine(engine, preset)
     log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
-    return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows)
+    count = None
+    if engine == "ray":
+        from advcli import on_ray
+
+        on_ray.parquet_log(log.source)
+        count = on_ray.counted_on_ray(on_ray.connect(ray_address), batch_rows)
+    return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows,
+                     count=count)  # fmt: skip
+
+
+def _check_engine(engine: str, preset: str | None) -> None:
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "ray" and preset is not None:
+        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
+        raise UsageError(msg)
 
 
 def report(

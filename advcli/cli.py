@@ -66,8 +66,8 @@ Engine = Annotated[
     str,
     typer.Option(
         rich_help_panel=_RAY,
-        help="local, or ray: one task per input Parquet file on a Ray cluster (--out is then a "
-        "folder of parts and a manifest; needs advcli[ray]).",
+        help="local, or ray: one task per input Parquet file on a Ray cluster (annotate: --out "
+        "is then a folder of parts and a manifest; needs advcli[ray]).",
     ),
 ]
 RayAddress = Annotated[
@@ -510,6 +510,8 @@ def audit(
     ] = None,
     zero_variance_tol: ZeroVarianceTol = 1e-9,
     near_tie: NearTie = None,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
@@ -520,6 +522,7 @@ def audit(
     with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
         found = api.audit(
             inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
+            engine=engine, ray_address=ray_address,
             preset_options=preset_options, progress=activity.progress,
         )  # fmt: skip
     report = found.report

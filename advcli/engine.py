@@ -589,6 +589,10 @@ def measured_in_order(
             yield first, future.result()
 
 
+CountTokens = Callable[[LogSource, Roles], "TokenCounts"]
+"""How the tokens of a log are counted (:func:`token_counts` over it, or over its parts)."""
+
+
 @dataclass(frozen=True)
 class TokenCounts:
     """Per row: its tokens, its action tokens, and its action tokens among its first
@@ -672,8 +676,10 @@ def audit_log(
     near_tie: float | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
+    count: CountTokens | None = None,
 ) -> Audit:
-    """The audit of an opened log (what ``audit`` and ``report`` share)."""
+    """The audit of an opened log (what ``audit`` and ``report`` share); ``count`` counts the
+    tokens elsewhere (default: here, :func:`token_counts`)."""
     source, roles = log.source, log.roles
     if roles["prompt_id"] is None and log.looks_like is None:
         msg = (
@@ -687,7 +693,10 @@ def audit_log(
     assert rows.group_keys is not None
     action_tokens = None
     if roles["input_ids"] is not None:
-        counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+        if count is not None:
+            counts = count(source, roles)
+        else:
+            counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
         action_tokens = np.bincount(
             rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
         )

@@ -19,15 +19,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from advcli import __version__
 from advcli.engine import (
+    BATCH_ROWS,
     Batch,
     Progress,
     Run,
     Summary,
+    TokenCounts,
     measured_here,
+    token_counts,
 )
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
+from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, OneFile, ParquetSource
 from advcli.io.writers import TableWriter, atomic_folder
 from advcli.methods import TokenPass
@@ -171,3 +177,27 @@ def write_parts(
         }
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return rows, tokens, summary
+
+
+def _count_file(
+    source: ParquetSource, roles: Roles, index: int, batch_rows: int
+) -> tuple[np.ndarray, ...]:
+    """Token and action counts of one file's rows (a Ray task)."""
+    counts = token_counts(OneFile(source, index), roles, batch_rows=batch_rows)
+    start = source.first_row(index)
+    at = slice(start, start + source.sources.row_counts[index])
+    return counts.tokens[at], counts.actions[at], counts.actions_within[at]
+
+
+def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
+    """A :data:`advcli.engine.CountTokens` that counts each file on the cluster."""
+    remote = ray.remote(num_cpus=1, max_retries=RETRIES)(_count_file)
+
+    def count(source: LogSource, roles: Roles) -> TokenCounts:
+        log = parquet_log(source)
+        shared = ray.put(log)
+        futures = [remote.remote(shared, roles, i, batch_rows) for i in range(len(log.files))]
+        parts = list(_results(ray, futures, log.files))
+        return TokenCounts(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
+
+    return count

@@ -153,6 +153,15 @@ def test_the_command_through_ray_address(cluster, three_files, tmp_path):
     assert proc.returncode == 2 and "already exists" in proc.stderr
 
 
+def test_audit_counts_tokens_on_the_cluster(cluster, three_files):
+    here = json.loads(advcli("audit", str(three_files), "--json").stdout)
+    proc = advcli("audit", str(three_files), "--json", "--engine", "ray", "--ray-address",
+                  cluster)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == here
+    assert here["action_tokens"] == 99
+
+
 def test_a_killed_worker_is_retried_or_leaves_nothing(cluster, tmp_path):
     """A worker killed while it writes its part: Ray runs the task again (the output is then
     the local engine's), or the run fails with one line and no output folder."""
