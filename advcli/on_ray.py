@@ -41,6 +41,7 @@ from advcli.methods import TokenPass
 PART = "part-{:05d}.parquet"  # names that sort in input order
 MANIFEST = "_advcli_manifest.json"  # pyarrow and polars skip names that begin with _
 RETRIES = 2  # a task whose worker dies runs again this many times (Ray's task retries)
+STORAGE_ENV = ("AWS_", "GOOGLE_", "HF_")  # settings of object stores the tasks get too
 
 
 def ray_module() -> Any:
@@ -89,6 +90,16 @@ def parquet_log(source: LogSource) -> ParquetSource:
     return source
 
 
+def _task(ray: Any, function: Any) -> Any:
+    """``function`` as a Ray task: one CPU, retried when its worker dies, with this process's
+    object-storage settings (the workers read the same ``s3://`` inputs)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(STORAGE_ENV)}
+    options: dict[str, Any] = {"num_cpus": 1, "max_retries": RETRIES}
+    if env:
+        options["runtime_env"] = {"env_vars": env}
+    return ray.remote(**options)(function)
+
+
 def _one_file(run: Run, index: int) -> Run:
     assert isinstance(run.source, ParquetSource)
     return dataclasses.replace(run, source=OneFile(run.source, index))
@@ -134,7 +145,7 @@ def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
 
 def measured_on_ray(ray: Any) -> Any:
     """A :data:`advcli.engine.Measure` that measures each file on the cluster."""
-    remote = ray.remote(num_cpus=1, max_retries=RETRIES)(_measure_file)
+    remote = _task(ray, _measure_file)
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
         files = parquet_log(run.source).files
@@ -152,7 +163,7 @@ def write_parts(
     """The final pass on the cluster: ``out`` becomes a folder of one part per input file and
     the manifest; returns rows, tokens and the advantages' summary."""
     files = parquet_log(run.source).files
-    remote = ray.remote(num_cpus=1, max_retries=RETRIES)(_write_part)
+    remote = _task(ray, _write_part)
     summary = Summary()
     rows = tokens = 0
     parts = []
@@ -191,7 +202,7 @@ def _count_file(
 
 def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
     """A :data:`advcli.engine.CountTokens` that counts each file on the cluster."""
-    remote = ray.remote(num_cpus=1, max_retries=RETRIES)(_count_file)
+    remote = _task(ray, _count_file)
 
     def count(source: LogSource, roles: Roles) -> TokenCounts:
         log = parquet_log(source)

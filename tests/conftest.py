@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -68,3 +72,45 @@ def small_log(tmp_path) -> str:
         rollout("b", 1.0),
     ]
     return write_jsonl(tmp_path / "log.jsonl", rows)
+
+
+MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A bucket ``logs`` on a fresh S3 API server on 127.0.0.1 (moto's standalone server),
+    holding the sample log as two Parquet files; the environment that reaches it, and the
+    filesystem."""
+    if not MOTO_SERVER.exists():
+        pytest.skip("moto[server] is not installed")
+    port = free_port()
+    server = subprocess.Popen([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}  # fmt: skip
+    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                           region="us-east-1", access_key="test", secret_key="test",
+                           allow_bucket_creation=True)  # fmt: skip
+    try:
+        for _ in range(100):
+            try:
+                fs.create_dir("logs")
+                break
+            except OSError:
+                time.sleep(0.1)
+        table = pq.read_table(SAMPLE / "rollouts.parquet")
+        with fs.open_output_stream("logs/in/a.parquet") as out:
+            pq.write_table(table.slice(0, 6), out)
+        with fs.open_output_stream("logs/in/b.parquet") as out:
+            pq.write_table(table.slice(6), out)
+        yield env, fs
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SAMPLE, run
+from tests.conftest import SAMPLE, free_port, run
 
 pytest.importorskip("ray")
 
@@ -28,7 +27,8 @@ RAY = str(Path(sys.executable).with_name("ray"))
 TIMEOUT = 180  # seconds for any one command: a saturated pool once hung
 # A home of the tests' own: a local ray.init() leaves a token in ~/.ray (Ray 2.5x), which a
 # cluster started later with `ray start` would then half use.
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
+ENV_HOME = {"RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
+ENV = {**os.environ, **ENV_HOME}
 
 CASES = {  # name: annotate's keyword arguments (every method that runs on the sample log)
     "grpo": {"method": "grpo"},
@@ -52,12 +52,6 @@ CASES = {  # name: annotate's keyword arguments (every method that runs on the s
     "reinforce-pp": {"method": "reinforce-pp"},
     "reinforce-pp-baseline": {"method": "reinforce-pp-baseline"},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ray_cmd(*args: str) -> None:
@@ -231,3 +225,16 @@ def test_no_command_imports_ray_unless_asked():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
     assert out.strip() == "False"
+
+
+def test_parquet_in_object_storage_on_the_cluster(cluster, s3, tmp_path):
+    """The workers read the same s3:// inputs (the driver's AWS_* settings go with the tasks)."""
+    env, _ = s3
+    args = ["--method", "grpo", "--convention", "verl"]
+    local, parts = tmp_path / "local.parquet", tmp_path / "parts"
+    assert advcli("annotate", "s3://logs/in", *args, "--out", str(local),
+                  env={**env, **ENV_HOME}).returncode == 0  # fmt: skip
+    proc = advcli("annotate", "s3://logs/in", *args, "--engine", "ray", "--ray-address", cluster,
+                  "--out", str(parts), env={**env, **ENV_HOME})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert read_parts(parts).equals(pq.read_table(local).replace_schema_metadata(None))

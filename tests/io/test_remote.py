@@ -4,57 +4,15 @@ standalone server, started here)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SAMPLE
+from tests.conftest import MOTO_SERVER, SAMPLE
 
-SERVER = Path(sys.executable).with_name("moto_server")
-pytestmark = pytest.mark.skipif(not SERVER.exists(), reason="moto[server] is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """A bucket ``logs`` on a fresh S3 server, holding the sample log as two Parquet files;
-    the environment that reaches it."""
-    port = free_port()
-    server = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}  # fmt: skip
-    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                           region="us-east-1", access_key="test", secret_key="test",
-                           allow_bucket_creation=True)  # fmt: skip
-    try:
-        for _ in range(100):
-            try:
-                fs.create_dir("logs")
-                break
-            except OSError:
-                time.sleep(0.1)
-        table = pq.read_table(SAMPLE / "rollouts.parquet")
-        with fs.open_output_stream("logs/in/a.parquet") as out:
-            pq.write_table(table.slice(0, 6), out)
-        with fs.open_output_stream("logs/in/b.parquet") as out:
-            pq.write_table(table.slice(6), out)
-        yield env, fs
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+pytestmark = pytest.mark.skipif(not MOTO_SERVER.exists(), reason="moto[server] is not installed")
 
 
 def advcli(env, *args):
