@@ -4,8 +4,10 @@ folder, is the local engine's, bit for bit and row for row."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,18 +64,42 @@ def ray_cmd(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head and a second node on 127.0.0.1, one CPU each; their address."""
+    """A head and a second node on 127.0.0.1, one CPU each; their address. The cluster keeps
+    its files in a folder of its own, which names its processes: only they are stopped after
+    (``ray stop`` would stop every Ray of the machine)."""
     port = free_port()
     address = f"127.0.0.1:{port}"
+    home = tempfile.mkdtemp(prefix="advray-", dir="/tmp")  # short: Ray's sockets live there
     try:
         ray_cmd("start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                "--num-cpus", "1", "--include-dashboard", "false")  # fmt: skip
+                "--num-cpus", "1", "--include-dashboard", "false", "--temp-dir", home)  # fmt: skip
         ray_cmd("start", "--address", address, "--node-ip-address", "127.0.0.1",
                 "--num-cpus", "1")  # fmt: skip
         yield address
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, env=ENV,
-                       timeout=TIMEOUT, check=False)  # fmt: skip
+        stop_processes_of(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def stop_processes_of(home: str) -> None:
+    """Kill the processes whose command line names ``home``, and all their descendants (Ray's
+    agents rename themselves, so only their parents name it)."""
+    table = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True,
+                           text=True, check=False).stdout.splitlines()  # fmt: skip
+    children: dict[int, list[int]] = {}
+    doomed = []
+    for line in table:
+        pid, ppid, args = (
+            line.split(None, 2) if len(line.split(None, 2)) == 3 else (*line.split(), "")
+        )
+        children.setdefault(int(ppid), []).append(int(pid))
+        if home in args:
+            doomed.append(int(pid))
+    while doomed:
+        pid = doomed.pop()
+        doomed += children.pop(pid, [])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
