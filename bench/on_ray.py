@@ -1,0 +1,67 @@
+"""``--engine ray`` against the local engine on the same multi-file log:
+``python -m bench.on_ray [--tokens 200e6] [--files 8]``.
+
+Generates ``--files`` Parquet files of the bench's synthetic log (``--tokens`` in all, each file
+its own seed, so groups do not span files), then runs ``annotate --method grpo`` and
+``annotate --method gae --convention verl`` with each engine, taking turns, each in its own
+process under ``/usr/bin/time -v``; ``--engine ray`` starts a local Ray on every core (its
+start-up counts). Prints seconds and peak memory; the peak of ``--engine ray`` is the driver's
+alone (Ray's workers are other processes: their peaks are not included). ``python -m bench``
+does not run it (it takes minutes): run it on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from bench.__main__ import measured
+from bench.generate import generate
+
+METHODS = {
+    "grpo": ["--method", "grpo"],
+    "gae (verl)": ["--method", "gae", "--gamma", "0.99", "--convention", "verl"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=float, default=200e6)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--workdir", default=str(Path(__file__).resolve().parent.parent / "bench_out")
+    )
+    args = parser.parse_args()
+    log = Path(args.workdir) / f"ray-log-{args.tokens:.0f}-{args.files}"
+    if not log.exists():
+        print(f"generating {log} …", file=sys.stderr)
+        log.mkdir(parents=True)
+        for i in range(args.files):
+            generate(str(log / f"part-{i:03d}.parquet"), args.tokens / args.files, seed=i)
+    out = Path(args.workdir) / "ray-out"
+    steps = {}
+    for name, options in METHODS.items():
+        base = [sys.executable, "-m", "advcli", "annotate", str(log), *options, "-q", "--force"]
+        steps[f"{name}, local"] = [*base, "--out", str(out) + ".parquet"]
+        steps[f"{name}, ray"] = [*base, "--engine", "ray", "--out", str(out)]
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
+    for _ in range(args.repeat):
+        for name, cmd in steps.items():
+            print(f"running {name} …", file=sys.stderr)
+            runs[name].append(measured(cmd))
+            shutil.rmtree(out, ignore_errors=True)
+    print(f"{log.name}: {args.files} files, {args.tokens:,.0f} tokens")
+    for name in METHODS:
+        local = statistics.median(s for s, _ in runs[f"{name}, local"])
+        ray = statistics.median(s for s, _ in runs[f"{name}, ray"])
+        print(f"{name}: local {local:.1f} s ({max(p for _, p in runs[f'{name}, local']):.0f} MB), "
+              f"ray {ray:.1f} s (driver {max(p for _, p in runs[f'{name}, ray']):.0f} MB): "
+              f"ray / local = {ray / local:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
