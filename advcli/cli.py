@@ -67,7 +67,7 @@ Engine = Annotated[
     typer.Option(
         rich_help_panel=_RAY,
         help="local, or ray: one task per input Parquet file on a Ray cluster (annotate: --out "
-        "is then a folder of parts and a manifest; needs advcli[ray]).",
+        "is then a folder of parts and a manifest; needs the ray extra).",
     ),
 ]
 RayAddress = Annotated[
