@@ -21,6 +21,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,8 @@ from advcli.io.writers import (
 from advcli.params import Params
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, collect
-from advcli.shards import ShardOptions, shard, verify
+from advcli.shards import ShardOptions, shard
+from advcli.shards import verify as verify_shards
 
 __all__ = [
     "Audit",
@@ -569,3 +571,13 @@ def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     first = np.r_[True, rows[order][1:] != rows[order][:-1]]
     out[rows[order][first]] = order[first]
     return out
+
+
+def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """``advcli verify``: a folder of shards (``advcli shard``) or of parts (``annotate
+    --engine ray``), re-read against its manifest; raises on the first problem."""
+    from advcli import on_ray  # imports no Ray
+
+    if (Path(folder) / on_ray.MANIFEST).is_file():
+        return on_ray.verify_parts(os.fspath(folder))
+    return verify_shards(folder)

@@ -707,11 +707,14 @@ def shard(
 
 @app.command()
 def verify(
-    folder: Annotated[str, typer.Argument(help="A folder written by advcli shard.")],
+    folder: Annotated[
+        str, typer.Argument(help="A folder written by advcli shard or annotate --engine ray.")
+    ],
     quiet: Quiet = False,
     as_json: Json = False,
 ) -> None:
-    """Re-read every shard: checksums, schema, row and token counts against the manifest."""
+    """Re-read every shard (or part): checksums, schema, row and token counts against the
+    manifest."""
     _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
 
 

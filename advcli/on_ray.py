@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from advcli import __version__
 from advcli.engine import (
@@ -32,7 +33,8 @@ from advcli.engine import (
     measured_here,
     token_counts,
 )
-from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
+from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
+from advcli.io.checksum import file_sha256
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, OneFile, ParquetSource
 from advcli.io.writers import TableWriter, atomic_folder
@@ -110,9 +112,9 @@ def _measure_file(run: Run, token_pass: TokenPass[Any], index: int) -> list[tupl
     return list(measured_here(_one_file(run, index), token_pass))
 
 
-def _write_part(run: Run, index: int, path: str) -> tuple[int, int, Summary]:
-    """The final pass over one file, written to ``path`` (a Ray task): rows, tokens and the
-    advantages' summary."""
+def _write_part(run: Run, index: int, path: str) -> tuple[int, int, Summary, str]:
+    """The final pass over one file, written to ``path`` (a Ray task): rows, tokens, the
+    advantages' summary and the part's sha256."""
     summary = Summary()
     rows = tokens = 0
     batches: Iterator[Batch] = _one_file(run, index).annotated()
@@ -122,7 +124,7 @@ def _write_part(run: Run, index: int, path: str) -> tuple[int, int, Summary]:
             rows += table.num_rows
             tokens += n_tokens
         writer.commit()
-    return rows, tokens, summary
+    return rows, tokens, summary, file_sha256(path)
 
 
 def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
@@ -171,12 +173,12 @@ def write_parts(
         shared = ray.put(run)
         paths = [str(folder / PART.format(i)) for i in range(len(files))]
         futures = [remote.remote(shared, i, path) for i, path in enumerate(paths)]
-        for i, (n_rows, n_tokens, part) in enumerate(_results(ray, futures, files)):
+        for i, (n_rows, n_tokens, part, sha) in enumerate(_results(ray, futures, files)):
             rows += n_rows
             tokens += n_tokens
             summary.merge(part)
             parts.append({"part": PART.format(i), "input": files[i], "rows": n_rows,
-                          "tokens": n_tokens})  # fmt: skip
+                          "tokens": n_tokens, "sha256": sha})  # fmt: skip
             if progress:
                 progress(rows, tokens)
         manifest = {
@@ -184,6 +186,7 @@ def write_parts(
             "engine": "ray",
             "parts": parts,
             "rows": rows,
+            "tokens": tokens,
             "run": run.metadata(),
         }
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -212,3 +215,35 @@ def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
         return TokenCounts(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
 
     return count
+
+
+def verify_parts(folder: str) -> dict[str, Any]:
+    """``advcli verify`` of a parts folder: every part the manifest lists is there, a plain
+    file with the manifest's sha256 and row count; no other file; the totals add up."""
+    root = Path(folder)
+    mpath = root / MANIFEST
+    regen = "Hint: write it again with advcli annotate --engine ray --force"
+    try:
+        manifest = json.loads(mpath.read_text())
+        records = list(manifest["parts"])
+        names = [str(r["part"]) for r in records]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{mpath}: not a manifest advcli can read. {regen}") from None
+    rows = tokens = 0
+    for name, rec in zip(names, records, strict=True):
+        path = root / name
+        if "/" in name or name.startswith(".") or path.is_symlink() or not path.is_file():
+            raise DataError(f"{path}: a part the manifest lists is missing. {regen}")
+        if file_sha256(path) != rec.get("sha256"):
+            raise DataError(f"{path}: its bytes are not the ones written (sha256). {regen}")
+        n = pq.read_metadata(path).num_rows
+        if n != rec.get("rows"):
+            raise DataError(f"{path}: {n} rows, the manifest says {rec.get('rows')}. {regen}")
+        rows += n
+        tokens += int(rec.get("tokens", 0))
+    for path in sorted(root.iterdir()):
+        if path.name not in {MANIFEST, *names}:
+            raise DataError(f"{path}: a file the manifest does not list. {regen}")
+    if rows != manifest.get("rows") or tokens != manifest.get("tokens"):
+        raise DataError(f"{mpath}: the totals do not add up to the parts' counts. {regen}")
+    return {"folder": folder, "ok": True, "parts": len(records), "rows": rows, "tokens": tokens}

@@ -171,6 +171,16 @@ def test_the_command_through_ray_address(cluster, three_files, tmp_path):
     proc = advcli("annotate", str(three_files), *args, "--engine", "ray", "--out", str(parts),
                   env={**ENV, "RAY_ADDRESS": cluster})  # fmt: skip
     assert proc.returncode == 2 and "already exists" in proc.stderr
+    checked = json.loads(advcli("verify", str(parts), "--json").stdout)
+    assert (checked["ok"], checked["parts"], checked["rows"]) == (True, 3, 14)
+    with open(parts / "part-00001.parquet", "ab") as f:
+        f.write(b"\0")  # a changed byte: verify names the part
+    proc = advcli("verify", str(parts))
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"advcli: error: {parts / 'part-00001.parquet'}: its bytes are not the ones written "
+        "(sha256). Hint: write it again with advcli annotate --engine ray --force\n"
+    )
 
 
 def test_audit_counts_tokens_on_the_cluster(cluster, three_files):
