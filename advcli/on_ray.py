@@ -12,6 +12,7 @@ the complete output or absent. Ray is imported only here, and only when asked fo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -34,6 +35,7 @@ from advcli.engine import (
     token_counts,
 )
 from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
+from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, OneFile, ParquetSource
@@ -102,6 +104,14 @@ def _task(ray: Any, function: Any) -> Any:
     return ray.remote(**options)(function)
 
 
+def _for_workers(source: LogSource) -> ParquetSource:
+    """The log as the workers read it: local paths absolute (a worker's working folder is not
+    this process's); messages still name the files as they were given."""
+    log = copy.copy(parquet_log(source))
+    log.files = [f if remote.is_remote(f) else os.path.abspath(f) for f in log.files]
+    return log
+
+
 def _one_file(run: Run, index: int) -> Run:
     assert isinstance(run.source, ParquetSource)
     return dataclasses.replace(run, source=OneFile(run.source, index))
@@ -151,7 +161,7 @@ def measured_on_ray(ray: Any) -> Any:
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
         files = parquet_log(run.source).files
-        shared = ray.put(run)
+        shared = ray.put(dataclasses.replace(run, source=_for_workers(run.source)))
         futures = [remote.remote(shared, token_pass, i) for i in range(len(files))]
         for measured in _results(ray, futures, files):
             yield from measured
@@ -170,8 +180,8 @@ def write_parts(
     rows = tokens = 0
     parts = []
     with atomic_folder(Path(out), force=force) as folder:
-        shared = ray.put(run)
-        paths = [str(folder / PART.format(i)) for i in range(len(files))]
+        shared = ray.put(dataclasses.replace(run, source=_for_workers(run.source)))
+        paths = [str(folder.resolve() / PART.format(i)) for i in range(len(files))]
         futures = [remote.remote(shared, i, path) for i, path in enumerate(paths)]
         for i, (n_rows, n_tokens, part, sha) in enumerate(_results(ray, futures, files)):
             rows += n_rows
@@ -208,7 +218,7 @@ def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
     remote = _task(ray, _count_file)
 
     def count(source: LogSource, roles: Roles) -> TokenCounts:
-        log = parquet_log(source)
+        log = _for_workers(source)
         shared = ray.put(log)
         futures = [remote.remote(shared, roles, i, batch_rows) for i in range(len(log.files))]
         parts = list(_results(ray, futures, log.files))

@@ -18,6 +18,10 @@ import statistics
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from advcli.io.writers import ROW_GROUP_ROWS
 from bench.__main__ import measured
 from bench.generate import generate
 
@@ -25,6 +29,17 @@ METHODS = {
     "grpo": ["--method", "grpo"],
     "gae (verl)": ["--method", "gae", "--gamma", "0.99", "--convention", "verl"],
 }
+
+
+def own_ids(path: Path, index: int) -> None:
+    """Give file ``index`` rollout and prompt ids of its own (each file is generated alone, its
+    ids from 0; a log may not hold one rollout twice)."""
+    table = pq.read_table(path)
+    rollout = pc.add(table.column("rollout_id"), index * 10**9)
+    prompt = pc.binary_join_element_wise(f"f{index}", table.column("prompt_id"), "-")
+    table = table.set_column(table.schema.get_field_index("rollout_id"), "rollout_id", rollout)
+    table = table.set_column(table.schema.get_field_index("prompt_id"), "prompt_id", prompt)
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS)
 
 
 def main() -> None:
@@ -41,7 +56,9 @@ def main() -> None:
         print(f"generating {log} …", file=sys.stderr)
         log.mkdir(parents=True)
         for i in range(args.files):
-            generate(str(log / f"part-{i:03d}.parquet"), args.tokens / args.files, seed=i)
+            path = log / f"part-{i:03d}.parquet"
+            generate(str(path), args.tokens / args.files, seed=i)
+            own_ids(path, i)
     out = Path(args.workdir) / "ray-out"
     steps = {}
     for name, options in METHODS.items():

@@ -116,9 +116,12 @@ def read_parts(folder: Path) -> pa.Table:
     return ds.dataset(folder, format="parquet").to_table().replace_schema_metadata(None)
 
 
-def advcli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def advcli(
+    *args: str, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "advcli", *args], capture_output=True,
-                          text=True, env=env or ENV, timeout=TIMEOUT, check=False)  # fmt: skip
+                          text=True, env=env or ENV, timeout=TIMEOUT, check=False,
+                          cwd=cwd)  # fmt: skip
 
 
 def test_every_method_is_bit_identical_on_a_cluster(cluster, three_files, tmp_path):
@@ -181,6 +184,23 @@ def test_the_command_through_ray_address(cluster, three_files, tmp_path):
         f"advcli: error: {parts / 'part-00001.parquet'}: its bytes are not the ones written "
         "(sha256). Hint: write it again with advcli annotate --engine ray --force\n"
     )
+
+
+def test_relative_paths_mean_the_same_files_to_the_workers(cluster, three_files):
+    """The workers run in another folder: the driver hands them absolute paths."""
+    here = three_files.parent
+    args = ["--method", "gae", "--convention", "verl", "--ray-address", cluster]
+    proc = advcli("annotate", three_files.name, *args, "--engine", "ray", "--out", "rel-parts",
+                  cwd=here)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    local = advcli("annotate", three_files.name, "--method", "gae", "--convention", "verl",
+                   "--out", "rel.parquet", cwd=here)  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    expected = pq.read_table(here / "rel.parquet").replace_schema_metadata(None)
+    assert read_parts(here / "rel-parts").equals(expected)
+    audit = advcli("audit", three_files.name, "--engine", "ray", "--ray-address", cluster,
+                   "--json", cwd=here)  # fmt: skip
+    assert audit.returncode == 0 and json.loads(audit.stdout)["action_tokens"] == 99
 
 
 def test_audit_counts_tokens_on_the_cluster(cluster, three_files):
