@@ -294,3 +294,10 @@ def test_parquet_in_object_storage_on_the_cluster(cluster, s3, tmp_path):
                   "--out", str(parts), env={**env, **ENV_HOME})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert read_parts(parts).equals(pq.read_table(local).replace_schema_metadata(None))
+
+
+def test_an_unknown_engine_is_one_line(tmp_path):
+    proc = run("annotate", str(SAMPLE / "rollouts.parquet"), "--method", "grpo", "--engine",
+               "spark", "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 2 and not (tmp_path / "o.parquet").exists()
+    assert proc.stderr.decode() == "advcli: error: --engine 'spark': expected one of local, ray\n"

@@ -20,7 +20,6 @@ from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
@@ -224,11 +223,8 @@ def components(
     last = found.rows.last_segment_row()
     out = {}
     for name in names:
-        try:
-            x = table.column(name).cast(pa.float64()).to_numpy().astype(np.float64)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            msg = f"{found.files}: column '{name}' holds no numbers (named as a reward column)"
-            raise DataError(msg) from None
+        where = f"{found.files}: column '{name}' (named as a reward column)"
+        x = _floats(table.column(name), where, "name the reward columns with --reward-columns")
         out[name] = histogram(x[last], bins)
     return out
 
@@ -253,6 +249,19 @@ def group_table(
         "kind": kinds[listed].tolist(),
     }
     return {"total": len(kinds), "listed": len(listed), "columns": table}
+
+
+LOGGED_HINT = "report a log annotated by advcli, or give --method"
+
+
+def _floats(values: pa.Array | pa.ChunkedArray, where: str, hint: str) -> np.ndarray:
+    """``values`` as float64 (nulls: NaN), or one line saying ``where`` holds no numbers."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    try:
+        return np.asarray(values.cast(pa.float64()).to_numpy(zero_copy_only=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise DataError(f"{where} holds no numbers. Hint: {hint}") from None
 
 
 def _short(key: object, chars: int = KEY_CHARS) -> str:
@@ -343,7 +352,10 @@ class _Walk:
         assert name is not None
         column = table.column(name)
         if not pa.types.is_list(column.type) and not pa.types.is_large_list(column.type):
-            msg = f"{self.log.files}: column '{name}' is not a list of numbers, one per token"
+            msg = (
+                f"{self.log.files}: column '{name}' is not a list of numbers, one per token. "
+                f"Hint: {LOGGED_HINT}"
+            )
             raise DataError(msg)
         flat, offs = flat_list(column.fill_null([]) if column.null_count else column)
         bad = lengths(offs) != lengths(offsets)
@@ -351,11 +363,10 @@ class _Walk:
             row = int(np.flatnonzero(bad)[0])
             msg = (
                 f"{self.log.sources.at(row0 + row, name)}: {lengths(offs)[row]} advantages but "
-                f"{lengths(offsets)[row]} tokens. Hint: report a log annotated by advcli, or "
-                "give --method"
+                f"{lengths(offsets)[row]} tokens. Hint: {LOGGED_HINT}"
             )
             raise DataError(msg)
-        return pc.fill_null(flat.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+        return _floats(flat, f"{self.log.files}: column '{name}'", LOGGED_HINT)
 
     def _add(
         self, row0: int, table: pa.Table, tok: Any, ids: np.ndarray, adv: np.ndarray | None
@@ -408,12 +419,10 @@ class _Walk:
         if self.run is not None:
             self.row_advantage = self.run.plan.columns["advantage"]
         elif self.logged_column is not None:
-            column = self.log.source.columns([self.logged_column]).column(self.logged_column)
-            try:
-                self.row_advantage = column.cast(pa.float64()).to_numpy().astype(np.float64)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                msg = f"{self.log.files}: column '{self.logged_column}' holds no numbers"
-                raise DataError(msg) from None
+            name = self.logged_column
+            column = self.log.source.columns([name]).column(name)
+            where = f"{self.log.files}: column '{name}'"
+            self.row_advantage = _floats(column, where, LOGGED_HINT)
         if self.row_advantage is not None:
             adv = self.row_advantage
             last = rows.last_segment_row()

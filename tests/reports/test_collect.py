@@ -230,3 +230,21 @@ def test_every_preset(tmp_path, case):
     rollouts = [r for group in data["details"].values() for r in group]
     assert len(rollouts) == audit["rollouts"]  # small: every group in detail
     assert all(("tokens" in r) == has_tokens for r in rollouts)
+
+
+@pytest.mark.parametrize(
+    ("advantages", "problem"),
+    [
+        (0.5, "column 'advantages' is not a list of numbers, one per token"),
+        (["a"] * 5, "column 'advantages' holds no numbers"),
+    ],
+)
+def test_an_advantages_column_that_is_not_numbers_per_token(tmp_path, advantages, problem):
+    rows = [rollout("a", 1.0, advantages=advantages), rollout("a", 0.0, advantages=advantages)]
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("report", log, "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 1 and not (tmp_path / "r.html").exists()
+    assert proc.stderr.decode() == (
+        f"advcli: error: {log}: {problem}. "
+        "Hint: report a log annotated by advcli, or give --method\n"
+    )
