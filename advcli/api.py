@@ -157,9 +157,8 @@ def annotate(
     _check_engine(engine, preset)
     if engine == "ray":
         return _annotate_on_ray(paths, out, p, col=col, fmt=fmt, force=force, critic=critic,
-                                preset=preset, preset_options=preset_options, address=ray_address,
-                                stage=stage, progress=progress, batch_rows=batch_rows,
-                                started=started)  # fmt: skip
+                                address=ray_address, stage=stage, progress=progress,
+                                batch_rows=batch_rows, started=started)  # fmt: skip
     fmt = output_format(out, fmt)
     check_output(out, input_files(paths, preset), force=force)
     if critic is not None and not methods.get(method).reads_values:
@@ -202,8 +201,6 @@ def _annotate_on_ray(
     fmt: str | None,
     force: bool,
     critic: CriticOptions | None,
-    preset: str | None,
-    preset_options: PresetOptions | None,
     address: str | None,
     stage: Stage,
     progress: Progress | None,
@@ -218,8 +215,8 @@ def _annotate_on_ray(
     if critic is not None:
         msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
         raise UsageError(msg)
-    check_output_folder(out, input_files(paths, preset), force=force)
-    log = open_log(paths, col, preset=preset, options=preset_options)
+    check_output_folder(out, expand_inputs(paths), force=force)
+    log = open_log(paths, col)  # --from is refused before (_check_engine)
     on_ray.parquet_log(log.source)  # not Parquet: one line saying why
     ray = on_ray.connect(address)
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows,
