@@ -98,10 +98,18 @@ def grpo(
     ``batch_std`` and ``batch_mean`` (one per rollout: the std and mean of all rewards of its
     batch) are required for ``scale="batch"`` and ``baseline="batch"``; ``baseline="none"``
     subtracts nothing.
+
+    A zero-variance group gets 0 where the baseline is its own (``group``, ``leave-one-out``):
+    against a batch baseline, or none, its rollouts keep R - baseline (AReaL's batch-level
+    mean). The singleton rule applies where the group is used at all (its baseline or its
+    scale): 0, or with ``singleton="raw"`` a group mean of 0 and std of 1, as verl.
+    Rewards [1, 1, 3, 0] in groups a a b b, batch baseline (mean 1.25), no scale:
+    A = [-0.25, -0.25, 1.75, -1.25].
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     raw = singleton == "raw"
-    single = stats.singleton[codes]
+    relative = baseline in ("group", "leave-one-out")
+    single = stats.singleton[codes] & (relative or scale in ("group", "leave-one-out"))
     loo_mean, loo_std = leave_one_out(rewards, codes, stats)
     base = {
         "group": lambda: stats.mean[codes],
@@ -109,7 +117,7 @@ def grpo(
         "batch": lambda: np.asarray(batch_mean, dtype=np.float64),
         "none": lambda: np.zeros(len(rewards)),
     }[baseline]()
-    centred = rewards - np.where(single & raw, 0.0, base)
+    centred = rewards - np.where(single & raw & relative, 0.0, base)
     if scale == "none":
         adv = centred
     elif scale == "leave-one-out":
@@ -123,7 +131,9 @@ def grpo(
             std = np.where(single & raw, 1.0, std)
         with np.errstate(invalid="ignore", divide="ignore"):  # a zero std with eps 0
             adv = centred / _denominator(std, eps, eps_placement)
-    return _apply_flags(adv, codes, stats, raw)
+    if relative:
+        adv = np.where(stats.zero_variance[codes], 0.0, adv)
+    return adv if raw else np.where(single, 0.0, adv)
 
 
 LOO_PAIRS = 1 << 23  # (rollout, other member) pairs held at once by leave_one_out

@@ -139,6 +139,14 @@ class Method(ABC, Generic[PlanT]):
             extra.add("input_ids")
         return set(self.roles) | extra
 
+    def reading_tokens(self, p: Params) -> str:
+        """What, in a run with ``p``, reads the token ids (for a message): the method, or the
+        options that add a sum over its tokens."""
+        if "input_ids" in self.roles:
+            return self.name
+        flags = [flag for flag, on in (("--kl-coef", p.kl_coef), ("--opd-coef", p.opd_coef)) if on]
+        return f"{self.name} with {' and '.join(flags)}" if flags else self.name
+
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         """:meth:`apply`, then the distillation term of ``--opd-coef``."""
         columns = self.apply(plan, tokens, row0, p)

@@ -147,6 +147,11 @@ class Gdpo(OutcomeMethod):
     def row_sums(self, p: Params) -> tuple[str, ...]:
         return ("actions",) if aggregation(p) == "verl" else ()
 
+    def reading_tokens(self, p: Params) -> str:
+        if aggregation(p) == "verl":
+            return "gdpo with --aggregation verl (it whitens over the action tokens)"
+        return super().reading_tokens(p)
+
     def rewards(self, rows: Rows, p: Params) -> np.ndarray:
         """Unused: GDPO reads its reward columns."""
         return np.zeros(rows.n_rollouts)

@@ -339,6 +339,9 @@ class DrGrpo(Grpo):
 
 
 class Opo(GroupBaseline):
+    """OPO: A_i = R_i − Σ_j |o_j|·R_j / Σ_j |o_j| over the group, |o_j| its action tokens
+    (:func:`advcli.core.group.opo`)."""
+
     name = "opo"
     summary = (
         "R − Σ|o_j|·R_j / Σ|o_j| over the group, |o| the action tokens (verl "
@@ -358,6 +361,9 @@ class Opo(GroupBaseline):
 
 
 class GrpoPassk(GroupBaseline):
+    """Pass@k GRPO: the best rollout gets (R_max − R_second) / (std_g + eps), the rest 0
+    (:func:`advcli.core.group.grpo_passk`)."""
+
     name = "grpo-passk"
     summary = (
         "the group's best rollout: (R_max − R_second) / (std_g + eps), every other 0; ties: the "
@@ -380,6 +386,9 @@ class GrpoPassk(GroupBaseline):
 
 
 class Gpg(GroupBaseline):
+    """GPG: A_i = α·(R_i − mean_g) / f_norm, α = B / max(1, nonzero rewards in the batch)
+    (:func:`advcli.core.group.gpg`)."""
+
     name = "gpg"
     summary = (
         "α·(R − mean_g) / f_norm, α = B / max(1, nonzero rewards in the batch of B rollouts) "
@@ -397,6 +406,10 @@ class Gpg(GroupBaseline):
 
 
 class MaxRL(GroupBaseline):
+    """MaxRL: A_i = (R_i − mean_g) / mean_g, 0 where mean_g ≤ 0 (:func:`advcli.core.group.maxrl`).
+    A singleton gets 0 whatever ``--singleton`` keeps: its own mean gives R − R = 0, and
+    ``raw``'s mean of 0 is ≤ 0."""
+
     name = "maxrl"
     summary = "(R − mean_g) / mean_g, 0 where mean_g ≤ 0 (prime-rl `max_rl`)"
     parameters = (SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
@@ -465,6 +478,8 @@ class BatchMean(BatchBaseline):
 
 
 class Sppo(BatchBaseline):
+    """SPPO: A_i = R_i − (1/β)·log mean_batch exp(β·R) (:func:`advcli.core.group.soft_mean`)."""
+
     name = "sppo"
     summary = "R − (1/β)·log mean exp(β·R) over the batch (verl-recipe `sppo`, `--beta`, default 1)"
     parameters = (BETA, BATCH_SIZE, PARTIAL, ZERO_VARIANCE, ZERO_VARIANCE_TOL)

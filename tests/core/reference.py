@@ -69,29 +69,37 @@ def grpo(
     tol=1e-9,
     batch_labels=None,
 ):
-    """GRPO per rollout. Zero-variance groups -> 0; singletons -> 0 or (raw) mean 0, std 1.
+    """GRPO per rollout. Zero-variance groups -> 0 (under a baseline of the group's own);
+    singletons, where the group is used (baseline or scale) -> 0 or (raw) mean 0, std 1.
     Leave-one-out: the others' mean, and their std (ddof 1; none, so no division, with fewer
-    than two others or when it is 0)."""
+    than two others or when it is 0). Batch baseline: the batch's mean; none: 0."""
     rewards = [float(r) for r in rewards]
     out = [0.0] * len(rewards)
-    batch_std = {}
-    if scale == "batch":
-        for b, idx in _members(batch_labels).items():
-            batch_std[b] = _std([rewards[i] for i in idx], ddof)
+    relative = baseline in ("group", "leave-one-out")
+    grouped = relative or scale in ("group", "leave-one-out")
+    batch_std, batch_mean = {}, {}
+    for b, idx in _members(batch_labels).items() if batch_labels is not None else ():
+        batch_std[b] = _std([rewards[i] for i in idx], ddof)
+        batch_mean[b] = _mean([rewards[i] for i in idx])
     for idx in _members(labels).values():
         xs = [rewards[i] for i in idx]
         n = len(xs)
-        if n >= 2 and max(xs) - min(xs) <= tol:
+        if relative and n >= 2 and max(xs) - min(xs) <= tol:
             continue  # zero-variance: exactly 0
-        if n == 1 and singleton != "raw":
+        if grouped and n == 1 and singleton != "raw":
             continue  # singleton: 0
-        if n == 1:
+        if grouped and n == 1:
             mean, std = 0.0, 1.0
         else:
             mean, std = _mean(xs), _std(xs, ddof)
         for i in idx:
             others = [rewards[j] for j in idx if j != i]
-            base = _mean(others) if baseline == "leave-one-out" and others else mean
+            base = {
+                "group": mean,
+                "leave-one-out": _mean(others) if others else mean,
+                "batch": batch_mean.get(batch_labels[i]) if batch_labels is not None else None,
+                "none": 0.0,
+            }[baseline]
             if scale == "none":
                 out[i] = rewards[i] - base
                 continue

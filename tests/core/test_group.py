@@ -31,10 +31,10 @@ def _grpo(
     codes = np.zeros(len(rewards), dtype=np.int64) if codes is None else np.asarray(codes)
     n_groups = int(codes.max()) + 1 if len(codes) else 0
     stats = G.group_stats(rewards, codes, n_groups, ddof=ddof, tol=tol)
-    bstd = None
-    if scale == "batch":
+    bmean = bstd = None
+    if scale == "batch" or baseline == "batch":
         batch_codes = np.asarray(batch_codes)
-        bstd = G.batch_mean_std(rewards, batch_codes, int(batch_codes.max()) + 1, ddof=ddof)[1]
+        bmean, bstd = G.batch_mean_std(rewards, batch_codes, int(batch_codes.max()) + 1, ddof=ddof)
     return G.grpo(
         rewards,
         codes,
@@ -44,6 +44,7 @@ def _grpo(
         baseline=baseline,
         scale=scale,
         batch_std=bstd,
+        batch_mean=bmean,
         singleton=singleton,
     )
 
@@ -215,7 +216,7 @@ grpo_options = st.fixed_dictionaries(
         "ddof": st.sampled_from([0, 1]),
         "eps": st.sampled_from([1e-6, 1e-4, 1e-9, 0.0]),
         "eps_placement": st.sampled_from(["add", "max"]),
-        "baseline": st.sampled_from(["group", "leave-one-out"]),
+        "baseline": st.sampled_from(["group", "leave-one-out", "batch", "none"]),
         "scale": st.sampled_from(["group", "batch", "none", "leave-one-out"]),
         "singleton": st.sampled_from(["zero", "raw"]),
     }
@@ -230,11 +231,16 @@ def _assert_close(actual, expected):
 @given(grouped(), grpo_options, st.data())
 def test_grpo_matches_reference(data, opts, extra):
     rewards, codes = data
-    if opts["eps"] == 0.0 and (opts["eps_placement"] == "add" or opts["scale"] == "batch"):
-        opts["eps"] = 1e-6  # a zero std (a batch of equal rewards) would divide by zero
+    own_baseline = opts["baseline"] in ("group", "leave-one-out")
+    if opts["eps"] == 0.0 and (
+        opts["eps_placement"] == "add"
+        or opts["scale"] == "batch"
+        or (opts["scale"] == "group" and not own_baseline)
+    ):
+        opts["eps"] = 1e-6  # a zero std (equal rewards not zeroed) would divide by zero
     n = len(rewards)
     batch_codes = None
-    if opts["scale"] == "batch":
+    if opts["scale"] == "batch" or opts["baseline"] == "batch":
         batch_codes = np.array(extra.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
         batch_codes = np.unique(batch_codes, return_inverse=True)[1].astype(np.int64)
         sizes = np.bincount(batch_codes)
@@ -294,6 +300,8 @@ def test_groups_together_equal_groups_apart(data, opts):
     rewards, codes = data
     if opts["scale"] == "batch":
         opts["scale"] = "group"  # batch scale couples groups by design
+    if opts["baseline"] == "batch":
+        opts["baseline"] = "group"  # so does a batch baseline
     together = _grpo(rewards, codes, **opts)
     together_rloo = _rloo(rewards, codes, singleton=opts["singleton"])
     for g in range(int(codes.max()) + 1):
@@ -313,6 +321,8 @@ def test_zero_variance_groups_are_exactly_zero(sizes, value, opts):
     rewards = np.full(len(codes), value)
     if opts["scale"] == "batch":
         opts["scale"] = "group"
+    if opts["baseline"] in ("batch", "none"):
+        opts["baseline"] = "group"  # equal rewards are zeroed under the group's own baseline
     adv = _grpo(rewards, codes, **opts)
     single = np.array(sizes)[codes] == 1
     assert (adv[~single] == 0.0).all()

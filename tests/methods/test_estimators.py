@@ -122,6 +122,15 @@ def test_grpo_baseline_batch_and_none():
     t = log([1, 0, 3, 1], "aabb")
     close(per_row(t, "grpo", baseline="batch", scale="none")[0], [-0.25, -1.25, 1.75, -0.25])
     close(per_row(t, "grpo", baseline="none", scale="none")[0], [1, 0, 3, 1])
+    # a group of equal rewards keeps R - baseline where the baseline is not its own
+    t = log([1, 1, 3, 0], "aabb")
+    close(per_row(t, "grpo", baseline="batch", scale="none")[0], [-0.25, -0.25, 1.75, -1.25])
+    close(per_row(t, "grpo", baseline="none", scale="none")[0], [1, 1, 3, 0])
+    close(per_row(t, "grpo")[0], [0, 0, 1, -1])  # its own baseline: 0 (seed: std ddof 0)
+    # a singleton against the batch: R - batch mean, whatever --singleton says
+    t = log([1, 0, 2], "aab")
+    close(per_row(t, "grpo", baseline="batch", scale="none", singleton="raw")[0], [0, -1, 1])
+    close(per_row(t, "grpo", baseline="batch", scale="none")[0], [0, -1, 1])
 
 
 def test_remax_by_hand():
@@ -457,3 +466,61 @@ def test_a_reward_column_of_text_is_refused():
     t = log([1.0, 0.0], "aa", acc=["yes", "no"])
     with pytest.raises(SchemaError, match="column 'acc' is string, not numbers"):
         per_row(t, "gdpo", reward_columns="acc")
+
+
+def verl_091_reinforce_pp(rewards, masks, gamma):
+    """verl 0.9.1's ``compute_reinforce_plus_plus_outcome_advantage``, transcribed to a float64
+    loop: the outcome reward on the last action token; a mask-0 token leaves the running
+    return as it is (no discount, no reset); then ``masked_whiten`` (unbiased variance, 1e-8)."""
+    returns = []
+    for reward, mask in zip(rewards, masks, strict=True):
+        mask = np.asarray(mask, dtype=np.float64)
+        r = np.zeros(len(mask))
+        r[np.flatnonzero(mask)[-1]] = reward
+        out, running = np.zeros(len(mask)), 0.0
+        for t in reversed(range(len(mask))):
+            new = r[t] + gamma * running
+            out[t] = new * mask[t]
+            running = new * mask[t] + running * (1 - mask[t])
+        returns.append(out)
+    flat = np.concatenate(returns)
+    on = np.concatenate(masks).astype(bool)
+    mean, var = flat[on].mean(), flat[on].var(ddof=1)
+    return [np.where(np.asarray(m, bool), (x - mean) / np.sqrt(var + 1e-8), 0.0)
+            for x, m in zip(returns, masks, strict=True)]  # fmt: skip
+
+
+def test_reinforce_pp_verl_carries_the_return_through_observations_as_verl_091():
+    """Observation tokens inside the response (mask 0): verl 0.9.1 neither discounts across them
+    nor resets there (older verl reset the return, giving the tokens before them 0)."""
+    masks = [[0, 1, 0, 0, 1, 1], [0, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1, 0, 0, 1]]
+    rewards = [1.0, 0.0, 2.0]
+    out = advcli.annotate_table(log(rewards, "abc", masks), method="reinforce-pp",
+                                convention="verl", gamma=0.5)  # fmt: skip
+    for mine, theirs in zip(tokens(out), verl_091_reinforce_pp(rewards, masks, 0.5), strict=True):
+        close(mine, theirs)
+    # by hand, before whitening: mask [1, 0, 0, 1], gamma 0.5, R = 1 -> returns [0.5, 0, 0, 1]
+    first = verl_091_reinforce_pp([1.0], [[1, 0, 0, 1]], 0.5)
+    close(first[0][[0, 3]], (np.array([0.5, 1.0]) - 0.75) / np.sqrt(0.125 + 1e-8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(grouped(), st.data(), st.sampled_from([0.5, 1.0, 2.0]))
+def test_opd_and_the_distillation_term_match_a_loop(data, extra, coef):
+    """opd: teacher − student on each action token, 0 elsewhere; --opd-coef c on grpo:
+    A_t − c·(student − teacher) on each action token (float64 loops)."""
+    rs, groups, masks = data
+    logp = st.floats(-20, 0, allow_nan=False, width=32)
+    student = [extra.draw(st.lists(logp, min_size=len(m), max_size=len(m))) for m in masks]
+    teacher = [extra.draw(st.lists(logp, min_size=len(m), max_size=len(m))) for m in masks]
+    as_list = pa.list_(pa.float32())
+    t = log(rs, groups, masks, logprobs=pa.array(student, as_list),
+            teacher_logprobs=pa.array(teacher, as_list))  # fmt: skip
+    opd = tokens(advcli.annotate_table(t, method="opd"))
+    grpo = ref.grpo(rs, groups)
+    mixed = tokens(advcli.annotate_table(t, method="grpo", opd_coef=coef))
+    for i, m in enumerate(masks):
+        s, te = np.float64(np.float32(student[i])), np.float64(np.float32(teacher[i]))
+        on = np.asarray(m, bool)
+        close(opd[i], np.where(on, te - s, 0.0))
+        close(mixed[i], np.where(on, grpo[i] - coef * (s - te), 0.0))
