@@ -35,7 +35,7 @@ test-min:
 	$(MIN_VENV)/bin/python -m tools.floors > $(MIN_VENV)/floors.txt
 	$(MIN_VENV)/bin/python -m pip install -q -r $(MIN_VENV)/floors.txt
 	$(MIN_VENV)/bin/python -m pip install -q --no-deps -e .
-	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -i -E '^(typer|polars|pyarrow|numpy|rich|orjson|zstandard|onnx|onnxruntime)=='
+	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -i -E '^(typer|polars|pyarrow|numpy|rich|orjson|zstandard|onnx|onnxruntime|bokeh|ray|moto)=='
 	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider
 
 docs: $(BIN)/advcli

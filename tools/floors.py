@@ -1,8 +1,9 @@
 """The declared floors as exact pins, for ``make test-min``: ``python -m tools.floors``.
 
 Prints ``package==floor`` for every runtime dependency of ``pyproject.toml``, for the extras
-(zstd, onnx, report, ray) and for what the suite needs from ``dev`` (pytest, hypothesis; not the
-linters), so the suite runs on the oldest versions advcli says it supports.
+(zstd, onnx, report, ray) and for what the suite needs from ``dev`` (pytest, hypothesis, onnx,
+moto's S3 server; not the linters), so the suite runs on the oldest versions advcli says it
+supports.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("zstd", "onnx", "report", "ray")
-TEST_TOOLS = ("pytest", "hypothesis", "onnx")  # from the dev extra
+TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto")  # from the dev extra
 
 
 def pins() -> list[str]:
@@ -26,7 +30,7 @@ def pins() -> list[str]:
     wanted += [r for r in extras["dev"] if re.match(r"[A-Za-z0-9_.-]+", r)[0] in TEST_TOOLS]
     out = []
     for requirement in wanted:
-        match = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9.]*)", requirement)
+        match = re.match(r"^\s*([A-Za-z0-9_.-]+(?:\[[^\]]*\])?)\s*>=\s*([0-9][0-9.]*)", requirement)
         if match is None:
             raise SystemExit(f"pyproject.toml: {requirement!r} has no >= floor")
         out.append(f"{match.group(1)}=={match.group(2)}")

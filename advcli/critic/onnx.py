@@ -28,8 +28,10 @@ onnxruntime is imported only when a critic is loaded, so the rest of advcli work
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,7 +39,7 @@ import numpy as np
 
 from advcli import versions
 from advcli.critic import batching
-from advcli.errors import DataError, UsageError
+from advcli.errors import DataError, DependencyError, UsageError
 from advcli.io.checksum import file_sha256
 
 # Measured with ``python -m bench.critic_bench --rows 600 --repeat 5`` (2 shared vCPUs,
@@ -71,18 +73,20 @@ _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(double)")
 
 
 def _import_ort() -> Any:
+    # The installed version first: an onnxruntime too old for this numpy fails on import.
+    for package, extra in (("onnxruntime-gpu", "gpu"), ("onnxruntime", "onnx")):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions.check_optional(package, metadata.version(package), extra)
     try:
         import onnxruntime
-    except ImportError:
-        raise UsageError(
-            "ONNX Runtime is not installed: "
-            "pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
-        ) from None
-    version = getattr(onnxruntime, "__version__", "0")
-    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
-        versions.check_optional("onnxruntime-gpu", version, "gpu")
-    else:
-        versions.check_optional("onnxruntime", version, "onnx")
+    except ImportError as exc:
+        if importlib.util.find_spec("onnxruntime") is None:
+            raise UsageError(
+                "ONNX Runtime is not installed: "
+                "pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
+            ) from None
+        msg = f"ONNX Runtime is installed but cannot be imported ({_first_line(exc)})"
+        raise DependencyError(f"{msg}. Hint: pip install -U 'advcli[onnx]'") from None
     return onnxruntime
 
 

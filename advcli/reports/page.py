@@ -13,9 +13,9 @@ import json
 from importlib import resources
 from typing import Any
 
+from advcli import versions
 from advcli.errors import DependencyError
 
-BOKEH_FLOOR = (3, 4)
 CHART_HEIGHT = 230
 BLUE, ORANGE, GREY = "#3b6fb6", "#d9822b", "#8a8f98"
 
@@ -27,13 +27,7 @@ def bokeh() -> Any:
     except ImportError:
         msg = "advcli report draws its charts with Bokeh. Hint: pip install 'advcli[report]'"
         raise DependencyError(msg) from None
-    version = tuple(int(p) for p in module.__version__.split(".")[:2] if p.isdigit())
-    if version < BOKEH_FLOOR:
-        msg = (
-            f"advcli report needs bokeh >= {'.'.join(map(str, BOKEH_FLOOR))}; this environment "
-            f"has bokeh {module.__version__}. Hint: pip install 'advcli[report]'"
-        )
-        raise DependencyError(msg)
+    versions.check_optional("bokeh", module.__version__, "report")
     return module
 
 
