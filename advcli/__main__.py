@@ -1,9 +1,10 @@
 """The ``advcli`` command and ``python -m advcli``.
 
-Ctrl-C while the command line's modules load (polars, pyarrow: a second or so) is an
-interrupt like any other, not a traceback: the import happens inside :func:`main`. A SIGINT
-the parent ignores stays ignored. A dependency older than advcli needs is one line, found
-before any of them is imported.
+Ctrl-C while the command line's modules load (polars, pyarrow, orjson: a second or so) is an
+interrupt like any other, not a traceback nor a crash: it is held until they are loaded (an
+interrupt raised inside a native module's initialisation can crash the process), then the run
+ends with ``advcli: interrupted``. A SIGINT the parent ignores stays ignored. A dependency
+older than advcli needs is one line, found before any of them is imported.
 """
 
 from __future__ import annotations
@@ -13,25 +14,38 @@ import signal
 import sys
 
 
+def _interrupted() -> None:
+    sys.stderr.write("advcli: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)  # as advcli.cli does: sys.exit here would end in SIGINT, not 130
+
+
 def main() -> None:
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and hasattr(signal, "pthread_sigmask"):
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored and hasattr(signal, "pthread_sigmask"):
         # The parent (nohup, a background job) means SIGINT to be ignored. polars installs a
         # native SIGINT handler of its own, which would still stop the run: blocking the
         # signal before any thread exists keeps it from every thread.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    from advcli import versions
-    from advcli.errors import DependencyError
-
+    held: list[int] = []
+    if not ignored:
+        signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
-        versions.check()
-        from advcli.cli import main as run
-    except DependencyError as exc:
-        sys.stderr.write(f"advcli: error: {exc}\n")
-        sys.exit(exc.exit_code)
+        from advcli import versions
+        from advcli.errors import DependencyError
+
+        try:
+            versions.check()
+            from advcli.cli import main as run
+        except DependencyError as exc:
+            sys.stderr.write(f"advcli: error: {exc}\n")
+            sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        sys.stderr.write("advcli: interrupted\n")
-        sys.stderr.flush()
-        os._exit(130)  # as advcli.cli does: sys.exit here would end in SIGINT, not 130
+        _interrupted()
+    if not ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if held:
+            _interrupted()
     run()
 
 

@@ -289,10 +289,13 @@ def test_an_output_that_cannot_go_there_is_a_usage_error(small_log, tmp_path):
     folder = tmp_path / "out.parquet"
     folder.mkdir()
     (tmp_path / "o.jsonl.meta.json").write_text("{}")
+    (tmp_path / "d.jsonl").write_text("old data\n")
+    (tmp_path / "d.jsonl.meta.json").mkdir()  # its metadata's place taken by a folder
     cases = [
         (["--out", str(tmp_path / "file" / "o.parquet")], "is a file, not a folder"),
         (["--out", str(folder), "--force"], "a folder, not a file"),
         (["--out", str(tmp_path / "o.jsonl")], "o.jsonl.meta.json: already exists"),
+        (["--out", str(tmp_path / "d.jsonl"), "--force"], "d.jsonl.meta.json: a folder, not"),
     ]
     if sys.platform.startswith("linux"):
         cases.append((["--out", "/proc/advcli-test.parquet"], "could not write the output"))
@@ -301,9 +304,10 @@ def test_an_output_that_cannot_go_there_is_a_usage_error(small_log, tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert needle in one_line(proc)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "file", "log.jsonl", "o.jsonl.meta.json", "out.parquet"
+        "d.jsonl", "d.jsonl.meta.json", "file", "log.jsonl", "o.jsonl.meta.json", "out.parquet"
     ]  # fmt: skip
     assert list(folder.iterdir()) == []
+    assert (tmp_path / "d.jsonl").read_text() == "old data\n"  # the old output untouched
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
@@ -687,6 +691,25 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, command, when):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.parquet"]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="watches /proc")
+@pytest.mark.parametrize("library", ["orjson", "polars", "pyarrow"])
+def test_ctrl_c_while_a_native_module_loads_is_held_until_it_has(tmp_path, library):
+    """An interrupt raised inside a native module's initialisation could crash the process
+    (orjson's did: SIGSEGV, nothing said); it is held until the modules are loaded."""
+    import signal
+    import time
+
+    log = _big_log(tmp_path)
+    for _ in range(3):
+        proc = _start("schema", log)
+        maps = Path(f"/proc/{proc.pid}/maps")
+        while proc.poll() is None and library not in maps.read_text():
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate()
+        assert (proc.returncode, err) == (130, b"advcli: interrupted\n")
+
+
 def test_ctrl_c_is_ignored_when_the_parent_ignores_it(tmp_path):
     import signal
 
@@ -721,6 +744,44 @@ def test_usage_errors_are_one_line_and_exit_2(small_log, args, needle):
     assert proc.returncode == 2
     line = one_line(proc)
     assert line.startswith("advcli: error: ") and needle in line, line
+
+
+@pytest.mark.parametrize("value", [{}, [1], True, 1.5])
+def test_an_id_that_is_not_a_string_or_an_integer_is_refused(tmp_path, value):
+    rows = [rollout("p", 1.0), dict(rollout("p", 0.0), prompt_id=value)]
+    rows.append(dict(rollout("q", 0.0), meta={"prompt_id": {}}))  # not the row's own: fine
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("audit", log)
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {log}: line 2, column 'prompt_id': an id is a string or an integer, "
+        f"saw {json.dumps(value, separators=(',', ':'))}. Hint: write the id as a string"
+    )
+
+
+def test_a_value_of_another_kind_on_a_later_line_names_line_and_column(tmp_path):
+    rows = [rollout("p", 1.0), dict(rollout("p", 0.0), segment_index={})]
+    rows[0]["segment_index"] = 0
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {log}: line 2, column 'segment_index': expected a number (as on line "
+        "1), saw {}. Hint: every line must use the same types"
+    )
+
+
+def test_broken_roles_in_an_annotated_logs_metadata_are_the_datas_fault(tmp_path):
+    log = write_jsonl(tmp_path / "log.jsonl", [rollout(f"p{i % 2}", i % 3) for i in range(6)])
+    out = tmp_path / "a.jsonl"
+    assert run("annotate", log, "--method", "grpo", "--out", str(out)).returncode == 0
+    meta = Path(f"{out}.meta.json")
+    record = json.loads(meta.read_text())
+    record["roles"] = {"nosuchrole": "reward"}
+    meta.write_text(json.dumps(record))
+    proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
+    assert proc.returncode == 1
+    assert one_line(proc).startswith(f"advcli: error: {meta}: its 'roles' are not roles advcli")
 
 
 def test_json_alone_prints_json_on_stdout_and_nothing_on_stderr(tmp_path):

@@ -274,6 +274,27 @@ def refuse_duplicate_keys(
                     raise DataError(msg)
 
 
+def refuse_non_scalar_ids(path: str, chunk: bytes, first_line: int, keys: Iterable[str]) -> None:
+    """Refuse a line of ``chunk`` whose id ``keys`` (prompt and rollout ids, read as text) hold
+    an object, a list, a boolean or a fraction: polars would write it as its JSON text. RE2 finds
+    the candidates in one scan; each line that has one is parsed to look at its top level."""
+    text = pa.array([chunk], pa.large_binary())
+    for key in keys:
+        quoted = "".join(c if c.isalnum() else f"\\x{ord(c):02x}" for c in json.dumps(key))
+        pattern = quoted + r"\s*:\s*(?:[\[{]|true|false|-?[0-9]+[.eE])"
+        if not key.isascii() or not pc.count_substring_regex(text, pattern)[0].as_py():
+            continue
+        for number, line in enumerate(chunk.splitlines(), start=first_line):
+            value = orjson.loads(line).get(key) if json.dumps(key).encode() in line else None
+            if isinstance(value, (dict, list, bool, float)):
+                shown = orjson.dumps(value).decode()[:60]
+                msg = (
+                    f"{where(path, number, key, line=True)}: an id is a string or an integer, "
+                    f"saw {shown}. Hint: write the id as a string"
+                )
+                raise DataError(msg)
+
+
 def _occurrences(chunk: bytes, text: pa.Array, needle: bytes) -> int:
     """How often ``needle`` occurs in ``chunk`` (``text``: the same, as one binary value).
     RE2, through pyarrow, jumps from quote to quote where ``bytes.count`` reads every byte:
@@ -318,11 +339,23 @@ def parse_line(path: str, number: int, line: bytes, *, nan: bool = False) -> dic
 def _diagnose(
     path: str, lines: Iterable[bytes], first_line: int, dtypes: Mapping[str, Any]
 ) -> None:
-    """Find the first line polars could not read with ``dtypes``, and raise a precise error."""
+    """Find the first line polars could not read with ``dtypes`` (or, for the other keys, whose
+    value is of another kind than on the first line that has it), and raise a precise error."""
+    kinds: dict[str, tuple[str, int]] = {}
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         obj = parse_line(path, number, line)
+        for key, value in obj.items():
+            kind = _kind(value)
+            first = kinds.setdefault(key, (kind, number)) if kind else None
+            if first is not None and first[0] != kind and key not in dtypes:
+                shown = orjson.dumps(value).decode()[:60]
+                msg = (
+                    f"{where(path, number, key, line=True)}: expected {first[0]} (as on line "
+                    f"{first[1]}), saw {shown}. Hint: every line must use the same types"
+                )
+                raise DataError(msg)
         for key, dtype in dtypes.items():
             misfit = _misfit(obj.get(key), dtype)
             if misfit is not None:
@@ -334,6 +367,19 @@ def _diagnose(
                     f"{part}, saw {shown}. Hint: every line must use the same types"
                 )
                 raise DataError(msg)
+
+
+def _kind(value: object) -> str | None:
+    """A JSON value's kind, as messages name it (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def _misfit(value: object, dtype: Any, inside: str = "") -> tuple[str, Any, object] | None:
