@@ -20,7 +20,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from advcli import __version__, methods, presets
-from advcli.critic.scorer import CriticOptions, CriticScorer
+from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
 from advcli.engine import (
     BATCH_ROWS,
     Audit,
@@ -37,6 +37,7 @@ from advcli.engine import (
     Stage,
     Summary,
     audit_log,
+    check_engine,
     group_warnings,
     no_stage,
     open_log,
@@ -45,10 +46,11 @@ from advcli.engine import (
 )
 from advcli.errors import DataError, UsageError
 from advcli.io import remote
-from advcli.io.arrow import flat_list, float_list
-from advcli.io.rollouts import extract_rows, extract_tokens, row_columns
+from advcli.io.arrow import flat_list
+from advcli.io.folders import Folder
+from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
-from advcli.io.sources import Sources, TableSource, expand_inputs, prefetch
+from advcli.io.sources import Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
     TableWriter,
@@ -154,7 +156,7 @@ def annotate(
     out = os.fspath(out)
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
-    _check_engine(engine, preset)
+    check_engine(engine, preset)
     if engine == "ray":
         return _annotate_on_ray(paths, out, p, col=col, fmt=fmt, force=force, critic=critic,
                                 address=ray_address, stage=stage, progress=progress,
@@ -189,9 +191,6 @@ def annotate(
     return result
 
 
-ENGINES = ("local", "ray")
-
-
 def _annotate_on_ray(
     paths: list[str],
     out: str,
@@ -216,16 +215,18 @@ def _annotate_on_ray(
         msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
         raise UsageError(msg)
     check_output_folder(out, expand_inputs(paths), force=force)
-    log = open_log(paths, col)  # --from is refused before (_check_engine)
+    log = open_log(paths, col)  # --from is refused before (check_engine)
     on_ray.parquet_log(log.source)  # not Parquet: one line saying why
     ray = on_ray.connect(address)
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows,
                    measure=on_ray.measured_on_ray(ray))  # fmt: skip
     with stage("annotating on Ray"):
-        rows, tokens, summary = on_ray.write_parts(ray, run, out, force=force, progress=progress)
+        parts, rows, tokens, summary = on_ray.write_parts(
+            ray, run, out, force=force, progress=progress
+        )
     result = summary.as_dict(run, rows, tokens)
     result.update(
-        output=out, engine="ray", parts=len(run.sources.files),
+        output=out, engine="ray", parts=parts,
         seconds=round(time.perf_counter() - started, 3), warnings=run.warnings,
     )  # fmt: skip
     return result
@@ -269,7 +270,7 @@ def audit(
     """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
     (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
     the log's reward range); ``engine="ray"`` counts each file's tokens on a Ray cluster."""
-    _check_engine(engine, preset)
+    check_engine(engine, preset)
     log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
     count = None
     if engine == "ray":
@@ -279,14 +280,6 @@ def audit(
         count = on_ray.counted_on_ray(on_ray.connect(ray_address), batch_rows)
     return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows,
                      count=count)  # fmt: skip
-
-
-def _check_engine(engine: str, preset: str | None) -> None:
-    if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    if engine == "ray" and preset is not None:
-        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
-        raise UsageError(msg)
 
 
 def report(
@@ -427,38 +420,32 @@ def score(
     col: list[str] | None = None,
     fmt: str | None = None,
     force: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> dict[str, Any]:
     """``advcli score``: add (or replace) a ``values`` column computed by the critic
-    (``critic``: its options, or the path of the ONNX file)."""
+    (``critic``: its options, or the path of the ONNX file). ``engine="ray"`` scores each work
+    unit on a Ray cluster, on a GPU each where it has GPUs; ``out`` is then a folder of parts."""
     started = time.perf_counter()
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
     paths = _paths(inputs)
+    check_engine(engine, None)
+    if engine == "ray":
+        return _score_on_ray(paths, out, opts, col=col, fmt=fmt, force=force,
+                             address=ray_address, progress=progress, batch_rows=batch_rows,
+                             started=started)  # fmt: skip
     fmt = output_format(out, fmt)
     check_output(out, input_files(paths, None), force=force)
     log = open_log(paths, col)
     source, roles = log.source, log.roles
     log.require({"input_ids"}, what="score")
     scorer = CriticScorer(opts, source.sources, roles)
-    column = roles["values"] or "values"
-
-    def scored() -> Iterator[tuple[pa.Table, int]]:
-        for row0, table in prefetch(source.batches(None, batch_rows)):
-            tok = extract_tokens(table, roles, source.sources, row0, values=False)
-            values = scorer(row0, table, tok)
-            if column in table.column_names:
-                table = table.drop_columns([column])
-            yield table.append_column(column, float_list(values, tok.offsets)), int(tok.offsets[-1])
-
-    metadata = {
-        **scorer.metadata,
-        "advcli_version": __version__,
-        "command": "score",
-        "inputs": source.sources.files,
-    }
-    rows, tokens = _write(out, fmt, metadata, scored(), progress, force=force)
+    batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
+    rows, tokens = _write(out, fmt, _score_metadata(scorer.metadata, source.sources.files),
+                          batches, progress, force=force)  # fmt: skip
     return {
         "rows": rows,
         "tokens": tokens,
@@ -468,6 +455,44 @@ def score(
         "output": out,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _score_metadata(critic: dict[str, Any], files: list[str]) -> dict[str, Any]:
+    return {**critic, "advcli_version": __version__, "command": "score", "inputs": files}
+
+
+def _score_on_ray(
+    paths: list[str],
+    out: str,
+    opts: CriticOptions,
+    *,
+    col: list[str] | None,
+    fmt: str | None,
+    force: bool,
+    address: str | None,
+    progress: Progress | None,
+    batch_rows: int,
+    started: float,
+) -> dict[str, Any]:
+    """``score --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
+    from advcli import on_ray
+
+    if fmt not in (None, "parquet"):
+        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
+    if not Path(opts.path).is_file():
+        raise UsageError(f"{opts.path}: no such critic file")
+    check_output_folder(out, expand_inputs(paths), force=force)
+    log = open_log(paths, col)
+    log.require({"input_ids"}, what="score")
+    job = on_ray.ScoreJob(
+        log=on_ray.parquet_log(log.source), roles=log.roles, critic=opts,
+        column=log.roles["values"] or "values", batch_rows=batch_rows,
+        metadata=_score_metadata({}, log.sources.files),
+    )  # fmt: skip
+    result = on_ray.score_parts(on_ray.connect(address), job, out, force=force,
+                                progress=progress)  # fmt: skip
+    result.update(output=out, engine="ray", seconds=round(time.perf_counter() - started, 3))
+    return result
 
 
 def check(
@@ -575,6 +600,6 @@ def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
     --engine ray``), re-read against its manifest; raises on the first problem."""
     from advcli import on_ray  # imports no Ray
 
-    if (Path(folder) / on_ray.MANIFEST).is_file():
+    if Folder(os.fspath(folder)).kind(on_ray.MANIFEST) == "file":
         return on_ray.verify_parts(os.fspath(folder))
     return verify_shards(folder)

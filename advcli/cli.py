@@ -66,8 +66,10 @@ Engine = Annotated[
     str,
     typer.Option(
         rich_help_panel=_RAY,
-        help="local, or ray: one task per input Parquet file on a Ray cluster (annotate: --out "
-        "is then a folder of parts and a manifest; needs the ray extra).",
+        help="local, or ray: one task per input Parquet file (or row range of a large one) on a "
+        "Ray cluster (annotate, score: --out is then a folder of parts and a manifest; score "
+        "takes a GPU a task where the cluster has GPUs; shard writes the same shards from "
+        "here; needs the ray extra).",
     ),
 ]
 RayAddress = Annotated[
@@ -471,6 +473,8 @@ def score(
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
 ) -> None:
@@ -482,8 +486,9 @@ def score(
     assert opts is not None
     with render.Activity(quiet) as activity, activity.stage("scoring"):
         result = api.score(
-            inputs, out, opts, col=col, fmt=fmt, force=force, progress=activity.progress
-        )
+            inputs, out, opts, col=col, fmt=fmt, force=force, engine=engine,
+            ray_address=ray_address, progress=activity.progress,
+        )  # fmt: skip
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
 
 
@@ -668,6 +673,8 @@ def shard(
     ] = None,
     col: Col = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
     preset: str | None = None,
@@ -700,6 +707,8 @@ def shard(
             preset=preset,
             preset_options=preset_options,
             force=force,
+            engine=engine,
+            ray_address=ray_address,
             stage=activity.stage,
         )
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)

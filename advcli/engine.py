@@ -527,7 +527,7 @@ def plan_run(
     source, roles = log.source, log.roles
     method = methods.get(params.method)
     needs = method.needs(params) - ({"values"} if scorer is not None else set())
-    log.require(needs, what=method.name, without_tokens=methods.without_tokens())
+    log.require(needs, what=method.reading_tokens(params), without_tokens=methods.without_tokens())
     named = method.named_columns(params)
     for name in named:
         if name not in source.schema.names:
@@ -589,8 +589,24 @@ def measured_in_order(
             yield first, future.result()
 
 
-CountTokens = Callable[[LogSource, Roles], "TokenCounts"]
-"""How the tokens of a log are counted (:func:`token_counts` over it, or over its parts)."""
+ENGINES = ("local", "ray")
+
+
+def check_engine(engine: str, preset: str | None) -> None:
+    """``--engine``: one of :data:`ENGINES`; ``ray`` not (yet) with ``--from``."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "ray" and preset is not None:
+        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
+        raise UsageError(msg)
+
+
+class CountTokens(Protocol):
+    """How the tokens of a log are counted (:func:`token_counts` over it, or over its parts)."""
+
+    def __call__(
+        self, source: LogSource, roles: Roles, *, ids: bool = True, within: int | None = None
+    ) -> TokenCounts: ...
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,19 @@
-"""``--engine ray``: the local engine's passes, spread over a Ray cluster one input file a task.
+"""``--engine ray``: the local engine's passes, spread over a Ray cluster one work unit a task.
+
+A work unit is an input Parquet file, or a range of a large file's rows that starts where a row
+group does, rounded down to a whole batch of the local engine (:func:`work_units`), so one huge
+file still spreads and every unit reads the batches a local pass reads.
 
 The driver reads the per-row columns and plans the method exactly as the local engine does
 (:func:`advcli.engine.plan_run`). A token pass (whitening statistics, segment chains, action
-counts) is measured file by file on the cluster, each task running the local engine's measure
-on its file's batches, the same batches a local pass reads (no batch spans two files); the
-driver adds the results up in log order, so every statistic is bit-identical to the local
-engine's. The final pass writes one Parquet part per input file, in a temporary folder beside
-``--out``; the driver writes the manifest last and swaps the folder into place, so ``--out`` is
-the complete output or absent. Ray is imported only here, and only when asked for.
+counts) is measured unit by unit on the cluster, each task running the local engine's measure
+on its unit's batches; the driver adds the results up in log order, so every statistic is
+bit-identical to the local engine's. The final pass writes one Parquet part per unit (the
+driver never holds the rows); the driver writes the manifest last and commits the folder as
+``shard`` does (see :func:`advcli.io.writers.output_folder`), so ``--out`` is the complete
+output or absent (in object storage: incomplete, without a manifest). ``score`` runs the critic
+the same way, on a GPU per task where the cluster has GPUs. Ray is imported only here, and only
+when asked for.
 """
 
 from __future__ import annotations
@@ -15,15 +21,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli import __version__
+from advcli import __version__, versions
+from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
 from advcli.engine import (
     BATCH_ROWS,
     Batch,
@@ -37,9 +48,10 @@ from advcli.engine import (
 from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
+from advcli.io.folders import Folder
 from advcli.io.schema import Roles
-from advcli.io.sources import LogSource, OneFile, ParquetSource
-from advcli.io.writers import TableWriter, atomic_folder
+from advcli.io.sources import FileRows, LogSource, ParquetSource
+from advcli.io.writers import TableWriter, output_folder
 from advcli.methods import TokenPass
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
@@ -49,10 +61,11 @@ STORAGE_ENV = ("AWS_", "GOOGLE_", "HF_")  # settings of object stores the tasks 
 
 
 def ray_module() -> Any:
-    """The ray package, or one line naming the extra."""
+    """The ray package, or one line naming the extra (or the version needed)."""
     try:
+        versions.check_optional("ray", metadata.version("ray"), "ray")
         import ray
-    except ImportError:
+    except (ImportError, metadata.PackageNotFoundError):
         msg = "--engine ray needs Ray. Hint: pip install 'advcli[ray]'"
         raise DependencyError(msg) from None
     return ray
@@ -83,22 +96,70 @@ def connect(address: str | None) -> Any:
 
 
 def parquet_log(source: LogSource) -> ParquetSource:
-    """The log as Parquet files: the work units of ``--engine ray``."""
+    """The log as Parquet files: the work units of ``--engine ray`` are in them."""
     if not isinstance(source, ParquetSource):
         msg = (
             f"{source.sources.files[0] if source.sources.files else '<input>'}: --engine ray reads "
-            "Parquet logs (one task a file). Hint: write the log as Parquet first "
+            "Parquet logs (one task a file or row range). Hint: write the log as Parquet first "
             "(advcli annotate LOG.jsonl --method grpo --out LOG.parquet), or use --engine local"
         )
         raise UsageError(msg)
     return source
 
 
-def _task(ray: Any, function: Any) -> Any:
-    """``function`` as a Ray task: one CPU, retried when its worker dies, with this process's
-    object-storage settings (the workers read the same ``s3://`` inputs)."""
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """A work unit: rows ``[start, stop)`` of input file ``file``."""
+
+    file: int
+    start: int
+    stop: int
+
+    def source(self, log: ParquetSource) -> FileRows:
+        whole = self.start == 0 and self.stop == log.sources.row_counts[self.file]
+        return FileRows(log, self.file, None if whole else (self.start, self.stop))
+
+    def name(self, log: ParquetSource) -> str:
+        """The unit in messages: its file, and its rows when it is not the whole file."""
+        f = log.sources.files[self.file]
+        whole = self.start == 0 and self.stop == log.sources.row_counts[self.file]
+        return f if whole else f"{f} (rows {self.start}-{self.stop - 1})"
+
+
+def work_units(log: ParquetSource, batch_rows: int, wanted: int) -> list[Unit]:
+    """The log's work units: a file each, files larger than a ``wanted``-th of the log (the
+    cluster's workers) cut into ranges, so that no unit holds much more than that share.
+
+    The cuts fall where rows ``target, 2·target, …`` of the log would (``target`` = rows /
+    ``wanted``), moved to the nearest start of a row group rounded down to a multiple of
+    ``batch_rows``: a range reads little more than its own row groups, and the same batches as
+    a pass over its whole file (so the statistics add up bit for bit). A file of one row group
+    is not cut.
+    """
+    counts = log.sources.row_counts
+    target = math.ceil(sum(counts) / wanted)  # rows a unit, ideally
+    units = []
+    for i, n in enumerate(counts):
+        starts = np.cumsum([0, *log.row_group_rows[i]])[:-1] // batch_rows * batch_rows
+        first = log.first_row(i)
+        ideal = [k * target - first for k in range(first // target + 1, (first + n) // target + 1)]
+        snapped = {int(starts[np.abs(starts - b).argmin()]) for b in ideal if 0 < b < n}
+        bounds = [0, *sorted(snapped - {0}), n]
+        units += [Unit(i, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return units
+
+
+def _cluster_workers(ray: Any, resource: str) -> int:
+    return max(1, int(ray.cluster_resources().get(resource, 1)))
+
+
+def _task(ray: Any, function: Any, *, gpus: float = 0) -> Any:
+    """``function`` as a Ray task: one CPU (and ``gpus``), retried when its worker dies, with
+    this process's object-storage settings (the workers read the same ``s3://`` inputs)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(STORAGE_ENV)}
     options: dict[str, Any] = {"num_cpus": 1, "max_retries": RETRIES}
+    if gpus:
+        options["num_gpus"] = gpus
     if env:
         options["runtime_env"] = {"env_vars": env}
     return ray.remote(**options)(function)
@@ -110,31 +171,6 @@ def _for_workers(source: LogSource) -> ParquetSource:
     log = copy.copy(parquet_log(source))
     log.files = [f if remote.is_remote(f) else os.path.abspath(f) for f in log.files]
     return log
-
-
-def _one_file(run: Run, index: int) -> Run:
-    assert isinstance(run.source, ParquetSource)
-    return dataclasses.replace(run, source=OneFile(run.source, index))
-
-
-def _measure_file(run: Run, token_pass: TokenPass[Any], index: int) -> list[tuple[int, Any]]:
-    """A token pass measured over one file (a Ray task)."""
-    return list(measured_here(_one_file(run, index), token_pass))
-
-
-def _write_part(run: Run, index: int, path: str) -> tuple[int, int, Summary, str]:
-    """The final pass over one file, written to ``path`` (a Ray task): rows, tokens, the
-    advantages' summary and the part's sha256."""
-    summary = Summary()
-    rows = tokens = 0
-    batches: Iterator[Batch] = _one_file(run, index).annotated()
-    with TableWriter(path, "parquet", run.metadata(), force=True) as writer:  # a retry rewrites
-        for table, n_tokens in summary.counted(batches):
-            writer.write(table)
-            rows += table.num_rows
-            tokens += n_tokens
-        writer.commit()
-    return rows, tokens, summary, file_sha256(path)
 
 
 def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
@@ -155,105 +191,263 @@ def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
             raise OutputError(msg) from None
 
 
+def _on_unit(run: Run, unit: Unit) -> Run:
+    assert isinstance(run.source, ParquetSource)
+    return dataclasses.replace(run, source=unit.source(run.source))
+
+
+def _measure_unit(run: Run, token_pass: TokenPass[Any], unit: Unit) -> list[tuple[int, Any]]:
+    """A token pass measured over one work unit (a Ray task)."""
+    return list(measured_here(_on_unit(run, unit), token_pass))
+
+
 def measured_on_ray(ray: Any) -> Any:
-    """A :data:`advcli.engine.Measure` that measures each file on the cluster."""
-    remote = _task(ray, _measure_file)
+    """A :data:`advcli.engine.Measure` that measures each work unit on the cluster."""
+    task = _task(ray, _measure_unit)
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
-        files = parquet_log(run.source).files
-        shared = ray.put(dataclasses.replace(run, source=_for_workers(run.source)))
-        futures = [remote.remote(shared, token_pass, i) for i in range(len(files))]
-        for measured in _results(ray, futures, files):
+        log = parquet_log(run.source)
+        units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
+        shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
+        futures = [task.remote(shared, token_pass, unit) for unit in units]
+        for measured in _results(ray, futures, [u.name(log) for u in units]):
             yield from measured
 
     return measure
 
 
-def write_parts(
-    ray: Any, run: Run, out: str, *, force: bool, progress: Progress | None = None
-) -> tuple[int, int, Summary]:
-    """The final pass on the cluster: ``out`` becomes a folder of one part per input file and
-    the manifest; returns rows, tokens and the advantages' summary."""
-    files = parquet_log(run.source).files
-    remote = _task(ray, _write_part)
-    summary = Summary()
-    rows = tokens = 0
-    parts = []
-    with atomic_folder(Path(out), force=force) as folder:
-        shared = ray.put(dataclasses.replace(run, source=_for_workers(run.source)))
-        paths = [str(folder.resolve() / PART.format(i)) for i in range(len(files))]
-        futures = [remote.remote(shared, i, path) for i, path in enumerate(paths)]
-        for i, (n_rows, n_tokens, part, sha) in enumerate(_results(ray, futures, files)):
-            rows += n_rows
-            tokens += n_tokens
-            summary.merge(part)
-            parts.append({"part": PART.format(i), "input": files[i], "rows": n_rows,
-                          "tokens": n_tokens, "sha256": sha})  # fmt: skip
-            if progress:
-                progress(rows, tokens)
-        manifest = {
-            "advcli_version": __version__,
-            "engine": "ray",
-            "parts": parts,
-            "rows": rows,
-            "tokens": tokens,
-            "run": run.metadata(),
-        }
-        (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return rows, tokens, summary
-
-
-def _count_file(
-    source: ParquetSource, roles: Roles, index: int, batch_rows: int
+def _count_unit(
+    source: ParquetSource, roles: Roles, unit: Unit, batch_rows: int, options: dict[str, Any]
 ) -> tuple[np.ndarray, ...]:
-    """Token and action counts of one file's rows (a Ray task)."""
-    counts = token_counts(OneFile(source, index), roles, batch_rows=batch_rows)
-    start = source.first_row(index)
-    at = slice(start, start + source.sources.row_counts[index])
+    """Token and action counts of one work unit's rows (a Ray task)."""
+    counts = token_counts(unit.source(source), roles, batch_rows=batch_rows, **options)
+    start = source.first_row(unit.file)
+    at = slice(start + unit.start, start + unit.stop)
     return counts.tokens[at], counts.actions[at], counts.actions_within[at]
 
 
 def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
-    """A :data:`advcli.engine.CountTokens` that counts each file on the cluster."""
-    remote = _task(ray, _count_file)
+    """A :data:`advcli.engine.CountTokens` that counts each work unit on the cluster."""
+    task = _task(ray, _count_unit)
 
-    def count(source: LogSource, roles: Roles) -> TokenCounts:
+    def count(
+        source: LogSource, roles: Roles, *, ids: bool = True, within: int | None = None
+    ) -> TokenCounts:
         log = _for_workers(source)
+        units = work_units(log, batch_rows, _cluster_workers(ray, "CPU"))
         shared = ray.put(log)
-        futures = [remote.remote(shared, roles, i, batch_rows) for i in range(len(log.files))]
-        parts = list(_results(ray, futures, log.files))
+        options = {"ids": ids, "within": within}
+        futures = [task.remote(shared, roles, unit, batch_rows, options) for unit in units]
+        parts = list(_results(ray, futures, [u.name(parquet_log(source)) for u in units]))
         return TokenCounts(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
 
     return count
 
 
-def verify_parts(folder: str) -> dict[str, Any]:
-    """``advcli verify`` of a parts folder: every part the manifest lists is there, a plain
-    file with the manifest's sha256 and row count; no other file; the totals add up."""
-    root = Path(folder)
-    mpath = root / MANIFEST
-    regen = "Hint: write it again with advcli annotate --engine ray --force"
+def _annotated_unit(run: Run, unit: Unit) -> list[Batch]:
+    """The final pass over one work unit, its batches returned (a Ray task)."""
+    return list(_on_unit(run, unit).annotated())
+
+
+def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
+    """The final pass of a run, each work unit annotated on the cluster; its batches come back
+    in log order (at most a unit per worker ahead of the one being read), for ``shard``,
+    which writes them here."""
+    task = _task(ray, _annotated_unit)
+
+    def annotated(run: Run) -> Iterator[Batch]:
+        log = parquet_log(run.source)
+        workers = _cluster_workers(ray, "CPU")
+        units = work_units(log, run.batch_rows, workers)
+        shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
+        names = [u.name(log) for u in units]
+        futures: list[Any] = []
+        for i in range(len(units)):
+            while len(futures) < min(len(units), i + workers + 1):
+                futures.append(task.remote(shared, units[len(futures)]))
+            yield from next(_results(ray, [futures[i]], [names[i]]))
+            futures[i] = None  # its batches are read: let Ray free them
+
+    return annotated
+
+
+def _write_part(
+    dest: str, metadata: dict[str, Any], batches: Iterable[tuple[pa.Table, int]]
+) -> tuple[int, int, str]:
+    """One part at ``dest`` (a path, or an object written locally then uploaded in one piece):
+    its rows, tokens and sha256. A retried task writes it again."""
+    if remote.is_remote(dest):
+        with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
+            local = os.path.join(folder, "part.parquet")
+            done = _write_part(local, metadata, batches)
+            remote.upload(local, dest, force=True)
+            return done
+    rows = tokens = 0
+    with TableWriter(dest, "parquet", metadata, force=True) as writer:
+        for table, n_tokens in batches:
+            writer.write(table)
+            rows += table.num_rows
+            tokens += n_tokens
+        writer.commit()
+    return rows, tokens, file_sha256(dest)
+
+
+def _annotate_unit(run: Run, unit: Unit, dest: str) -> tuple[int, int, str, Summary]:
+    """The final pass over one work unit, written to ``dest`` (a Ray task), and the summary
+    of the advantages it wrote."""
+    summary = Summary()
+    batches: Iterator[Batch] = _on_unit(run, unit).annotated()
+    return (*_write_part(dest, run.metadata(), summary.counted(batches)), summary)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreJob:
+    """What every task of ``score --engine ray`` shares (the critic's bytes travel apart)."""
+
+    log: ParquetSource
+    roles: Roles
+    critic: CriticOptions
+    column: str
+    metadata: dict[str, Any]
+    batch_rows: int
+
+
+def _score_unit(job: ScoreJob, model: bytes, unit: Unit, dest: str) -> tuple[Any, ...]:
+    """One work unit scored by the critic (loaded from ``model``, its file's bytes, on this
+    worker's device) and written to ``dest`` (a Ray task)."""
+    with tempfile.TemporaryDirectory(prefix="advcli-critic-") as folder:
+        local = Path(folder) / Path(job.critic.path).name
+        local.write_bytes(model)
+        scorer = CriticScorer(
+            dataclasses.replace(job.critic, path=str(local)), job.log.sources, job.roles
+        )
+    scorer.metadata["critic"]["file"] = job.critic.path
+    batches = scored_batches(unit.source(job.log), job.roles, scorer, job.column, job.batch_rows)
+    rows, tokens, sha = _write_part(dest, {**scorer.metadata, **job.metadata}, batches)
+    return rows, tokens, sha, scorer.critic.provider, scorer.seconds, scorer.truncated_rows
+
+
+def _commit_parts(
+    ray: Any,
+    out: str,
+    log: ParquetSource,
+    units: list[Unit],
+    submit: Callable[[Unit, str], Any],
+    *,
+    force: bool,
+    manifest: dict[str, Any],
+    progress: Progress | None,
+) -> list[tuple[Any, ...]]:
+    """Run ``submit(unit, part)`` for every unit, each writing its part; then the manifest,
+    last; ``out`` is committed as a whole (:func:`~advcli.io.writers.output_folder`). Returns
+    the tasks' results."""
+    results, parts = [], []
+    rows = tokens = 0
+    with output_folder(out, force=force, last=(MANIFEST,)) as folder:
+        futures = [submit(unit, folder.place(PART.format(i))) for i, unit in enumerate(units)]
+        for i, result in enumerate(_results(ray, futures, [u.name(log) for u in units])):
+            results.append(result)
+            n_rows, n_tokens, sha = result[:3]
+            rows += n_rows
+            tokens += n_tokens
+            unit = units[i]
+            parts.append({"part": PART.format(i), "input": log.sources.files[unit.file],
+                          "input_rows": [unit.start, unit.stop], "rows": n_rows,
+                          "tokens": n_tokens, "sha256": sha})  # fmt: skip
+            if progress:
+                progress(rows, tokens)
+        record = {"advcli_version": __version__, "engine": "ray", "parts": parts, "rows": rows,
+                  "tokens": tokens, **manifest}  # fmt: skip
+        text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+        (folder.folder / MANIFEST).write_text(text)
+    return results
+
+
+def write_parts(
+    ray: Any, run: Run, out: str, *, force: bool, progress: Progress | None = None
+) -> tuple[int, int, int, Summary]:
+    """``annotate``'s final pass on the cluster: ``out`` becomes a folder of one part per work
+    unit and the manifest; returns parts, rows, tokens and the advantages' summary."""
+    log = parquet_log(run.source)
+    units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
+    task = _task(ray, _annotate_unit)
+    shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
+    results = _commit_parts(
+        ray, out, log, units, lambda unit, dest: task.remote(shared, unit, dest),
+        force=force, manifest={"run": run.metadata()}, progress=progress,
+    )  # fmt: skip
+    summary = Summary()
+    for result in results:
+        summary.merge(result[3])
+    rows, tokens = sum(r[0] for r in results), sum(r[1] for r in results)
+    return len(units), rows, tokens, summary
+
+
+def score_parts(
+    ray: Any,
+    job: ScoreJob,
+    out: str,
+    *,
+    force: bool,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``score`` on the cluster: a task per work unit, on a GPU each where the cluster has
+    GPUs and ``--device`` is not cpu (``cuda`` insists on them)."""
+    gpus = ray.cluster_resources().get("GPU", 0) if job.critic.device != "cpu" else 0
+    if job.critic.device == "cuda" and not gpus:
+        msg = "--device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu"
+        raise UsageError(msg)
+    log = job.log
+    units = work_units(log, job.batch_rows, int(gpus) or _cluster_workers(ray, "CPU"))
+    task = _task(ray, _score_unit, gpus=1 if gpus else 0)
+    model = ray.put(Path(job.critic.path).read_bytes())
+    shared = ray.put(dataclasses.replace(job, log=_for_workers(log)))
+    results = _commit_parts(
+        ray, out, log, units, lambda unit, dest: task.remote(shared, model, unit, dest),
+        force=force, manifest={"run": job.metadata}, progress=progress,
+    )  # fmt: skip
+    seconds = sum(r[4] for r in results)
+    tokens = sum(r[1] for r in results)
+    return {
+        "parts": len(units),
+        "rows": sum(r[0] for r in results),
+        "tokens": tokens,
+        "provider": ", ".join(sorted({r[3] for r in results})),
+        "gpus": int(gpus),
+        "tokens_per_second": round(tokens / seconds) if seconds else None,
+        "truncated_rows": sum(r[5] for r in results),
+    }
+
+
+def verify_parts(location: str) -> dict[str, Any]:
+    """``advcli verify`` of a parts folder (local or in object storage): every part the
+    manifest lists is there, a plain file with the manifest's sha256 and row count; no other
+    file; the totals add up."""
+    folder = Folder(location)
+    mpath = folder.path(MANIFEST)
+    regen = "Hint: write it again with --engine ray --force"
     try:
-        manifest = json.loads(mpath.read_text())
+        manifest = json.loads(folder.read_text(MANIFEST))
         records = list(manifest["parts"])
         names = [str(r["part"]) for r in records]
     except (OSError, ValueError, KeyError, TypeError):
         raise DataError(f"{mpath}: not a manifest advcli can read. {regen}") from None
     rows = tokens = 0
     for name, rec in zip(names, records, strict=True):
-        path = root / name
-        if "/" in name or name.startswith(".") or path.is_symlink() or not path.is_file():
+        path = folder.path(name)
+        if "/" in name or name.startswith(".") or folder.kind(name) != "file":
             raise DataError(f"{path}: a part the manifest lists is missing. {regen}")
-        if file_sha256(path) != rec.get("sha256"):
+        if folder.sha256(name) != rec.get("sha256"):
             raise DataError(f"{path}: its bytes are not the ones written (sha256). {regen}")
-        n = pq.read_metadata(path).num_rows
+        with folder.open(name) as fh:
+            n = pq.read_metadata(fh).num_rows
         if n != rec.get("rows"):
             raise DataError(f"{path}: {n} rows, the manifest says {rec.get('rows')}. {regen}")
         rows += n
         tokens += int(rec.get("tokens", 0))
-    for path in sorted(root.iterdir()):
-        if path.name not in {MANIFEST, *names}:
-            raise DataError(f"{path}: a file the manifest does not list. {regen}")
+    for name in folder.files():
+        if name not in {MANIFEST, *names}:
+            raise DataError(f"{folder.path(name)}: a file the manifest does not list. {regen}")
     if rows != manifest.get("rows") or tokens != manifest.get("tokens"):
         raise DataError(f"{mpath}: the totals do not add up to the parts' counts. {regen}")
-    return {"folder": folder, "ok": True, "parts": len(records), "rows": rows, "tokens": tokens}
+    return {"folder": location, "ok": True, "parts": len(records), "rows": rows, "tokens": tokens}

@@ -2,12 +2,12 @@
 ``python -m bench.on_ray [--tokens 200e6] [--files 8]``.
 
 Generates ``--files`` Parquet files of the bench's synthetic log (``--tokens`` in all, each file
-its own seed, so groups do not span files), then runs ``annotate --method grpo`` and
-``annotate --method gae --convention verl`` with each engine, taking turns, each in its own
-process under ``/usr/bin/time -v``; ``--engine ray`` starts a local Ray on every core (its
-start-up counts). Prints seconds and peak memory; the peak of ``--engine ray`` is the driver's
-alone (Ray's workers are other processes: their peaks are not included). ``python -m bench``
-does not run it (it takes minutes): run it on its own.
+its own seed, so groups do not span files), then runs ``annotate --method grpo``,
+``annotate --method gae --convention verl`` and ``shard --method grpo --shuffle`` with each
+engine, taking turns, each in its own process under ``/usr/bin/time -v``; ``--engine ray``
+starts a local Ray on every core (its start-up counts). Prints seconds and peak memory; the
+peak of ``--engine ray`` is the driver's alone (Ray's workers are other processes: their peaks
+are not included). ``python -m bench`` does not run it (it takes minutes): run it on its own.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from advcli.io.writers import ROW_GROUP_ROWS
 from bench.__main__ import measured
 from bench.generate import generate
 
-METHODS = {
-    "grpo": ["--method", "grpo"],
-    "gae (verl)": ["--method", "gae", "--gamma", "0.99", "--convention", "verl"],
-}
+CASES = {  # name: the command and its options
+    "annotate grpo": ("annotate", ["--method", "grpo"]),
+    "annotate gae (verl)": ("annotate", ["--method", "gae", "--gamma", "0.99", "--convention",
+                                         "verl"]),
+    "shard grpo, shuffled": ("shard", ["--method", "grpo", "--shuffle"]),
+}  # fmt: skip
 
 
 def own_ids(path: Path, index: int) -> None:
@@ -61,9 +63,10 @@ def main() -> None:
             own_ids(path, i)
     out = Path(args.workdir) / "ray-out"
     steps = {}
-    for name, options in METHODS.items():
-        base = [sys.executable, "-m", "advcli", "annotate", str(log), *options, "-q", "--force"]
-        steps[f"{name}, local"] = [*base, "--out", str(out) + ".parquet"]
+    for name, (command, options) in CASES.items():
+        base = [sys.executable, "-m", "advcli", command, str(log), *options, "-q", "--force"]
+        local = str(out) + (".parquet" if command == "annotate" else "")
+        steps[f"{name}, local"] = [*base, "--out", local]
         steps[f"{name}, ray"] = [*base, "--engine", "ray", "--out", str(out)]
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
     for _ in range(args.repeat):
@@ -72,7 +75,7 @@ def main() -> None:
             runs[name].append(measured(cmd))
             shutil.rmtree(out, ignore_errors=True)
     print(f"{log.name}: {args.files} files, {args.tokens:,.0f} tokens")
-    for name in METHODS:
+    for name in CASES:
         local = statistics.median(s for s, _ in runs[f"{name}, local"])
         ray = statistics.median(s for s, _ in runs[f"{name}, ray"])
         print(f"{name}: local {local:.1f} s ({max(p for _, p in runs[f'{name}, local']):.0f} MB), "

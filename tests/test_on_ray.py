@@ -1,6 +1,7 @@
-"""``annotate --engine ray`` on a real Ray cluster: a head and a second node started with
-``ray start`` on 127.0.0.1 (one CPU each). Every method's output, read back from the parts
-folder, is the local engine's, bit for bit and row for row."""
+"""``--engine ray`` on a real Ray cluster: a head and a second node started with ``ray start``
+on 127.0.0.1 (one CPU each). Every method's output, read back from the parts folder, is the
+local engine's, bit for bit and row for row; so is ``score``'s, and a large file's, cut into
+row ranges."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -182,7 +185,7 @@ def test_the_command_through_ray_address(cluster, three_files, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr == (
         f"advcli: error: {parts / 'part-00001.parquet'}: its bytes are not the ones written "
-        "(sha256). Hint: write it again with advcli annotate --engine ray --force\n"
+        "(sha256). Hint: write it again with --engine ray --force\n"
     )
 
 
@@ -240,7 +243,7 @@ def test_a_killed_worker_is_retried_or_leaves_nothing(cluster, tmp_path):
     killed = False
     deadline = time.monotonic() + TIMEOUT
     while proc.poll() is None and not killed and time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-f", "ray::_write_part"], capture_output=True,
+        found = subprocess.run(["pgrep", "-f", "ray::_annotate_unit"], capture_output=True,
                                text=True, check=False).stdout.split()  # fmt: skip
         if found:
             os.kill(int(found[0]), signal.SIGKILL)
@@ -301,3 +304,162 @@ def test_an_unknown_engine_is_one_line(tmp_path):
                "spark", "--out", str(tmp_path / "o.parquet"))  # fmt: skip
     assert proc.returncode == 2 and not (tmp_path / "o.parquet").exists()
     assert proc.stderr.decode() == "advcli: error: --engine 'spark': expected one of local, ray\n"
+
+
+def test_work_units_cut_a_large_file_at_row_groups_rounded_to_batches(tmp_path):
+    from advcli.io.sources import ParquetSource
+    from advcli.on_ray import Unit, work_units
+
+    table = pa.table({"x": np.arange(1000)})
+    pq.write_table(table, tmp_path / "big.parquet", row_group_size=300)
+    pq.write_table(table.slice(0, 50), tmp_path / "small.parquet")
+    log = ParquetSource([str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")])
+    # row groups start at 0, 300, 600, 900; rounded down to batches of 128: 0, 256, 512, 896
+    assert work_units(log, 128, 4) == [Unit(0, 0, 256), Unit(0, 256, 512), Unit(0, 512, 896),
+                                       Unit(0, 896, 1000), Unit(1, 0, 50)]  # fmt: skip
+    assert work_units(log, 128, 2) == [Unit(0, 0, 512), Unit(0, 512, 1000), Unit(1, 0, 50)]
+    assert work_units(log, 128, 3) == [Unit(0, 0, 256), Unit(0, 256, 512), Unit(0, 512, 1000),
+                                       Unit(1, 0, 50)]  # fmt: skip
+    assert work_units(log, 128, 1) == [Unit(0, 0, 1000), Unit(1, 0, 50)]
+    assert work_units(log, 1000, 4) == [Unit(0, 0, 1000), Unit(1, 0, 50)]  # one batch: no cut
+
+
+def test_one_large_file_spreads_in_row_ranges(cluster, tmp_path):
+    """One file of 8 row groups on two workers: two parts, and the local engine's output
+    (whitening statistics and segment chains measured over the ranges, added up in order)."""
+    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    copies = []
+    for k in range(20):  # the sample log 20 times over, each copy its own prompts and rollouts
+        copy = table
+        for name in ("prompt_id", "rollout_id"):
+            renamed = pa.compute.binary_join_element_wise(table.column(name), f"-{k}", "")
+            copy = copy.set_column(copy.schema.get_field_index(name), name, renamed)
+        copies.append(copy)
+    pq.write_table(pa.concat_tables(copies), tmp_path / "big.parquet", row_group_size=35)
+    script = tmp_path / "compare.py"
+    script.write_text(
+        "import json, sys\n"
+        "import pyarrow.dataset as ds, pyarrow.parquet as pq\n"
+        "from advcli import api\n"
+        "out = {}\n"
+        "for i, opts in enumerate([{'method': 'gae', 'convention': 'verl', 'gamma': 0.9},\n"
+        "                          {'method': 'grpo'}]):\n"
+        "    local, parts = f'{sys.argv[2]}/local-{i}.parquet', f'{sys.argv[2]}/ray-{i}'\n"
+        "    api.annotate(sys.argv[1], local, batch_rows=16, **opts)\n"
+        "    r = api.annotate(sys.argv[1], parts, engine='ray', ray_address=sys.argv[3],\n"
+        "                     batch_rows=16, **opts)\n"
+        "    a = pq.read_table(local).replace_schema_metadata(None)\n"
+        "    b = ds.dataset(parts, format='parquet').to_table().replace_schema_metadata(None)\n"
+        "    out[opts['method']] = [a.equals(b), r['parts'], b.num_rows]\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "big.parquet"), str(tmp_path), cluster],
+        capture_output=True, text=True, env=ENV, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"gae": [True, 2, 280], "grpo": [True, 2, 280]}
+    manifest = json.loads((tmp_path / "ray-0" / "_advcli_manifest.json").read_text())
+    assert [p["input_rows"] for p in manifest["parts"]] == [[0, 128], [128, 280]]
+
+
+def test_score_on_the_cluster_is_the_local_score(cluster, three_files, tmp_path):
+    """A CPU-only cluster: a task a file, the critic's bytes sent to the workers."""
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=32000, dim=8, hidden=8))
+    local, parts = tmp_path / "scored.parquet", tmp_path / "scored"
+    args = ["--critic", str(critic), "--device", "cpu"]
+    assert advcli("score", str(three_files), *args, "--out", str(local)).returncode == 0
+    proc = advcli("score", str(three_files), *args, "--engine", "ray", "--ray-address", cluster,
+                  "--out", str(parts), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["parts"], summary["rows"], summary["gpus"]) == (3, 14, 0)
+    assert summary["provider"] == "CPUExecutionProvider"
+    mine, theirs = read_parts(parts), pq.read_table(local).replace_schema_metadata(None)
+    assert mine.drop_columns(["values"]).equals(theirs.drop_columns(["values"]))
+    values = [np.concatenate(t.column("values").to_numpy(zero_copy_only=False))
+              for t in (mine, theirs)]  # fmt: skip
+    assert np.array_equal(*values, equal_nan=True)  # NaN: a row's first token (shifted)
+    part = json.loads(pq.read_metadata(parts / "part-00000.parquet").metadata[b"advcli"])
+    assert (part["command"], part["critic"]["file"]) == ("score", str(critic))
+    assert json.loads(advcli("verify", str(parts), "--json").stdout)["ok"]
+    proc = advcli(
+        "score",
+        str(three_files),
+        "--critic",
+        str(critic),
+        "--device",
+        "cuda",
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster,
+        "--out",
+        str(tmp_path / "g"),
+    )
+    assert proc.returncode == 2 and not (tmp_path / "g").exists()
+    assert proc.stderr == (
+        "advcli: error: --device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu\n"
+    )
+
+
+def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
+    """The workers upload their parts; the manifest lands last; verify reads them there."""
+    env, fs = s3
+    env = {**env, **ENV_HOME}
+    args = ["--method", "gae", "--convention", "verl"]
+    local = tmp_path / "local.parquet"
+    assert advcli("annotate", "s3://logs/in", *args, "--out", str(local), env=env).returncode == 0
+    ray_args = ["--engine", "ray", "--ray-address", cluster, "--out", "s3://logs/parts"]
+    proc = advcli("annotate", "s3://logs/in", *args, *ray_args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    listed = fs.get_file_info(pafs.FileSelector("logs/parts", recursive=True))
+    assert sorted(i.base_name for i in listed) == [
+        "_advcli_manifest.json", "part-00000.parquet", "part-00001.parquet"
+    ]  # fmt: skip
+    parts = ds.dataset("logs/parts", filesystem=fs, format="parquet").to_table()
+    assert parts.replace_schema_metadata(None).equals(
+        pq.read_table(local).replace_schema_metadata(None)
+    )
+    checked = json.loads(advcli("verify", "s3://logs/parts", "--json", env=env).stdout)
+    assert (checked["ok"], checked["parts"], checked["rows"]) == (True, 2, 14)
+    assert advcli("annotate", "s3://logs/in", *args, *ray_args, env=env).returncode == 2
+    fs.delete_file("logs/parts/_advcli_manifest.json")  # as a run cut short leaves it
+    proc = advcli("verify", "s3://logs/parts", env=env)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    proc = advcli("annotate", "s3://logs/in", *args, *ray_args, "--force", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(advcli("verify", "s3://logs/parts", "--json", env=env).stdout)["ok"]
+
+
+SHARD_CASES = {  # name: shard's options
+    "gae verl, split and shuffled": ["--method", "gae", "--convention", "verl", "--shuffle",
+                                     "--split", "val=0.3", "--tokens-per-shard", "40"],
+    "grpo packed, zero-variance dropped": ["--method", "grpo", "--pack", "16", "--truncate",
+                                           "--drop-zero-variance", "--keep-groups"],
+    "rloo, a column kept": ["--method", "rloo", "--keep", "old_logprobs", "--rows-per-shard", "4"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SHARD_CASES))
+def test_shard_on_the_cluster_writes_the_same_shards(cluster, three_files, tmp_path, case):
+    """The token passes, the counts and the annotation run on the cluster; this process plans
+    and writes: every shard and the manifest are the local engine's, byte for byte."""
+    args = SHARD_CASES[case]
+    here, there = tmp_path / "here", tmp_path / "there"
+    proc = advcli("shard", str(three_files), *args, "--out", str(here))
+    assert proc.returncode == 0, proc.stderr
+    proc = advcli("shard", str(three_files), *args, "--out", str(there), "--engine", "ray",
+                  "--ray-address", cluster)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.relative_to(here) for p in here.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(there) for p in there.rglob("*") if p.is_file())
+    assert len(files) >= 3
+    for name in files:
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+    assert json.loads(advcli("verify", str(there), "--json").stdout)["ok"]

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from advcli.critic.onnx import DEFAULT_BATCH_TOKENS, load_critic
-from advcli.io.arrow import flat_list
-from advcli.io.rollouts import Tokens
+from advcli.io.arrow import flat_list, float_list
+from advcli.io.rollouts import Tokens, extract_tokens
 from advcli.io.schema import Roles
-from advcli.io.sources import Sources
+from advcli.io.sources import LogSource, Sources, prefetch
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,16 @@ class CriticScorer:
     @property
     def tokens_per_second(self) -> int | None:
         return round(self.tokens / self.seconds) if self.seconds else None
+
+
+def scored_batches(
+    source: LogSource, roles: Roles, scorer: CriticScorer, column: str, batch_rows: int
+) -> Iterator[tuple[pa.Table, int]]:
+    """The log's batches with ``column`` (added, or replaced) holding the critic's values:
+    ``(table, tokens)``, what ``advcli score`` writes."""
+    for row0, table in prefetch(source.batches(None, batch_rows)):
+        tok = extract_tokens(table, roles, source.sources, row0, values=False)
+        values = scorer(row0, table, tok)
+        if column in table.column_names:
+            table = table.drop_columns([column])
+        yield table.append_column(column, float_list(values, tok.offsets)), int(tok.offsets[-1])

@@ -12,16 +12,23 @@ end, which completes or leaves nothing (atomic per object).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
 import os
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from advcli.errors import OutputError, UsageError
+from advcli.errors import AdvcliError, OutputError, UsageError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -109,6 +116,16 @@ def open_input(uri: str) -> Any:
         raise UsageError(f"{uri}: cannot open this file ({_reason(exc)})") from None
 
 
+def sha256(uri: str) -> tuple[int, str]:
+    """The size and sha256 of an object's bytes, read in 8 MiB chunks."""
+    digest, size = hashlib.sha256(), 0
+    with open_input(uri) as fh:
+        while chunk := fh.read(8 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
 def exists(uri: str) -> bool:
     fs, path = filesystem(uri)
     return _info(fs, path, uri).type != pafs.FileType.NotFound
@@ -141,3 +158,85 @@ def check_output(uri: str, inputs: list[str], *, force: bool) -> None:
         raise OutputError(f"{msg}. Hint: choose another --out")
     if not force and exists(uri):
         raise OutputError(f"{uri}: already exists. Hint: pass --force to replace it")
+
+
+def listing(uri: str) -> dict[str, int]:
+    """The objects under the folder ``uri`` (a prefix), by name relative to it, with their
+    sizes; empty when there are none."""
+    fs, path = filesystem(uri)
+    base = path.rstrip("/")
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{uri}: cannot list this location ({_reason(exc)})") from None
+    return {i.path[len(base) + 1 :]: i.size for i in infos if i.type == pafs.FileType.File}
+
+
+def child(uri: str, name: str) -> str:
+    """The URI of ``name`` inside the folder ``uri`` (its query, if any, kept)."""
+    parts = urlsplit(uri)
+    path = f"{parts.netloc}{parts.path}".rstrip("/")
+    return _uri_of(uri, f"{path}/{name}")
+
+
+def delete(uri: str) -> None:
+    fs, path = filesystem(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except (pa.ArrowException, OSError) as exc:
+        raise OutputError(f"{uri}: cannot delete this object ({_reason(exc)})") from None
+
+
+@dataclass
+class FolderOutput:
+    """An output folder being written: ``folder`` is a local temporary folder, committed at
+    the end; :meth:`place` names where a file of it is written directly, by another process (a
+    Ray worker): a path in ``folder``, or an object of the output in object storage."""
+
+    folder: Path
+    uri: str | None = None  # the output, when it is in object storage
+    placed: set[str] = field(default_factory=set)
+
+    def place(self, name: str) -> str:
+        if self.uri is None:
+            return str(self.folder.resolve() / name)
+        self.placed.add(name)
+        return child(self.uri, name)
+
+
+@contextmanager
+def staged_folder(uri: str, *, force: bool, last: tuple[str, ...]) -> Iterator[FolderOutput]:
+    """An output folder in object storage, committed by its manifest (object stores have no
+    rename). Yields a local temporary folder; at the end its files are uploaded, then the
+    objects of an earlier output there that this one lacks are deleted, then the names in
+    ``last`` (the manifest) are uploaded after every other.
+
+    With ``force`` over an earlier output, its manifest is deleted first: from then on the
+    folder reads as incomplete until the new manifest lands. A run that fails deletes what it
+    uploaded and writes no manifest.
+    """
+    before = listing(uri)
+    if before and not force:
+        raise OutputError(f"{uri}: already exists. Hint: pass --force to replace it")
+    for name in last:
+        if name in before:
+            delete(child(uri, name))
+    with tempfile.TemporaryDirectory(prefix="advcli-") as tmp:
+        out = FolderOutput(Path(tmp), uri)
+        try:
+            yield out
+            files = sorted(p.relative_to(out.folder).as_posix() for p in out.folder.rglob("*")
+                           if p.is_file())  # fmt: skip
+            for name in (n for n in files if n not in last):
+                upload(str(out.folder / name), out.place(name), force=True)
+            for name in sorted(set(before) - out.placed - set(last)):
+                delete(child(uri, name))
+            for name in (n for n in last if n in files):
+                upload(str(out.folder / name), child(uri, name), force=True)
+        except BaseException:
+            for name in out.placed:
+                with contextlib.suppress(AdvcliError):
+                    delete(child(uri, name))
+            raise

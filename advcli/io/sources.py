@@ -277,6 +277,7 @@ class ParquetSource(LogSource):
     def __init__(self, files: list[str]):
         self.files = files
         self.sources = Sources()
+        self.row_group_rows: list[list[int]] = []  # rows of each row group, file by file
         schemas = []
         for f in files:
             try:
@@ -286,6 +287,9 @@ class ParquetSource(LogSource):
                 raise _unreadable_parquet(f, exc) from None
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
+            self.row_group_rows.append(
+                [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            )
             if (name := nul_name(schemas[-1])) is not None:
                 msg = f"{f}: column {name!r} holds a NUL character. Hint: rename the column"
                 raise DataError(msg)
@@ -302,17 +306,27 @@ class ParquetSource(LogSource):
         for index in range(len(self.files)):
             yield from self.file_tables(index, names, rows)
 
-    def file_tables(self, index: int, names: list[str] | None, rows: int) -> Iterator[pa.Table]:
+    def file_tables(
+        self, index: int, names: list[str] | None, rows: int, within: tuple[int, int] | None = None
+    ) -> Iterator[pa.Table]:
         """Batches of one file, in the log's schema (a pass over a log is the passes over its
-        files one after another: no batch spans two files)."""
+        files one after another: no batch spans two files). ``within``: only the file's rows
+        ``[start, stop)``, ``start`` a multiple of ``rows``, read from the row groups that hold
+        them, in the same batches as a pass over the whole file."""
         wanted = self.schema.names if names is None else names
         target = pa.schema([self.schema.field(n) for n in wanted])
         f, has = self.files[index], self.file_columns[index]
         present = [n for n in wanted if n in has]
         try:
             pf = pq.ParquetFile(_input(f), pre_buffer=False, buffer_size=8 << 20)
-            for batch in pf.iter_batches(batch_size=rows, columns=present):
-                yield _conform(pa.Table.from_batches([batch]), target)
+            if within is None:
+                for batch in pf.iter_batches(batch_size=rows, columns=present):
+                    yield _conform(pa.Table.from_batches([batch]), target)
+                return
+            groups, at = _row_groups(pf.metadata, *within)
+            read = pf.iter_batches(batch_size=rows, columns=present, row_groups=groups)
+            for table in _rebatched(read, rows, skip=within[0] - at, take=within[1] - within[0]):
+                yield _conform(table, target)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _unreadable_parquet(f, exc) from None
 
@@ -348,20 +362,59 @@ class ParquetSource(LogSource):
         ]
 
 
-class OneFile(LogSource):
-    """One file of a Parquet log, read as its part of the whole: the log's schema, and global
-    row numbers (what a work unit of ``--engine ray`` reads)."""
+class FileRows(LogSource):
+    """Rows ``[start, stop)`` of one file of a Parquet log (all of them by default), read as
+    their part of the whole: the log's schema, global row numbers, and the batches a pass over
+    the whole log reads (a work unit of ``--engine ray``)."""
 
-    def __init__(self, log: ParquetSource, index: int):
-        self.log, self.index = log, index
+    def __init__(self, log: ParquetSource, index: int, within: tuple[int, int] | None = None):
+        self.log, self.index, self.within = log, index, within
         self.schema = log.schema
         self.sources = log.sources
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        start = self.log.first_row(self.index)
-        for table in self.log.file_tables(self.index, names, rows):
+        start = self.log.first_row(self.index) + (self.within[0] if self.within else 0)
+        for table in self.log.file_tables(self.index, names, rows, self.within):
             yield start, table
             start += table.num_rows
+
+
+def _row_groups(meta: pq.FileMetaData, start: int, stop: int) -> tuple[list[int], int]:
+    """The row groups that hold rows ``[start, stop)`` of a file, and the row the first begins."""
+    groups: list[int] = []
+    first = at = 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        if at < stop and at + n > start:
+            if not groups:
+                first = at
+            groups.append(g)
+        at += n
+    return groups, first
+
+
+def _rebatched(
+    batches: Iterator[pa.RecordBatch], rows: int, *, skip: int, take: int
+) -> Iterator[pa.Table]:
+    """Rows ``[skip, skip + take)`` of a stream of batches, cut into tables of ``rows`` rows
+    (the last may be shorter), each in one chunk."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        pending.append(batch.slice(skip, min(batch.num_rows - skip, take - held)))
+        held += pending[-1].num_rows
+        skip = 0
+        while held >= rows or (held and held == take):
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, rows).combine_chunks()
+            rest = table.slice(rows)
+            take -= held - rest.num_rows
+            pending, held = rest.to_batches(), rest.num_rows
+        if take <= 0:
+            return
 
 
 def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
@@ -404,6 +457,12 @@ class JsonlSource(LogSource):
         self._unique_keys = [c for c in dict.fromkeys(k for s in schemas for k in s)
                              if c in role_names]  # fmt: skip
         self._unique_checked: set[int] = set()  # files whose keys were checked
+        self._id_keys = [
+            column
+            for role in ("prompt_id", "rollout_id")
+            for column in ((mapping[role],) if role in mapping else (role, *ROLES[role][1]))
+            if any(column in schema for schema in schemas)
+        ]
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -437,6 +496,7 @@ class JsonlSource(LogSource):
                         jsonl.refuse_duplicate_keys(
                             path, chunk, line, frame.height, self._unique_keys
                         )
+                        jsonl.refuse_non_scalar_ids(path, chunk, line, self._id_keys)
                     if keep is not None:
                         keep.add(i, frame)
                     yield i, frame if names is None else frame.select(names)

@@ -31,6 +31,7 @@ from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.jsonl import STDIN
+from advcli.io.remote import FolderOutput
 
 METADATA_KEY = b"advcli"
 ROW_GROUP_ROWS = 4096  # ~4k rows of long token lists keep a decoded row group small
@@ -91,9 +92,10 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
                     "Hint: choose another --out"
                 )
                 raise OutputError(msg)
-    if target.is_dir():
-        msg = f"{out}: a folder, not a file. Hint: give a file name for --out"
-        raise OutputError(msg)
+    for path in written:
+        if path.is_dir():
+            msg = f"{path}: a folder, not a file. Hint: give a file name for --out"
+            raise OutputError(msg)
     for path in written:
         _refuse_existing(str(path), path.exists() or path.is_symlink(), force=force)
     _check_writable(target.parent, out)
@@ -103,11 +105,7 @@ def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     """Refuse an output folder that holds an input, holds the current folder, or exists
     (unless ``force``); ``files`` are the inputs, expanded."""
     if remote.is_remote(out):
-        msg = (
-            f"{out}: folders of parts or shards are written to a local (or shared) disk for now. "
-            "Hint: give a local --out, then copy the folder (its manifest last)"
-        )
-        raise UsageError(msg)
+        return _check_remote_folder(out, files, force=force)
     target = Path(out)
     for f in files:
         if f == STDIN:
@@ -130,6 +128,28 @@ def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     _refuse_existing(out, target.exists() or target.is_symlink(), force=force)
     _check_writable(target.parent, out)
     return target
+
+
+def _check_remote_folder(out: str, files: list[str], *, force: bool) -> Path:
+    prefix = out.split("?")[0].rstrip("/") + "/"
+    for f in files:
+        if f.split("?")[0].startswith(prefix):
+            msg = f"{out}: holds the input {f}; advcli never overwrites its input"
+            raise OutputError(f"{msg}. Hint: choose another --out")
+    _refuse_existing(out, bool(remote.listing(out)), force=force)
+    return Path(out)
+
+
+@contextlib.contextmanager
+def output_folder(out: str, *, force: bool, last: tuple[str, ...]) -> Iterator[FolderOutput]:
+    """Write an output folder: on a local disk through :func:`atomic_folder`, in object
+    storage through :func:`advcli.io.remote.staged_folder` (``last``: the manifest's names)."""
+    if remote.is_remote(out):
+        with remote.staged_folder(out, force=force, last=last) as staged:
+            yield staged
+        return
+    with atomic_folder(Path(out), force=force) as tmp:
+        yield FolderOutput(tmp)
 
 
 def is_jsonl_output(path: str) -> bool:

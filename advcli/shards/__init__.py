@@ -12,7 +12,8 @@ The decisions are pure steps on per-sample arrays; the data moves in three passe
    (rows that already arrive in output order skip the files: each bucket is written as soon
    as its last row arrives);
 5. :mod:`~advcli.shards.manifest` writes the manifest last; the folder is then renamed into
-   place (:func:`~advcli.io.writers.atomic_folder`), and ``verify`` checks it later.
+   place (in object storage: uploaded, its manifest last; see
+   :func:`~advcli.io.writers.output_folder`), and ``verify`` checks it later.
 
 Options: :mod:`~advcli.shards.options`.
 """
@@ -21,18 +22,36 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from advcli import __version__, presets
-from advcli.engine import BATCH_ROWS, Stage, no_stage
+from advcli.engine import (
+    BATCH_ROWS,
+    Batch,
+    CountTokens,
+    Measure,
+    Run,
+    Stage,
+    check_engine,
+    no_stage,
+)
 from advcli.errors import DataError, UsageError
+from advcli.io.jsonl import is_jsonl
 from advcli.io.sources import expand_inputs
-from advcli.io.writers import atomic_folder, check_output_folder
+from advcli.io.writers import check_output_folder, output_folder
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
-from advcli.shards.manifest import FORMAT, build_manifest, verify, write_manifest
+from advcli.shards.manifest import (
+    CHECKSUM,
+    FORMAT,
+    MANIFEST,
+    build_manifest,
+    verify,
+    write_manifest,
+)
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
 from advcli.shards.plan import ShardPlan, plan_shards
 from advcli.shards.route import allow_open_files, arrive_in_order, route
@@ -42,7 +61,7 @@ __all__ = ["DEFAULT_TOKENS_PER_SHARD", "ShardOptions", "shard", "verify"]
 
 
 def write_shards(
-    target: Path,
+    out: str,
     inp: Input,
     samples: Samples,
     plan: ShardPlan,
@@ -63,7 +82,7 @@ def write_shards(
     if direct:  # a bucket is held only until its last row arrives: one row group is enough
         lay = layout(plan, min(bucket_tokens, ROW_GROUP_TOKENS))
     else:
-        allow_open_files(lay.n_buckets, target)
+        allow_open_files(lay.n_buckets, out)
     shard_meta = {
         "format": FORMAT,
         "advcli_version": __version__,
@@ -73,7 +92,8 @@ def write_shards(
         "loss_weights": opts.loss_weights,
     }
     reading = "annotating" if inp.run is not None else "reading rows"
-    with atomic_folder(target, force=force) as tmp:
+    with output_folder(out, force=force, last=(MANIFEST, CHECKSUM)) as output:
+        tmp = output.folder
         if direct:
             with (
                 stage(f"{reading} and writing shards"),
@@ -105,6 +125,8 @@ def shard(
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
     force: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
@@ -114,7 +136,8 @@ def shard(
     A raw log needs ``method`` (and takes ``convention`` and ``param``, annotate's options as
     ``KEY=VALUE``); a log annotated by advcli keeps its own. ``batch_rows`` (rows read at a
     time) and ``bucket_tokens`` (tokens held in memory while writing) change memory and speed,
-    never the output.
+    never the output. ``engine="ray"`` counts, measures and annotates each work unit of a
+    Parquet log on a Ray cluster; this process plans and writes the shards (the same bytes).
     """
     started = time.perf_counter()
     opts = opts or ShardOptions()
@@ -126,7 +149,8 @@ def shard(
         # Checked before reading; without --method only for the error an annotated log gives.
         params = run_params(method or "grpo", convention, param)
     listed = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
-    target = check_output_folder(out, listed, force=force)
+    check_output_folder(out, listed, force=force)
+    on_cluster = _on_ray(engine, ray_address, preset, listed, batch_rows)
     inp = open_input(
         paths,
         method=method,
@@ -136,7 +160,10 @@ def shard(
         preset_options=preset_options,
         stage=stage,
         batch_rows=batch_rows,
+        measure=on_cluster.measure if on_cluster else None,
     )
+    if on_cluster:
+        inp.annotate = on_cluster.annotate
     if inp.annotated_input and (convention is not None or param):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
@@ -145,7 +172,7 @@ def shard(
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
     with stage("counting tokens"):
-        samples = measure(inp, opts.pack, batch_rows)
+        samples = measure(inp, opts.pack, batch_rows, on_cluster.count if on_cluster else None)
     with stage("planning"):
         ids = inp.roles["input_ids"]
         plan = plan_shards(samples, opts, lambda row: inp.sources.at(row, ids))
@@ -157,7 +184,7 @@ def shard(
         )
         raise DataError(msg)
     manifest = write_shards(
-        target,
+        out,
         inp,
         samples,
         plan,
@@ -180,3 +207,35 @@ def shard(
         "warnings": inp.warnings,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+@dataclass(frozen=True)
+class _OnRay:
+    """What ``shard --engine ray`` runs on the cluster: the token passes, the counts and the
+    final pass."""
+
+    measure: Measure
+    count: CountTokens
+    annotate: Callable[[Run], Iterator[Batch]]
+
+
+def _on_ray(
+    engine: str, address: str | None, preset: str | None, files: list[str], batch_rows: int
+) -> _OnRay | None:
+    check_engine(engine, preset)
+    if engine == "local":
+        return None
+    if jsonl := next((f for f in files if is_jsonl(f)), None):
+        msg = (
+            f"{jsonl}: --engine ray reads Parquet logs. Hint: write the log as Parquet first, "
+            "or use --engine local"
+        )
+        raise UsageError(msg)
+    from advcli import on_ray
+
+    ray = on_ray.connect(address)
+    return _OnRay(
+        measure=on_ray.measured_on_ray(ray),
+        count=on_ray.counted_on_ray(ray, batch_rows),
+        annotate=on_ray.annotated_on_ray(ray),
+    )

@@ -6,16 +6,28 @@ segmented (each segment is its own training sample, as in ``--segments compactio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
-from advcli.engine import BATCH_ROWS, Run, Stage, no_stage, open_log, plan_run, token_counts
-from advcli.errors import UsageError
-from advcli.io.jsonl import STDIN
+from advcli.engine import (
+    BATCH_ROWS,
+    Batch,
+    CountTokens,
+    Measure,
+    Run,
+    Stage,
+    no_stage,
+    open_log,
+    plan_run,
+    token_counts,
+)
+from advcli.errors import DataError, UsageError
+from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.rollouts import (
     Rows,
     extract_rows,
@@ -23,7 +35,7 @@ from advcli.io.rollouts import (
     row_columns,
     token_columns,
 )
-from advcli.io.schema import Roles
+from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.writers import read_metadata
 from advcli.params import Params
@@ -41,6 +53,7 @@ class Input:
     metadata: dict[str, Any]  # method, params, roles (advcli metadata of the annotation)
     dropped_by_method: dict[str, int]
     warnings: list[str]
+    annotate: Callable[[Run], Iterator[Batch]] | None = None  # the final pass run elsewhere
 
     @property
     def annotated_input(self) -> bool:
@@ -72,7 +85,8 @@ class Input:
         """The annotated log's rows in order, batch by batch, with their action masks (a log
         annotated already: only the columns shards take, and the ``--keep`` columns ``extra``)."""
         if self.run is not None:
-            for batch in self.run.annotated():
+            batches = self.annotate(self.run) if self.annotate else self.run.annotated()
+            for batch in batches:
                 assert batch.mask is not None  # shards need token ids
                 yield batch.table, batch.mask
             return
@@ -98,6 +112,20 @@ def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (a.get("method"), a.get("params")) == (b.get("method"), b.get("params"))
 
 
+def _recorded_roles(path: str, meta: dict[str, Any]) -> dict[str, str]:
+    """The roles advcli's metadata of an annotated log records; a broken record is the data's
+    fault, not a flag's."""
+    recorded: Any = meta.get("roles") or {}
+    if not isinstance(recorded, dict) or any(
+        r not in ROLES or not isinstance(c, str) or not c for r, c in recorded.items()
+    ):
+        where = f"{path}.meta.json" if is_jsonl(path) else f"{path} (its advcli metadata)"
+        shown = orjson.dumps(recorded).decode()[:80]
+        msg = f"{where}: its 'roles' are not roles advcli knows ({shown})"
+        raise DataError(f"{msg}. Hint: annotate the raw log again")
+    return recorded
+
+
 def open_input(
     inputs: list[str],
     *,
@@ -108,11 +136,12 @@ def open_input(
     preset_options: PresetOptions | None = None,
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
+    measure: Measure | None = None,
 ) -> Input:
     """Open ``inputs``; plan the method on them unless advcli annotated them already.
 
     ``method`` is what ``--method`` said (None: not given), ``params`` the parameters of the
-    run for a raw log."""
+    run for a raw log; ``measure`` runs its token passes elsewhere (a Ray cluster)."""
     files = inputs if preset is not None else expand_inputs(inputs)
     metas = [None if preset is not None else _file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
@@ -134,8 +163,8 @@ def open_input(
     user_cols = list(col or [])
     if marked:  # the roles the annotation used, unless --col says otherwise
         given = {c.partition("=")[0] for c in user_cols}
-        roles = marked[0].get("roles") or {}
-        user_cols += [f"{r}={c}" for r, c in sorted(roles.items()) if r not in given]
+        recorded = _recorded_roles(files[0], marked[0])
+        user_cols += [f"{r}={c}" for r, c in sorted(recorded.items()) if r not in given]
     with stage("reading"):
         log = open_log(inputs, user_cols, preset=preset, options=preset_options)
     source, roles = log.source, log.roles
@@ -160,7 +189,7 @@ def open_input(
             "Hint: pass --method grpo (or another method), or annotate the log first"
         )
         raise UsageError(msg)
-    run = plan_run(log, params, stage=stage, batch_rows=batch_rows)
+    run = plan_run(log, params, stage=stage, batch_rows=batch_rows, measure=measure)
     info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
     return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings)
 
@@ -204,10 +233,15 @@ def first_appearance(codes: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, pa.
     return rank[inverse.reshape(-1)], keys.take(pa.array(uniq[by_first]))
 
 
-def measure(inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS) -> Samples:
+def measure(
+    inp: Input, pack: int | None, batch_rows: int = BATCH_ROWS, count: CountTokens | None = None
+) -> Samples:
     """Every sample's token and action counts (a pass over the token columns but the ids,
-    which the pass that writes reads and checks)."""
-    counts = token_counts(inp.source, inp.roles, ids=False, within=pack, batch_rows=batch_rows)
+    which the pass that writes reads and checks); ``count`` counts them elsewhere."""
+    if count is None:
+        counts = token_counts(inp.source, inp.roles, ids=False, within=pack, batch_rows=batch_rows)
+    else:
+        counts = count(inp.source, inp.roles, ids=False, within=pack)
     rows = inp.kept_rows()
     group = keys = None
     if inp.rows.group_codes is not None:

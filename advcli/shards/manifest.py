@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
 import numpy as np
@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 
 from advcli import __version__
 from advcli.errors import DataError, UsageError
+from advcli.io import remote
 from advcli.io.checksum import file_sha256
+from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.sources import Sources
 from advcli.shards.inputs import Input
@@ -33,6 +35,9 @@ def input_record(path: str, sources: Sources) -> dict[str, Any]:
     if path == STDIN:
         data = sources.stdin or b""
         return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if remote.is_remote(path):
+        size, digest = remote.sha256(path)
+        return {"path": path, "bytes": size, "sha256": digest}
     record: dict[str, Any] = {
         "path": path,
         "bytes": os.path.getsize(path),
@@ -151,18 +156,19 @@ def _type_name(spec: Any) -> str:
     return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
 
 
-def read_manifest(root: Path, regen: str) -> dict[str, Any]:
+def read_manifest(folder: Folder, regen: str) -> dict[str, Any]:
     """The folder's manifest, checked against its checksum and its schema."""
-    mpath, sums = root / MANIFEST, root / CHECKSUM
-    if not mpath.is_file() or mpath.is_symlink():
+    mpath, sums = folder.path(MANIFEST), folder.path(CHECKSUM)
+    if folder.kind(MANIFEST) != "file":
         _fail(f"{mpath}: no manifest, so the folder is not a complete shard output", regen)
-    if not sums.is_file() or sums.is_symlink():
+    if folder.kind(CHECKSUM) != "file":
         _fail(f"{sums}: missing, so the manifest cannot be checked", regen)
-    recorded = sums.read_text(errors="replace").split()
-    if recorded[:2] != [file_sha256(mpath), MANIFEST]:
+    recorded = folder.read_text(CHECKSUM).split()
+    text = folder.read_text(MANIFEST)
+    if recorded[:2] != [hashlib.sha256(text.encode()).hexdigest(), MANIFEST]:
         _fail(f"{mpath}: edited after advcli wrote it (its sha256 differs from {CHECKSUM})", regen)
     try:
-        manifest: Any = json.loads(mpath.read_text())
+        manifest: Any = json.loads(text)
     except ValueError:
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -172,55 +178,60 @@ def read_manifest(root: Path, regen: str) -> dict[str, Any]:
     return manifest
 
 
-def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
+def verify(location: str | os.PathLike[str]) -> dict[str, Any]:
     """``advcli verify``: re-read every shard against the manifest; raise on the first problem.
 
     The manifest must match its checksum and schema; every file in the folder (hidden ones
     too) must be the manifest, its checksum or a shard it lists, none a symlink; each shard's
     size, sha256, schema, rows and tokens, and the method and parameters it records, must be
-    the manifest's; its split one of the manifest's, whose counts add up.
+    the manifest's; its split one of the manifest's, whose counts add up. The folder may be in
+    object storage.
     """
-    folder = os.fspath(folder)
-    root = Path(folder)
-    if not root.is_dir():
-        msg = f"{folder}: no such folder. Hint: give the --out folder of advcli shard"
+    location = os.fspath(location)
+    folder = Folder(location)
+    if not folder.exists():
+        msg = f"{location}: no such folder. Hint: give the --out folder of advcli shard"
         raise UsageError(msg)
     regen = "write the shards again with advcli shard --force"
-    manifest = read_manifest(root, regen)
-    mpath = root / MANIFEST
+    manifest = read_manifest(folder, regen)
+    mpath = folder.path(MANIFEST)
     records = manifest["shards"]
     listed = set()
     for rec in records:
         rel = rec["path"]
-        path = root / rel
-        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        if not rel or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
             _fail(f"{mpath}: shard path {rel!r} is not inside the folder", regen)
-        listed.add(Path(rel).as_posix())
-        _verify_shard(path, rec, manifest, regen)
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            _fail(f"{path}: a symlink; a shard folder holds only files advcli wrote", regen)
-        if path.is_file() and rel not in listed | {MANIFEST, CHECKSUM}:
-            _fail(f"{path}: a file the manifest does not list", "remove it, or " + regen)
+        listed.add(PurePosixPath(rel).as_posix())
+        _verify_shard(folder, rel, rec, manifest, regen)
+    for rel in folder.files():
+        if folder.kind(rel) == "symlink":
+            _fail(f"{folder.path(rel)}: a symlink; a shard folder holds only files advcli wrote",
+                  regen)  # fmt: skip
+        if rel not in listed | {MANIFEST, CHECKSUM}:
+            _fail(
+                f"{folder.path(rel)}: a file the manifest does not list", "remove it, or " + regen
+            )
     if totals(records) != manifest["totals"]:
         _fail(f"{mpath}: the totals do not add up to the shards' counts", regen)
     for name, split in manifest["splits"].items():
         if totals([r for r in records if r["split"] == name]) != split:
             _fail(f"{mpath}: split {name!r} does not add up to its shards' counts", regen)
-    return {"folder": folder, "ok": True, **totals(records)}
+    return {"folder": location, "ok": True, **totals(records)}
 
 
-def _verify_shard(path: Path, rec: dict[str, Any], manifest: dict[str, Any], regen: str) -> None:
-    if path.is_symlink() or not path.is_file():
+def _verify_shard(
+    folder: Folder, rel: str, rec: dict[str, Any], manifest: dict[str, Any], regen: str
+) -> None:
+    path = folder.path(rel)
+    if folder.kind(rel) != "file":
         _fail(f"{path}: missing or not a file (the manifest lists it)", regen)
-    folders = Path(rec["path"]).parts[:-1]
+    folders = PurePosixPath(rel).parts[:-1]
     if rec["split"] not in manifest["splits"] or (folders and folders[0] != rec["split"]):
         _fail(f"{path}: split {rec['split']!r} is not where the shard is", regen)
-    size = path.stat().st_size
+    size = folder.size(rel)
     if size != rec["bytes"]:
         _fail(f"{path}: {size} bytes, the manifest says {rec['bytes']} (truncated?)", regen)
-    digest = file_sha256(path)
+    digest = folder.sha256(rel)
     if digest != rec["sha256"]:
         _fail(
             f"{path}: sha256 {digest[:12]}…, the manifest says {rec['sha256'][:12]}… "
@@ -228,9 +239,11 @@ def _verify_shard(path: Path, rec: dict[str, Any], manifest: dict[str, Any], reg
             regen,
         )
     try:
-        pf = pq.ParquetFile(path)
-        schema = pf.schema_arrow
-        own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
+        with folder.open(rel) as fh:
+            pf = pq.ParquetFile(fh)
+            schema = pf.schema_arrow
+            own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
+            cols = pf.read(columns=["input_ids", "loss_mask"])
     except (OSError, ValueError, pa.ArrowException) as exc:
         _fail(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())})", regen)
     for key in ("method", "params"):
@@ -241,7 +254,6 @@ def _verify_shard(path: Path, rec: dict[str, Any], manifest: dict[str, Any], reg
         _fail(f"{path}: schema ({seen}) differs from the manifest's", regen)
     if pf.metadata.num_rows != rec["rows"]:
         _fail(f"{path}: {pf.metadata.num_rows} rows, the manifest says {rec['rows']}", regen)
-    cols = pf.read(columns=["input_ids", "loss_mask"])
     tokens = sum(len(c.flatten()) for c in cols.column("input_ids").chunks)
     actions = sum(
         int(np.asarray(c.flatten()).astype(np.int64).sum()) for c in cols.column("loss_mask").chunks

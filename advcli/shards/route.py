@@ -79,7 +79,7 @@ def sample_table(
     return pa.table(cols)
 
 
-def allow_open_files(n_buckets: int, target: Path) -> None:
+def allow_open_files(n_buckets: int, target: str) -> None:
     """Routing keeps every bucket file open (rows reach them in any order). Raise this
     process's soft limit on open files (``ulimit -n``, often 1024: a ~8 B-token log) up to
     its hard limit if needed; fail before writing anything if even that is too low."""

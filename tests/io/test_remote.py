@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -68,11 +69,44 @@ def test_clear_errors(s3, tmp_path):
             "s3://logs/in/a.parquet: this is one of the inputs",
         ("annotate", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/o.jsonl"):
             "JSONL outputs go to a local disk",
-        ("shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards"):
-            "folders of parts or shards are written to a local",
+        ("shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs"):
+            "s3://logs: holds the input s3://logs/in/a.parquet",
     }  # fmt: skip
     for args, message in cases.items():
         proc = advcli(env, *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.startswith("advcli: error: ") and proc.stderr.count("\n") == 1
         assert message in proc.stderr, proc.stderr
+
+
+def test_shards_to_object_storage_and_verify_them_there(s3, tmp_path):
+    """The folder is uploaded with its manifest last; verify reads it where it is; --force
+    replaces an earlier output, its objects this one lacks deleted."""
+    env, fs = s3
+    local = tmp_path / "shards"
+    args = ["--method", "grpo", "--split", "val=0.25", "--tokens-per-shard", "40"]
+    assert advcli(env, "shard", str(SAMPLE / "rollouts.parquet"), *args,
+                  "--out", str(local)).returncode == 0  # fmt: skip
+    proc = advcli(env, "shard", "s3://logs/in", *args, "--out", "s3://logs/shards", "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    listed = fs.get_file_info(pafs.FileSelector("logs/shards", recursive=True))
+    there = sorted(i.path.removeprefix("logs/shards/") for i in listed if i.is_file)
+    assert there == names and len(names) > 4
+    for name in names:  # the same shards, byte for byte
+        if name.endswith(".parquet"):
+            with fs.open_input_file(f"logs/shards/{name}") as f:
+                assert f.read() == (local / name).read_bytes()
+    checked = json.loads(advcli(env, "verify", "s3://logs/shards", "--json").stdout)
+    assert checked["ok"] and checked["rows"] == json.loads(proc.stdout)["rows"]
+    with fs.open_output_stream("logs/shards/extra.txt") as f:
+        f.write(b"stray")
+    bad = advcli(env, "verify", "s3://logs/shards")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+    assert "s3://logs/shards/extra.txt: a file the manifest does not list" in bad.stderr
+    assert advcli(env, "shard", "s3://logs/in", *args,
+                  "--out", "s3://logs/shards").returncode == 2  # fmt: skip
+    again = advcli(env, "shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards",
+                   "--force")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert json.loads(advcli(env, "verify", "s3://logs/shards", "--json").stdout)["ok"]
