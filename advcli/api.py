@@ -209,12 +209,10 @@ def _annotate_on_ray(
     """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli import on_ray
 
-    if fmt not in (None, "parquet"):
-        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
     if critic is not None:
         msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
         raise UsageError(msg)
-    check_output_folder(out, expand_inputs(paths), force=force)
+    _check_parts_output(out, fmt, paths, force=force)
     log = open_log(paths, col)  # --from is refused before (check_engine)
     on_ray.parquet_log(log.source)  # not Parquet: one line saying why
     ray = on_ray.connect(address)
@@ -230,6 +228,13 @@ def _annotate_on_ray(
         seconds=round(time.perf_counter() - started, 3), warnings=run.warnings,
     )  # fmt: skip
     return result
+
+
+def _check_parts_output(out: str, fmt: str | None, paths: list[str], *, force: bool) -> None:
+    """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
+    if fmt not in (None, "parquet"):
+        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
+    check_output_folder(out, expand_inputs(paths), force=force)
 
 
 def annotate_table(
@@ -477,11 +482,9 @@ def _score_on_ray(
     """``score --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli import on_ray
 
-    if fmt not in (None, "parquet"):
-        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
     if not Path(opts.path).is_file():
         raise UsageError(f"{opts.path}: no such critic file")
-    check_output_folder(out, expand_inputs(paths), force=force)
+    _check_parts_output(out, fmt, paths, force=force)
     log = open_log(paths, col)
     log.require({"input_ids"}, what="score")
     job = on_ray.ScoreJob(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from advcli import versions
 from advcli.errors import DataError, UsageError, no_rows, where
-from advcli.io.schema import jsonl_dtypes
+from advcli.io.schema import ROLES, jsonl_dtypes
 
 PLAIN_JSONL_SUFFIXES = (".jsonl", ".ndjson")
 JSONL_SUFFIXES = (*PLAIN_JSONL_SUFFIXES, ".jsonl.gz", ".jsonl.zst")
@@ -193,6 +193,7 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     those lines is read as text (it could hold anything later; a number then reads as "0.35").
     """
     seen: dict = {}
+    parsed = []
     for number, line in enumerate(io.BytesIO(first_lines), start=1):
         if line.strip():
             obj = parse_line(path, number, line)
@@ -201,12 +202,19 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
             if maybe_nul and (key := _nul_key(obj)) is not None:
                 msg = f"{where(path, number, line=True)}: key {key!r} holds a NUL character"
                 raise DataError(f"{msg}. Hint: rename the key")
+            parsed.append((number, obj))
             for key, value in obj.items():
                 if seen.get(key) is None:
                     seen[key] = value
     if not first_lines.strip():
         raise no_rows(path)
     overrides = jsonl_dtypes(list(seen), mapping, seen)
+    # The typed roles are checked by polars, with a precise message; ids by their own rule.
+    kinds, ids = Kinds(path), id_columns(mapping)
+    for number, obj in parsed:
+        for key in ids & obj.keys():
+            check_id(path, number, key, obj[key])
+        kinds.check(number, obj, skip={*overrides, *ids})
     inferred = read_ndjson(path, first_lines, overrides, schema_overrides=overrides or None).schema
     return {name: _storable(dtype) for name, dtype in inferred.items()}
 
@@ -285,14 +293,30 @@ def refuse_non_scalar_ids(path: str, chunk: bytes, first_line: int, keys: Iterab
         if not key.isascii() or not pc.count_substring_regex(text, pattern)[0].as_py():
             continue
         for number, line in enumerate(chunk.splitlines(), start=first_line):
-            value = orjson.loads(line).get(key) if json.dumps(key).encode() in line else None
-            if isinstance(value, (dict, list, bool, float)):
-                shown = orjson.dumps(value).decode()[:60]
-                msg = (
-                    f"{where(path, number, key, line=True)}: an id is a string or an integer, "
-                    f"saw {shown}. Hint: write the id as a string"
-                )
-                raise DataError(msg)
+            if json.dumps(key).encode() in line:
+                check_id(path, number, key, orjson.loads(line).get(key))
+
+
+def id_columns(mapping: Mapping[str, str]) -> set[str]:
+    """The columns that may hold prompt and rollout ids (``mapping``'s, or the roles' names)."""
+    return {
+        column
+        for role in ("prompt_id", "rollout_id")
+        for column in ((mapping[role],) if role in mapping else (role, *ROLES[role][1]))
+    }
+
+
+def check_id(path: str, number: int, key: str, value: object) -> None:
+    """An id is a string or an integer (polars would write an object, say, as its JSON text;
+    orjson reads an integer beyond 64 bits as a float, a whole one)."""
+    fraction = isinstance(value, float) and not value.is_integer()
+    if isinstance(value, (dict, list, bool)) or fraction:
+        shown = orjson.dumps(value).decode()[:60]
+        msg = (
+            f"{where(path, number, key, line=True)}: an id is a string or an integer, saw "
+            f"{shown}. Hint: write the id as a string"
+        )
+        raise DataError(msg)
 
 
 def _occurrences(chunk: bytes, text: pa.Array, needle: bytes) -> int:
@@ -341,21 +365,12 @@ def _diagnose(
 ) -> None:
     """Find the first line polars could not read with ``dtypes`` (or, for the other keys, whose
     value is of another kind than on the first line that has it), and raise a precise error."""
-    kinds: dict[str, tuple[str, int]] = {}
+    kinds = Kinds(path)
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         obj = parse_line(path, number, line)
-        for key, value in obj.items():
-            kind = _kind(value)
-            first = kinds.setdefault(key, (kind, number)) if kind else None
-            if first is not None and first[0] != kind and key not in dtypes:
-                shown = orjson.dumps(value).decode()[:60]
-                msg = (
-                    f"{where(path, number, key, line=True)}: expected {first[0]} (as on line "
-                    f"{first[1]}), saw {shown}. Hint: every line must use the same types"
-                )
-                raise DataError(msg)
+        kinds.check(number, obj, skip=dtypes)
         for key, dtype in dtypes.items():
             misfit = _misfit(obj.get(key), dtype)
             if misfit is not None:
@@ -365,6 +380,29 @@ def _diagnose(
                 msg = (
                     f"{where(path, number, key, line=True)}: expected {_describe(expected)}"
                     f"{part}, saw {shown}. Hint: every line must use the same types"
+                )
+                raise DataError(msg)
+
+
+class Kinds:
+    """The kind of JSON value (number, string, list, …) each key holds, from the first line
+    that has it: a line where a key holds another kind is an error naming line and column."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.first: dict[str, tuple[str, int]] = {}
+
+    def check(self, number: int, obj: dict, skip: Collection[str] = ()) -> None:
+        for key, value in obj.items():
+            kind = _kind(value)
+            if kind is None or key in skip:
+                continue
+            first = self.first.setdefault(key, (kind, number))
+            if first[0] != kind:
+                shown = orjson.dumps(value).decode()[:60]
+                msg = (
+                    f"{where(self.path, number, key, line=True)}: expected {first[0]} (as on "
+                    f"line {first[1]}), saw {shown}. Hint: every line must use the same types"
                 )
                 raise DataError(msg)
 

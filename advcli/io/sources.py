@@ -457,12 +457,8 @@ class JsonlSource(LogSource):
         self._unique_keys = [c for c in dict.fromkeys(k for s in schemas for k in s)
                              if c in role_names]  # fmt: skip
         self._unique_checked: set[int] = set()  # files whose keys were checked
-        self._id_keys = [
-            column
-            for role in ("prompt_id", "rollout_id")
-            for column in ((mapping[role],) if role in mapping else (role, *ROLES[role][1]))
-            if any(column in schema for schema in schemas)
-        ]
+        self._id_keys = [c for c in sorted(jsonl.id_columns(mapping))
+                         if any(c in schema for schema in schemas)]  # fmt: skip
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema

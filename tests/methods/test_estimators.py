@@ -520,7 +520,7 @@ def test_opd_and_the_distillation_term_match_a_loop(data, extra, coef):
     grpo = ref.grpo(rs, groups)
     mixed = tokens(advcli.annotate_table(t, method="grpo", opd_coef=coef))
     for i, m in enumerate(masks):
-        s, te = np.float64(np.float32(student[i])), np.float64(np.float32(teacher[i]))
+        s, te = (np.asarray(x[i], np.float32).astype(np.float64) for x in (student, teacher))
         on = np.asarray(m, bool)
         close(opd[i], np.where(on, te - s, 0.0))
         close(mixed[i], np.where(on, grpo[i] - coef * (s - te), 0.0))
