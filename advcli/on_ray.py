@@ -250,15 +250,18 @@ def _annotated_unit(run: Run, unit: Unit) -> list[Batch]:
 
 
 def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
-    """The final pass of a run, each work unit annotated on the cluster; its batches come back
-    in log order (at most a unit per worker ahead of the one being read), for ``shard``,
-    which writes them here."""
+    """The final pass of a run, each work unit (a row group, where the files have several)
+    annotated on the cluster; its batches come back in log order (at most a unit per worker
+    ahead of the one being read), for ``shard``, which writes them here."""
     task = _task(ray, _annotated_unit)
 
     def annotated(run: Run) -> Iterator[Batch]:
         log = parquet_log(run.source)
         workers = _cluster_workers(ray, "CPU")
-        units = work_units(log, run.batch_rows, workers)
+        # Units of a row group each, where the files allow: the rows this process holds at
+        # once, a unit a worker ahead, stay a few row groups' worth.
+        groups = sum(len(rows) for rows in log.row_group_rows)
+        units = work_units(log, run.batch_rows, max(workers, groups))
         shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
         names = [u.name(log) for u in units]
         futures: list[Any] = []

@@ -76,8 +76,10 @@ def cluster():
     try:
         ray_cmd("start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
                 "--num-cpus", "1", "--include-dashboard", "false", "--temp-dir", home)  # fmt: skip
+        # The second node declares a GPU (Ray schedules by the resources declared): `score`
+        # then runs its tasks there, with ONNX Runtime's CPU provider on this machine.
         ray_cmd("start", "--address", address, "--node-ip-address", "127.0.0.1",
-                "--num-cpus", "1")  # fmt: skip
+                "--num-cpus", "1", "--num-gpus", "1")  # fmt: skip
         yield address
     finally:
         stop_processes_of(home)
@@ -365,21 +367,22 @@ def test_one_large_file_spreads_in_row_ranges(cluster, tmp_path):
 
 
 def test_score_on_the_cluster_is_the_local_score(cluster, three_files, tmp_path):
-    """A CPU-only cluster: a task a file, the critic's bytes sent to the workers."""
+    """The cluster declares one GPU: a task a GPU (units cut for one GPU: a file each), the
+    critic's bytes sent to the worker; its values are the local ones."""
     pytest.importorskip("onnxruntime")
     from bench.critic_model import build_critic, make_weights
 
     critic = tmp_path / "critic.onnx"
     build_critic(critic, make_weights(vocab=32000, dim=8, hidden=8))
     local, parts = tmp_path / "scored.parquet", tmp_path / "scored"
-    args = ["--critic", str(critic), "--device", "cpu"]
+    args = ["--critic", str(critic)]
     assert advcli("score", str(three_files), *args, "--out", str(local)).returncode == 0
     proc = advcli("score", str(three_files), *args, "--engine", "ray", "--ray-address", cluster,
                   "--out", str(parts), "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert (summary["parts"], summary["rows"], summary["gpus"]) == (3, 14, 0)
-    assert summary["provider"] == "CPUExecutionProvider"
+    assert (summary["parts"], summary["rows"], summary["gpus"]) == (3, 14, 1)
+    assert summary["provider"] == "CPUExecutionProvider"  # no CUDA in this ONNX Runtime
     mine, theirs = read_parts(parts), pq.read_table(local).replace_schema_metadata(None)
     assert mine.drop_columns(["values"]).equals(theirs.drop_columns(["values"]))
     values = [np.concatenate(t.column("values").to_numpy(zero_copy_only=False))
@@ -388,24 +391,16 @@ def test_score_on_the_cluster_is_the_local_score(cluster, three_files, tmp_path)
     part = json.loads(pq.read_metadata(parts / "part-00000.parquet").metadata[b"advcli"])
     assert (part["command"], part["critic"]["file"]) == ("score", str(critic))
     assert json.loads(advcli("verify", str(parts), "--json").stdout)["ok"]
-    proc = advcli(
-        "score",
-        str(three_files),
-        "--critic",
-        str(critic),
-        "--device",
-        "cuda",
-        "--engine",
-        "ray",
-        "--ray-address",
-        cluster,
-        "--out",
-        str(tmp_path / "g"),
-    )
+    cpu = tmp_path / "cpu"  # --device cpu asks for no GPU: a task a CPU, the same values
+    proc = advcli("score", str(three_files), *args, "--device", "cpu", "--engine", "ray",
+                  "--ray-address", cluster, "--out", str(cpu), "--json")  # fmt: skip
+    assert proc.returncode == 0 and json.loads(proc.stdout)["gpus"] == 0, proc.stderr
+    assert read_parts(cpu).drop_columns(["values"]).equals(mine.drop_columns(["values"]))
+    proc = advcli("score", str(three_files), *args, "--device", "cuda", "--engine", "ray",
+                  "--ray-address", cluster, "--out", str(tmp_path / "g"))  # fmt: skip
     assert proc.returncode == 2 and not (tmp_path / "g").exists()
-    assert proc.stderr == (
-        "advcli: error: --device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu\n"
-    )
+    assert proc.stderr.startswith("advcli: error: --device cuda: this ONNX Runtime has no CUDA")
+    assert proc.stderr.count("\n") == 1
 
 
 def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
