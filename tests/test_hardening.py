@@ -496,6 +496,12 @@ def test_inputs_beyond_float32_are_refused_by_row_and_column(tmp_path):
     assert proc.returncode == 1
     assert "line 2, column 'reward': value -1e+300 is beyond float32's range" in one_line(proc)
     assert not (tmp_path / "o.parquet").exists()
+    rows[1]["reward"] = 1.0
+    rows[2].update(truncated=True, bootstrap_value=1e300)  # a truncated row's bootstrap too
+    proc = run("annotate", write_jsonl(tmp_path / "b.jsonl", rows), "--method", "reinforce-pp",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 1
+    assert "line 3, column 'bootstrap_value': value 1e+300 is beyond float32's" in one_line(proc)
 
 
 def test_a_result_that_overflows_float32_names_its_row(tmp_path):

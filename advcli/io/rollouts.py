@@ -326,6 +326,8 @@ def extract_rows(
         if boot_col is not None:
             boot = _numeric(table.column(boot_col).combine_chunks())
         bootstrap = np.where(truncated, boot, 0.0)
+        if boot_col is not None:  # a missing one (NaN) is for the temporal methods to refuse
+            check.finite(boot_col, np.where(np.isnan(bootstrap), 0.0, bootstrap))
 
     baseline = None  # NaN where null: only the methods that read it check it
     if (col := roles["baseline_reward"]) is not None:
