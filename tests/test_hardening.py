@@ -788,6 +788,15 @@ def test_broken_roles_in_an_annotated_logs_metadata_are_the_datas_fault(tmp_path
     proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
     assert proc.returncode == 1
     assert one_line(proc).startswith(f"advcli: error: {meta}: its 'roles' are not roles advcli")
+    record["roles"] = {"reward": "nosuch"}
+    meta.write_text(json.dumps(record))
+    proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {meta}: its 'roles' name a column the log lacks (reward=nosuch). "
+        "Hint: annotate the raw log again"
+    )
+    assert not (tmp_path / "sh").exists()
 
 
 def test_json_alone_prints_json_on_stdout_and_nothing_on_stderr(tmp_path):

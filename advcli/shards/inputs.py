@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from advcli.engine import (
     BATCH_ROWS,
@@ -26,7 +27,8 @@ from advcli.engine import (
     plan_run,
     token_counts,
 )
-from advcli.errors import DataError, UsageError
+from advcli.errors import AdvcliError, DataError, UsageError
+from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.rollouts import (
     Rows,
@@ -119,11 +121,34 @@ def _recorded_roles(path: str, meta: dict[str, Any]) -> dict[str, str]:
     if not isinstance(recorded, dict) or any(
         r not in ROLES or not isinstance(c, str) or not c for r, c in recorded.items()
     ):
-        where = f"{path}.meta.json" if is_jsonl(path) else f"{path} (its advcli metadata)"
         shown = orjson.dumps(recorded).decode()[:80]
-        msg = f"{where}: its 'roles' are not roles advcli knows ({shown})"
+        msg = f"{_metadata_of(path)}: its 'roles' are not roles advcli knows ({shown})"
         raise DataError(f"{msg}. Hint: annotate the raw log again")
+    columns = _columns(path)
+    for role, column in recorded.items():
+        if columns is not None and column.partition(".")[0] not in columns:
+            msg = f"{_metadata_of(path)}: its 'roles' name a column the log lacks ({role}={column})"
+            raise DataError(f"{msg}. Hint: annotate the raw log again")
     return recorded
+
+
+def _metadata_of(path: str) -> str:
+    return f"{path}.meta.json" if is_jsonl(path) else f"{path} (its advcli metadata)"
+
+
+def _columns(path: str) -> set[str] | None:
+    """The columns of a log's file, from its footer or first line (None where they cannot be
+    read here: opening the log says why)."""
+    try:
+        if is_jsonl(path):
+            with jsonl.open_stream(path) as lines:
+                first = jsonl.head(lines, 1)
+            return set(orjson.loads(first)) if first.strip() else None
+        return set(
+            pq.read_schema(remote.open_input(path) if remote.is_remote(path) else path).names
+        )
+    except (OSError, ValueError, pa.ArrowException, AdvcliError):
+        return None
 
 
 def open_input(
