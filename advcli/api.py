@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from advcli.engine import (
     token_counts,
 )
 from advcli.errors import DataError, UsageError
-from advcli.io import remote
 from advcli.io.arrow import flat_list
 from advcli.io.folders import Folder
 from advcli.io.rollouts import extract_rows, row_columns
@@ -53,11 +51,11 @@ from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
-    TableWriter,
     atomic_path,
     check_output,
     check_output_folder,
     output_format,
+    write_batches,
 )
 from advcli.params import Params
 from advcli.presets import PresetOptions
@@ -94,35 +92,6 @@ def _paths(inputs: Inputs) -> list[str]:
 def input_files(paths: list[str], preset: str | None) -> list[str]:
     """The files ``paths`` name (folders and globs expanded), as the log will read them."""
     return presets.get(preset).files(paths) if preset else expand_inputs(paths)
-
-
-def _write(
-    out: str,
-    fmt: str,
-    metadata: dict[str, Any],
-    batches: Iterable[tuple[pa.Table, int]],
-    progress: Progress | None,
-    *,
-    force: bool,
-) -> tuple[int, int]:
-    """Write ``(table, tokens)`` batches to ``out`` atomically; returns rows and tokens. An
-    output in object storage is written locally, then uploaded in one piece."""
-    if remote.is_remote(out):
-        with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
-            local = os.path.join(folder, "out.parquet")
-            done = _write(local, fmt, metadata, batches, progress, force=False)
-            remote.upload(local, out, force=force)
-            return done
-    rows = tokens = 0
-    with TableWriter(out, fmt, metadata, force=force) as writer:
-        for table, n_tokens in batches:
-            writer.write(table)
-            rows += table.num_rows
-            tokens += n_tokens
-            if progress:
-                progress(rows, tokens)
-        writer.commit()
-    return rows, tokens
 
 
 def annotate(
@@ -183,7 +152,9 @@ def annotate(
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())
-        rows, tokens = _write(out, fmt, run.metadata(), batches, progress, force=force)
+        rows, tokens, _ = write_batches(
+            out, fmt, run.metadata(), batches, force=force, progress=progress
+        )
     result = summary.as_dict(run, rows, tokens)
     result.update(
         output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
@@ -449,8 +420,8 @@ def score(
     log.require({"input_ids"}, what="score")
     scorer = CriticScorer(opts, source.sources, roles)
     batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
-    rows, tokens = _write(out, fmt, _score_metadata(scorer.metadata, source.sources.files),
-                          batches, progress, force=force)  # fmt: skip
+    metadata = _score_metadata(scorer.metadata, source.sources.files)
+    rows, tokens, _ = write_batches(out, fmt, metadata, batches, force=force, progress=progress)
     return {
         "rows": rows,
         "tokens": tokens,

@@ -47,11 +47,10 @@ from advcli.engine import (
 )
 from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
 from advcli.io import remote
-from advcli.io.checksum import file_sha256
 from advcli.io.folders import Folder
 from advcli.io.schema import Roles
 from advcli.io.sources import FileRows, LogSource, ParquetSource
-from advcli.io.writers import TableWriter, output_folder
+from advcli.io.writers import output_folder, write_batches
 from advcli.methods import TokenPass
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
@@ -277,22 +276,11 @@ def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
 def _write_part(
     dest: str, metadata: dict[str, Any], batches: Iterable[tuple[pa.Table, int]]
 ) -> tuple[int, int, str]:
-    """One part at ``dest`` (a path, or an object written locally then uploaded in one piece):
-    its rows, tokens and sha256. A retried task writes it again."""
-    if remote.is_remote(dest):
-        with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
-            local = os.path.join(folder, "part.parquet")
-            done = _write_part(local, metadata, batches)
-            remote.upload(local, dest, force=True)
-            return done
-    rows = tokens = 0
-    with TableWriter(dest, "parquet", metadata, force=True) as writer:
-        for table, n_tokens in batches:
-            writer.write(table)
-            rows += table.num_rows
-            tokens += n_tokens
-        writer.commit()
-    return rows, tokens, file_sha256(dest)
+    """One part at ``dest`` (a path, or an object): its rows, tokens and sha256. A retried task
+    writes it again."""
+    rows, tokens, sha = write_batches(dest, "parquet", metadata, batches, force=True, digest=True)
+    assert sha is not None
+    return rows, tokens, sha
 
 
 def _annotate_unit(run: Run, unit: Unit, dest: str) -> tuple[int, int, str, Summary]:

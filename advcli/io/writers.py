@@ -16,8 +16,9 @@ import queue
 import re
 import shutil
 import sys
+import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,38 @@ def _check_remote_folder(out: str, files: list[str], *, force: bool) -> Path:
             raise OutputError(f"{msg}. Hint: choose another --out")
     _refuse_existing(out, bool(remote.listing(out)), force=force)
     return Path(out)
+
+
+def write_batches(
+    out: str,
+    fmt: str,
+    metadata: dict[str, Any],
+    batches: Iterable[tuple[pa.Table, int]],
+    *,
+    force: bool,
+    progress: Callable[[int, int], None] | None = None,
+    digest: bool = False,
+) -> tuple[int, int, str | None]:
+    """Write ``(table, tokens)`` batches to ``out`` atomically: its rows, tokens and, with
+    ``digest``, the sha256 of its bytes. An output in object storage is written locally, then
+    uploaded in one piece."""
+    if remote.is_remote(out):
+        with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
+            local = os.path.join(folder, "out.parquet")
+            done = write_batches(local, fmt, metadata, batches, force=False, progress=progress,
+                                 digest=digest)  # fmt: skip
+            remote.upload(local, out, force=force)
+            return done
+    rows = tokens = 0
+    with TableWriter(out, fmt, metadata, force=force) as writer:
+        for table, n_tokens in batches:
+            writer.write(table)
+            rows += table.num_rows
+            tokens += n_tokens
+            if progress:
+                progress(rows, tokens)
+        writer.commit()
+    return rows, tokens, file_sha256(out) if digest else None
 
 
 @contextlib.contextmanager
