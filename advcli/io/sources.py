@@ -260,10 +260,13 @@ class TableSource(LogSource):
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
         table = self.table if names is None else self.table.select(names)
-        for start in range(0, table.num_rows, rows):
-            yield start, table.slice(start, rows)
-            done = min(start + rows, table.num_rows)
-            report(done, done / table.num_rows)
+        first = 0
+        for n in self.sources.row_counts or [table.num_rows]:  # no batch spans two files
+            for start in range(first, first + n, rows):
+                yield start, table.slice(start, min(rows, first + n - start))
+                done = min(start + rows, first + n)
+                report(done, done / table.num_rows)
+            first += n
 
 
 class ParquetSource(LogSource):
@@ -568,7 +571,9 @@ class ParsedRows:
     def __init__(self) -> None:
         self._file: IO[bytes] | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
-        self._file_of_batch: list[int] = []  # the input file each record batch came from
+        # Per frame added: its input file and its record batches (polars parses a chunk in
+        # pieces, as many as it has threads), so that frames() gives back the same frames.
+        self._frames: list[tuple[int, int]] = []
         with contextlib.suppress(OSError):
             self._file = tempfile.TemporaryFile(prefix="advcli-parsed-")  # noqa: SIM115
 
@@ -580,9 +585,10 @@ class ParsedRows:
             if self._writer is None:
                 sink = pa.PythonFile(self._file, mode="w")
                 self._writer = pa.ipc.new_stream(sink, table.schema)
-            for batch in table.to_batches():
+            batches = table.to_batches()
+            for batch in batches:
                 self._writer.write_batch(batch)
-                self._file_of_batch.append(file_index)
+            self._frames.append((file_index, len(batches)))
         except OSError:  # no room: keep nothing
             self.close()
 
@@ -596,19 +602,22 @@ class ParsedRows:
                 self._file.flush()
         except OSError:
             self.close()
-        return self._file is not None and bool(self._file_of_batch)  # (no rows: parse again)
+        return self._file is not None and bool(self._frames)  # (no rows: parse again)
 
     def frames(self, names: list[str] | None, n_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
-        """``(file index, frame)`` as :meth:`add` got them (``names``: those columns)."""
+        """``(file index, frame)`` as :meth:`add` got them (``names``: those columns): the
+        same frames, so a pass over them reads the same batches as a pass over the text."""
         assert self._file is not None
         self._file.seek(0)
         rows = 0
         reader = pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
-        for file_index, batch in zip(self._file_of_batch, reader, strict=True):
-            frame = pl.from_arrow(batch if names is None else batch.select(names))
+        for file_index, n_batches in self._frames:
+            batches = [reader.read_next_batch() for _ in range(n_batches)]
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+            frame = pl.from_arrow(table if names is None else table.select(names))
             assert isinstance(frame, pl.DataFrame)
             yield file_index, frame
-            rows += batch.num_rows
+            rows += table.num_rows
             report(rows, rows / n_rows if n_rows else None)
 
     def close(self) -> None:

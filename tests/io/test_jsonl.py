@@ -185,6 +185,20 @@ def test_kept_rows_are_the_rows_parsed_and_the_text_is_parsed_once(tmp_path, chu
     assert starts[0] == 0 and starts == sorted(set(starts))
 
 
+def test_every_pass_reads_the_batches_of_a_pass_over_the_text(tmp_path):
+    """polars parses a chunk in pieces (one a thread); the kept rows give back whole chunks,
+    so a later pass cuts the same batches as the text's (sums over batches add up alike)."""
+    path = write_jsonl(tmp_path / "a.jsonl", log_rows(3000))
+    parsed = JsonlSource([path], {}, chunk_bytes=1 << 18).batches(None, 256)
+    text = [(start, t.num_rows) for start, t in parsed]
+    source = JsonlSource([path], {}, chunk_bytes=1 << 18)
+    source.keep_parsed()
+    source.columns(["reward"])
+    assert source._parsed is not None  # the later passes read the kept rows
+    assert [(start, t.num_rows) for start, t in source.batches(None, 256)] == text
+    assert len(text) > 3000 // 256  # a batch ends where a chunk of the text does
+
+
 def test_a_pass_left_halfway_keeps_nothing(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", log_rows(40))
     expected, _ = read_inputs([path])
