@@ -16,6 +16,7 @@ default. Errors are :class:`~advcli.errors.AdvcliError` s, with the message the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -48,7 +49,7 @@ from advcli.io.arrow import flat_list
 from advcli.io.folders import Folder
 from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
-from advcli.io.sources import Sources, TableSource, expand_inputs
+from advcli.io.sources import ParquetSource, Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
     atomic_path,
@@ -125,9 +126,10 @@ def annotate(
     out = os.fspath(out)
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
-    check_engine(engine, preset)
+    check_engine(engine)
     if engine == "ray":
-        return _annotate_on_ray(paths, out, p, col=col, fmt=fmt, force=force, critic=critic,
+        read_as = _ReadAs(col, preset, preset_options)
+        return _annotate_on_ray(paths, out, p, read_as, fmt=fmt, force=force, critic=critic,
                                 address=ray_address, stage=stage, progress=progress,
                                 batch_rows=batch_rows, started=started)  # fmt: skip
     fmt = output_format(out, fmt)
@@ -162,12 +164,39 @@ def annotate(
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class _ReadAs:
+    """How to read a log: ``--col``, ``--from`` and its options."""
+
+    col: list[str] | None = None
+    preset: str | None = None
+    options: PresetOptions | None = None
+
+    def open(self, paths: list[str]) -> Log:
+        return open_log(paths, self.col, preset=self.preset, options=self.options)
+
+
+def _open_on_ray(
+    paths: list[str], read_as: _ReadAs, address: str | None, stage: Stage, batch_rows: int
+) -> tuple[Any, Log]:
+    """The cluster, and the log as its tasks read it (a log that is not Parquet files is
+    read into Ray's object store first)."""
+    from advcli import on_ray
+
+    log = read_as.open(paths)
+    ray = on_ray.connect(address)
+    if not isinstance(log.source, ParquetSource):
+        with stage("reading the log into Ray's object store"):
+            log.source = on_ray.on_cluster(ray, log.source, batch_rows)
+    return ray, log
+
+
 def _annotate_on_ray(
     paths: list[str],
     out: str,
     p: Params,
+    read_as: _ReadAs,
     *,
-    col: list[str] | None,
     fmt: str | None,
     force: bool,
     critic: CriticOptions | None,
@@ -183,10 +212,8 @@ def _annotate_on_ray(
     if critic is not None:
         msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
         raise UsageError(msg)
-    _check_parts_output(out, fmt, paths, force=force)
-    log = open_log(paths, col)  # --from is refused before (check_engine)
-    on_ray.parquet_log(log.source)  # not Parquet: one line saying why
-    ray = on_ray.connect(address)
+    _check_parts_output(out, fmt, input_files(paths, read_as.preset), force=force)
+    ray, log = _open_on_ray(paths, read_as, address, stage, batch_rows)
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows,
                    measure=on_ray.measured_on_ray(ray))  # fmt: skip
     with stage("annotating on Ray"):
@@ -201,11 +228,11 @@ def _annotate_on_ray(
     return result
 
 
-def _check_parts_output(out: str, fmt: str | None, paths: list[str], *, force: bool) -> None:
+def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: bool) -> None:
     """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
     if fmt not in (None, "parquet"):
         raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
-    check_output_folder(out, expand_inputs(paths), force=force)
+    check_output_folder(out, files, force=force)
 
 
 def annotate_table(
@@ -246,14 +273,16 @@ def audit(
     """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
     (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
     the log's reward range); ``engine="ray"`` counts each file's tokens on a Ray cluster."""
-    check_engine(engine, preset)
-    log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
+    check_engine(engine)
+    read_as = _ReadAs(col, preset, preset_options)
     count = None
     if engine == "ray":
         from advcli import on_ray
 
-        on_ray.parquet_log(log.source)
-        count = on_ray.counted_on_ray(on_ray.connect(ray_address), batch_rows)
+        ray, log = _open_on_ray(_paths(inputs), read_as, ray_address, no_stage, batch_rows)
+        count = on_ray.counted_on_ray(ray, batch_rows)
+    else:
+        log = read_as.open(_paths(inputs))
     return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows,
                      count=count)  # fmt: skip
 
@@ -408,7 +437,7 @@ def score(
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
     paths = _paths(inputs)
-    check_engine(engine, None)
+    check_engine(engine)
     if engine == "ray":
         return _score_on_ray(paths, out, opts, col=col, fmt=fmt, force=force,
                              address=ray_address, progress=progress, batch_rows=batch_rows,
@@ -455,16 +484,15 @@ def _score_on_ray(
 
     if not Path(opts.path).is_file():
         raise UsageError(f"{opts.path}: no such critic file")
-    _check_parts_output(out, fmt, paths, force=force)
-    log = open_log(paths, col)
+    _check_parts_output(out, fmt, expand_inputs(paths), force=force)
+    ray, log = _open_on_ray(paths, _ReadAs(col), address, no_stage, batch_rows)
     log.require({"input_ids"}, what="score")
     job = on_ray.ScoreJob(
-        log=on_ray.parquet_log(log.source), roles=log.roles, critic=opts,
+        log=on_ray.cluster_log(log.source), roles=log.roles, critic=opts,
         column=log.roles["values"] or "values", batch_rows=batch_rows,
         metadata=_score_metadata({}, log.sources.files),
     )  # fmt: skip
-    result = on_ray.score_parts(on_ray.connect(address), job, out, force=force,
-                                progress=progress)  # fmt: skip
+    result = on_ray.score_parts(ray, job, out, force=force, progress=progress)
     result.update(output=out, engine="ray", seconds=round(time.perf_counter() - started, 3))
     return result
 

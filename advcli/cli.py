@@ -67,9 +67,10 @@ Engine = Annotated[
     typer.Option(
         rich_help_panel=_RAY,
         help="local, or ray: one task per input Parquet file (or row range of a large one) on a "
-        "Ray cluster (annotate, score: --out is then a folder of parts and a manifest; score "
-        "takes a GPU a task where the cluster has GPUs; shard writes the same shards from "
-        "here; needs the ray extra).",
+        "Ray cluster; other logs (JSONL, --from dumps) are read once into Ray's object store "
+        "(annotate, score: --out is then a folder of parts and a manifest; score takes a GPU a "
+        "task where the cluster has GPUs; shard writes the same shards from here; needs the "
+        "ray extra).",
     ),
 ]
 RayAddress = Annotated[

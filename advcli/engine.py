@@ -592,13 +592,10 @@ def measured_in_order(
 ENGINES = ("local", "ray")
 
 
-def check_engine(engine: str, preset: str | None) -> None:
-    """``--engine``: one of :data:`ENGINES`; ``ray`` not (yet) with ``--from``."""
+def check_engine(engine: str) -> None:
+    """``--engine``: one of :data:`ENGINES`."""
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    if engine == "ray" and preset is not None:
-        msg = f"--from {preset}: not with --engine ray yet. Hint: use --engine local"
-        raise UsageError(msg)
 
 
 class CountTokens(Protocol):

@@ -4,6 +4,10 @@ A work unit is an input Parquet file, or a range of a large file's rows that sta
 group does, rounded down to a whole batch of the local engine (:func:`work_units`), so one huge
 file still spreads and every unit reads the batches a local pass reads.
 
+A log the workers cannot read in place (JSONL, a framework's dump, struct fields lifted by
+``--col``) is first read by the driver into Ray's object store in the batches a local pass
+reads (:func:`staged`); its units are runs of those pieces.
+
 The driver reads the per-row columns and plans the method exactly as the local engine does
 (:func:`advcli.engine.plan_run`). A token pass (whitening statistics, segment chains, action
 counts) is measured unit by unit on the cluster, each task running the local engine's measure
@@ -46,10 +50,11 @@ from advcli.engine import (
     token_counts,
 )
 from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
-from advcli.io import remote
+from advcli.io import jsonl, remote
 from advcli.io.folders import Folder
+from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import Roles
-from advcli.io.sources import FileRows, LogSource, ParquetSource
+from advcli.io.sources import FileRows, LogSource, ParquetSource, Sources, report
 from advcli.io.writers import output_folder, write_batches
 from advcli.methods import TokenPass
 
@@ -57,6 +62,7 @@ PART = "part-{:05d}.parquet"  # names that sort in input order
 MANIFEST = "_advcli_manifest.json"  # pyarrow and polars skip names that begin with _
 RETRIES = 2  # a task whose worker dies runs again this many times (Ray's task retries)
 STORAGE_ENV = ("AWS_", "GOOGLE_", "HF_")  # settings of object stores the tasks get too
+PIECE_BYTES = 64 << 20  # a staged log goes into Ray's object store about this much at a time
 
 
 def ray_module() -> Any:
@@ -94,16 +100,120 @@ def connect(address: str | None) -> Any:
     return ray
 
 
-def parquet_log(source: LogSource) -> ParquetSource:
-    """The log as Parquet files: the work units of ``--engine ray`` are in them."""
-    if not isinstance(source, ParquetSource):
-        msg = (
-            f"{source.sources.files[0] if source.sources.files else '<input>'}: --engine ray reads "
-            "Parquet logs (one task a file or row range). Hint: write the log as Parquet first "
-            "(advcli annotate LOG.jsonl --method grpo --out LOG.parquet), or use --engine local"
-        )
-        raise UsageError(msg)
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Consecutive batches of one input file in Ray's object store: their table (``ref``), the
+    global row of its first row, and the rows of each batch."""
+
+    ref: Any
+    file: int
+    row0: int
+    batches: tuple[int, ...]
+
+
+class StagedSource(LogSource):
+    """A log that is not Parquet files the workers can read in place (JSONL, a framework's
+    dump read with ``--from``, struct fields lifted by ``--col``, stdin), read once by this
+    process into Ray's object store in the batches a local pass reads (:func:`staged`); the
+    tasks read their units from there, on any node."""
+
+    def __init__(self, schema: pa.Schema, sources: Sources, pieces: list[Piece], rows: int):
+        self.schema, self.sources, self.pieces, self.batch_rows = schema, sources, pieces, rows
+
+    def first_row(self, index: int) -> int:
+        return sum(self.sources.row_counts[:index])
+
+    def starts(self, index: int) -> np.ndarray:
+        """Where file ``index``'s pieces start (its rows): the places a unit may begin."""
+        first = self.first_row(index)
+        return np.array([p.row0 - first for p in self.pieces if p.file == index], dtype=np.int64)
+
+    def within(self, index: int, start: int, stop: int) -> StagedSource:
+        """Rows ``[start, stop)`` of file ``index`` (``start`` where a piece begins)."""
+        first = self.first_row(index)
+        pieces = [p for p in self.pieces
+                  if p.file == index and start <= p.row0 - first < stop]  # fmt: skip
+        return StagedSource(self.schema, self.sources, pieces, self.batch_rows)
+
+    def _tables(self, names: list[str] | None) -> Iterator[tuple[Piece, pa.Table]]:
+        ray = ray_module()
+        for piece in self.pieces:
+            table = ray.get(piece.ref)
+            yield piece, table if names is None else table.select(names)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return pa.concat_tables(table for _, table in self._tables(names))
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        assert rows == self.batch_rows, "a staged log is read in the batches it was staged in"
+        for piece, table in self._tables(names):
+            at = 0
+            for n in piece.batches:
+                yield piece.row0 + at, table.slice(at, n)
+                at += n
+            report(piece.row0 + at, (piece.row0 + at) / self.n_rows)
+
+
+def staged(ray: Any, source: LogSource, batch_rows: int) -> StagedSource:
+    """``source`` read once, every column, into Ray's object store: a piece of whole batches
+    (of one file, :data:`PIECE_BYTES` or so) at a time. The rows of a JSONL file are located by
+    their lines, counted here: the workers need not see the file to name a line."""
+    pieces: list[Piece] = []
+    held: list[pa.Table] = []
+    file = row = 0
+
+    def put() -> None:
+        if held:
+            table = pa.concat_tables(held).combine_chunks()  # its own buffers, no more
+            sizes = tuple(t.num_rows for t in held)
+            pieces.append(Piece(ray.put(table), file, row - table.num_rows, sizes))
+            held.clear()
+
+    for i, table in source.file_batches(batch_rows):
+        if i != file or sum(t.nbytes for t in held) >= PIECE_BYTES:
+            put()
+            file = i
+        held.append(table)
+        row += table.num_rows
+    put()
+    given = source.sources
+    sources = Sources(files=given.files, row_counts=given.row_counts, lines=_row_lines(given))
+    return StagedSource(source.schema, sources, pieces, batch_rows)
+
+
+def _row_lines(sources: Sources) -> list[np.ndarray | None]:
+    """The line of each row of the log's JSONL files (None for files whose rows are rows)."""
+    if sources.lines is not None:
+        return sources.lines
+    return [
+        None if not is_jsonl(f)
+        else jsonl.row_lines([(1, sources.stdin or b"")] if f == STDIN else jsonl.chunks(f))
+        for f in sources.files
+    ]  # fmt: skip
+
+
+ClusterLog = ParquetSource | StagedSource
+"""A log as ``--engine ray`` reads it: Parquet files in place, or staged (:func:`staged`)."""
+
+
+def on_cluster(ray: Any, source: LogSource, batch_rows: int) -> ClusterLog:
+    """The log as the cluster reads it: Parquet files in place, any other log staged."""
+    if isinstance(source, (ParquetSource, StagedSource)):
+        return source
+    return staged(ray, source, batch_rows)
+
+
+def cluster_log(source: LogSource) -> ClusterLog:
+    assert isinstance(source, (ParquetSource, StagedSource)), "on_cluster() made it so"
     return source
+
+
+def _cuts(log: ClusterLog, index: int, batch_rows: int) -> np.ndarray:
+    """Where a unit of file ``index`` may begin: a row group's start rounded down to a whole
+    batch (Parquet), a piece's start (staged)."""
+    if isinstance(log, StagedSource):
+        return log.starts(index)
+    return np.cumsum([0, *log.row_group_rows[index]])[:-1] // batch_rows * batch_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,32 +224,36 @@ class Unit:
     start: int
     stop: int
 
-    def source(self, log: ParquetSource) -> FileRows:
+    def source(self, log: ClusterLog) -> LogSource:
+        if isinstance(log, StagedSource):
+            return log.within(self.file, self.start, self.stop)
         whole = self.start == 0 and self.stop == log.sources.row_counts[self.file]
         return FileRows(log, self.file, None if whole else (self.start, self.stop))
 
-    def name(self, log: ParquetSource) -> str:
+    def name(self, log: ClusterLog) -> str:
         """The unit in messages: its file, and its rows when it is not the whole file."""
         f = log.sources.files[self.file]
         whole = self.start == 0 and self.stop == log.sources.row_counts[self.file]
         return f if whole else f"{f} (rows {self.start}-{self.stop - 1})"
 
 
-def work_units(log: ParquetSource, batch_rows: int, wanted: int) -> list[Unit]:
+def work_units(log: ClusterLog, batch_rows: int, wanted: int) -> list[Unit]:
     """The log's work units: a file each, files larger than a ``wanted``-th of the log (the
     cluster's workers) cut into ranges, so that no unit holds much more than that share.
 
     The cuts fall where rows ``target, 2·target, …`` of the log would (``target`` = rows /
     ``wanted``), moved to the nearest start of a row group rounded down to a multiple of
-    ``batch_rows``: a range reads little more than its own row groups, and the same batches as
-    a pass over its whole file (so the statistics add up bit for bit). A file of one row group
-    is not cut.
+    ``batch_rows`` (of a piece, for a staged log): a range reads little more than its own row
+    groups, and the same batches as a pass over its whole file (so the statistics add up bit
+    for bit). A file of one row group is not cut.
     """
     counts = log.sources.row_counts
     target = math.ceil(sum(counts) / wanted)  # rows a unit, ideally
     units = []
     for i, n in enumerate(counts):
-        starts = np.cumsum([0, *log.row_group_rows[i]])[:-1] // batch_rows * batch_rows
+        starts = _cuts(log, i, batch_rows)
+        if not len(starts):  # a file without rows
+            continue
         first = log.first_row(i)
         ideal = [k * target - first for k in range(first // target + 1, (first + n) // target + 1)]
         snapped = {int(starts[np.abs(starts - b).argmin()]) for b in ideal if 0 < b < n}
@@ -164,10 +278,13 @@ def _task(ray: Any, function: Any, *, gpus: float = 0) -> Any:
     return ray.remote(**options)(function)
 
 
-def _for_workers(source: LogSource) -> ParquetSource:
+def _for_workers(source: LogSource) -> ClusterLog:
     """The log as the workers read it: local paths absolute (a worker's working folder is not
     this process's); messages still name the files as they were given."""
-    log = copy.copy(parquet_log(source))
+    log = cluster_log(source)
+    if isinstance(log, StagedSource):
+        return log
+    log = copy.copy(log)
     log.files = [f if remote.is_remote(f) else os.path.abspath(f) for f in log.files]
     return log
 
@@ -191,8 +308,7 @@ def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
 
 
 def _on_unit(run: Run, unit: Unit) -> Run:
-    assert isinstance(run.source, ParquetSource)
-    return dataclasses.replace(run, source=unit.source(run.source))
+    return dataclasses.replace(run, source=unit.source(cluster_log(run.source)))
 
 
 def _measure_unit(run: Run, token_pass: TokenPass[Any], unit: Unit) -> list[tuple[int, Any]]:
@@ -205,7 +321,7 @@ def measured_on_ray(ray: Any) -> Any:
     task = _task(ray, _measure_unit)
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
-        log = parquet_log(run.source)
+        log = cluster_log(run.source)
         units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
         shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
         futures = [task.remote(shared, token_pass, unit) for unit in units]
@@ -216,7 +332,7 @@ def measured_on_ray(ray: Any) -> Any:
 
 
 def _count_unit(
-    source: ParquetSource, roles: Roles, unit: Unit, batch_rows: int, options: dict[str, Any]
+    source: ClusterLog, roles: Roles, unit: Unit, batch_rows: int, options: dict[str, Any]
 ) -> tuple[np.ndarray, ...]:
     """Token and action counts of one work unit's rows (a Ray task)."""
     counts = token_counts(unit.source(source), roles, batch_rows=batch_rows, **options)
@@ -237,7 +353,7 @@ def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
         shared = ray.put(log)
         options = {"ids": ids, "within": within}
         futures = [task.remote(shared, roles, unit, batch_rows, options) for unit in units]
-        parts = list(_results(ray, futures, [u.name(parquet_log(source)) for u in units]))
+        parts = list(_results(ray, futures, [u.name(log) for u in units]))
         return TokenCounts(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
 
     return count
@@ -255,11 +371,11 @@ def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
     task = _task(ray, _annotated_unit)
 
     def annotated(run: Run) -> Iterator[Batch]:
-        log = parquet_log(run.source)
+        log = cluster_log(run.source)
         workers = _cluster_workers(ray, "CPU")
-        # Units of a row group each, where the files allow: the rows this process holds at
-        # once, a unit a worker ahead, stay a few row groups' worth.
-        groups = sum(len(rows) for rows in log.row_group_rows)
+        # Units of a row group (a piece) each, where the files allow: the rows this process
+        # holds at once, a unit a worker ahead, stay a few row groups' worth.
+        groups = sum(len(_cuts(log, i, run.batch_rows)) for i in range(len(log.sources.files)))
         units = work_units(log, run.batch_rows, max(workers, groups))
         shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
         names = [u.name(log) for u in units]
@@ -295,7 +411,7 @@ def _annotate_unit(run: Run, unit: Unit, dest: str) -> tuple[int, int, str, Summ
 class ScoreJob:
     """What every task of ``score --engine ray`` shares (the critic's bytes travel apart)."""
 
-    log: ParquetSource
+    log: ClusterLog
     roles: Roles
     critic: CriticOptions
     column: str
@@ -321,7 +437,7 @@ def _score_unit(job: ScoreJob, model: bytes, unit: Unit, dest: str) -> tuple[Any
 def _commit_parts(
     ray: Any,
     out: str,
-    log: ParquetSource,
+    log: ClusterLog,
     units: list[Unit],
     submit: Callable[[Unit, str], Any],
     *,
@@ -359,7 +475,7 @@ def write_parts(
 ) -> tuple[int, int, int, Summary]:
     """``annotate``'s final pass on the cluster: ``out`` becomes a folder of one part per work
     unit and the manifest; returns parts, rows, tokens and the advantages' summary."""
-    log = parquet_log(run.source)
+    log = cluster_log(run.source)
     units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
     task = _task(ray, _annotate_unit)
     shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))

@@ -260,12 +260,125 @@ def test_a_killed_worker_is_retried_or_leaves_nothing(cluster, tmp_path):
         pytest.skip("the run ended before a worker could be killed")
 
 
-def test_not_parquet_is_one_line(tmp_path):
-    proc = run("annotate", str(SAMPLE / "rollouts.jsonl"), "--method", "grpo", "--engine", "ray",
-               "--out", str(tmp_path / "parts"))  # fmt: skip
-    assert proc.returncode == 2 and not (tmp_path / "parts").exists()
-    assert proc.stderr.decode().startswith("advcli: error: ")
-    assert "--engine ray reads Parquet logs" in proc.stderr.decode()
+STAGED = {  # name: (the log, annotate's keyword arguments): logs the workers read staged
+    "jsonl gae verl": ("jsonl", {"method": "gae", "convention": "verl", "batch_size": 8}),
+    "jsonl reinforce-pp": ("jsonl", {"method": "reinforce-pp"}),
+    "jsonl grpo drop": ("jsonl", {"method": "grpo", "zero_variance": "drop"}),
+    "jsonl gae adaptive": ("jsonl", {"method": "gae", "lam": "adaptive", "alpha": 0.05}),
+    "nested --col gae openrlhf": (
+        "nested",
+        {"method": "gae", "convention": "openrlhf", "col": ["prompt_id=group.id"]},
+    ),
+    "--from nemo-rl": (
+        "nemo-rl",
+        {"method": "reinforce-pp-baseline", "gamma": 0.9, "preset": "nemo-rl"},
+    ),
+    "--from verl (text)": ("verl", {"method": "grpo", "preset": "verl"}),
+}
+
+
+@pytest.fixture(scope="module")
+def staged_logs(tmp_path_factory) -> dict[str, Path]:
+    """The sample log as three JSONL files (blank lines between rows, one gzipped); as three
+    Parquet files whose prompt id is a struct's field; and two frameworks' dumps."""
+    from tests.presets import frameworks as fw
+
+    folder = tmp_path_factory.mktemp("staged")
+    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    (folder / "jsonl").mkdir()
+    (folder / "nested").mkdir()
+    for name, start, n in (("a", 0, 5), ("b", 5, 7), ("c", 12, 2)):
+        rows = table.slice(start, n).to_pylist()
+        text = b"\n".join(json.dumps(r).encode() + b"\n" for r in rows)  # blank lines
+        if name == "b":
+            import gzip
+
+            (folder / "jsonl" / "b.jsonl.gz").write_bytes(gzip.compress(text))
+        else:
+            (folder / "jsonl" / f"{name}.jsonl").write_bytes(text)
+        part = table.slice(start, n)
+        group = pa.StructArray.from_arrays([part.column("prompt_id").combine_chunks()], ["id"])
+        nested = part.drop_columns(["prompt_id"]).append_column("group", group)
+        pq.write_table(nested, folder / "nested" / f"{name}.parquet")
+    rs = fw.rollouts(steps=3, prompts=4, group=4)
+    return {
+        "jsonl": folder / "jsonl",
+        "nested": folder / "nested",
+        "nemo-rl": fw.nemo_rl(folder / "nemo", rs) or folder / "nemo",
+        "verl": fw.verl_v1(folder / "verl", rs),
+    }
+
+
+def test_jsonl_presets_and_struct_fields_are_staged_and_bit_identical(
+    cluster, staged_logs, tmp_path
+):
+    """Logs the workers cannot read in place are read once into Ray's object store, in the
+    local engine's batches (pieces of a few batches here, so files spread in several units):
+    the same rows and values as the local engine."""
+    script = tmp_path / "compare.py"
+    script.write_text(
+        "import json, sys\n"
+        "import pyarrow.dataset as ds, pyarrow.parquet as pq\n"
+        "from advcli import api, on_ray\n"
+        "on_ray.PIECE_BYTES = 3000  # a few batches of 4 rows a piece\n"
+        "cases, logs = json.loads(sys.argv[2]), json.loads(sys.argv[3])\n"
+        "out = {}\n"
+        "for i, (name, (log, opts)) in enumerate(cases.items()):\n"
+        "    local = f'{sys.argv[1]}/local-{i}.parquet'\n"
+        "    parts = f'{sys.argv[1]}/ray-{i}'\n"
+        "    api.annotate(logs[log], local, batch_rows=4, **opts)\n"
+        "    done = api.annotate(logs[log], parts, engine='ray', ray_address=sys.argv[4],\n"
+        "                        batch_rows=4, **opts)\n"
+        "    a = pq.read_table(local).replace_schema_metadata(None)\n"
+        "    b = ds.dataset(parts, format='parquet').to_table().replace_schema_metadata(None)\n"
+        "    out[name] = [a.equals(b), a.num_rows, done['parts']]\n"
+        "print(json.dumps(out))\n"
+    )
+    logs = {k: str(v) for k, v in staged_logs.items()}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), json.dumps(STAGED), json.dumps(logs),
+         cluster],
+        capture_output=True, text=True, env=ENV, timeout=TIMEOUT * 2, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {name: same for name, (same, _, _) in found.items()} == dict.fromkeys(STAGED, True)
+    assert found["jsonl gae verl"][1] == 14 and found["jsonl grpo drop"][1] < 14
+    assert all(parts >= 3 for _, _, parts in found.values())  # a part a file at least
+    assert found["--from nemo-rl"][2] == 4  # 3 files, one cut at a piece: 48 rows on 2 CPUs
+
+
+def test_a_bad_row_of_a_staged_jsonl_log_names_its_line(cluster, tmp_path):
+    """A worker that meets a bad token row names its line, counted on the driver (blank lines
+    included): the same message as the local engine's, and nothing written."""
+    rows = pq.read_table(SAMPLE / "rollouts.parquet").to_pylist()
+    rows[9]["values"] = rows[9]["values"][:-1]  # one value short
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b"\n\n".join(json.dumps(r).encode() for r in rows) + b"\n")
+    args = ["annotate", str(log), "--method", "gae"]
+    local = advcli(*args, "--out", str(tmp_path / "local.parquet"))
+    on_ray = advcli(*args, "--engine", "ray", "--ray-address", cluster, "--out",
+                    str(tmp_path / "parts"))  # fmt: skip
+    assert local.returncode == on_ray.returncode == 1
+    assert f"{log}: line 19, column 'values'" in local.stderr
+    assert on_ray.stderr == local.stderr and not (tmp_path / "parts").exists()
+
+
+def test_shard_and_audit_read_a_jsonl_log_on_the_cluster(cluster, staged_logs, tmp_path):
+    log = str(staged_logs["jsonl"])
+    args = ["--method", "grpo", "--shuffle", "--split", "val=0.3"]
+    local = advcli("shard", log, *args, "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    proc = advcli("shard", log, *args, "--engine", "ray", "--ray-address", cluster, "--out",
+                  str(tmp_path / "ray"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for shard in sorted((tmp_path / "local").rglob("*.parquet")):
+        twin = tmp_path / "ray" / shard.relative_to(tmp_path / "local")
+        assert shard.read_bytes() == twin.read_bytes()
+    here = json.loads(advcli("audit", log, "--json").stdout)
+    there = advcli("audit", log, "--json", "--engine", "ray", "--ray-address", cluster)
+    assert there.returncode == 0, there.stderr
+    assert json.loads(there.stdout) == here
 
 
 def test_without_ray_it_says_which_extra(tmp_path):

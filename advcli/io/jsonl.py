@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
@@ -137,6 +138,26 @@ def read_bytes(path: str) -> bytes:
         return sys.stdin.buffer.read()
     with open_stream(path) as fh:
         return fh.read()
+
+
+# What bytes.strip() removes: a line of these alone holds no row.
+BLANK_BYTES = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
+
+
+def row_lines(runs: Iterable[tuple[int, bytes]]) -> np.ndarray:
+    """The 1-based line of every row (every line that is not blank, as :func:`line_number`
+    counts them) of a text given as ``(first line, bytes)`` runs of whole lines
+    (:func:`chunks`), in one scan of each run's bytes."""
+    found = [np.zeros(0, np.int64)]
+    for first, run in runs:
+        text = np.frombuffer(run, np.uint8)
+        ends = np.flatnonzero(text == ord("\n"))
+        if not run.endswith(b"\n"):
+            ends = np.append(ends, len(text))  # the last line, without its newline
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        inked = np.concatenate([[0], np.cumsum(~np.isin(text, BLANK_BYTES))])
+        found.append(first + np.flatnonzero(inked[ends] > inked[starts]))
+    return np.concatenate(found)
 
 
 def line_number(lines: Iterable[bytes], row: int) -> int:

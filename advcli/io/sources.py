@@ -246,6 +246,13 @@ class LogSource:
         """``(first global row, table)`` for consecutive batches of ``rows`` rows."""
         raise NotImplementedError
 
+    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        """``(input file, table)``: every column, in the batches of :meth:`batches`; a source
+        that counts its rows by reading them counts them on the way."""
+        ends = np.cumsum(self.sources.row_counts)
+        for start, table in self.batches(None, rows):
+            yield int(np.searchsorted(ends, start, side="right")), table
+
 
 class TableSource(LogSource):
     """A log already in memory."""
@@ -538,28 +545,41 @@ class JsonlSource(LogSource):
         self._count_rows()
         return sum(self.sources.row_counts)
 
-    def _count(self, frames: Iterable[tuple[int, pl.DataFrame]]) -> Iterator[pl.DataFrame]:
+    def _count(
+        self, frames: Iterable[tuple[int, pl.DataFrame]]
+    ) -> Iterator[tuple[int, pl.DataFrame]]:
         """Pass the frames through, recording the rows of every file."""
         counts = [0] * len(self.files)
         for i, frame in frames:
             counts[i] += frame.height
-            yield frame
+            yield i, frame
         self.sources.row_counts = counts
 
     def columns(self, names: list[str]) -> pa.Table:
         if not names:  # polars frames without columns have no rows: keep the count
             return pa.table({"": pa.nulls(self.n_rows)}).drop_columns([""])
-        tables = [frame.to_arrow() for frame in self._count(self._frames(names))]
+        tables = [frame.to_arrow() for _, frame in self._count(self._frames(names))]
         return pa.concat_tables(tables)
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
         self._count_rows()
         start = 0
-        for _, frame in self._frames(names):
+        for _, table in self._sliced(self._frames(names), rows):
+            yield start, table
+            start += table.num_rows
+
+    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        counted = self._count((i, frame) for i, frame in self._frames(None))
+        yield from self._sliced(counted, rows)
+
+    @staticmethod
+    def _sliced(
+        frames: Iterable[tuple[int, pl.DataFrame]], rows: int
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Each chunk's frame cut into batches of ``rows`` rows (no batch spans two chunks)."""
+        for i, frame in frames:
             for lo in range(0, frame.height, rows):
-                table = frame.slice(lo, rows).to_arrow()
-                yield start, table
-                start += table.num_rows
+                yield i, frame.slice(lo, rows).to_arrow()
 
 
 class ParsedRows:
@@ -727,6 +747,10 @@ class NestedFields(LogSource):
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
         for row0, table in self.base.batches(self._base_names(names), rows):
             yield row0, self._lift(table, names)
+
+    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        for i, table in self.base.file_batches(rows):
+            yield i, self._lift(table, None)
 
 
 def _field_type(schema: pa.Schema, path: list[str]) -> pa.DataType:

@@ -38,8 +38,7 @@ from advcli.engine import (
     no_stage,
 )
 from advcli.errors import DataError, UsageError
-from advcli.io.jsonl import is_jsonl
-from advcli.io.sources import expand_inputs
+from advcli.io.sources import LogSource, expand_inputs
 from advcli.io.writers import check_output_folder, output_folder
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
@@ -150,7 +149,7 @@ def shard(
         params = run_params(method or "grpo", convention, param)
     listed = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
     check_output_folder(out, listed, force=force)
-    on_cluster = _on_ray(engine, ray_address, preset, listed, batch_rows)
+    on_cluster = _on_ray(engine, ray_address, batch_rows)
     inp = open_input(
         paths,
         method=method,
@@ -161,6 +160,7 @@ def shard(
         stage=stage,
         batch_rows=batch_rows,
         measure=on_cluster.measure if on_cluster else None,
+        place=on_cluster.place if on_cluster else None,
     )
     if on_cluster:
         inp.annotate = on_cluster.annotate
@@ -212,29 +212,24 @@ def shard(
 @dataclass(frozen=True)
 class _OnRay:
     """What ``shard --engine ray`` runs on the cluster: the token passes, the counts and the
-    final pass."""
+    final pass; and where its tasks read the log (a log not in Parquet files: from Ray's
+    object store)."""
 
     measure: Measure
     count: CountTokens
     annotate: Callable[[Run], Iterator[Batch]]
+    place: Callable[[LogSource], LogSource]
 
 
-def _on_ray(
-    engine: str, address: str | None, preset: str | None, files: list[str], batch_rows: int
-) -> _OnRay | None:
-    check_engine(engine, preset)
+def _on_ray(engine: str, address: str | None, batch_rows: int) -> _OnRay | None:
+    check_engine(engine)
     if engine == "local":
         return None
-    if jsonl := next((f for f in files if is_jsonl(f)), None):
-        msg = (
-            f"{jsonl}: --engine ray reads Parquet logs. Hint: write the log as Parquet first, "
-            "or use --engine local"
-        )
-        raise UsageError(msg)
     from advcli import on_ray
 
     ray = on_ray.connect(address)
     return _OnRay(
+        place=lambda source: on_ray.on_cluster(ray, source, batch_rows),
         measure=on_ray.measured_on_ray(ray),
         count=on_ray.counted_on_ray(ray, batch_rows),
         annotate=on_ray.annotated_on_ray(ray),

@@ -162,11 +162,13 @@ def open_input(
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     measure: Measure | None = None,
+    place: Callable[[LogSource], LogSource] | None = None,
 ) -> Input:
     """Open ``inputs``; plan the method on them unless advcli annotated them already.
 
     ``method`` is what ``--method`` said (None: not given), ``params`` the parameters of the
-    run for a raw log; ``measure`` runs its token passes elsewhere (a Ray cluster)."""
+    run for a raw log; ``measure`` runs its token passes elsewhere (a Ray cluster), ``place``
+    gives the source they read there."""
     files = inputs if preset is not None else expand_inputs(inputs)
     metas = [None if preset is not None else _file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
@@ -192,6 +194,8 @@ def open_input(
         user_cols += [f"{r}={c}" for r, c in sorted(recorded.items()) if r not in given]
     with stage("reading"):
         log = open_log(inputs, user_cols, preset=preset, options=preset_options)
+        if place is not None:
+            log.source = place(log.source)
     source, roles = log.source, log.roles
     hint = "annotate writes per-row advantages for such a log (grpo, rloo, batch-mean)"
     log.require({"input_ids"}, what="shard", without_tokens=hint)

@@ -16,6 +16,7 @@ import zstandard
 import advcli
 from advcli import engine
 from advcli.errors import DataError
+from advcli.io import jsonl
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl import refuse_duplicate_keys
 from advcli.io.sources import JsonlSource, open_source, read_inputs
@@ -197,6 +198,27 @@ def test_every_pass_reads_the_batches_of_a_pass_over_the_text(tmp_path):
     assert source._parsed is not None  # the later passes read the kept rows
     assert [(start, t.num_rows) for start, t in source.batches(None, 256)] == text
     assert len(text) > 3000 // 256  # a batch ends where a chunk of the text does
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 1 << 20])
+def test_row_lines_are_the_lines_line_number_finds(tmp_path, chunk_bytes):
+    """row_lines, one scan a chunk, gives every row's line as line_number does line by line:
+    blank lines (spaces, tabs, form feeds, CRLF) hold no row; the last line may lack its
+    newline."""
+    rng = np.random.default_rng(3)
+    blanks = [b"", b"  ", b"\t", b"\x0c", b" \r"]
+    text = (
+        b"".join(
+            (blanks[rng.integers(len(blanks))] if rng.random() < 0.4 else b'{"a": %d}' % i) + b"\n"
+            for i in range(60)
+        )
+        + b'{"a": "last"}'
+    )
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(text)
+    found = jsonl.row_lines(jsonl_chunks(str(path), chunk_bytes))
+    rows = sum(1 for line in text.splitlines() if line.strip())
+    assert found.tolist() == [jsonl.line_number(text.splitlines(), r) for r in range(rows)]
 
 
 def test_a_pass_left_halfway_keeps_nothing(tmp_path):
