@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from advcli.engine import (
     Audit,
     Log,
     Progress,
+    Run,
+    Scorer,
     Stage,
     Summary,
     audit_log,
@@ -48,7 +50,7 @@ from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.folders import Folder
 from advcli.io.rollouts import extract_rows, row_columns
-from advcli.io.schema import describe_type, parse_col_mapping, resolve_roles
+from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import ParquetSource, Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
@@ -127,6 +129,10 @@ def annotate(
     p = methods.resolve(method, convention, **params)
     paths = _paths(inputs)
     check_engine(engine)
+    if critic is not None and not methods.get(method).reads_values:
+        reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
+        msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
+        raise UsageError(msg)
     if engine == "ray":
         read_as = _ReadAs(col, preset, preset_options)
         return _annotate_on_ray(paths, out, p, read_as, fmt=fmt, force=force, critic=critic,
@@ -134,23 +140,10 @@ def annotate(
                                 batch_rows=batch_rows, started=started)  # fmt: skip
     fmt = output_format(out, fmt)
     check_output(out, input_files(paths, preset), force=force)
-    if critic is not None and not methods.get(method).reads_values:
-        reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
-        msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
-        raise UsageError(msg)
     log = open_log(paths, col, preset=preset, options=preset_options)
-    roles = log.roles
-    scorer = rescored = None
-    if critic is not None:
-        log.require({"input_ids"}, what="--critic")
-        scorer = CriticScorer(critic, log.sources, roles)
-        rescored = roles["values"]
+    scorer = _critic_scorer(log, critic, CriticScorer)
     run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
-    if rescored is not None:
-        run.warnings.append(
-            f"the log's '{rescored}' column is not read: --critic scores the values "
-            "(recorded in the output's metadata)"
-        )
+    _warn_rescored(run)
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())
@@ -162,6 +155,24 @@ def annotate(
         output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
     )
     return result
+
+
+def _critic_scorer(
+    log: Log, critic: CriticOptions | None, make: Callable[[CriticOptions, Sources, Roles], Scorer]
+) -> Scorer | None:
+    """``annotate --critic``'s scorer (``make``: here or on the cluster); None without it."""
+    if critic is None:
+        return None
+    log.require({"input_ids"}, what="--critic")
+    return make(critic, log.sources, log.roles)
+
+
+def _warn_rescored(run: Run) -> None:
+    if run.scorer is not None and (column := run.roles["values"]) is not None:
+        run.warnings.append(
+            f"the log's '{column}' column is not read: --critic scores the values "
+            "(recorded in the output's metadata)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,13 +220,12 @@ def _annotate_on_ray(
     """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli import on_ray
 
-    if critic is not None:
-        msg = "--critic: not with --engine ray yet. Hint: advcli score first, or --engine local"
-        raise UsageError(msg)
     _check_parts_output(out, fmt, input_files(paths, read_as.preset), force=force)
     ray, log = _open_on_ray(paths, read_as, address, stage, batch_rows)
-    run = plan_run(log, p, stage=stage, batch_rows=batch_rows,
+    scorer = _critic_scorer(log, critic, lambda *args: on_ray.WorkerCritic(ray, *args))
+    run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows,
                    measure=on_ray.measured_on_ray(ray))  # fmt: skip
+    _warn_rescored(run)
     with stage("annotating on Ray"):
         parts, rows, tokens, summary = on_ray.write_parts(
             ray, run, out, force=force, progress=progress

@@ -22,7 +22,7 @@ import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -230,7 +230,8 @@ def room_in_tmpdir(what: str, size: str) -> Iterator[None]:
 class ValueCache:
     """A scorer that runs on the first pass over a log only: its values (float32, as the
     critic gives them) go to an unnamed temporary file, and every later pass, which asks for
-    the same batches from row 0 again, reads them back in order."""
+    the same batches from row 0 again, reads them back in order. Sent to another process (a
+    Ray task, which reads a part of the log), it arrives empty: a cache of that process."""
 
     WHAT = "the critic's values", "4 bytes per token of the log"
 
@@ -239,10 +240,16 @@ class ValueCache:
         self.metadata = scorer.metadata
         # Unnamed: nothing is left on disk, however the process ends.
         with room_in_tmpdir(*self.WHAT):
-            self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
+            self.file: IO[bytes] | None = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
         self.scored_rows = 0  # rows scored so far: the first pass
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "file": None, "scored_rows": 0}
+
     def __call__(self, row0: int, table: pa.Table, tokens: Tokens) -> np.ndarray:
+        if self.file is None:
+            with room_in_tmpdir(*self.WHAT):
+                self.file = tempfile.TemporaryFile(prefix="advcli-values-")  # noqa: SIM115
         if row0 == 0:
             self.file.seek(0)
         if row0 < self.scored_rows:  # a later pass
@@ -256,7 +263,8 @@ class ValueCache:
         return values
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
 
 
 @contextlib.contextmanager

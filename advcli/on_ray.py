@@ -46,6 +46,7 @@ from advcli.engine import (
     Run,
     Summary,
     TokenCounts,
+    ValueCache,
     measured_here,
     token_counts,
 )
@@ -318,11 +319,12 @@ def _measure_unit(run: Run, token_pass: TokenPass[Any], unit: Unit) -> list[tupl
 
 def measured_on_ray(ray: Any) -> Any:
     """A :data:`advcli.engine.Measure` that measures each work unit on the cluster."""
-    task = _task(ray, _measure_unit)
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
         log = cluster_log(run.source)
-        units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
+        gpus = _run_gpus(ray, run)
+        task = _task(ray, _measure_unit, gpus=gpus)
+        units = work_units(log, run.batch_rows, _cluster_workers(ray, "GPU" if gpus else "CPU"))
         shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
         futures = [task.remote(shared, token_pass, unit) for unit in units]
         for measured in _results(ray, futures, [u.name(log) for u in units]):
@@ -419,16 +421,60 @@ class ScoreJob:
     batch_rows: int
 
 
+def _loaded_critic(opts: CriticOptions, model: bytes, sources: Sources, roles: Roles) -> Any:
+    """The critic loaded from ``model`` (its file's bytes) on this worker's device."""
+    with tempfile.TemporaryDirectory(prefix="advcli-critic-") as folder:
+        local = Path(folder) / Path(opts.path).name
+        local.write_bytes(model)
+        scorer = CriticScorer(dataclasses.replace(opts, path=str(local)), sources, roles)
+    scorer.metadata["critic"]["file"] = opts.path
+    return scorer
+
+
+class WorkerCritic:
+    """``annotate --critic`` on the cluster: each worker process loads the critic once (from
+    its file's bytes, which travel with the tasks) and scores the batches of its units. Loaded
+    here first, so a bad critic file is one line before any task, and for the metadata."""
+
+    loaded: dict[tuple[str, CriticOptions], CriticScorer] = {}  # this process's critics
+
+    def __init__(self, ray: Any, opts: CriticOptions, sources: Sources, roles: Roles):
+        here = CriticScorer(opts, sources, roles)
+        self.metadata, self.sha256 = here.metadata, here.critic.sha256
+        self.opts, self.sources, self.roles = opts, sources, roles
+        self.model = ray.put(Path(opts.path).read_bytes())
+
+    def __call__(self, row0: int, table: pa.Table, tokens: Any) -> np.ndarray:
+        key = (self.sha256, self.opts)
+        if key not in self.loaded:
+            model = ray_module().get(self.model)
+            self.loaded[key] = _loaded_critic(self.opts, model, self.sources, self.roles)
+        values: np.ndarray = self.loaded[key](row0, table, tokens)
+        return values
+
+
+def _critic_gpus(ray: Any, opts: CriticOptions | None) -> float:
+    """GPUs a task running the critic asks for: one where the cluster has GPUs and ``--device``
+    is not cpu (``cuda`` insists on them)."""
+    if opts is None or opts.device == "cpu":
+        return 0
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if opts.device == "cuda" and not gpus:
+        msg = "--device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu"
+        raise UsageError(msg)
+    return 1 if gpus else 0
+
+
+def _run_gpus(ray: Any, run: Run) -> float:
+    """GPUs a task of ``run`` asks for: those of its critic (``annotate --critic``), if any."""
+    scorer = run.scorer.scorer if isinstance(run.scorer, ValueCache) else run.scorer
+    return _critic_gpus(ray, scorer.opts if isinstance(scorer, WorkerCritic) else None)
+
+
 def _score_unit(job: ScoreJob, model: bytes, unit: Unit, dest: str) -> tuple[Any, ...]:
     """One work unit scored by the critic (loaded from ``model``, its file's bytes, on this
     worker's device) and written to ``dest`` (a Ray task)."""
-    with tempfile.TemporaryDirectory(prefix="advcli-critic-") as folder:
-        local = Path(folder) / Path(job.critic.path).name
-        local.write_bytes(model)
-        scorer = CriticScorer(
-            dataclasses.replace(job.critic, path=str(local)), job.log.sources, job.roles
-        )
-    scorer.metadata["critic"]["file"] = job.critic.path
+    scorer = _loaded_critic(job.critic, model, job.log.sources, job.roles)
     batches = scored_batches(unit.source(job.log), job.roles, scorer, job.column, job.batch_rows)
     rows, tokens, sha = _write_part(dest, {**scorer.metadata, **job.metadata}, batches)
     return rows, tokens, sha, scorer.critic.provider, scorer.seconds, scorer.truncated_rows
@@ -476,8 +522,9 @@ def write_parts(
     """``annotate``'s final pass on the cluster: ``out`` becomes a folder of one part per work
     unit and the manifest; returns parts, rows, tokens and the advantages' summary."""
     log = cluster_log(run.source)
-    units = work_units(log, run.batch_rows, _cluster_workers(ray, "CPU"))
-    task = _task(ray, _annotate_unit)
+    gpus = _run_gpus(ray, run)
+    units = work_units(log, run.batch_rows, _cluster_workers(ray, "GPU" if gpus else "CPU"))
+    task = _task(ray, _annotate_unit, gpus=gpus)
     shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
     results = _commit_parts(
         ray, out, log, units, lambda unit, dest: task.remote(shared, unit, dest),
@@ -500,13 +547,10 @@ def score_parts(
 ) -> dict[str, Any]:
     """``score`` on the cluster: a task per work unit, on a GPU each where the cluster has
     GPUs and ``--device`` is not cpu (``cuda`` insists on them)."""
-    gpus = ray.cluster_resources().get("GPU", 0) if job.critic.device != "cpu" else 0
-    if job.critic.device == "cuda" and not gpus:
-        msg = "--device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu"
-        raise UsageError(msg)
+    gpus = _critic_gpus(ray, job.critic)
     log = job.log
-    units = work_units(log, job.batch_rows, int(gpus) or _cluster_workers(ray, "CPU"))
-    task = _task(ray, _score_unit, gpus=1 if gpus else 0)
+    units = work_units(log, job.batch_rows, _cluster_workers(ray, "GPU" if gpus else "CPU"))
+    task = _task(ray, _score_unit, gpus=gpus)
     model = ray.put(Path(job.critic.path).read_bytes())
     shared = ray.put(dataclasses.replace(job, log=_for_workers(log)))
     results = _commit_parts(
@@ -520,7 +564,7 @@ def score_parts(
         "rows": sum(r[0] for r in results),
         "tokens": tokens,
         "provider": ", ".join(sorted({r[3] for r in results})),
-        "gpus": int(gpus),
+        "gpus": int(ray.cluster_resources().get("GPU", 0)) if gpus else 0,
         "tokens_per_second": round(tokens / seconds) if seconds else None,
         "truncated_rows": sum(r[5] for r in results),
     }

@@ -3,9 +3,10 @@
 
 Generates ``--files`` Parquet files of the bench's synthetic log (``--tokens`` in all, each file
 its own seed, so groups do not span files), then runs ``annotate --method grpo``,
-``annotate --method gae --convention verl`` and ``shard --method grpo --shuffle`` with each
-engine, taking turns, each in its own process under ``/usr/bin/time -v``; ``--engine ray``
-starts a local Ray on every core (its start-up counts). Prints seconds and peak memory; the
+``annotate --method gae --convention verl`` (also on the same log as JSONL, which Ray reads
+staged in its object store) and ``shard --method grpo --shuffle`` with each engine, taking
+turns, each in its own process under ``/usr/bin/time -v``; ``--engine ray`` starts a local
+Ray on every core (its start-up counts). Prints seconds and peak memory; the
 peak of ``--engine ray`` is the driver's alone (Ray's workers are other processes: their peaks
 are not included). ``python -m bench`` does not run it (it takes minutes): run it on its own.
 """
@@ -18,6 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import polars as pl
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -25,11 +27,13 @@ from advcli.io.writers import ROW_GROUP_ROWS
 from bench.__main__ import measured
 from bench.generate import generate
 
-CASES = {  # name: the command and its options
-    "annotate grpo": ("annotate", ["--method", "grpo"]),
+CASES = {  # name: the command, its options and the log's format
+    "annotate grpo": ("annotate", ["--method", "grpo"], "parquet"),
     "annotate gae (verl)": ("annotate", ["--method", "gae", "--gamma", "0.99", "--convention",
-                                         "verl"]),
-    "shard grpo, shuffled": ("shard", ["--method", "grpo", "--shuffle"]),
+                                         "verl"], "parquet"),
+    "shard grpo, shuffled": ("shard", ["--method", "grpo", "--shuffle"], "parquet"),
+    "annotate gae (verl), JSONL log": ("annotate", ["--method", "gae", "--gamma", "0.99",
+                                                    "--convention", "verl"], "jsonl"),
 }  # fmt: skip
 
 
@@ -61,10 +65,16 @@ def main() -> None:
             path = log / f"part-{i:03d}.parquet"
             generate(str(path), args.tokens / args.files, seed=i)
             own_ids(path, i)
+    as_jsonl = log.with_name(log.name + "-jsonl")  # the same log as JSONL (staged on Ray)
+    if not as_jsonl.exists():
+        as_jsonl.mkdir()
+        for path in sorted(log.glob("*.parquet")):
+            pl.read_parquet(path).write_ndjson(as_jsonl / f"{path.stem}.jsonl")
     out = Path(args.workdir) / "ray-out"
     steps = {}
-    for name, (command, options) in CASES.items():
-        base = [sys.executable, "-m", "advcli", command, str(log), *options, "-q", "--force"]
+    for name, (command, options, fmt) in CASES.items():
+        given = str(as_jsonl if fmt == "jsonl" else log)
+        base = [sys.executable, "-m", "advcli", command, given, *options, "-q", "--force"]
         local = str(out) + (".parquet" if command == "annotate" else "")
         steps[f"{name}, local"] = [*base, "--out", local]
         steps[f"{name}, ray"] = [*base, "--engine", "ray", "--out", str(out)]

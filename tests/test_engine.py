@@ -155,3 +155,39 @@ def test_group_key_warnings(tmp_path):
     assert wrong.startswith("1 of 3 groups do not have the common size of 4 rollouts (sizes 4, 8)")
     (single,) = warnings_for(["a", "b", "c"])
     assert single.startswith("every group has a single rollout: is 'prompt_id' really the prompt?")
+
+
+CALLS: list[int] = []
+
+
+class CountingScorer:
+    """Values 0, 1, 2, … from the batch's first row; each call noted in CALLS."""
+
+    metadata: dict = {}
+
+    def __call__(self, row0, table, tokens):
+        CALLS.append(row0)
+        return np.arange(row0, row0 + int(tokens.offsets[-1]), dtype=np.float32)
+
+
+def test_a_value_cache_scores_once_and_arrives_empty_elsewhere():
+    """The first pass scores and keeps the values; a later pass from row 0 reads them back
+    without scoring. Pickled (sent to a Ray task), it arrives empty and scores again."""
+    import pickle
+
+    from advcli.engine import ValueCache
+    from advcli.io.rollouts import Tokens
+
+    def batch() -> Tokens:
+        offsets = np.array([0, 2, 5])
+        return Tokens(offsets=offsets, mask=np.ones(5, bool), values=None, token_rewards=None)
+
+    CALLS.clear()
+    cache = ValueCache(CountingScorer())
+    first = [cache(row0, None, batch()) for row0 in (0, 2)]
+    again = [cache(row0, None, batch()) for row0 in (0, 2)]
+    assert CALLS == [0, 2] and all(map(np.array_equal, first, again))
+    elsewhere = pickle.loads(pickle.dumps(cache))
+    assert elsewhere.file is None and elsewhere.scored_rows == 0
+    assert np.array_equal(elsewhere(2, None, batch()), first[1]) and CALLS == [0, 2, 2]
+    cache.close()

@@ -516,6 +516,28 @@ def test_score_on_the_cluster_is_the_local_score(cluster, three_files, tmp_path)
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("convention", ["seed", "verl"])
+def test_annotate_with_a_critic_on_the_cluster(cluster, three_files, tmp_path, convention):
+    """``annotate --critic``: the workers load the critic (a task a GPU, as the cluster
+    declares one) and score their units; with verl's whitening, whose passes read the values
+    twice, each pass scores its units again. The local engine's table."""
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=32000, dim=8, hidden=8))
+    args = ["annotate", str(three_files), "--method", "gae", "--convention", convention,
+            "--critic", str(critic)]  # fmt: skip
+    local, parts = tmp_path / "local.parquet", tmp_path / "parts"
+    assert advcli(*args, "--out", str(local)).returncode == 0
+    proc = advcli(*args, "--engine", "ray", "--ray-address", cluster, "--out", str(parts))
+    assert proc.returncode == 0, proc.stderr
+    assert "'values' column is not read" in proc.stderr  # the sample log has values
+    assert read_parts(parts).equals(pq.read_table(local).replace_schema_metadata(None))
+    part = json.loads(pq.read_metadata(parts / "part-00000.parquet").metadata[b"advcli"])
+    assert part["critic"]["replaced_column"] == "values"
+
+
 def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
     """The workers upload their parts; the manifest lands last; verify reads them there."""
     env, fs = s3
