@@ -22,6 +22,7 @@ when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -290,22 +291,37 @@ def _for_workers(source: LogSource) -> ClusterLog:
     return log
 
 
-def _results(ray: Any, futures: list[Any], units: list[str]) -> Iterator[Any]:
+def _results(
+    ray: Any, futures: list[Any], units: list[str], running: list[Any] | None = None
+) -> Iterator[Any]:
     """The tasks' results in order; a failed task is the error it raised (an advcli error as
-    it is), or one line naming its work unit."""
+    it is), or one line naming its work unit. Before that error is raised, the tasks still
+    ``running`` (default: ``futures``) are cancelled and waited for: one that failed after
+    this process had gone would make Ray print a line of its own."""
     for future, unit in zip(futures, units, strict=True):
         try:
             yield ray.get(future)
-        except ray.exceptions.RayTaskError as exc:
+        except ray.exceptions.RayError as exc:
+            _settle(ray, futures if running is None else running)
             cause = getattr(exc, "cause", None)
             if isinstance(cause, AdvcliError):
                 raise cause from None
-            reason = " ".join(str(cause or exc).split())[-300:]
-            raise OutputError(f"{unit}: its Ray task failed ({reason})") from None
-        except ray.exceptions.RayError as exc:
+            if isinstance(exc, ray.exceptions.RayTaskError):
+                reason = " ".join(str(cause or exc).split())[-300:]
+                raise OutputError(f"{unit}: its Ray task failed ({reason})") from None
             reason = " ".join(str(exc).split())[:300]
             msg = f"{unit}: its Ray task did not finish after {RETRIES} retries ({reason})"
             raise OutputError(msg) from None
+
+
+def _settle(ray: Any, futures: list[Any], timeout: float = 30) -> None:
+    """Cancel the tasks of ``futures`` (None: taken already) and wait until they have ended."""
+    pending = [f for f in futures if f is not None]
+    for future in pending:
+        with contextlib.suppress(Exception):  # a task that has ended cannot be cancelled
+            ray.cancel(future)
+    with contextlib.suppress(Exception):
+        ray.wait(pending, num_returns=len(pending), timeout=timeout)
 
 
 def _on_unit(run: Run, unit: Unit) -> Run:
@@ -385,7 +401,7 @@ def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
         for i in range(len(units)):
             while len(futures) < min(len(units), i + workers + 1):
                 futures.append(task.remote(shared, units[len(futures)]))
-            yield from next(_results(ray, [futures[i]], [names[i]]))
+            yield from next(_results(ray, [futures[i]], [names[i]], running=futures))
             futures[i] = None  # its batches are read: let Ray free them
 
     return annotated
