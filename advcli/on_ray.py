@@ -162,7 +162,7 @@ def staged(ray: Any, source: LogSource, batch_rows: int) -> StagedSource:
     their lines, counted here: the workers need not see the file to name a line."""
     pieces: list[Piece] = []
     held: list[pa.Table] = []
-    file = row = 0
+    file = row = held_bytes = 0
 
     def put() -> None:
         if held:
@@ -172,11 +172,12 @@ def staged(ray: Any, source: LogSource, batch_rows: int) -> StagedSource:
             held.clear()
 
     for i, table in source.file_batches(batch_rows):
-        if i != file or sum(t.nbytes for t in held) >= PIECE_BYTES:
+        if i != file or held_bytes >= PIECE_BYTES:
             put()
-            file = i
+            file, held_bytes = i, 0
         held.append(table)
         row += table.num_rows
+        held_bytes += table.nbytes
     put()
     given = source.sources
     sources = Sources(files=given.files, row_counts=given.row_counts, lines=_row_lines(given))
