@@ -102,7 +102,7 @@ def annotate(
     out: str | os.PathLike[str],
     *,
     method: str,
-    convention: str = "seed",
+    convention: str | None = None,
     col: list[str] | None = None,
     fmt: str | None = None,
     force: bool = False,
@@ -126,7 +126,7 @@ def annotate(
     """
     started = time.perf_counter()
     out = os.fspath(out)
-    p = methods.resolve(method, convention, **params)
+    p = methods.resolve(method, presets.convention_for(convention, preset), **params)
     paths = _paths(inputs)
     check_engine(engine)
     if critic is not None and not methods.get(method).reads_values:
@@ -249,7 +249,7 @@ def annotate_table(
     table: pa.Table,
     *,
     method: str,
-    convention: str = "seed",
+    convention: str | None = None,
     col: list[str] | None = None,
     **params: Any,
 ) -> pa.Table:
@@ -302,7 +302,7 @@ def report(
     out: str | os.PathLike[str],
     *,
     method: str | None = None,
-    convention: str = "seed",
+    convention: str | None = None,
     col: list[str] | None = None,
     force: bool = False,
     options: ReportOptions | None = None,
@@ -321,7 +321,8 @@ def report(
     out = os.fspath(out)
     options = options or ReportOptions()
     page.bokeh()  # the extra is missing: say so before reading anything
-    p = methods.resolve(method, convention, **params) if method is not None else None
+    conv = presets.convention_for(convention, preset)
+    p = methods.resolve(method, conv, **params) if method is not None else None
     paths = _paths(inputs)
     check_output(out, input_files(paths, preset), force=force)
     log = open_log(paths, col, preset=preset, options=preset_options)
@@ -537,8 +538,7 @@ def check(
             "NeMo-RL and prime-rl dumps carry them (--from trl, nemo-rl, prime-rl)"
         )
         raise DataError(msg)
-    default_method, default_convention = chosen.checks or ("grpo", "seed")
-    p = methods.resolve(method or default_method, convention or default_convention, **params)
+    p = methods.resolve(method or "grpo", presets.convention_for(convention, preset), **params)
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows)
     if per_token and not run.has_tokens:
         raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
@@ -590,6 +590,7 @@ def check(
             for i in order
         ],
         "ok": not beyond.any(),
+        "reproduced_by": run.reproduced_by,
         "warnings": run.warnings,
     }
 

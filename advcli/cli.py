@@ -95,7 +95,10 @@ NearTie = Annotated[
 
 
 _CRITIC = "Critic (ONNX)"  # the help panel of the critic options
-_CONVENTIONS = ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults."
+_CONVENTIONS = (
+    ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults (default: the "
+    "framework's own with --from, else advcli's; seed is advcli's former name)."
+)
 
 # Critic options, shared by `score` and `annotate --critic`.
 CriticPath = Annotated[
@@ -361,7 +364,10 @@ def annotate(
     inputs: Inputs,
     out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
     method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
-    convention: Annotated[str, typer.Option(help=_CONVENTIONS)] = "seed",
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=_CONVENTIONS),
+    ] = None,
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
@@ -455,6 +461,8 @@ def check(
             f"{result['groups_beyond_tol']} groups) differ from the logged advantages by more "
             f"than --tol {tol:g}"
         )
+        if result.get("reproduced_by"):
+            msg += f". Hint: {result['reproduced_by']} reproduces them"
         raise AdvantagesDiffer(msg)
 
 
@@ -564,7 +572,10 @@ def report(
         Optional[str],  # noqa: UP045
         typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
     ] = None,
-    convention: Annotated[str, typer.Option(help=_CONVENTIONS)] = "seed",
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=_CONVENTIONS),
+    ] = None,
     col: Col = None,
     force: Force = False,
     quiet: Quiet = False,

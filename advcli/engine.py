@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli import __version__, methods, presets
+from advcli import __version__, methods, presets, reproduce
 from advcli.core import group as G
 from advcli.core.audit import AuditReport
 from advcli.core.audit import audit as audit_groups
@@ -93,6 +93,9 @@ class Log:
     roles: Roles
     looks_like: presets.Preset | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
+    preset: presets.Preset | None = None  # --from
+    options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
+    settled: str | None = None  # what was found from the logged advantages (TRL's group size)
 
     @property
     def sources(self) -> Sources:
@@ -123,11 +126,16 @@ def open_log(
     that plays each role (``--col ROLE=COLUMN``)."""
     mapping = parse_col_mapping(col)
     if preset is not None:
-        options = options or presets.PresetOptions()
-        converted = presets.PresetSource(presets.get(preset), inputs, options)
-        source: LogSource = _lift_nested(converted, mapping)
-        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
-        return Log(source, roles, warnings=list(converted.warnings))
+        chosen = presets.get(preset)
+
+        def open_with(given: presets.PresetOptions) -> Log:
+            converted = presets.PresetSource(chosen, inputs, given)
+            source: LogSource = _lift_nested(converted, mapping)
+            roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+            return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
+                       options=given)  # fmt: skip
+
+        return reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
     try:
         source = _lift_nested(open_source(inputs, mapping), mapping)
         roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
@@ -301,6 +309,9 @@ class Run:
     scorer: Scorer | None = None
     batch_rows: int = BATCH_ROWS
     warnings: list[str] = dataclasses.field(default_factory=list)
+    agreement: reproduce.Agreement | None = None  # against the framework's logged advantages
+    settled: str | None = None  # the log's settings found from those (Log.settled)
+    reproduced_by: str | None = None  # flags that give the logged advantages where these differ
 
     @property
     def sources(self) -> Sources:
@@ -495,6 +506,10 @@ class Summary:
         if run.rows.group_keys is not None:
             out["groups"] = len(run.rows.group_keys)
         out.update(run.plan.stats)
+        if run.settled:
+            out["found"] = run.settled
+        if run.agreement is not None:
+            out["logged_advantages"] = run.agreement.sentence()
         return out
 
     def merge(self, other: Summary) -> None:
@@ -561,7 +576,32 @@ def plan_run(
                 for row0, measured in measure(run, token_pass):
                     token_pass.add(run.plan, row0, measured)
                 run.plan = token_pass.finish(run.plan)
+    run.settled = log.settled
+    run.agreement = reproduce.agreement(run, log.preset)
+    if run.agreement is not None and not run.agreement.reproduces:
+        run.warnings.append(disagreement(log, run))
     return run
+
+
+def disagreement(log: Log, run: Run) -> str:
+    """The loud warning of advantages that are not the framework's logged ones, naming the
+    setting that gives those where one of the framework's does."""
+    assert run.agreement is not None and log.preset is not None
+    p = run.params
+    flags = run.reproduced_by = reproduce.reproducing(log, log.preset, p)
+    fix = (
+        f"{flags} reproduces them"
+        if flags
+        else f"none of {log.preset.framework}'s settings advcli knows reproduces them "
+        "(check --group-size, --reward-columns, --reward-weights, --scale)"
+    )
+    where = ""
+    if run.agreement.worst_row is not None:
+        where = f", the most at {log.sources.at(run.agreement.worst_row, log.preset.logged)}"
+    return (
+        f"THESE ARE NOT {log.preset.framework.upper()}'S ADVANTAGES: {p.method} under the "
+        f"{p.convention} convention {run.agreement.sentence()}{where}; {fix}"
+    )
 
 
 Measure = Callable[["Run", TokenPass[Any]], Iterator[tuple[int, Any]]]

@@ -43,7 +43,7 @@ class Convention:
 CONVENTIONS: dict[str, Convention] = {
     c.name: c
     for c in (
-        Convention("seed", "group", "group", 0, 1e-6, "add", "zero", "skip", "none", 1),
+        Convention("advcli", "group", "group", 0, 1e-6, "add", "zero", "skip", "none", 1),
         Convention("verl", "group", "group", 1, 1e-6, "add", "raw", "skip", "batch", 1),
         Convention("trl", "group", "group", 1, 1e-4, "add", "zero", "skip", "none", 1),
         Convention("openrlhf", "group", "group", 1, 1e-9, "add", "error", "step", "batch", 0),
@@ -65,6 +65,18 @@ CONVENTIONS: dict[str, Convention] = {
         Convention("roll", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1, 1e-6),
     )
 }
+
+ALIASES = {"seed": "advcli"}
+"""Former names of conventions, still taken (``seed`` was advcli's own before it was renamed)."""
+
+DEFAULT = "advcli"
+"""The convention of a log read without ``--from`` and without ``--convention``."""
+
+
+def canonical(name: str) -> str:
+    """A convention's name, its alias resolved."""
+    return ALIASES.get(name, name)
+
 
 WHITEN_EPS = 1e-8
 """Whitening is ``(x - mean) / sqrt(var + WHITEN_EPS)``."""

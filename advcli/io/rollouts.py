@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from advcli.core.ragged import lengths, row_of
+from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, SchemaError, columns_found, where
 from advcli.io.arrow import flat_list
 from advcli.io.schema import SPAN_KINDS, Roles
@@ -51,6 +51,56 @@ class Rows:
     # (float64 per row, NaN where null): what a method reads beyond the roles (GDPO's rewards)
     sums: dict[str, np.ndarray] = field(default_factory=dict)  # per-row sums of token columns,
     # filled by the engine before planning when a method asks (Method.row_sums)
+    unscored: np.ndarray | None = None  # bool per row: its rollout has no reward (left out of
+    # the statistics, advantage 0)
+    batch_codes: np.ndarray | None = None  # int64 per row: the batch (a framework's step)
+
+    def unscored_rollouts(self) -> np.ndarray | None:
+        """Per rollout: it has no reward (None: every rollout has one)."""
+        if self.unscored is None or not self.unscored.any():
+            return None
+        return self.unscored[self.last_segment_row()]
+
+    def rollout_batches(self) -> np.ndarray | None:
+        """The batch code of each rollout (None: the log does not say)."""
+        return None if self.batch_codes is None else self.batch_codes[self.last_segment_row()]
+
+    def scored(self) -> Rows:
+        """These rows less those of rollouts without a reward, rollouts numbered again in
+        order (groups keep their codes: a group may be left empty)."""
+        if self.unscored is None:
+            return self
+        keep = ~self.unscored
+        codes, rollout_codes = np.unique(self.rollout_codes[keep], return_inverse=True)
+
+        def cut(x: np.ndarray | None) -> np.ndarray | None:
+            return None if x is None else x[keep]
+
+        steps = None
+        if self.steps is not None:
+            lo, hi = self.steps.offsets[:-1][keep], self.steps.offsets[1:][keep]
+            picked = ranges(lo, hi - lo)
+            steps = StepRewards(self.steps.rewards[picked], self.steps.ends[picked],
+                                np.r_[0, np.cumsum(hi - lo)].astype(np.int64))  # fmt: skip
+        return Rows(
+            n_rows=int(keep.sum()),
+            reward=cut(self.reward),
+            group_codes=cut(self.group_codes),
+            group_keys=self.group_keys,
+            rollout_codes=rollout_codes.astype(np.int64),
+            rollout_keys=None if self.rollout_keys is None else self.rollout_keys.take(codes),
+            segment_rank=self.segment_rank[keep],
+            segmented=self.segmented,
+            completion_time=cut(self.completion_time),
+            truncated=self.truncated[keep],
+            bootstrap=self.bootstrap[keep],
+            has_bootstrap=self.has_bootstrap,
+            baseline_reward=cut(self.baseline_reward),
+            steps=steps,
+            named={k: v[keep] for k, v in self.named.items()},
+            sums={k: v[keep] for k, v in self.sums.items()},
+            batch_codes=cut(self.batch_codes),
+        )
 
     @property
     def n_rollouts(self) -> int:
@@ -243,6 +293,8 @@ ROW_ROLES = (
     "truncated",
     "bootstrap_value",
     "baseline_reward",
+    "unscored",
+    "batch",
 )
 STEP_ROLES = ("step_rewards", "step_ends")  # per-row lists, read only when asked
 TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
@@ -276,10 +328,16 @@ def extract_rows(
     """Validate the scalar columns of a whole log (``table`` may hold only those), and the
     process rewards (``steps``) and numeric columns asked by name (``named``)."""
     check = _Checker(table, sources)
+    unscored = None
+    if roles["unscored"] is not None:
+        flags = table.column(roles["unscored"]).combine_chunks()
+        unscored = pc.fill_null(flags, False).to_numpy(zero_copy_only=False).astype(bool)
     reward = None
     if roles["reward"] is not None:
-        check.no_nulls(roles["reward"], "reward")
         reward = _numeric(table.column(roles["reward"]).combine_chunks())
+        if unscored is None:
+            check.no_nulls(roles["reward"], "reward")
+        reward = np.where(unscored, 0.0, reward) if unscored is not None else reward
         check.finite(roles["reward"], reward)
 
     group_codes = group_keys = None
@@ -360,6 +418,8 @@ def extract_rows(
         baseline_reward=baseline,
         steps=_step_rewards(check, roles) if steps else None,
         named=named_columns,
+        unscored=unscored,
+        batch_codes=_codes(table.column(roles["batch"]))[0] if roles["batch"] else None,
     )
 
 

@@ -31,6 +31,11 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "values": ("nums", ("critic_values", "value_preds")),
     "completion_time": ("num", ("finish_time", "end_time", "completed_at")),
     "truncated": ("bool", ("is_truncated",)),
+    # A rollout without a reward (every TRL reward function returned None): left out of its
+    # group's statistics, advantage 0
+    "unscored": ("bool", ()),
+    # The rollouts trained together (a framework's step): batch statistics are per batch
+    "batch": ("key", ()),
     "bootstrap_value": ("num", ("last_value",)),
     # ReMax: the reward of the greedy rollout of the same prompt
     "baseline_reward": ("num", ("reward_baseline", "greedy_reward")),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advcli.core.conventions import CONVENTIONS
+from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
 from advcli.errors import UsageError
 from advcli.io.schema import Roles
 from advcli.methods import distill, gdpo, group, process, signals, temporal
@@ -107,10 +107,12 @@ def what_runs(roles: Roles) -> dict[str, str]:
     return {name: verdict(missing_roles(m, roles)) for name, m in REGISTRY.items()}
 
 
-def resolve(method: str, convention: str = "seed", **given: Any) -> Params:
+def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
     """Every parameter of a run: given (None: not given), else the method's default under the
-    convention, else the convention's, else the parameter's own. Checks choices and ranges."""
+    convention (None: advcli's own), else the convention's, else the parameter's own. Checks
+    choices and ranges."""
     chosen = get(method)
+    convention = canonical(convention or DEFAULT)
     if convention not in CONVENTIONS:
         msg = f"unknown convention {convention!r}. Conventions: {', '.join(CONVENTIONS)}"
         raise UsageError(msg)

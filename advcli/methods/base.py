@@ -175,7 +175,13 @@ def sum_rows(tokens: Tokens, wanted: tuple[str, ...], p: Params) -> dict[str, np
 
 
 def completion_batches(rows: Rows, batch_size: int | None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Per rollout: its batch (``--batch-size`` consecutive rollouts in completion order) and
-    whether that batch is a trailing short one; and the number of batches."""
+    """Per rollout: its batch (``--batch-size`` consecutive rollouts in completion order; else
+    the log's ``batch`` column, e.g. a framework's step; else one batch) and whether that batch
+    is a trailing short one; and the number of batches."""
+    batches = rows.rollout_batches()
+    if batch_size is None and batches is not None:
+        _, batch_id = np.unique(batches, return_inverse=True)
+        n_batches = int(batch_id.max()) + 1 if len(batch_id) else 0
+        return batch_id.astype(np.int64), np.zeros(len(batch_id), dtype=bool), n_batches
     batch_id, partial = G.completion_batches(rows.completion_order(), batch_size)
     return batch_id, partial, int(batch_id.max()) + 1 if len(batch_id) else 0

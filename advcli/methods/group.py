@@ -169,8 +169,33 @@ class OutcomeMethod(Method[OutcomePlan]):
         rewards = rows.rollout_rewards()
         return rewards - p.kl_coef * signals.rollout_kl(rows) if p.kl_coef else rewards
 
+    def rollout_advantages(self, rows: Rows, p: Params) -> RolloutAdvantages:
+        """:meth:`advantages` of the rollouts that have a reward; those without one (TRL's
+        unscorable completions) are left out of every statistic and get 0."""
+        unscored = rows.unscored_rollouts()
+        if unscored is None:
+            return self.advantages(rows, self.rewards(rows, p), p)
+        scored = rows.scored()
+        r = self.advantages(scored, self.rewards(scored, p), p)
+        keep = ~unscored
+
+        def full(x: np.ndarray) -> np.ndarray:
+            out = np.full(len(keep), np.nan if x.dtype.kind == "f" else 0, dtype=x.dtype)
+            out[keep] = x
+            return out
+
+        advantage = np.zeros(len(keep))
+        advantage[keep] = r.advantage
+        return RolloutAdvantages(
+            advantage=advantage,
+            columns={name: full(values) for name, values in r.columns.items()},
+            zero_variance=full(r.zero_variance),
+            drop={reason: full(flags) for reason, flags in r.drop.items()},
+            stats={**r.stats, "unscored_rollouts": int(unscored.sum())},
+        )
+
     def plan(self, rows: Rows, p: Params) -> OutcomePlan:
-        r = self.advantages(rows, self.rewards(rows, p), p)
+        r = self.rollout_advantages(rows, p)
         codes = rows.rollout_codes
         drop = np.zeros(rows.n_rollouts, dtype=bool)
         dropped: dict[str, int] = {}

@@ -42,7 +42,15 @@ PRESETS: dict[str, Preset] = {
 }
 """Every preset, by the name ``--from`` takes."""
 
-__all__ = ["PRESETS", "Preset", "PresetOptions", "PresetSource", "get", "looks_like"]
+__all__ = [
+    "PRESETS",
+    "Preset",
+    "PresetOptions",
+    "PresetSource",
+    "convention_for",
+    "get",
+    "looks_like",
+]
 
 
 def get(name: str) -> Preset:
@@ -51,6 +59,14 @@ def get(name: str) -> Preset:
     except KeyError:
         msg = f"--from {name!r}: unknown framework. Frameworks: {', '.join(PRESETS)}"
         raise UsageError(msg) from None
+
+
+def convention_for(convention: str | None, preset: str | None) -> str | None:
+    """The convention a run takes: the one given, else the framework's own (``--from``), else
+    None (advcli's own)."""
+    if convention is not None or preset is None:
+        return convention
+    return get(preset).convention
 
 
 def looks_like(names: set[str]) -> Preset | None:

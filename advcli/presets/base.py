@@ -62,8 +62,10 @@ class Preset(ABC):
     patterns: ClassVar[tuple[str, ...]]  # the dump files in a folder given as input
     marks: ClassVar[tuple[frozenset[str], ...]] = ()  # field sets that identify the format
     suffixes: ClassVar[tuple[str, ...]] = (".jsonl", ".jsonl.gz", ".jsonl.zst")
-    checks: ClassVar[tuple[str, str] | None] = None  # the method and convention that recompute
-    # the framework's own advantages (``advcli check``), when its dump carries them
+    convention: ClassVar[str] = "advcli"  # the framework's own (``--convention``), which every
+    # command runs under unless told otherwise
+    logged: ClassVar[str | None] = None  # where the dump carries the framework's own
+    # advantages: ``source_advantage`` (one per row) or ``source_advantages`` (per token)
 
     def files(self, inputs: list[str]) -> list[str]:
         """The dump files named by ``inputs``: files, or folders searched for ``patterns``,
@@ -106,6 +108,23 @@ class Preset(ABC):
     def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
         """The columns of the converted log whose sum is the reward (TRL's reward functions),
         which ``report`` charts one by one; none for most frameworks."""
+        return []
+
+    def settings(
+        self, reward_columns: list[str], weights: dict[str, float]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """The framework's own settings that change its advantages, as ``(flags, method,
+        parameters)`` under its convention: tried when the logged advantages differ, to name
+        the one that gives them (:mod:`advcli.reproduce`). The first is the default."""
+        return [("", "grpo", {})]
+
+    def leaves_out(self, options: PresetOptions) -> bool:
+        """Whether the dump leaves out a setting that shapes the numbers and the options do
+        not give it (TRL's group size), to be found from the logged advantages."""
+        return False
+
+    def group_sizes(self, log: Any) -> list[int]:
+        """Group sizes to try when the dump does not say (:meth:`leaves_out`)."""
         return []
 
     def matches(self, names: set[str]) -> bool:
@@ -294,10 +313,18 @@ class PresetSource(LogSource):
         self.parts: list[Path] = []
         schemas = []
         lines: list[np.ndarray | None] = []
-        counts = []
+        counts: list[int] = []
         self.warnings: list[str] = []
+        empty = []
+        kept = []
         for i, path in enumerate(files):
             converted = _convert(preset, path, options)
+            self.warnings += [w for w in converted.warnings if w not in self.warnings]
+            report(sum(counts), (i + 1) / len(files))
+            if not converted.table.num_rows:  # TRL writes one when no step ran
+                empty.append(path)
+                continue
+            kept.append(path)
             part = Path(self._folder.name) / f"{i:06d}.arrow"
             with (
                 pa.OSFile(str(part), "wb") as sink,
@@ -308,12 +335,16 @@ class PresetSource(LogSource):
             schemas.append(converted.table.schema)
             lines.append(converted.lines)
             counts.append(converted.table.num_rows)
-            self.warnings += [w for w in converted.warnings if w not in self.warnings]
-            report(sum(counts), (i + 1) / len(files))
-        self.sources = Sources(files=files, row_counts=counts, lines=lines)
+        self.empty_files = empty
+        if empty and kept:
+            self.warnings.append(
+                f"skipped {len(empty)} empty file{'s' if len(empty) > 1 else ''} "
+                f"({', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''})"
+            )
         if not sum(counts):
             msg = f"{', '.join(files)}: the input has no rows. Hint: check the files"
             raise DataError(msg)
+        self.sources = Sources(files=kept, row_counts=counts, lines=lines)
         try:
             self.schema = pa.unify_schemas(schemas, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -46,11 +47,22 @@ class NemoRl(Preset):
     switch = "always on (logger.log_dir)"
     writes = "LOG_DIR/exp_NNN/train_data_step{N}.jsonl (and val_data_step{N}.jsonl)"
     patterns = ("train_data_step*.jsonl", "*/train_data_step*.jsonl")
-    checks = ("grpo", "nemo-rl")
+    convention = "nemo-rl"
+    logged = "source_advantages"
     marks = (
         frozenset({"token_ids", "token_loss_mask", "input_lengths", "rewards"}),
         frozenset({"content", "rewards", "idx"}),
     )
+
+    def settings(
+        self, reward_columns: list[str], weights: dict[str, float]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            ("", "grpo", {}),
+            ("--scale none (normalize_rewards false)", "grpo", {"scale": "none"}),
+            ("--baseline group --scale group (use_leave_one_out_baseline false)", "grpo",
+             {"baseline": "group", "scale": "group"}),
+        ]  # fmt: skip
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         df, lines = json_frame(path, train_fields)

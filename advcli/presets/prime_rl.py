@@ -37,7 +37,8 @@ class PrimeRl(Preset):
         "effective/traces.jsonl",
     )
     marks = (frozenset({"group", "traces"}),)
-    checks = ("grpo", "prime-rl")
+    convention = "prime-rl"
+    logged = "source_advantages"
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         records, lines = json_records(path)

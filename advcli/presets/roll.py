@@ -30,6 +30,7 @@ from advcli.presets.base import (
 
 class Roll(Preset):
     name = "roll"
+    convention = "roll"
     framework = "ROLL"
     switch = "rollout_dump_dir=/ABSOLUTE/PATH"
     writes = "DIR/rollout_dump_data.step_{N}.jsonl"

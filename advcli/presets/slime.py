@@ -33,6 +33,7 @@ OWN = ("group_index", "index", "rollout_id", "tokens", "loss_mask", "reward", "s
 
 class Slime(Preset):
     name = "slime"
+    convention = "slime"
     framework = "slime"
     switch = "--save-debug-rollout-data DIR/{rollout_id}.pt, or --dump-details DIR"
     writes = "DIR/rollout_data/{rollout_id}.pt"

@@ -36,6 +36,7 @@ class OpenRlhf(Preset):
     ``input``."""
 
     name = "openrlhf"
+    convention = "openrlhf"
     framework = "OpenRLHF"
     switch = "openrlhf.cli.batch_inference --eval_task rm (through v0.9)"
     writes = "the --output_path JSONL"
@@ -61,6 +62,7 @@ class Areal(Preset):
     ``task_id`` counts per executor, so it is unique only there."""
 
     name = "areal"
+    convention = "areal"
     framework = "AReaL"
     switch = "rollout.dump_to_file=True"
     writes = "FILEROOT/logs/USER/EXPERIMENT/TRIAL/rollout/{version}/{task_id}.jsonl"

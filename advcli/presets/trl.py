@@ -1,20 +1,39 @@
 """TRL (GRPOTrainer, 0.28 on): ``log_completions=True`` →
 ``{output_dir}/completions/completions_{step:05d}.parquet``.
 
-A row per completion: ``step``, ``prompt``, ``completion`` (decoded text), one float column per
-reward function, extra columns, and TRL's own ``advantage``. The reward TRL trained on is not
-in the file: it is the NaN-skipping weighted sum of the reward functions' columns (weights
-``reward_weights``, default 1), so ``--reward-columns`` and ``--reward-weights`` say which and
-how (default: the float columns between ``completion`` and ``advantage``, weight 1). Groups are
-contiguous blocks of ``num_generations`` rows (``--group-size``), or else runs of rows with the
-same prompt. TRL's ``advantage`` is kept as ``source_advantage``.
+A row per completion: ``step``, ``prompt``, ``completion`` (decoded text, or for a
+conversational dataset lists of ``{role, content}`` messages, read as ``role: content`` lines),
+one float column per reward function (NaN where it returned None), the columns reward functions
+added with ``log_extra``, and TRL's own ``advantage`` (kept as ``source_advantage``).
+
+What TRL 1.16 does, and so this preset (``trl/trainer/grpo_trainer.py``):
+
+- The reward is the NaN-skipping weighted sum of the reward functions' columns
+  (``reward_weights``, default 1); a completion every function returned None for is
+  *unscorable*: left out of its group's mean and std, advantage 0 (``unscored``).
+- Which float columns are reward functions is not in the file: ``log_extra`` columns come after
+  them, before ``advantage``. ``--reward-columns`` names them; else the logged advantages decide
+  (:mod:`advcli.reproduce`), and all the float columns are taken only when nothing tells.
+- Groups are contiguous blocks of ``num_generations`` rows with the same prompt.
+  ``--group-size`` gives it; else the logged advantages do. A run of rows with one prompt
+  text is cut into blocks of that size (neighbouring dataset rows may share a prompt text).
+- The file holds TRL's last ``generation_batch_size`` logged rows: with evaluation on, the
+  evaluation's rows (groups of ``num_generations_eval``) come last and push out the first
+  training rows, so the file's first group may be cut. A cut group's advantages came from
+  rollouts the file lacks: its rows are skipped (a warning counts them). Evaluation rows (runs
+  that are not whole groups) are groups of their own and a batch of their own.
+- The batch (``scale_rewards="batch"``, ``normalize_then_sum``) is one step's generation
+  batch: the ``batch`` column is the step.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from advcli.errors import DataError, UsageError
@@ -29,15 +48,13 @@ class Trl(Preset):
     patterns = ("completions_*.parquet", "completions/completions_*.parquet")
     marks = (frozenset({"prompt", "completion", "advantage"}),)
     suffixes = (".parquet",)
-    checks = ("grpo", "trl")
+    convention = "trl"
+    logged = "source_advantage"
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
-        try:
-            df = pl.from_arrow(pq.read_table(path))
-        except Exception as exc:  # pyarrow raises several types for a bad file
-            msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file"
-            raise DataError(msg) from None
-        assert isinstance(df, pl.DataFrame)
+        df = read(path)
+        if not df.height:
+            return Converted(pa.table({}))
         need(path, set(df.columns), ["prompt", "completion"], self.framework)
         columns = reward_columns(path, df, options)
         weights = options.reward_weights
@@ -49,47 +66,105 @@ class Trl(Preset):
             )
             raise UsageError(msg)
         terms = [(pl.col(c).cast(pl.Float64) * weights.get(c, 1.0)).fill_nan(None) for c in columns]
+        unscored = df.select(pl.all_horizontal(t.is_null() for t in terms)).to_series()
         reward = df.select(pl.sum_horizontal(terms).fill_null(0.0)).to_series()
         step = (
             df["step"]
             if "step" in df.columns
             else pl.Series([step_of(path, r"completions_(\d+)")] * df.height)
         )
-        rows = np.arange(df.height)
-        if options.group_size:
-            if df.height % options.group_size:
-                msg = (
-                    f"{path}: {df.height} rows are not whole groups of --group-size "
-                    f"{options.group_size}. Hint: give TRL's num_generations"
-                )
-                raise UsageError(msg)
-            group = rows // options.group_size
-        else:
-            prompt = df["prompt"].cast(pl.String).to_numpy()
-            group = np.cumsum(np.r_[False, prompt[1:] != prompt[:-1]]) if len(prompt) else rows
+        prompt = df["prompt"].to_numpy()
+        groups = blocks(prompt, options.group_size)
         scope = step.cast(pl.String) + ":"
         canonical = {
-            "prompt_id": scope + pl.Series(group).cast(pl.String),
-            "rollout_id": scope + pl.Series(rows).cast(pl.String),
+            "prompt_id": scope + pl.Series(groups.key),
+            "rollout_id": scope + pl.Series(np.arange(df.height)).cast(pl.String),
             "reward": reward,
+            "unscored": unscored,
             "step": step,
+            "batch": scope + pl.Series(np.where(groups.evaluation, "eval", "train")),
         }
         if "advantage" in df.columns:
             df = df.rename({"advantage": "source_advantage"})
         table = df.drop([c for c in canonical if c in df.columns]).with_columns(
             **{k: v.alias(k) for k, v in canonical.items()}
         )
-        return Converted(table.to_arrow())
+        warnings = []
+        if groups.cut.any():
+            table = table.filter(pl.Series(~groups.cut))
+            warnings.append(
+                f"{path}: skipped rows {_spans(groups.cut)}, the rest of a group TRL's logging "
+                "buffer cut (it keeps the last generation_batch_size rows; evaluation rows "
+                "pushed the others out): their advantages came from rollouts the file lacks"
+            )
+        return Converted(table.to_arrow(), warnings=warnings)
+
+    def settings(
+        self, reward_columns: list[str], weights: dict[str, float]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        named = ",".join(reward_columns)
+        weighted = ",".join(f"{k}={w!r}" for k, w in weights.items()) or None
+        return [
+            ("", "grpo", {}),
+            ("--scale batch", "grpo", {"scale": "batch"}),
+            ("--scale none", "grpo", {"scale": "none"}),
+            (f"--method gdpo --reward-columns {named} (TRL's normalize_then_sum)", "gdpo",
+             {"reward_columns": named, "reward_weights": weighted}),
+        ]  # fmt: skip
+
+    def leaves_out(self, options: PresetOptions) -> bool:
+        return options.group_size is None or options.reward_columns is None
+
+    def group_sizes(self, log: Any) -> list[int]:
+        """The divisors of the runs of one prompt text (num_generations, a multiple where
+        neighbouring prompts share their text, evaluation groups, a cut group)."""
+        keys = log.source.columns([log.roles.column("prompt_id")]).column(0)
+        runs = np.unique(pc.value_counts(keys).field("counts").to_numpy())
+        return [g for g in range(2, int(runs.max(initial=1)) + 1) if (runs % g == 0).any()]
 
     def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
         if options.reward_columns:
             return list(options.reward_columns)
-        names = schema.names  # the dump's own order: completion, the rewards, its advantage
-        if "completion" not in names:
-            return []
-        start = names.index("completion") + 1
-        end = names.index("source_advantage") if "source_advantage" in names else len(names)
-        return [n for n in names[start:end] if pa.types.is_floating(schema.field(n).type)]
+        return float_run(schema.names, lambda n: pa.types.is_floating(schema.field(n).type))
+
+
+def read(path: str) -> pl.DataFrame:
+    """A completions file, chat messages as text."""
+    try:
+        df = pl.from_arrow(pq.read_table(path))
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file"
+        raise DataError(msg) from None
+    assert isinstance(df, pl.DataFrame)
+    out = {name: messages_text(df[name]) for name in ("prompt", "completion") if name in df.columns}
+    return df.with_columns(**{k: v for k, v in out.items() if v is not None})
+
+
+def messages_text(column: pl.Series) -> pl.Series | None:
+    """A conversational column (a list of ``{role, content}`` per row) as text, one
+    ``role: content`` line per message; None for a text column."""
+    dtype = column.dtype
+    if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+        return None if dtype in (pl.String, pl.Null) else column.cast(pl.String)
+    fields = {f.name for f in dtype.inner.fields}
+    if not {"role", "content"} <= fields:
+        return pl.Series(column.name, [None if v is None else str(v) for v in column.to_list()])
+    lines = column.list.eval(
+        pl.element().struct.field("role").cast(pl.String)
+        + ": "
+        + pl.element().struct.field("content").cast(pl.String)
+    )
+    return lines.list.join("\n").alias(column.name)
+
+
+def float_run(names: list[str], is_float: Any) -> list[str]:
+    """The float columns after ``completion`` up to ``advantage``: where TRL puts its reward
+    functions' columns (first) and float ``log_extra`` columns (after them)."""
+    if "completion" not in names:
+        return []
+    start = names.index("completion") + 1
+    end = next((i for i in range(start, len(names)) if "advantage" in names[i]), len(names))
+    return [n for n in names[start:end] if is_float(n)]
 
 
 def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[str]:
@@ -104,10 +179,7 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
             )
             raise UsageError(msg)
         return list(options.reward_columns)
-    names = df.columns
-    start = names.index("completion") + 1
-    end = names.index("advantage") if "advantage" in names else len(names)
-    found = [c for c in names[start:end] if df[c].dtype.is_float()]
+    found = float_run(df.columns, lambda n: df[n].dtype.is_float())
     if not found:
         msg = (
             f"{path}: no float column between 'completion' and 'advantage' to take as a "
@@ -115,3 +187,54 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
         )
         raise DataError(msg)
     return found
+
+
+class Blocks:
+    """TRL's groups in one file: a key per row, the rows of a cut group, evaluation rows."""
+
+    def __init__(self, key: np.ndarray, cut: np.ndarray, evaluation: np.ndarray):
+        self.key, self.cut, self.evaluation = key, cut, evaluation
+
+
+def prompt_runs(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: its run of equal prompt text, its place in the run; and each run's length."""
+    n = len(prompt)
+    if not n:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    starts = np.r_[True, prompt[1:] != prompt[:-1]]
+    run = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    length = np.diff(np.r_[first, n])
+    return run, np.arange(n) - first[run], length
+
+
+def blocks(prompt: np.ndarray, group_size: int | None) -> Blocks:
+    """TRL's groups from the prompt text: runs of one prompt, cut into blocks of
+    ``group_size`` (None: each run a group). The file's first run, when it is not whole
+    blocks, begins with the rest of a cut group; a later run that is not whole blocks holds
+    evaluation rows (groups of ``num_generations_eval``), a group of its own."""
+    run, place, length = prompt_runs(prompt)
+    n = len(prompt)
+    cut = np.zeros(n, dtype=bool)
+    evaluation = np.zeros(n, dtype=bool)
+    if group_size is None:
+        return Blocks(run.astype(str).astype(object), cut, evaluation)
+    spare = length % group_size
+    whole = spare[run] == 0
+    first_run = run == 0
+    cut = first_run & ~whole & (place < spare[run])
+    evaluation = ~whole & ~first_run
+    shifted = np.where(first_run, place - spare[run], place)
+    block = np.where(whole | first_run, shifted // group_size, 0)
+    key = np.char.add(np.char.add(run.astype(str), "."), block.astype(str))
+    return Blocks(key.astype(object), cut, evaluation)
+
+
+def _spans(flags: np.ndarray) -> str:
+    """The 0-based row ranges where ``flags`` holds, as ``0-1, 7``."""
+    rows = np.flatnonzero(flags)
+    breaks = np.flatnonzero(np.diff(rows) != 1)
+    lo = np.r_[rows[0], rows[breaks + 1]]
+    hi = np.r_[rows[breaks], rows[-1]]
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in zip(lo, hi, strict=True))

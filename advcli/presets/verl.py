@@ -39,6 +39,7 @@ class Verl(Preset):
     writes = "DIR/{step}.jsonl"
     patterns = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst")
     marks = (frozenset({"input", "output", "score", "step"}),)
+    convention = "verl"
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         records, lines = json_records(path)

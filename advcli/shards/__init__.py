@@ -146,7 +146,7 @@ def shard(
     params = None
     if method is not None or convention is not None or param:
         # Checked before reading; without --method only for the error an annotated log gives.
-        params = run_params(method or "grpo", convention, param)
+        params = run_params(method or "grpo", presets.convention_for(convention, preset), param)
     listed = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
     check_output_folder(out, listed, force=force)
     on_cluster = _on_ray(engine, ray_address, batch_rows)

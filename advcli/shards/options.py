@@ -111,4 +111,4 @@ def run_params(method: str, convention: str | None, items: list[str] | None) -> 
     """The run's parameters from ``--method``, ``--convention`` and ``--param KEY=VALUE``
     (``annotate``'s options)."""
     given = parse_assignments(items, methods.PARAMETERS)
-    return methods.resolve(method, convention or "seed", **given)
+    return methods.resolve(method, convention, **given)

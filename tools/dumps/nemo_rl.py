@@ -1,0 +1,904 @@
+"""Write real NeMo-RL GRPO log files (`train_data_step{N}.jsonl`, `val_data_step{N}.jsonl`) as fixtures.
+
+Made from NeMo-RL github.com/NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909 (2026-08-22),
+torch 2.13.0+cpu, transformers 5.24.0, tokenizers 0.23.3, pydantic 2.14.4, omegaconf 2.3, numpy
+2.4.6, Python 3.11, on CPU, offline. NeMo-RL is not on PyPI: its source comes from the bare git dir
+that the search tool's `fetch github:NVIDIA-NeMo/RL` returned.
+
+Run (from the repository root, with the framework venv, never as part of CI):
+
+    /tmp/fw/src/bin/python tools/dumps/nemo_rl.py OUTDIR [--nemo-src PATH] [--fixtures DIR]
+
+PATH is that bare git dir (default /work/.mirror/NVIDIA-NeMo+RL/repo; `nemo_rl/` and `examples/`
+are then extracted from its HEAD into OUTDIR/src) or a folder that already holds the extracted
+`nemo_rl/` and `examples/` (the commit is then read from PATH/COMMIT if present). For each case
+NeMo's own `Logger` (base dir OUTDIR/<case>/logs, experiment dir from NeMo's
+`get_next_experiment_dir`) writes `exp_001/train_data_step{N}.jsonl` (and `val_data_step{N}.jsonl`);
+that `exp_001/` folder is copied unchanged to `tests/fixtures/real/nemo-rl/<case>/exp_001/` with a
+`truth.json` beside it. Two runs write identical files.
+
+What is NeMo-RL's own code, unchanged:
+- imported from the extracted tree as modules: `BatchedDataDict` (nemo_rl/distributed/
+  batched_data_dict.py, incl. `repeat_interleave`, `make_microbatch_iterator`),
+  `batched_message_log_to_flat_message`, `get_keys_from_message_log` (nemo_rl/data/
+  llm_message_utils.py), `rl_collate_fn` (nemo_rl/data/collate_fn.py), `math_hf_data_processor`
+  (nemo_rl/data/processors.py, the processor examples/configs/grpo_math_1B.yaml names, with its
+  prompt file examples/prompts/cot.txt), `TaskDataSpec`, `EnvironmentReturn`,
+  `RewardShapingConfig`, `Timer`;
+- taken out of their files with `ast` (the parsed nodes compiled as they are, with line numbers kept;
+  only `from __future__ import annotations` is switched on so that type hints naming modules we do
+  not load stay unevaluated): `calculate_baseline_and_std_per_prompt`,
+  `get_gdpo_reward_component_keys` (algorithms/utils.py); `AdvEstimatorConfig`,
+  `GRPOAdvantageEstimator` (algorithms/advantage_estimator.py); `LoggerInterface`, `Logger` (incl.
+  `log_batched_dict_as_jsonl`), `get_next_experiment_dir`, `print_message_log_samples`
+  (utils/logger.py); `RewardScalingConfig`, `AsyncGRPOConfig`, `GRPOConfig`, `scale_rewards`,
+  `dynamic_sampling`, `extract_initial_prompt_messages`,
+  `add_grpo_token_loss_masks_and_generation_logprobs`, `_apply_mask_sample_filter`,
+  `compute_and_apply_seq_logprob_error_masking`, `_clip_grpo_advantages`,
+  `_should_log_nemo_gym_responses`, `validate` (algorithms/grpo.py); `run_multi_turn_rollout`,
+  `generate_responses`, `calculate_rewards` and the helpers they call (experience/rollouts.py);
+  `should_use_async_rollouts` (models/generation/interfaces.py), `should_use_nemo_gym`
+  (environments/nemo_gym.py); and two statement blocks of `grpo_train` itself, run as they are: the
+  overlong-filtering block (`use_overlong_filtering = ...` and the `if` after it) and the
+  "Log training data" block (`if not _should_log_nemo_gym_responses(master_config): ...`, which
+  builds `log_data` and calls `logger.log_batched_dict_as_jsonl`).
+- The order of the calls between them follows `grpo_train` (grpo.py L2845-3323, L3633-3655): repeat
+  each prompt `num_generations_per_prompt` times (prompt-contiguous rows), flatten/pad with the pad
+  id, roll out, scale rewards, baseline+std, dynamic sampling (off), prompt ids for the estimator,
+  overlong filtering, token loss masks, flatten/pad again, prev logprobs, seq-logprob-error metrics,
+  `GRPOAdvantageEstimator.compute_advantage`, clipping (off), log.
+
+Stand-ins (not NeMo code):
+- the generation backend (vLLM in grpo_math_1B.yaml): `generate()` returns scripted responses
+  (word lists below, tokenized with the tokenizer, `<eos>` appended unless the response is longer than
+  `max_new_tokens`, in which case it is cut and flagged `truncated`, as vLLM's finish_reason=length
+  is), with `logprobs` = log p of each generated token under the tiny policy run in bfloat16;
+- `policy.get_logprobs` for `prev_logprobs`: the same policy in float32 over the padded batch,
+  position 0 = 0 and padding zeroed, as NeMo's workers do (models/automodel/train.py L759-789);
+  so prev and generation logprobs differ only by the bf16/fp32 gap (no training step is taken);
+- the math environment: a stand-in shaped like MathEnvironment.step (environments/
+  math_environment.py L527-545): reward 1.0 when the last `\\boxed{X}` of the decoded response equals
+  the ground truth, observation "Environment: correct"/"Environment: incorrect", done after one turn;
+  `ray.get` is the identity on that stand-in's `step.remote` results.
+- the model and tokenizer: a word-level `tokenizers` model over the words used here plus `<pad>
+  <eos> <bos> <unk> <|user|> <|assistant|>`, a two-line chat template, and a randomly initialised
+  2-layer Qwen2 (seed 0). Nothing is downloaded.
+
+Settings start from examples/configs/grpo_math_1B.yaml (resolved with omegaconf and validated with
+NeMo's own `GRPOConfig`), changed only where a case says so: num_prompts_per_step 3,
+num_generations_per_prompt 4, max_total_sequence_length 64, max_new_tokens 12,
+make_sequence_length_divisible_by 1 (= tensor_parallel_size, as the yaml says).
+"""
+
+from __future__ import annotations
+
+import __future__
+import abc
+import argparse
+import ast
+import copy
+import gc
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any, Optional, cast
+
+# This file is called nemo_rl.py: keep its own folder off sys.path so that `import nemo_rl` finds
+# NeMo-RL's package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("NRL_LOG_LEVEL", "WARNING")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_SRC = "/work/.mirror/NVIDIA-NeMo+RL/repo"
+MADE_BY = "tools/dumps/nemo_rl.py"
+
+SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|> {% endif %}"
+)
+
+# (problem, ground truth, four scripted responses). Rows 0-5 are the train set (3 prompts a step),
+# rows 6-7 the validation set.
+PROBLEMS: list[tuple[str, str, list[str]]] = [
+    (
+        "What is 2 plus 3 ?",
+        "5",
+        [
+            "2 plus 3 is 5 so \\boxed{5}",
+            "2 plus 3 is 6 so \\boxed{6}",
+            "\\boxed{5}",
+            "let me think : 2 plus 3 is 5 and then I add 1 so it is 6",
+        ],
+    ),
+    (
+        "What is 4 times 2 ?",
+        "8",
+        ["4 times 2 is 8 so \\boxed{8}", "\\boxed{8}", "so \\boxed{8}", "it is 8 so \\boxed{8}"],
+    ),
+    (
+        "What is 9 minus 7 ?",
+        "2",
+        ["9 minus 7 is 3 so \\boxed{3}", "\\boxed{1}", "9 minus 7 is 2 so \\boxed{2}", "\\boxed{3}"],
+    ),
+    (
+        "What is 3 plus 3 ?",
+        "6",
+        ["\\boxed{5}", "3 plus 3 is 9 so \\boxed{9}", "\\boxed{7}", "it is 3 so \\boxed{3}"],
+    ),
+    (
+        "What is 5 times 2 ?",
+        "10",
+        ["5 times 2 is 10 so \\boxed{10}", "\\boxed{10}", "\\boxed{7}", "so \\boxed{10}"],
+    ),
+    (
+        "What is 8 minus 1 ?",
+        "7",
+        ["\\boxed{7}", "8 minus 1 is 9 so \\boxed{9}", "\\boxed{6}", "8 minus 1 is 7 so \\boxed{7}"],
+    ),
+    ("What is 1 plus 1 ?", "2", ["1 plus 1 is 2 so \\boxed{2}"]),
+    ("What is 6 minus 2 ?", "4", ["\\boxed{3}"]),
+]
+ENV_WORDS = "Environment : correct incorrect"
+
+
+# --------------------------------------------------------------------------------------------------
+# NeMo-RL source
+
+
+def _git(git_dir: str, *args: str) -> bytes:
+    return subprocess.run(["git", "--git-dir", git_dir, *args], check=True, capture_output=True).stdout
+
+
+def prepare_source(src: str, outdir: Path) -> tuple[Path, str]:
+    """Return (folder holding nemo_rl/ and examples/, commit)."""
+    p = Path(src)
+    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
+        commit = _git(src, "rev-parse", "HEAD").decode().strip()
+        dest = outdir / "src"
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        archive = _git(src, "archive", "HEAD", "nemo_rl", "examples/configs", "examples/prompts")
+        subprocess.run(["tar", "x", "-C", str(dest)], input=archive, check=True)
+        (dest / "COMMIT").write_text(commit + "\n")
+        return dest, commit
+    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
+    return p, commit
+
+
+def _node_lines(node: ast.AST) -> tuple[int, int]:
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return start, node.end_lineno or node.lineno
+
+
+def exec_nodes(nodes: list[ast.stmt], filename: str, ns: dict) -> None:
+    """Compile NeMo's own parsed statements unchanged (line numbers kept) and run them in ns."""
+    module = ast.Module(body=nodes, type_ignores=[])
+    flags = __future__.annotations.compiler_flag
+    exec(compile(module, filename, "exec", flags=flags, dont_inherit=True), ns)
+
+
+def extract_defs(root: Path, rel: str, names: list[str], ns: dict) -> None:
+    path = root / rel
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name in names:
+                found[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id in names:
+                    found[t.id] = node
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"{rel}: not found: {missing}")
+    exec_nodes([found[n] for n in names], str(path), ns)
+    for n in names:
+        SOURCE_LINES[f"{rel}:{n}"] = "L%d-%d" % _node_lines(found[n])
+
+
+def grpo_train_block(root: Path, which: str) -> list[ast.stmt]:
+    """Statements of grpo_train (the synchronous trainer) that the dump needs, as parsed."""
+    rel = "nemo_rl/algorithms/grpo.py"
+    tree = ast.parse((root / rel).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grpo_train")
+    for parent in ast.walk(fn):
+        for field in ("body", "orelse"):
+            body = getattr(parent, field, None)
+            if not isinstance(body, list):
+                continue
+            for i, stmt in enumerate(body):
+                if which == "overlong" and isinstance(stmt, ast.Assign):
+                    tgt = stmt.targets[0]
+                    if isinstance(tgt, ast.Name) and tgt.id == "use_overlong_filtering":
+                        block = [stmt, body[i + 1]]
+                        SOURCE_LINES[f"{rel}:grpo_train overlong block"] = "L%d-%d" % (
+                            stmt.lineno,
+                            body[i + 1].end_lineno,
+                        )
+                        return block
+                if which == "log" and isinstance(stmt, ast.If):
+                    src = ast.unparse(stmt.test)
+                    if src == "not _should_log_nemo_gym_responses(master_config)":
+                        SOURCE_LINES[f"{rel}:grpo_train log block"] = "L%d-%d" % (
+                            stmt.lineno,
+                            stmt.end_lineno,
+                        )
+                        return [stmt]
+    raise SystemExit(f"grpo_train: block {which!r} not found")
+
+
+SOURCE_LINES: dict[str, str] = {}
+
+
+class _RayStandIn:
+    """`ray.get` on what the environment stand-in's `step.remote` returned: the identity."""
+
+    @staticmethod
+    def get(x):
+        return x
+
+
+def load_nemo(root: Path) -> types.ModuleType:
+    sys.path.insert(0, str(root))
+    from nemo_rl.algorithms.reward_functions import RewardShapingConfig
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.interfaces import TaskDataSpec
+    from nemo_rl.data.llm_message_utils import (
+        batched_message_log_to_flat_message,
+        get_keys_from_message_log,
+    )
+    from nemo_rl.data.multimodal_utils import NATIVE_MULTIMODAL_KEYS, VLLM_MULTIMODAL_DATA_KEYS
+    from nemo_rl.data.processors import math_hf_data_processor
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.environments.interfaces import EnvironmentReturn
+    from nemo_rl.utils.timer import Timer
+    from pydantic import BaseModel, Field, model_validator
+
+    mod = types.ModuleType("nemo_rl_extracted")
+    sys.modules[mod.__name__] = mod
+    ns = mod.__dict__
+    ns.update(
+        {
+            "torch": torch,
+            "np": np,
+            "os": os,
+            "re": re,
+            "glob": glob,
+            "json": json,
+            "gc": gc,
+            "copy": copy,
+            "Any": Any,
+            "Optional": Optional,
+            "cast": cast,
+            "BaseModel": BaseModel,
+            "Field": Field,
+            "model_validator": model_validator,
+            "ray": _RayStandIn,
+            "BatchedDataDict": BatchedDataDict,
+            "batched_message_log_to_flat_message": batched_message_log_to_flat_message,
+            "get_keys_from_message_log": get_keys_from_message_log,
+            "EnvironmentReturn": EnvironmentReturn,
+            "RewardShapingConfig": RewardShapingConfig,
+            "Timer": Timer,
+            "NATIVE_MULTIMODAL_KEYS": NATIVE_MULTIMODAL_KEYS,
+            "VLLM_MULTIMODAL_DATA_KEYS": VLLM_MULTIMODAL_DATA_KEYS,
+            # real modules, used by the code below
+            "rl_collate_fn": rl_collate_fn,
+            "math_hf_data_processor": math_hf_data_processor,
+            "TaskDataSpec": TaskDataSpec,
+        }
+    )
+    extract_defs(
+        root,
+        "nemo_rl/algorithms/utils.py",
+        ["get_gdpo_reward_component_keys", "calculate_baseline_and_std_per_prompt"],
+        ns,
+    )
+    extract_defs(
+        root,
+        "nemo_rl/algorithms/advantage_estimator.py",
+        ["AdvEstimatorConfig", "GRPOAdvantageEstimator"],
+        ns,
+    )
+    ns["ABC"] = abc.ABC
+    ns["abstractmethod"] = abc.abstractmethod
+    extract_defs(
+        root,
+        "nemo_rl/utils/logger.py",
+        ["LoggerInterface", "Logger", "print_message_log_samples", "get_next_experiment_dir"],
+        ns,
+    )
+    extract_defs(
+        root,
+        "nemo_rl/models/generation/interfaces.py",
+        ["should_use_async_rollouts"],
+        ns,
+    )
+    extract_defs(root, "nemo_rl/environments/nemo_gym.py", ["should_use_nemo_gym"], ns)
+    from omegaconf import OmegaConf
+
+    ns["OmegaConf"] = OmegaConf
+    extract_defs(root, "nemo_rl/utils/config.py", ["register_omegaconf_resolvers"], ns)
+    extract_defs(
+        root,
+        "nemo_rl/experience/rollouts.py",
+        [
+            "_add_multimodal_generation_payload",
+            "_add_r3_fallback_metrics",
+            "_attach_routed_experts_to_message_log_prefix",
+            "_find_routed_experts_template",
+            "_dummy_routed_experts_for_tokens",
+            "backfill_missing_routed_experts",
+            "generate_responses",
+            "calculate_rewards",
+            "run_multi_turn_rollout",
+        ],
+        ns,
+    )
+    extract_defs(
+        root,
+        "nemo_rl/algorithms/grpo.py",
+        [
+            "RewardScalingConfig",
+            "AsyncGRPOConfig",
+            "GRPOConfig",
+            "dynamic_sampling",
+            "scale_rewards",
+            "extract_initial_prompt_messages",
+            "add_grpo_token_loss_masks_and_generation_logprobs",
+            "_apply_mask_sample_filter",
+            "_should_log_nemo_gym_responses",
+            "_clip_grpo_advantages",
+            "compute_and_apply_seq_logprob_error_masking",
+            "validate",
+        ],
+        ns,
+    )
+    ns["GRPOConfig"].model_rebuild(_types_namespace=ns)
+    ns["AdvEstimatorConfig"].model_rebuild(_types_namespace=ns)
+    ns["OVERLONG_BLOCK"] = grpo_train_block(root, "overlong")
+    ns["LOG_BLOCK"] = grpo_train_block(root, "log")
+    ns["MathEnvStandIn"] = MathEnvStandIn
+    grpo_file = str(root / "nemo_rl/algorithms/grpo.py")
+
+    def exec_block(nodes: list[ast.stmt], local: dict) -> dict:
+        """Run statements of grpo_train as they are, with its local variables in local."""
+        scope = {**ns, **local}
+        exec_nodes(nodes, grpo_file, scope)
+        return scope
+
+    ns["exec_block"] = exec_block
+    return mod
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer, policy, generation and environment stand-ins
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_tokenizer_and_model(prompt_template: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    pre = pre_tokenizers.Whitespace()
+    texts = [ENV_WORDS]
+    for problem, answer, responses in PROBLEMS:
+        texts += [prompt_template.format(problem), answer, *responses]
+    words: list[str] = []
+    for t in texts:
+        for w, _ in pre.pre_tokenize_str(t):
+            if w not in words and w not in SPECIAL:
+                words.append(w)
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(words))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|user|>", "<|assistant|>"],
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    seed_all(0)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        initializer_range=0.5,
+        tie_word_embeddings=True,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<eos>"],
+        bos_token_id=vocab["<bos>"],
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    return tokenizer, model
+
+
+def _token_logprobs(model, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """log p(ids[:, t] | ids[:, :t]) for t >= 1, shape [B, T-1]."""
+    m = copy.deepcopy(model).to(dtype)
+    with torch.no_grad():
+        logits = m(input_ids=ids).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], dim=-1)
+    return lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+class GenerationStandIn:
+    """Stand-in for the vLLM generation backend: scripted responses, the policy's bf16 logprobs."""
+
+    cfg: dict = {"backend": "vllm"}
+
+    def __init__(self, tokenizer, model, max_new_tokens: int):
+        self.tokenizer = tokenizer
+        self.model = model
+        self.max_new_tokens = max_new_tokens
+        self.queue: list[str] = []  # responses for the next generate() call, in row order
+
+    def generate(self, data, greedy: bool = False):
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        input_ids, input_lengths = data["input_ids"], data["input_lengths"]
+        texts, self.queue = self.queue[: len(input_ids)], self.queue[len(input_ids) :]
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        rows, gen_lp, gen_len, truncated = [], [], [], []
+        for i, text in enumerate(texts):
+            prompt = input_ids[i, : int(input_lengths[i])]
+            resp = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            cut = len(resp) + 1 > self.max_new_tokens
+            resp = resp[: self.max_new_tokens] if cut else resp + [eos]
+            full = torch.cat([prompt, torch.tensor(resp, dtype=prompt.dtype)])
+            lp = _token_logprobs(self.model, full.unsqueeze(0), torch.bfloat16)[0]
+            rows.append(full)
+            gen_lp.append(lp[len(prompt) - 1 :])
+            gen_len.append(len(resp))
+            truncated.append(cut)
+        width = max(len(r) for r in rows)
+        output_ids = torch.full((len(rows), width), pad, dtype=input_ids.dtype)
+        logprobs = torch.zeros((len(rows), width), dtype=torch.float32)
+        for i, r in enumerate(rows):
+            output_ids[i, : len(r)] = r
+            start = int(input_lengths[i])
+            logprobs[i, start : len(r)] = gen_lp[i]
+        return BatchedDataDict(
+            {
+                "output_ids": output_ids,
+                "logprobs": logprobs,
+                "generation_lengths": torch.tensor(gen_len, dtype=torch.int32),
+                "unpadded_sequence_lengths": input_lengths + torch.tensor(gen_len),
+                "truncated": torch.tensor(truncated, dtype=torch.bool),
+            }
+        )
+
+
+def policy_get_logprobs(model, input_ids: torch.Tensor, input_lengths: torch.Tensor):
+    """What NeMo's policy workers return: fp32 logprobs, 0 at position 0, padding zeroed."""
+    lp = _token_logprobs(model, input_ids, torch.float32)
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    mask = torch.zeros_like(lp, dtype=torch.bool)
+    for i, n in enumerate(input_lengths):
+        mask[i, : int(n)] = 1
+    return lp * mask
+
+
+class MathEnvStandIn:
+    """Shaped like MathEnvironment.step (environments/math_environment.py L527-545)."""
+
+    def __init__(self, EnvironmentReturn):
+        self.EnvironmentReturn = EnvironmentReturn
+        self.step = types.SimpleNamespace(remote=self._step)
+
+    @staticmethod
+    def verify(response: str, truth: str) -> float:
+        found = re.findall(r"boxed \{ (\S+) \}", response)
+        return 1.0 if found and found[-1] == truth else 0.0
+
+    def _step(self, message_log_batch, metadata):
+        results = []
+        for log, info in zip(message_log_batch, metadata, strict=True):
+            response = "".join(m["content"] for m in log if m["role"] == "assistant")
+            results.append(self.verify(response, info["ground_truth"]))
+        observations = [
+            {
+                "role": "environment",
+                "content": "Environment: correct" if result else "Environment: incorrect",
+            }
+            for result in results
+        ]
+        rewards = torch.tensor(results).cpu()
+        done = torch.ones_like(rewards).cpu()
+        return self.EnvironmentReturn(
+            observations=observations,
+            metadata=metadata,
+            next_stop_strings=[None] * len(message_log_batch),
+            rewards=rewards,
+            terminateds=done,
+            answers=None,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Config
+
+
+class MasterConfigStandIn(types.SimpleNamespace):
+    """master_config as grpo_train reads it: `.grpo` a GRPOConfig, the rest plain dicts."""
+
+
+def load_master_config(nemo, root: Path, overrides: dict) -> MasterConfigStandIn:
+    from omegaconf import OmegaConf
+
+    nemo.register_omegaconf_resolvers()
+    cfg = OmegaConf.load(root / "examples/configs/grpo_math_1B.yaml")
+    cfg.grpo.num_prompts_per_step = 3
+    cfg.grpo.num_generations_per_prompt = 4
+    cfg.policy.max_total_sequence_length = 64
+    cfg.policy.generation.max_new_tokens = 12
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value)
+    c = OmegaConf.to_container(cfg, resolve=True)
+    c["policy"]["make_sequence_length_divisible_by"] = c["policy"]["dtensor_cfg"][
+        "tensor_parallel_size"
+    ]
+    return MasterConfigStandIn(
+        grpo=nemo.GRPOConfig(**c["grpo"]),
+        policy=c["policy"],
+        env=c["env"],
+        logger=c["logger"],
+        data=c["data"],
+        loss_fn=c["loss_fn"],
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The training loop, in grpo_train's order
+
+
+def make_datum(nemo, tokenizer, task_spec, max_seq_len: int, idx: int) -> dict:
+    problem, truth, _ = PROBLEMS[idx]
+    datum = {
+        "messages": [
+            {"role": "user", "content": problem},
+            {"role": "assistant", "content": truth},
+        ],
+        "task_name": "math",
+    }
+    return nemo.math_hf_data_processor(datum, task_spec, tokenizer, max_seq_len, idx)
+
+
+def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps: int) -> dict:
+    """One grpo_train step (grpo.py L2845-3323, L3633-3655) up to the train-data log."""
+    ns = nemo.__dict__
+    # responses for the repeated batch, prompt-contiguous: prompt p's generations 0..n-1
+    n = mc.grpo.num_generations_per_prompt
+    gen.queue = [PROBLEMS[i][2][j] for i in batch["idx"] for j in range(n)]
+
+    repeated_batch = batch.repeat_interleave(n)
+    batched_flat, input_lengths = ns["batched_message_log_to_flat_message"](
+        repeated_batch["message_log"], pad_value_dict={"token_ids": tokenizer.pad_token_id}
+    )
+    input_ids = batched_flat["token_ids"]
+    repeated_batch, rollout_metrics = nemo.run_multi_turn_rollout(
+        policy_generation=gen,
+        input_batch=repeated_batch,
+        tokenizer=tokenizer,
+        task_to_env={"math": env},
+        max_seq_len=mc.policy["max_total_sequence_length"],
+        max_rollout_turns=mc.grpo.max_rollout_turns,
+        greedy=False,
+    )
+    repeated_batch = nemo.scale_rewards(repeated_batch, mc.grpo.reward_scaling)
+    assert not mc.grpo.reward_shaping.enabled
+    rewards = repeated_batch["total_reward"]
+    baseline, std = nemo.calculate_baseline_and_std_per_prompt(
+        input_ids,
+        rewards,
+        torch.ones_like(rewards),
+        leave_one_out_baseline=mc.grpo.use_leave_one_out_baseline,
+        std_rewards=None,
+    )
+    repeated_batch, is_batch_complete, _, _ = nemo.dynamic_sampling(
+        repeated_batch, std, baseline, 1, mc, None, None
+    )
+    assert is_batch_complete
+    rewards = repeated_batch["total_reward"]
+    initial_prompt_message_logs = nemo.extract_initial_prompt_messages(
+        repeated_batch["message_log"], repeated_batch["length"]
+    )
+    prompt_batched_flat, _ = ns["batched_message_log_to_flat_message"](
+        initial_prompt_message_logs, pad_value_dict={"token_ids": tokenizer.pad_token_id}
+    )
+    prompt_ids_for_adv = prompt_batched_flat["token_ids"]
+
+    # grpo_train's own overlong-filtering statements
+    scope = nemo.exec_block(
+        nemo.OVERLONG_BLOCK, {"master_config": mc, "repeated_batch": repeated_batch}
+    )
+    repeated_batch = scope["repeated_batch"]
+    nemo._apply_mask_sample_filter(repeated_batch)
+    nemo.add_grpo_token_loss_masks_and_generation_logprobs(repeated_batch["message_log"])
+    flat_messages, input_lengths = ns["batched_message_log_to_flat_message"](
+        repeated_batch["message_log"],
+        pad_value_dict={"token_ids": tokenizer.pad_token_id},
+        make_sequence_length_divisible_by=mc.policy["make_sequence_length_divisible_by"],
+    )
+    train_data = ns["BatchedDataDict"](
+        {
+            "input_ids": flat_messages["token_ids"],
+            "input_lengths": input_lengths,
+            "generation_logprobs": flat_messages["generation_logprobs"],
+            "token_mask": flat_messages["token_loss_mask"],
+            "sample_mask": repeated_batch["loss_multiplier"],
+        }
+    )
+    train_data["prev_logprobs"] = policy_get_logprobs(
+        model, train_data["input_ids"], train_data["input_lengths"]
+    )
+    nemo.compute_and_apply_seq_logprob_error_masking(
+        train_data=train_data,
+        rewards=rewards,
+        seq_logprob_error_threshold=mc.grpo.seq_logprob_error_threshold,
+    )
+    token_mask = train_data["token_mask"]
+    sample_mask = train_data["sample_mask"]
+    mask = token_mask * sample_mask.unsqueeze(-1)
+    adv_estimator = nemo.GRPOAdvantageEstimator(mc.grpo.adv_estimator, mc.loss_fn)
+    train_data["advantages"] = adv_estimator.compute_advantage(
+        prompt_ids=prompt_ids_for_adv,
+        rewards=rewards,
+        mask=mask,
+        repeated_batch=repeated_batch,
+        logprobs_policy=train_data["prev_logprobs"],
+        logprobs_reference=None,
+    )
+    assert mc.grpo.invalid_tool_call_advantage is None
+    assert mc.grpo.malformed_thinking_advantage is None
+    train_data["advantages"] = nemo._clip_grpo_advantages(train_data["advantages"], mc.grpo)
+
+    # grpo_train's own "Log training data" statements
+    local = {
+        "master_config": mc,
+        "repeated_batch": repeated_batch,
+        "flat_messages": flat_messages,
+        "rewards": rewards,
+        "input_lengths": input_lengths,
+        "train_data": train_data,
+        "logger": logger,
+        "total_steps": total_steps,
+    }
+    nemo.exec_block(nemo.LOG_BLOCK, local)
+
+    # NeMo's own group: identical prompt token rows (what calculate_baseline_and_std_per_prompt
+    # matches on), numbered in order of first appearance.
+    groups: list[int] = []
+    seen: dict[tuple, int] = {}
+    for row in prompt_ids_for_adv.tolist():
+        groups.append(seen.setdefault(tuple(row), len(seen)))
+    return {
+        "file": f"train_data_step{total_steps + 1}.jsonl",
+        "rewards": rewards.tolist(),
+        "advantage": train_data["advantages"][:, 0].tolist(),
+        "sample_loss_mask": train_data["sample_mask"].tolist(),
+        "truncated": [bool(t) for t in repeated_batch["truncated"]],
+        "groups": groups,
+        "dataset_idx": list(repeated_batch["idx"]),
+    }
+
+
+CASES: dict[str, dict] = {
+    "default": {
+        "description": (
+            "2 GRPO steps, 3 prompts x 4 generations, grpo_math_1B.yaml's GRPO settings "
+            "(leave-one-out baseline, std normalisation, overlong filtering off). Step 1 prompt 0 "
+            "generation 3 is truncated at max_new_tokens but stays in the loss (filtering off); "
+            "step 1 prompt 1 and step 2 prompt 0 have zero reward std (advantage 0)."
+        ),
+        "steps": 2,
+        "overrides": {},
+        "val": False,
+    },
+    "overlong_filtered": {
+        "description": (
+            "1 GRPO step (the same rollouts as default's step 1) with grpo.overlong_filtering=true: "
+            "the truncated sample (line idx 3, prompt 0 generation 3) gets sample_loss_mask 0 but "
+            "stays in its prompt's baseline and std (the estimator passes torch.ones_like(rewards) "
+            "as valid mask), so its own advantage is nonzero."
+        ),
+        "steps": 1,
+        "overrides": {"grpo.overlong_filtering": True},
+        "val": False,
+    },
+    "no_loo": {
+        "description": (
+            "1 GRPO step (default's step-1 rollouts) with use_leave_one_out_baseline=false: "
+            "baseline = group mean, std = sample std (ddof 1) over the whole group."
+        ),
+        "steps": 1,
+        "overrides": {"grpo.use_leave_one_out_baseline": False},
+        "val": False,
+    },
+    "std_off": {
+        "description": (
+            "1 GRPO step (default's step-1 rollouts) with normalize_rewards=false: advantage = "
+            "reward - leave-one-out baseline, no division by std."
+        ),
+        "steps": 1,
+        "overrides": {"grpo.normalize_rewards": False},
+        "val": False,
+    },
+    "validation": {
+        "description": (
+            "1 GRPO step (default's step-1 rollouts) followed by validation at step 1 "
+            "(grpo.val_period=1) over 2 validation prompts, 1 generation each: NeMo's validate() "
+            "writes val_data_step1.jsonl (content = list of {role, content} messages, rewards)."
+        ),
+        "steps": 1,
+        "overrides": {"grpo.val_period": 1, "grpo.val_batch_size": 2, "grpo.max_val_samples": 2},
+        "val": True,
+    },
+}
+
+
+def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Path, commit: str):
+    seed_all(42)
+    mc = load_master_config(nemo, root, spec["overrides"])
+    prompt_file = root / mc.data["default"]["prompt_file"]
+    task_spec = nemo.TaskDataSpec(task_name="math", prompt_file=str(prompt_file))
+    tokenizer, model = build_tokenizer_and_model(task_spec.prompt)
+    gen = GenerationStandIn(tokenizer, model, mc.policy["generation"]["max_new_tokens"])
+    env = nemo.MathEnvStandIn(nemo.EnvironmentReturn)
+
+    base = outdir / name / "logs"
+    if base.exists():
+        shutil.rmtree(base)
+    log_dir = nemo.get_next_experiment_dir(str(base))  # as examples/run_grpo.py L103 does
+    logger_cfg = dict(mc.logger, log_dir=log_dir)
+    for k in ("wandb_enabled", "swanlab_enabled", "tensorboard_enabled", "mlflow_enabled"):
+        logger_cfg[k] = False
+    logger_cfg["monitor_gpus"] = False
+    logger = nemo.Logger(logger_cfg)
+
+    max_seq = mc.policy["max_total_sequence_length"]
+    data = [make_datum(nemo, tokenizer, task_spec, max_seq, i) for i in range(6)]
+    p = mc.grpo.num_prompts_per_step
+    rows = []
+    for step in range(spec["steps"]):
+        batch = nemo.rl_collate_fn(data[step * p : (step + 1) * p])
+        info = train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, step)
+        for line, g in enumerate(info["groups"]):
+            rows.append(
+                {
+                    "file": f"{Path(log_dir).name}/{info['file']}",
+                    "line": line,
+                    "group": g,
+                    "dataset_idx": info["dataset_idx"][line],
+                    "reward": info["rewards"][line],
+                    "advantage": info["advantage"][line],
+                    "sample_loss_mask": info["sample_loss_mask"][line],
+                    "truncated": info["truncated"][line],
+                }
+            )
+        if spec["val"]:
+            val_data = [make_datum(nemo, tokenizer, task_spec, max_seq, i) for i in (6, 7)]
+            val_batches = [nemo.rl_collate_fn(val_data)]
+            gen.queue = [PROBLEMS[i][2][0] for i in (6, 7)]
+            nemo.validate(
+                gen, val_batches, tokenizer, {"math": env}, step + 1, mc, logger=logger
+            )
+            for line, i in enumerate((6, 7)):
+                rows.append(
+                    {
+                        "file": f"{Path(log_dir).name}/val_data_step{step + 1}.jsonl",
+                        "line": line,
+                        "group": line,
+                        "dataset_idx": i,
+                        "reward": MathEnvStandIn.verify(
+                            tokenizer.decode(
+                                tokenizer(PROBLEMS[i][2][0], add_special_tokens=False)[
+                                    "input_ids"
+                                ]
+                            ),
+                            PROBLEMS[i][1],
+                        ),
+                        "advantage": None,
+                        "sample_loss_mask": None,
+                        "truncated": False,
+                    }
+                )
+
+    dest = fixtures / name
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    shutil.copytree(log_dir, dest / Path(log_dir).name)
+    g = mc.grpo
+    truth = {
+        "made_by": MADE_BY,
+        "framework": f"NeMo-RL @ {commit}",
+        "case": name,
+        "description": spec["description"],
+        "settings": {
+            "num_prompts_per_step": g.num_prompts_per_step,
+            "num_generations_per_prompt": g.num_generations_per_prompt,
+            "adv_estimator": g.adv_estimator.model_dump(),
+            "use_leave_one_out_baseline": g.use_leave_one_out_baseline,
+            "normalize_rewards": g.normalize_rewards,
+            "overlong_filtering": g.overlong_filtering,
+            "use_dynamic_sampling": g.use_dynamic_sampling,
+            "reward_scaling": g.reward_scaling.model_dump(),
+            "advantage_clip_low": g.advantage_clip_low,
+            "advantage_clip_high": g.advantage_clip_high,
+            "seq_logprob_error_threshold": g.seq_logprob_error_threshold,
+            "max_total_sequence_length": mc.policy["max_total_sequence_length"],
+            "max_new_tokens": mc.policy["generation"]["max_new_tokens"],
+            "make_sequence_length_divisible_by": mc.policy["make_sequence_length_divisible_by"],
+            "val_period": g.val_period,
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "prompt_file": mc.data["default"]["prompt_file"],
+            "processor": mc.data["default"]["processor"],
+        },
+        "notes": (
+            "group = NeMo's own group: identical prompt-token rows (prompt_ids_for_adv, what "
+            "calculate_baseline_and_std_per_prompt matches on), numbered per file in order of first "
+            "appearance. advantage = NeMo's advantage for the sample (the estimator's scalar, which "
+            "the file broadcasts over every token position, prompt and padding included). "
+            "Rewards come from a math-environment stand-in on scripted responses; logprobs from a "
+            "random tiny Qwen2 (generation in bf16, prev in fp32). Validation lines have no "
+            "advantage or loss mask."
+        ),
+        "source_lines": SOURCE_LINES,
+        "rows": rows,
+    }
+    (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("outdir", type=Path, help="scratch folder (extracted source, logger base dirs)")
+    ap.add_argument("--nemo-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree")
+    ap.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/real/nemo-rl")
+    ap.add_argument("cases", nargs="*", default=list(CASES))
+    args = ap.parse_args()
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    root, commit = prepare_source(args.nemo_src, args.outdir.resolve())
+    nemo = load_nemo(root)
+    for name in args.cases:
+        dest = run_case(nemo, root, name, CASES[name], args.outdir, args.fixtures, commit)
+        print(f"wrote {dest}")
+
+
+if __name__ == "__main__":
+    main()
