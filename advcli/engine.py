@@ -156,6 +156,14 @@ def open_log(
     log = Log(source, roles, presets.looks_like(set(source.schema.names)))
     if log.looks_like is not None:
         p = log.looks_like
+        annotated = {"advantages", "group_size"} & set(source.schema.names)  # advcli's output
+        if not mapping and not annotated:  # advcli's own names would misread its groups
+            msg = (
+                f"{log.files}: this looks like {p.framework}'s rollout dump, whose groups, "
+                f"rewards and tokens advcli's own column names would misread. Hint: read it "
+                f"with --from {p.name} (or name its columns with --col to read it as it is)"
+            )
+            raise UsageError(msg)
         log.warnings.append(
             f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
             f"it as {p.framework} writes it (its groups, rewards and tokens)"

@@ -183,7 +183,7 @@ def _with_rewards(rows: Rows, log: Any, setting: Setting, names: list[str]) -> R
         return rows
     weights = setting.options.reward_weights
     stack = np.stack([rows.named[c] * weights.get(c, 1.0) for c in columns])
-    unscored: np.ndarray = np.isnan(stack).all(axis=0)
+    unscored = np.asarray(np.isnan(stack).all(axis=0), dtype=bool)
     return replace(rows, reward=np.where(unscored, 0.0, np.nansum(stack, axis=0)),
                    unscored=unscored)  # fmt: skip
 

@@ -410,7 +410,9 @@ def extract_rows(
         rollout_codes=rollout_codes,
         rollout_keys=rollout_keys,
         segment_rank=segment_rank,
-        segmented=roles["segment_index"] is not None,
+        # a log with a segment column but no rollout in two rows is not segmented
+        segmented=roles["segment_index"] is not None
+        and (int(rollout_codes.max()) + 1 if len(rollout_codes) else 0) < table.num_rows,
         completion_time=completion,
         truncated=truncated,
         bootstrap=bootstrap,

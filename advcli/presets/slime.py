@@ -111,20 +111,29 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         elif given:
             columns[name] = passthrough([s.get(name) for s in samples])
     index = np.array([int(s["index"]) for s in samples])
-    segmented = len(set(rollouts)) < len(rollouts)
-    if segmented:  # a sample's rank among its rollout's samples, by index
-        order = np.lexsort((index, np.unique(rollouts, return_inverse=True)[1]))
-        keys = np.array(rollouts, dtype=object)[order]
-        first = np.r_[True, keys[1:] != keys[:-1]]
-        start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order)) - start
-        columns["segment_index"] = pa.array(rank)
+    # a sample's rank among its rollout's samples, by index (0 for a rollout of one sample:
+    # a folder may mix compaction dumps and plain ones)
+    order = np.lexsort((index, np.unique(rollouts, return_inverse=True)[1]))
+    keys = np.array(rollouts, dtype=object)[order]
+    first = np.r_[True, keys[1:] != keys[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - start
+    columns["segment_index"] = pa.array(rank)
     columns["index"] = pa.array(index)
     columns["status"] = pa.array([s.get("status") for s in samples], pa.string())
     for name in sorted({k for s in samples for k in s} - set(OWN)):
         columns.setdefault(name, passthrough([s.get(name) for s in samples]))
     return pa.table(columns)
+
+
+def _empty_struct(t: pa.DataType) -> bool:
+    """Whether ``t`` holds a struct without fields anywhere (Parquet cannot write one)."""
+    if pa.types.is_struct(t):
+        return t.num_fields == 0 or any(_empty_struct(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _empty_struct(t.value_type)
+    return False
 
 
 def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float:
@@ -151,12 +160,16 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
 
 
 def passthrough(values: list[Any]) -> pa.Array:
-    """A sample field as a column: as it is when Arrow takes it, else as JSON text."""
+    """A sample field as a column: as it is when Arrow takes it and Parquet can hold it (not a
+    struct without fields, as slime's ``{}`` defaults), else as JSON text."""
     try:
-        return pa.array(values)
+        array = pa.array(values)
+        if not _empty_struct(array.type):
+            return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array(
-            [None if v is None else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-             for v in values],
-            pa.string(),
-        )  # fmt: skip
+        pass
+    return pa.array(
+        [None if v is None else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+         for v in values],
+        pa.string(),
+    )  # fmt: skip

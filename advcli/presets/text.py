@@ -66,7 +66,7 @@ class Areal(Preset):
     framework = "AReaL"
     switch = "rollout.dump_to_file=True"
     writes = "FILEROOT/logs/USER/EXPERIMENT/TRIAL/rollout/{version}/{task_id}.jsonl"
-    patterns = ("*.jsonl", "*/*.jsonl", "rollout/*/*.jsonl")
+    patterns = ("*.jsonl", "*/*.jsonl", "**/rollout/*/*.jsonl")  # any folder above rollout/
     marks = (frozenset({"task_id", "sample_idx", "reward", "completion"}),)
 
     def convert(self, path: str, options: PresetOptions) -> Converted:

@@ -30,6 +30,21 @@ from advcli.presets.base import (
 )
 
 UID = r"^(.+)_(\d+)_(\d+)$"
+TEXT = ("input", "output", "gts", "uid", "request_id")  # fields that are text, whatever they hold
+
+
+def numbers_from_text(df: pl.DataFrame) -> pl.DataFrame:
+    """The legacy writer's numbers written as text (``default=str``: "0.02") as numbers: every
+    text field but the prompt, response and ids whose values all read as numbers."""
+    out = {}
+    for name in df.columns:
+        column = df[name]
+        if name in TEXT or column.dtype != pl.String:
+            continue
+        numbers = column.str.strip_chars().cast(pl.Float64, strict=False)
+        if numbers.null_count() == column.null_count() and column.null_count() < len(column):
+            out[name] = numbers
+    return df.with_columns(**out) if out else df
 
 
 class Verl(Preset):
@@ -43,7 +58,7 @@ class Verl(Preset):
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         records, lines = json_records(path)
-        df = frame(records)
+        df = numbers_from_text(frame(records))
         need(path, set(df.columns), ["score"], self.framework)
         step = (
             df["step"]
