@@ -18,6 +18,7 @@ LAYERS = [
     ("advcli.versions",),
     ("advcli.io", "advcli.params"),
     ("advcli.methods", "advcli.critic", "advcli.presets"),
+    ("advcli.reproduce",),
     ("advcli.engine",),
     ("advcli.on_ray",),
     ("advcli.shards", "advcli.reports"),

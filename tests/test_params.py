@@ -72,7 +72,7 @@ def test_bad_values_name_the_option(given, message):
 def test_unknown_method_and_convention_list_the_choices():
     with pytest.raises(UsageError, match="unknown method 'x'. Methods: grpo, rloo, dr-grpo, opo"):
         resolve("x")
-    with pytest.raises(UsageError, match="unknown convention 'x'. Conventions: seed, verl"):
+    with pytest.raises(UsageError, match="unknown convention 'x'. Conventions: advcli, verl"):
         resolve("grpo", "x")
 
 
@@ -85,3 +85,8 @@ def test_params_are_immutable_hashable_and_picklable():
     with pytest.raises(AttributeError):
         p.no_such_parameter  # noqa: B018
     assert pickle.loads(pickle.dumps(p)) == p and hash(p) == hash(resolve("gae", gamma=0.9))
+
+
+def test_seed_is_advclis_former_name():
+    assert resolve("grpo", "seed") == resolve("grpo", "advcli") == resolve("grpo")
+    assert resolve("grpo", "seed").convention == "advcli"

@@ -83,7 +83,7 @@ def convention_table() -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(CONVENTIONS.values()):
-        name = f"`{c.name}`" + (" (default)" if i == 0 else "")
+        name = f"`{c.name}`" + (" (default without --from; was `seed`)" if i == 0 else "")
         whiten = "none" if c.temporal_whiten == "none" else f"batch, ddof {c.whiten_ddof}"
         rows.append(
             f"| {name} | {c.baseline} | {c.scale} | {c.std_ddof} | "

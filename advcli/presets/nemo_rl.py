@@ -77,9 +77,10 @@ class NemoRl(Preset):
         if "token_ids" in df.columns:
             need(path, set(df.columns), ["input_lengths", "token_loss_mask"], self.framework)
             canonical.update(tokens(df))
-            canonical["prompt_id"] = step + prompt_hashes(
-                canonical["input_ids"], canonical["action_mask"]
-            )
+            # the prompt ends at the first generated token, also in a sample NeMo-RL's overlong
+            # filter dropped (sample_loss_mask 0): it stays in its prompt's baseline
+            generated = canonical.pop("generated")
+            canonical["prompt_id"] = step + prompt_hashes(canonical["input_ids"], generated)
         else:
             need(path, set(df.columns), ["content"], self.framework)
             canonical["prompt_id"] = step + pl.Series(
@@ -123,6 +124,7 @@ def tokens(df: pl.DataFrame) -> dict[str, pl.Series]:
     exprs = {
         "input_ids": pl.col("token_ids").list.head(n).cast(pl.List(pl.Int32)),
         "action_mask": mask,
+        "generated": loss.list.eval(pl.element() > 0).cast(pl.List(pl.Int8)),
     }
     if "advantages" in df.columns:
         adv = pl.col("advantages").list.head(n).cast(pl.List(pl.Float64))

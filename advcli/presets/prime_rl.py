@@ -51,6 +51,9 @@ class PrimeRl(Preset):
                 row_lines.append(line)
         if not rows:
             raise DataError(f"{path}: no rollouts in the episodes. Hint: check the file")
+        if not _logs_advantages(records):  # an 'all' file: none to compare with, not zeros
+            for row in rows:
+                del row["source_advantages"]
         warnings = []
         if "/all/" in Path(path).as_posix():
             warnings.append(
@@ -58,6 +61,16 @@ class PrimeRl(Preset):
                 "not what was trained on ('effective')"
             )
         return Converted(rollout_table(rows), np.array(row_lines), warnings)
+
+
+def _logs_advantages(records: list[dict[str, Any]]) -> bool:
+    """Whether any node of any trace carries advantages (``effective`` files do)."""
+    return any(
+        "advantages" in node
+        for episode in records
+        for trace in episode.get("traces") or []
+        for node in trace.get("nodes") or []
+    )
 
 
 def episode_rows(path: str, line: int, episode: dict[str, Any], step: int | None) -> list[dict]:

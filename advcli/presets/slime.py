@@ -160,11 +160,12 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
 
 
 def passthrough(values: list[Any]) -> pa.Array:
-    """A sample field as a column: as it is when Arrow takes it and Parquet can hold it (not a
-    struct without fields, as slime's ``{}`` defaults), else as JSON text."""
+    """A sample field as a column: as it is when Arrow takes it and Parquet can hold it, else
+    as JSON text; a dict always as JSON text (slime's ``{}`` defaults make structs without
+    fields, and its keys differ between a compaction dump and a plain one)."""
     try:
         array = pa.array(values)
-        if not _empty_struct(array.type):
+        if not _empty_struct(array.type) and not pa.types.is_struct(array.type):
             return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass

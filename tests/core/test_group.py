@@ -113,7 +113,7 @@ def test_published_trl_grpo_1000():
 
 
 def test_published_ddof0_grpo_1000():
-    _f32(_conv_grpo("seed", [1, 0, 0, 0]), [1.732047, -0.577349, -0.577349, -0.577349])
+    _f32(_conv_grpo("advcli", [1, 0, 0, 0]), [1.732047, -0.577349, -0.577349, -0.577349])
 
 
 def test_published_01_ddof1():

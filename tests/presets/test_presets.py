@@ -76,7 +76,7 @@ def test_a_preset_gives_the_advantages_of_the_same_rollouts_in_advclis_schema(
     writer, preset, options, tokens = CASES[case]
     dump = writer(tmp_path / "dump", RS) or tmp_path / "dump"
     rows = annotated(dump, tmp_path / "out.parquet", "--from", preset, "--method", method,
-                     *options)  # fmt: skip
+                     "--convention", "advcli", *options)  # fmt: skip
     assert len(rows) == len(RS)
     rewards = fw.trl_rewards(RS) if preset == "trl" else None
     want = expected(tmp_path, method, tokens, rewards)
@@ -194,9 +194,12 @@ def test_a_framework_dump_without_from_says_which_preset_reads_it(tmp_path):
     v1 = fw.verl_v1(tmp_path / "v1", RS) / "1.jsonl"
     proc = run("annotate", str(v1), "--method", "grpo", "-o", str(tmp_path / "v.parquet"))
     text = proc.stderr.decode()
-    assert proc.returncode == 0  # uid and score fit advcli's aliases: it runs, with warnings
-    assert "every group has a single rollout: is 'uid' really the prompt?" in text
-    assert "--from verl reads it as verl writes it" in text
+    assert proc.returncode == 2  # uid and score fit advcli's aliases, but uid is no group key
+    assert "Hint: read it with --from verl" in text and text.count("\n") == 1
+    proc = run("annotate", str(v1), "--method", "grpo", "--col", "reward=score",
+               "-o", str(tmp_path / "v.parquet"))  # fmt: skip
+    assert proc.returncode == 0  # named columns: read as advcli's own schema, with warnings
+    assert "--from verl reads it as verl writes it" in proc.stderr.decode()
 
 
 def test_a_file_that_does_not_fit_the_preset_names_the_missing_field(tmp_path):
@@ -255,6 +258,7 @@ def test_check_reproduces_the_frameworks_own_advantages(
 def test_check_names_a_changed_advantage(tmp_path):
     dump = fw.trl(tmp_path / "dump", RS)
     path = dump / "completions" / "completions_00002.parquet"
+    # the file no longer says which rows form a group: --group-size does
     table = pl.read_parquet(path)
     table = table.with_columns(
         advantage=pl.col("advantage") + pl.Series([0.0] * 5 + [0.01] + [0.0] * 6)

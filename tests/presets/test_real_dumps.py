@@ -133,3 +133,75 @@ def test_trl_dump_without_from_is_refused(tmp_path: Path) -> None:
                "--out", str(tmp_path / "o.parquet"))  # fmt: skip
     assert proc.returncode == 2
     assert "--from trl" in proc.stderr
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", ["v1", "v1_compaction", "legacy", "legacy_dict_scores"])
+def test_verl_gives_verls_own_grpo_advantages(tmp_path: Path, case: str) -> None:
+    """verl 0.9.1's own dump functions wrote the files; its compute_grpo_outcome_advantage the
+    truth (tools/dumps/verl.py)."""
+    out = tmp_path / "out.jsonl"
+    proc = run("annotate", str(REAL / "verl" / case / "rollout"), "--from", "verl",
+               "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["convention"] == "verl"
+    truth = json.loads((REAL / "verl" / case / "truth.json").read_text())["rows"]
+    rows = _jsonl(out)
+    assert len(rows) == len(truth)
+    assert (
+        max(abs(r["advantage"] - t["grpo_advantage"]) for r, t in zip(rows, truth, strict=True))
+        <= 1e-6
+    )
+    extras = ("score", "acc", "pred", "len_ratio")  # the legacy writer's text numbers: numbers
+    assert not any(isinstance(row.get(k), str) for row in rows for k in extras)
+
+
+def test_verl_v1_is_segmented_only_where_a_rollout_has_two_outputs() -> None:
+    single = json.loads(run("schema", str(REAL / "verl" / "v1" / "rollout"), "--from", "verl",
+                            "--json").stdout)  # fmt: skip
+    both = json.loads(run("schema", str(REAL / "verl" / "v1_compaction" / "rollout"),
+                          "--from", "verl", "--json").stdout)  # fmt: skip
+    assert single["segmented"] is False and both["segmented"] is True
+
+
+@pytest.mark.parametrize("case", ["default", "overlong_filtered", "validation"])
+def test_nemo_rl_check_reproduces_its_own_advantages(case: str) -> None:
+    """NeMo-RL's own estimator and logger wrote them; a sample its overlong filter dropped
+    stays in its prompt's baseline."""
+    proc = run("check", str(REAL / "nemo-rl" / case), "--from", "nemo-rl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["max_abs_difference"] <= 1e-6
+
+
+def test_nemo_rl_check_names_the_setting_that_reproduces() -> None:
+    proc = run("check", str(REAL / "nemo-rl" / "no_loo"), "--from", "nemo-rl")
+    assert proc.returncode == 4
+    assert "Hint: --baseline group --scale group" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("case", ["default", "mixed_compaction", "multi_turn", "dict_reward"])
+def test_slime_real_dumps_are_written(tmp_path: Path, case: str) -> None:
+    """slime's own Sample and save_debug_rollout_data wrote them (``{}`` fields included)."""
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(REAL / "slime" / case), "--from", "slime", "--reward-key",
+               "score", "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["convention"] == "slime"
+    assert pq.read_table(out).num_rows > 0
+
+
+def test_areal_is_found_from_its_fileroot() -> None:
+    proc = run("audit", str(REAL / "areal" / "default"), "--from", "areal", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["groups"] == 6
+
+
+def test_prime_rl_all_traces_hold_nothing_to_check() -> None:
+    all_file = REAL / "prime-rl" / "all_only" / "rollouts" / "step_1" / "train" / "all"
+    proc = run("check", str(all_file / "traces.jsonl"), "--from", "prime-rl")
+    assert proc.returncode == 1 and "no advantages of prime-rl's own to check" in proc.stderr
+    ok = run("check", str(REAL / "prime-rl" / "default"), "--from", "prime-rl", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["ok"]

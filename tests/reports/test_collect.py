@@ -50,7 +50,7 @@ def test_overview_groups_and_detail_by_hand(tmp_path):
     log = hand_log(tmp_path)
     summary, data = report(log, tmp_path / "r.html", "--method", "grpo")
     assert summary["bytes"] == (tmp_path / "r.html").stat().st_size
-    assert summary["advantages_from"] == data["advantages_from"] == "grpo (seed)"
+    assert summary["advantages_from"] == data["advantages_from"] == "grpo (advcli)"
 
     audit = json.loads(run("audit", log, "--json").stdout)
     for key in ("files", "warnings", "reward_histogram"):
@@ -210,7 +210,8 @@ def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
 def test_reward_components_of_a_trl_log(tmp_path):
     dump = fw.trl(tmp_path / "out", fw.rollouts(steps=2))  # 24 completions, one NaN per step
     _, data = report(str(dump), tmp_path / "r.html", "--from", "trl", "--method", "grpo",
-                     "--convention", "trl")  # fmt: skip
+                     "--convention", "trl", "--group-size", "4",
+                     "--reward-columns", "accuracy_reward,format_reward")  # fmt: skip
     parts = data["distributions"]["components"]
     assert list(parts) == ["accuracy_reward", "format_reward"]
     assert sum(parts["accuracy_reward"]["counts"]) == 22  # NaN: the function returned None

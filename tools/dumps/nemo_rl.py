@@ -1,4 +1,4 @@
-"""Write real NeMo-RL GRPO log files (`train_data_step{N}.jsonl`, `val_data_step{N}.jsonl`) as fixtures.
+"""Write real NeMo-RL GRPO logs (`train_data_step{N}.jsonl`, `val_data_step{N}.jsonl`) as fixtures.
 
 Made from NeMo-RL github.com/NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909 (2026-08-22),
 torch 2.13.0+cpu, transformers 5.24.0, tokenizers 0.23.3, pydantic 2.14.4, omegaconf 2.3, numpy
@@ -25,7 +25,7 @@ What is NeMo-RL's own code, unchanged:
   (nemo_rl/data/processors.py, the processor examples/configs/grpo_math_1B.yaml names, with its
   prompt file examples/prompts/cot.txt), `TaskDataSpec`, `EnvironmentReturn`,
   `RewardShapingConfig`, `Timer`;
-- taken out of their files with `ast` (the parsed nodes compiled as they are, with line numbers kept;
+- taken out of their files with `ast` (the parsed nodes compiled as they are, line numbers kept;
   only `from __future__ import annotations` is switched on so that type hints naming modules we do
   not load stay unevaluated): `calculate_baseline_and_std_per_prompt`,
   `get_gdpo_reward_component_keys` (algorithms/utils.py); `AdvEstimatorConfig`,
@@ -50,16 +50,19 @@ What is NeMo-RL's own code, unchanged:
 
 Stand-ins (not NeMo code):
 - the generation backend (vLLM in grpo_math_1B.yaml): `generate()` returns scripted responses
-  (word lists below, tokenized with the tokenizer, `<eos>` appended unless the response is longer than
-  `max_new_tokens`, in which case it is cut and flagged `truncated`, as vLLM's finish_reason=length
-  is), with `logprobs` = log p of each generated token under the tiny policy run in bfloat16;
+  (word lists below, tokenized with the tokenizer, `<eos>` appended unless the response is longer
+  than `max_new_tokens`, in which case it is cut and flagged `truncated`, as vLLM's
+  finish_reason=length is), with `logprobs` = log p of each generated token under the tiny policy
+  run in bfloat16;
 - `policy.get_logprobs` for `prev_logprobs`: the same policy in float32 over the padded batch,
   position 0 = 0 and padding zeroed, as NeMo's workers do (models/automodel/train.py L759-789);
   so prev and generation logprobs differ only by the bf16/fp32 gap (no training step is taken);
 - the math environment: a stand-in shaped like MathEnvironment.step (environments/
-  math_environment.py L527-545): reward 1.0 when the last `\\boxed{X}` of the decoded response equals
-  the ground truth, observation "Environment: correct"/"Environment: incorrect", done after one turn;
-  `ray.get` is the identity on that stand-in's `step.remote` results.
+  math_environment.py L527-545): reward 1.0 when the last `\\boxed{X}` of the decoded response
+  equals the ground truth, observation "Environment: correct"/"Environment: incorrect", done after
+  one turn;
+  its `step.remote` returns a plain object holding the result, which the `ray.get` stand-in
+  unwraps (the only Ray call on this path, in `calculate_rewards`).
 - the model and tokenizer: a word-level `tokenizers` model over the words used here plus `<pad>
   <eos> <bos> <unk> <|user|> <|assistant|>`, a two-line chat template, and a randomly initialised
   2-layer Qwen2 (seed 0). Nothing is downloaded.
@@ -71,8 +74,8 @@ make_sequence_length_divisible_by 1 (= tensor_parallel_size, as the yaml says).
 """
 
 from __future__ import annotations
-
 import __future__
+
 import abc
 import argparse
 import ast
@@ -80,6 +83,7 @@ import copy
 import gc
 import glob
 import json
+import logging
 import os
 import random
 import re
@@ -87,8 +91,9 @@ import shutil
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, NotRequired, Optional, TypedDict, Union, cast
 
 # This file is called nemo_rl.py: keep its own folder off sys.path so that `import nemo_rl` finds
 # NeMo-RL's package.
@@ -100,6 +105,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("NRL_LOG_LEVEL", "WARNING")
+warnings.filterwarnings("ignore", message="register_new_resolver")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -135,7 +141,12 @@ PROBLEMS: list[tuple[str, str, list[str]]] = [
     (
         "What is 9 minus 7 ?",
         "2",
-        ["9 minus 7 is 3 so \\boxed{3}", "\\boxed{1}", "9 minus 7 is 2 so \\boxed{2}", "\\boxed{3}"],
+        [
+            "9 minus 7 is 3 so \\boxed{3}",
+            "\\boxed{1}",
+            "9 minus 7 is 2 so \\boxed{2}",
+            "\\boxed{3}",
+        ],
     ),
     (
         "What is 3 plus 3 ?",
@@ -150,7 +161,12 @@ PROBLEMS: list[tuple[str, str, list[str]]] = [
     (
         "What is 8 minus 1 ?",
         "7",
-        ["\\boxed{7}", "8 minus 1 is 9 so \\boxed{9}", "\\boxed{6}", "8 minus 1 is 7 so \\boxed{7}"],
+        [
+            "\\boxed{7}",
+            "8 minus 1 is 9 so \\boxed{9}",
+            "\\boxed{6}",
+            "8 minus 1 is 7 so \\boxed{7}",
+        ],
     ),
     ("What is 1 plus 1 ?", "2", ["1 plus 1 is 2 so \\boxed{2}"]),
     ("What is 6 minus 2 ?", "4", ["\\boxed{3}"]),
@@ -163,7 +179,9 @@ ENV_WORDS = "Environment : correct incorrect"
 
 
 def _git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(["git", "--git-dir", git_dir, *args], check=True, capture_output=True).stdout
+    return subprocess.run(
+        ["git", "--git-dir", git_dir, *args], check=True, capture_output=True
+    ).stdout
 
 
 def prepare_source(src: str, outdir: Path) -> tuple[Path, str]:
@@ -212,7 +230,8 @@ def extract_defs(root: Path, rel: str, names: list[str], ns: dict) -> None:
         raise SystemExit(f"{rel}: not found: {missing}")
     exec_nodes([found[n] for n in names], str(path), ns)
     for n in names:
-        SOURCE_LINES[f"{rel}:{n}"] = "L%d-%d" % _node_lines(found[n])
+        start, end = _node_lines(found[n])
+        SOURCE_LINES[f"{rel}:{n}"] = f"L{start}-{end}"
 
 
 def grpo_train_block(root: Path, which: str) -> list[ast.stmt]:
@@ -230,17 +249,15 @@ def grpo_train_block(root: Path, which: str) -> list[ast.stmt]:
                     tgt = stmt.targets[0]
                     if isinstance(tgt, ast.Name) and tgt.id == "use_overlong_filtering":
                         block = [stmt, body[i + 1]]
-                        SOURCE_LINES[f"{rel}:grpo_train overlong block"] = "L%d-%d" % (
-                            stmt.lineno,
-                            body[i + 1].end_lineno,
+                        SOURCE_LINES[f"{rel}:grpo_train overlong block"] = (
+                            f"L{stmt.lineno}-{body[i + 1].end_lineno}"
                         )
                         return block
                 if which == "log" and isinstance(stmt, ast.If):
                     src = ast.unparse(stmt.test)
                     if src == "not _should_log_nemo_gym_responses(master_config)":
-                        SOURCE_LINES[f"{rel}:grpo_train log block"] = "L%d-%d" % (
-                            stmt.lineno,
-                            stmt.end_lineno,
+                        SOURCE_LINES[f"{rel}:grpo_train log block"] = (
+                            f"L{stmt.lineno}-{stmt.end_lineno}"
                         )
                         return [stmt]
     raise SystemExit(f"grpo_train: block {which!r} not found")
@@ -249,19 +266,31 @@ def grpo_train_block(root: Path, which: str) -> list[ast.stmt]:
 SOURCE_LINES: dict[str, str] = {}
 
 
+class _ObjectRef:
+    """What the environment stand-in's `step.remote` returns in place of a Ray ObjectRef."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class _RayStandIn:
-    """`ray.get` on what the environment stand-in's `step.remote` returned: the identity."""
+    """`ray.get` on the environment stand-in's `step.remote` results: unwraps them."""
 
     @staticmethod
-    def get(x):
-        return x
+    def get(refs):
+        return [r.value for r in refs] if isinstance(refs, list) else refs.value
 
 
 def load_nemo(root: Path) -> types.ModuleType:
     sys.path.insert(0, str(root))
     from nemo_rl.algorithms.reward_functions import RewardShapingConfig
     from nemo_rl.data.collate_fn import rl_collate_fn
-    from nemo_rl.data.interfaces import TaskDataSpec
+    from nemo_rl.data.interfaces import (
+        DatumSpec,
+        FlatMessagesType,
+        LLMMessageLogType,
+        TaskDataSpec,
+    )
     from nemo_rl.data.llm_message_utils import (
         batched_message_log_to_flat_message,
         get_keys_from_message_log,
@@ -305,6 +334,12 @@ def load_nemo(root: Path) -> types.ModuleType:
             "rl_collate_fn": rl_collate_fn,
             "math_hf_data_processor": math_hf_data_processor,
             "TaskDataSpec": TaskDataSpec,
+            "DatumSpec": DatumSpec,
+            "FlatMessagesType": FlatMessagesType,
+            "LLMMessageLogType": LLMMessageLogType,
+            "TypedDict": TypedDict,
+            "NotRequired": NotRequired,
+            "Union": Union,
         }
     )
     extract_defs(
@@ -319,18 +354,34 @@ def load_nemo(root: Path) -> types.ModuleType:
         ["AdvEstimatorConfig", "GRPOAdvantageEstimator"],
         ns,
     )
+    from rich.logging import RichHandler
+
     ns["ABC"] = abc.ABC
     ns["abstractmethod"] = abc.abstractmethod
+    ns["logging"] = logging
+    ns["RichHandler"] = RichHandler
     extract_defs(
         root,
         "nemo_rl/utils/logger.py",
-        ["LoggerInterface", "Logger", "print_message_log_samples", "get_next_experiment_dir"],
+        [
+            "LoggerInterface",
+            "Logger",
+            "_rich_logging_configured",
+            "configure_rich_logging",
+            "print_message_log_samples",
+            "get_next_experiment_dir",
+        ],
         ns,
     )
     extract_defs(
         root,
         "nemo_rl/models/generation/interfaces.py",
-        ["should_use_async_rollouts"],
+        [
+            "ROUTED_EXPERTS_MISSING_ROUTE_SENTINEL",
+            "GenerationDatumSpec",
+            "GenerationOutputSpec",
+            "should_use_async_rollouts",
+        ],
         ns,
     )
     extract_defs(root, "nemo_rl/environments/nemo_gym.py", ["should_use_nemo_gym"], ns)
@@ -517,7 +568,7 @@ class MathEnvStandIn:
 
     def __init__(self, EnvironmentReturn):
         self.EnvironmentReturn = EnvironmentReturn
-        self.step = types.SimpleNamespace(remote=self._step)
+        self.step = types.SimpleNamespace(remote=lambda *a: _ObjectRef(self._step(*a)))
 
     @staticmethod
     def verify(response: str, truth: str) -> float:
@@ -730,7 +781,8 @@ CASES: dict[str, dict] = {
     },
     "overlong_filtered": {
         "description": (
-            "1 GRPO step (the same rollouts as default's step 1) with grpo.overlong_filtering=true: "
+            "1 GRPO step (the same rollouts as default's step 1) with grpo.overlong_filtering=true:"
+            " "
             "the truncated sample (line idx 3, prompt 0 generation 3) gets sample_loss_mask 0 but "
             "stays in its prompt's baseline and std (the estimator passes torch.ones_like(rewards) "
             "as valid mask), so its own advantage is nonzero."
@@ -813,9 +865,7 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
             val_data = [make_datum(nemo, tokenizer, task_spec, max_seq, i) for i in (6, 7)]
             val_batches = [nemo.rl_collate_fn(val_data)]
             gen.queue = [PROBLEMS[i][2][0] for i in (6, 7)]
-            nemo.validate(
-                gen, val_batches, tokenizer, {"math": env}, step + 1, mc, logger=logger
-            )
+            nemo.validate(gen, val_batches, tokenizer, {"math": env}, step + 1, mc, logger=logger)
             for line, i in enumerate((6, 7)):
                 rows.append(
                     {
@@ -825,9 +875,7 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
                         "dataset_idx": i,
                         "reward": MathEnvStandIn.verify(
                             tokenizer.decode(
-                                tokenizer(PROBLEMS[i][2][0], add_special_tokens=False)[
-                                    "input_ids"
-                                ]
+                                tokenizer(PROBLEMS[i][2][0], add_special_tokens=False)["input_ids"]
                             ),
                             PROBLEMS[i][1],
                         ),
@@ -871,8 +919,9 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
         },
         "notes": (
             "group = NeMo's own group: identical prompt-token rows (prompt_ids_for_adv, what "
-            "calculate_baseline_and_std_per_prompt matches on), numbered per file in order of first "
-            "appearance. advantage = NeMo's advantage for the sample (the estimator's scalar, which "
+            "calculate_baseline_and_std_per_prompt matches on), numbered per file in order of "
+            "first appearance. advantage = NeMo's advantage for the sample (the estimator's "
+            "scalar, which "
             "the file broadcasts over every token position, prompt and padding included). "
             "Rewards come from a math-environment stand-in on scripted responses; logprobs from a "
             "random tiny Qwen2 (generation in bf16, prev in fp32). Validation lines have no "
@@ -888,10 +937,12 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir", type=Path, help="scratch folder (extracted source, logger base dirs)")
-    ap.add_argument("--nemo-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree")
+    ap.add_argument(
+        "--nemo-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree"
+    )
     ap.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/real/nemo-rl")
     ap.add_argument("cases", nargs="*", default=list(CASES))
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     args.outdir.mkdir(parents=True, exist_ok=True)
     root, commit = prepare_source(args.nemo_src, args.outdir.resolve())
     nemo = load_nemo(root)

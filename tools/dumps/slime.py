@@ -1,0 +1,889 @@
+"""Write real slime rollout dumps (`rollout_data/{N}.pt`, `rollout_data/eval_{N}.pt`) as fixtures.
+
+Made from slime github.com/THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515 (2026-08-21),
+torch 2.13.0+cpu, transformers 5.24.0, tokenizers 0.23.3, numpy 2.4.6, httpx, aiohttp, sympy,
+pylatexenc (what slime's rollout modules import), Python 3.11, on CPU, offline. slime is not on
+PyPI (the PyPI `slime` is another project): its source comes from the bare git dir that the search
+tool's `fetch github:THUDM/slime` returned.
+
+Run (from the repository root, with the framework venv, never as part of CI):
+
+    /tmp/fw/src/bin/python tools/dumps/slime.py OUTDIR [--slime-src PATH] [--fixtures DIR] [CASE..]
+
+PATH is that bare git dir (default /work/.mirror/THUDM+slime/repo; `slime/` is extracted from its
+HEAD into OUTDIR/src) or a folder that already holds the extracted `slime/` package (commit from
+PATH/COMMIT if present). Each case runs slime's rollout path with `--save-debug-rollout-data
+OUTDIR/<case>/rollout_data/{rollout_id}.pt`; slime's own `save_debug_rollout_data` writes the files,
+which are copied unchanged to `tests/fixtures/real/slime/<case>/rollout_data/`, with a `truth.json`
+beside them. Two runs write identical files.
+
+slime's own code, run unchanged (imported from the extracted package): the argument parser
+(`get_slime_extra_args_provider`, the SGLang router/server flags of `add_sglang_arguments`,
+`slime_validate_args`, `_resolve_eval_datasets`), `Dataset`, `RolloutDataSourceWithBuffer` (the
+default `--data-source-path`: group_index/index counters), `generate_rollout` /
+`generate_rollout_async` / `generate_and_rm_group` / `generate_and_rm` / `generate` / `eval_rollout`
+(slime/rollout/sglang_rollout.py), `Sample` and `Sample.append_response_tokens` (status from
+SGLang's finish_reason, prefix-cache info, weight versions), the rule-based rewards of
+slime/rollout/rm_hub (`f1`, `math`), the tracing of slime/observability/trace_utils.py (it stores a
+`trace` dict on each Sample that passes through generate_and_rm), `TrajectoryManager` / `TurnRecord`
+(slime/agent/trajectory.py, the compaction path), `validate_rollout_id_annotated`,
+`save_debug_rollout_data`, `log_rollout_data`, `log_eval_rollout_data`, `get_grpo_returns`; and,
+taken out of slime/ray/rollout.py with `ast` (that module imports ray and sglang at the top): the
+`RolloutManager` methods `generate`, `eval`, `health_monitoring_resume`, `_get_rollout_data`,
+`_post_process_rewards` and `_convert_samples_to_train_data`, attached unchanged to a stand-in
+object carrying the attributes `RolloutManager.__init__` sets for them (data source, rollout
+functions, no custom hooks). So truth.json's `advantage` is slime's own GRPO advantage:
+`_post_process_rewards`' output (group mean, std, 1e-6), which `get_grpo_returns` broadcasts over
+the response tokens.
+
+Stubbed (imported by those modules, unused on this path): `ray` (slime/utils/data.py imports it for
+`process_rollout_data`), `wandb` (observability/logging_utils.py, off: use_wandb is False),
+`sglang.srt.server_args.ServerArgs` and `sglang_router.launch_router.RouterArgs` (their
+`add_cli_args` add nothing, so the SGLang server's own flags are absent; `sglang_dp_size` is set
+to SGLang's default 1). `RolloutManager._split_train_data_by_dp` (DP scheduling after the dump) is
+replaced by a function that keeps the train data.
+
+Stand-ins (not slime code):
+- the SGLang server behind `post(url, payload)` / `get(.../workers)` (patched into slime's
+  sglang_rollout and http_utils modules): scripted responses (SCRIPTS below) tokenized with the
+  tokenizer, `<eos>` appended on a finished last turn, cut at `max_new_tokens` with finish_reason
+  "length" otherwise, `output_token_logprobs` = log p of each token under the tiny policy in bf16,
+  `cached_tokens` from a prefix cache, `weight_version` "default", fixed `e2e_latency`;
+- the custom hooks in module `slime_dump_hooks` (passed by dotted path, as users do): a dict-valued
+  reward function (`--custom-rm-path`), a multi-turn generate function written like slime's
+  examples/search-r1 (tool output appended with `append_response_tokens(trainable=False)`), and a
+  compaction generate function that feeds three turns of one session into slime's
+  `TrajectoryManager` (the third turn's prompt is a compacted history) and returns its samples,
+  decoded as slime's agent adapter `finish_session` does;
+- determinism: `uuid.uuid4` (session ids, trace ids, span ids) and `time.time` (trace timestamps) in
+  sglang_rollout and trace_utils draw from a seeded generator and a fake clock;
+- the tokenizer and model: a word-level `tokenizers` model (Metaspace pre-tokenizer, so decoding
+  gives back the text) over the words used here plus `<pad> <eos> <bos> <unk> <|user|>
+  <|assistant|> <|tool|>`, a chat template, a randomly initialised 2-layer Qwen2 (seed 0), saved
+  with `save_pretrained`; the tokenizer's folder is `--hf-checkpoint`. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import copy
+import itertools
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+import types
+import uuid
+from pathlib import Path
+
+# This file is called slime.py: keep its own folder off sys.path so that `import slime` finds
+# slime's package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_SRC = "/work/.mirror/THUDM+slime/repo"
+MADE_BY = "tools/dumps/slime.py"
+
+SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|user|>", "<|assistant|>", "<|tool|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+N_SAMPLES = 4
+MAX_RESPONSE_LEN = 16
+
+# (problem, label). 0-5 train prompts (3 a rollout), 6-7 eval prompts.
+PROBLEMS = [
+    ("What is 2 plus 3 ?", "5"),
+    ("What is 4 times 2 ?", "8"),
+    ("What is 9 minus 7 ?", "2"),
+    ("What is 3 plus 3 ?", "6"),
+    ("What is 5 times 2 ?", "10"),
+    ("What is 8 minus 1 ?", "7"),
+    ("What is 1 plus 1 ?", "2"),
+    ("What is 6 minus 2 ?", "4"),
+]
+
+# Scripted responses: SCRIPTS[key][problem] = one list of turns per sample (a single-turn sample
+# has one turn). f1 rewards of these against the label are fractions of 1 or 0.
+SINGLE = {
+    0: [["5"], ["the answer is 5"], ["2 plus 3 is 6"], ["it is 5 so 5"]],
+    1: [["8"], ["8"], ["8"], ["8"]],
+    2: [["2"], ["9 minus 7 is 2"], ["3"], ["the answer is 1"]],
+    3: [["6"], ["it is 9"], ["3 plus 3 is 6"], ["6"]],
+    4: [["10"], ["the answer is 10"], ["7"], ["5 times 2 is 10 so 10"]],
+    5: [["7"], ["8 minus 1 is 9"], ["6"], ["it is 7"]],
+}
+TRUNCATED = dict(SINGLE)
+TRUNCATED[0] = [
+    ["5"],
+    ["the answer is 5"],
+    ["let me think 2 plus 3 is 5 and then I add 1 and 1 so it is 7 and"],
+    ["it is 5 so 5"],
+]
+MULTI_TURN = {
+    0: [["calc 2 plus 3", "so 5"], ["5"], ["calc 2 times 3", "so 6"], ["calc 2 plus 3", "5"]],
+    1: [["calc 4 times 2", "so 8"], ["8"], ["calc 4 plus 2", "so 6"], ["it is 8"]],
+    2: [["2"], ["calc 9 minus 7", "so 2"], ["calc 9 minus 7", "the answer is 2"], ["3"]],
+}
+# compaction: turn 1 calls the tool, turn 2 answers, the session is then compacted and turn 3
+# answers again from the summary (a new segment of the same rollout)
+COMPACTION = {  # rollout 1 of mixed_compaction: prompts 3-5
+    3: [["calc 3 plus 3", "so 6", "6"], ["calc 3 times 3", "so 9", "9"]] * 2,
+    4: [["calc 5 times 2", "so 10", "10"], ["calc 5 plus 2", "so 7", "10"]] * 2,
+    5: [["calc 8 minus 1", "so 7", "7"], ["calc 8 plus 1", "so 9", "9"]] * 2,
+}
+EVAL = {6: [["\\boxed{2}"], ["1 plus 1 is \\boxed{3}"]], 7: [["so \\boxed{4}"], ["\\boxed{4}"]]}
+SUMMARY = "summary : the tool said {result} ."
+
+
+def tool(text: str) -> str | None:
+    m = re.search(r"calc (\d+) (plus|minus|times) (\d+)", text)
+    if not m:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    result = {"plus": a + b, "minus": a - b, "times": a * b}[op]
+    return f" tool : {result} ."
+
+
+# --------------------------------------------------------------------------------------------------
+# slime source and stubs
+
+
+def _git(git_dir: str, *args: str) -> bytes:
+    cmd = ["git", "--git-dir", git_dir, *args]
+    return subprocess.run(cmd, check=True, capture_output=True).stdout
+
+
+def prepare_source(src: str, outdir: Path) -> tuple[Path, str]:
+    p = Path(src)
+    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
+        commit = _git(src, "rev-parse", "HEAD").decode().strip()
+        dest = outdir / "src"
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        subprocess.run(["tar", "x", "-C", str(dest)], input=_git(src, "archive", "HEAD", "slime"))
+        (dest / "COMMIT").write_text(commit + "\n")
+        return dest, commit
+    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
+    return p, commit
+
+
+def _stub(name: str, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    m.__dict__["__slime_dump_stub__"] = True
+    sys.modules[name] = m
+    return m
+
+
+class _NoCliArgs:
+    @staticmethod
+    def add_cli_args(parser, *args, **kwargs):
+        return parser
+
+
+def install_stubs() -> None:
+    def remote(*args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return lambda f: f
+
+    _stub("ray", remote=remote, get=lambda x: x)
+    _stub("wandb")
+    _stub("sglang")
+    _stub("sglang.srt")
+    _stub("sglang.srt.server_args", ServerArgs=_NoCliArgs)
+    _stub("sglang_router")
+    _stub("sglang_router.launch_router", RouterArgs=_NoCliArgs)
+
+
+class SeededIds:
+    """uuid.uuid4 / time.time stand-ins for sglang_rollout and trace_utils (determinism only)."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.t = 1_780_000_000.0
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+    def time(self) -> float:
+        self.t += 0.001
+        return round(self.t, 3)
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer and model
+
+
+def all_texts() -> list[str]:
+    texts = [SUMMARY.format(result=r) for r in range(20)]
+    texts += [f"tool : {r} ." for r in range(-10, 40)]
+    texts += ["calc plus minus times so"]
+    for problem, label in PROBLEMS:
+        texts += [problem, label]
+    for script in (SINGLE, TRUNCATED, MULTI_TURN, COMPACTION, EVAL):
+        for samples in script.values():
+            for turns in samples:
+                texts += turns
+    return texts
+
+
+def build_model(folder: Path) -> tuple[Path, Path]:
+    """Save the tokenizer alone into folder/hf (the --hf-checkpoint) and the model into
+    folder/model (read by the SGLang stand-in only). A tokenizer folder without config.json:
+    transformers 5's AutoTokenizer would otherwise build Qwen2's BPE tokenizer for model_type
+    qwen2 and ignore tokenizer.json's word-level model."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    pre = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    words: set[str] = {"▁"}  # a space before a special token
+    for t in all_texts():
+        for chunk in re.split(r"<\|\w+\|>|<\w+>", t):
+            if chunk.strip():
+                words.update(w for w, _ in pre.pre_tokenize_str(chunk))
+                words.update(w for w, _ in pre.pre_tokenize_str(" " + chunk.strip()))
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(words))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|user|>", "<|assistant|>", "<|tool|>"],
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    seed_all(0)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=0.5,
+        tie_word_embeddings=True,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<eos>"],
+        bos_token_id=vocab["<bos>"],
+    )
+    model = Qwen2ForCausalLM(config)
+    for sub in ("hf", "model"):
+        if (folder / sub).exists():
+            shutil.rmtree(folder / sub)
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "hf")
+    return folder / "hf", folder / "model"
+
+
+# --------------------------------------------------------------------------------------------------
+# SGLang stand-in
+
+
+class FakeSGLang:
+    """Answers slime's `/generate` posts like an SGLang router would, from the scripts."""
+
+    def __init__(self, tokenizer, model):
+        self.tokenizer = tokenizer
+        self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
+        self.script: dict[int, list[list[str]]] = {}
+        self.counter: dict[int, int] = {}
+        self.sessions: dict[str, list[int]] = {}
+        self.cache: list[tuple[int, ...]] = []
+        self.n_requests = 0
+
+    def reset(self, script: dict[int, list[list[str]]]) -> None:
+        self.script, self.counter, self.sessions = script, {}, {}
+
+    def _problem(self, ids: list[int]) -> int:
+        text = " ".join(self.tokenizer.decode(ids, skip_special_tokens=True).split())
+        hits = [i for i, (p, _) in enumerate(PROBLEMS) if p in text]
+        if not hits:
+            raise ValueError(f"fake SGLang: no scripted problem in {text!r}")
+        return hits[0]
+
+    def _logprobs(self, ids: list[int], n_out: int) -> list[float]:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            logits = self.model(input_ids=x).logits.float()
+        lp = torch.log_softmax(logits[0, :-1], dim=-1).gather(-1, x[0, 1:, None])[:, 0]
+        return [float(v) for v in lp[len(ids) - 1 - n_out :]]
+
+    def respond(self, ids: list[int], sampling_params: dict, session: str | None) -> dict:
+        if session is not None and session in self.sessions:
+            p, j, t = self.sessions[session]
+            t += 1
+        else:
+            p = self._problem(ids)
+            j = self.counter.get(p, 0)
+            self.counter[p] = j + 1
+            t = 0
+        if session is not None:
+            self.sessions[session] = [p, j, t]
+        turns = self.script[p][j]
+        eos = self.tokenizer.eos_token_id
+        out = self.tokenizer(turns[t], add_special_tokens=False)["input_ids"]
+        last = t == len(turns) - 1
+        max_new = sampling_params["max_new_tokens"]
+        if len(out) + int(last) > max_new:
+            out = out[:max_new]
+            finish = {"type": "length", "length": max_new}
+        elif last:
+            out = out + [eos]
+            finish = {"type": "stop", "matched": eos}
+        else:  # a tool call: SGLang stopped at a stop string
+            finish = {"type": "stop", "matched": "\n"}
+        cached = max((len(os.path.commonprefix([list(c), ids])) for c in self.cache), default=0)
+        self.cache.append(tuple(ids + out))
+        lps = self._logprobs(ids + out, len(out))
+        self.n_requests += 1
+        meta = {
+            "id": f"{self.n_requests:032x}",
+            "finish_reason": finish,
+            "prompt_tokens": len(ids),
+            "weight_version": "default",
+            "completion_tokens": len(out),
+            "cached_tokens": cached,
+            "e2e_latency": 0.05,
+            "output_token_logprobs": [[lp, tid, None] for lp, tid in zip(lps, out, strict=True)],
+        }
+        skip = sampling_params.get("skip_special_tokens", False)
+        return {"text": self.tokenizer.decode(out, skip_special_tokens=skip), "meta_info": meta}
+
+    async def post(self, url, payload, max_retries=60, headers=None, **kwargs):
+        assert url.endswith("/generate"), url
+        ids = payload.get("input_ids")
+        if ids is None:
+            ids = self.tokenizer(payload["text"], add_special_tokens=False)["input_ids"]
+        session = (headers or {}).get("X-SMG-Routing-Key")
+        return self.respond(list(ids), payload["sampling_params"], session)
+
+    async def get(self, url, **kwargs):
+        assert url.endswith("/workers"), url
+        return {"workers": []}
+
+
+# --------------------------------------------------------------------------------------------------
+# Custom hooks, passed to slime by dotted path
+
+
+def make_hooks_module(server: FakeSGLang) -> types.ModuleType:
+    from slime.agent.trajectory import TrajectoryManager, TurnRecord
+    from slime.rollout.rm_hub.f1 import f1_score
+    from slime.rollout.sglang_rollout import GenerateState
+    from slime.utils.types import Sample
+
+    async def dict_rm(args, sample: Sample, **kwargs):
+        """A reward model that returns a dict (as remote reward servers do); --reward-key score."""
+        f1, precision, recall = f1_score(sample.response, sample.label)
+        return {
+            "score": float(f1),
+            "precision": float(precision),
+            "acc": sample.label in sample.response,
+        }
+
+    async def multi_turn_generate(args, sample: Sample, sampling_params) -> Sample:
+        """A tool-calling rollout written like examples/search-r1/generate_with_search.py."""
+        state = GenerateState(args)
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+        prompt_ids = state.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        sample.tokens = list(prompt_ids)
+        headers = {"X-SMG-Routing-Key": sample.session_id}
+        for _turn in range(3):
+            params = dict(sampling_params)
+            params["max_new_tokens"] = args.rollout_max_response_len - sample.response_length
+            payload = {
+                "input_ids": sample.tokens,
+                "sampling_params": params,
+                "return_logprob": True,
+            }
+            output = await server.post(url, payload, headers=headers)
+            meta = output["meta_info"]
+            sample.append_response_tokens(
+                args,
+                tokens=[item[1] for item in meta["output_token_logprobs"]],
+                log_probs=[item[0] for item in meta["output_token_logprobs"]],
+                trainable=True,
+                meta_info=meta,
+                text=output["text"],
+            )
+            if meta["finish_reason"]["type"] != "stop":
+                break
+            obs = tool(output["text"])
+            if obs is None:
+                break
+            obs_ids = state.tokenizer(obs, add_special_tokens=False)["input_ids"]
+            sample.append_response_tokens(args, tokens=obs_ids, trainable=False, text=obs)
+        return sample
+
+    async def compaction_generate(args, sample: Sample, sampling_params) -> list[Sample]:
+        """One agent session in three turns, the third after a context compaction; the turns go
+        through slime's TrajectoryManager (as its agent adapters do) and come back as segments."""
+        state = GenerateState(args)
+        tok = state.tokenizer
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+        manager = TrajectoryManager()
+        sid = sample.session_id
+        headers = {"X-SMG-Routing-Key": sid}
+        problem = next(p for p, _ in PROBLEMS if p in sample.prompt)
+        messages = [{"role": "user", "content": problem}]
+        answer = ""
+        for turn in range(3):
+            if turn == 2:  # compaction: the history is replaced by a summary
+                result = re.search(r"tool : (-?\d+)", " ".join(m["content"] for m in messages))
+                summary = SUMMARY.format(result=result.group(1) if result else "nothing")
+                messages = [{"role": "user", "content": f"{summary} {problem}"}]
+            prompt_ids = tok.apply_chat_template(
+                messages, tokenize=True, add_generation_prompt=True
+            )
+            if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
+                prompt_ids = prompt_ids["input_ids"]
+            params = dict(sampling_params)
+            payload = {"input_ids": list(prompt_ids), "sampling_params": params}
+            output = await server.post(url, payload, headers=headers)
+            meta = output["meta_info"]
+            out_ids = [item[1] for item in meta["output_token_logprobs"]]
+            response_message = {"role": "assistant", "content": output["text"]}
+            manager.record_turn(
+                sid,
+                turn=TurnRecord(
+                    prompt_ids=list(prompt_ids),
+                    output_ids=out_ids,
+                    finish_reason=meta["finish_reason"]["type"],
+                    output_log_probs=[item[0] for item in meta["output_token_logprobs"]],
+                ),
+                prompt_messages=[dict(m) for m in messages],
+                response_message=response_message,
+            )
+            messages = [*messages, response_message]
+            answer = output["text"]
+            obs = tool(output["text"]) if turn == 0 else None
+            if obs is not None:
+                messages.append({"role": "tool", "content": obs.strip()})
+        reward = float(f1_score(answer, sample.label)[0])
+        samples = manager.get_trajectory(sid, base_sample=sample, reward=reward)
+        for s in samples:  # as slime.agent.adapters.common.AdapterBase.finish_session does
+            rlen = int(s.response_length or 0)
+            s.response = (
+                tok.decode(s.tokens[-rlen:], skip_special_tokens=False) if rlen and s.tokens else ""
+            )
+        return samples
+
+    mod = types.ModuleType("slime_dump_hooks")
+    mod.dict_rm = dict_rm  # type: ignore[attr-defined]
+    mod.multi_turn_generate = multi_turn_generate  # type: ignore[attr-defined]
+    mod.compaction_generate = compaction_generate  # type: ignore[attr-defined]
+    sys.modules[mod.__name__] = mod
+    return mod
+
+
+# --------------------------------------------------------------------------------------------------
+# RolloutManager methods, taken out of slime/ray/rollout.py unchanged
+
+MANAGER_METHODS = [
+    "generate",
+    "eval",
+    "health_monitoring_resume",
+    "_get_rollout_data",
+    "_post_process_rewards",
+    "_convert_samples_to_train_data",
+]
+SOURCE_LINES: dict[str, str] = {}
+
+
+def manager_class(root: Path) -> type:
+    import slime.observability.rollout_data_utils as rdu
+    from slime.observability.rollout_metrics import log_eval_rollout_data, log_rollout_data
+    from slime.rollout.base_types import call_rollout_fn
+    from slime.rollout.sample_hooks import set_current_rollout_id
+    from slime.utils.data import get_source
+    from slime.utils.misc import load_function
+    from slime.utils.types import Sample
+
+    path = root / "slime/ray/rollout.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RolloutManager")
+    nodes = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    ns = {
+        "__name__": "slime_rollout_manager_extracted",
+        "time": time,
+        "itertools": itertools,
+        "torch": torch,
+        "logging": logging,
+        "logger": logging.getLogger("slime.ray.rollout"),
+        "Sample": Sample,
+        "load_function": load_function,
+        "call_rollout_fn": call_rollout_fn,
+        "set_current_rollout_id": set_current_rollout_id,
+        "get_source": get_source,
+        "log_rollout_data": log_rollout_data,
+        "log_eval_rollout_data": log_eval_rollout_data,
+        "save_debug_rollout_data": rdu.save_debug_rollout_data,
+        "load_debug_rollout_data": rdu.load_debug_rollout_data,
+        "validate_rollout_id_annotated": rdu.validate_rollout_id_annotated,
+        "validate_rollout_routed_experts_for_replay": (
+            rdu.validate_rollout_routed_experts_for_replay
+        ),
+    }
+    body = [nodes[name] for name in MANAGER_METHODS]
+    for node in body:
+        SOURCE_LINES[f"slime/ray/rollout.py:RolloutManager.{node.name}"] = (
+            f"L{node.lineno}-{node.end_lineno}"
+        )
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), ns)
+
+    class RolloutManagerStandIn:
+        """Carries what RolloutManager.__init__ (slime/ray/rollout.py L370-409) sets for these
+        methods; no servers (the SGLang stand-in answers), no health monitors."""
+
+        def __init__(self, args):
+            self.args = args
+            data_source_cls = load_function(self.args.data_source_path)
+            self.data_source = data_source_cls(args)
+            self.generate_rollout = load_function(self.args.rollout_function_path)
+            self.eval_generate_rollout = load_function(self.args.eval_function_path)
+            self.custom_reward_post_process_func = None
+            self.custom_convert_samples_to_train_data_func = None
+            self.rollout_id = -1
+            self._health_monitors: list = []
+            self.train_data: dict[int, dict] = {}
+
+        def _split_train_data_by_dp(self, data):
+            """Stand-in for DP scheduling (after the dump): keep the train data."""
+            self.train_data[self.rollout_id] = data
+            return data
+
+    for name in MANAGER_METHODS:
+        setattr(RolloutManagerStandIn, name, ns[name])
+    return RolloutManagerStandIn
+
+
+# --------------------------------------------------------------------------------------------------
+# Cases
+
+CASES: dict[str, dict] = {
+    "default": {
+        "description": (
+            "2 rollouts (0.pt, 1.pt), 3 groups x 4 samples, slime's default single-turn "
+            "generate, rule-based f1 reward (--rm-type f1): floats, or the int 0 that slime's "
+            "f1_score returns when nothing overlaps. Group 1 of rollout 0 has equal rewards "
+            "(advantage 0)."
+        ),
+        "rollouts": [("train", SINGLE, None), ("train", SINGLE, None)],
+        "flags": ["--rm-type", "f1"],
+    },
+    "dict_reward": {
+        "description": (
+            "1 rollout, 3 groups x 4, rewards are dicts from a custom reward function "
+            "(--custom-rm-path): {score, precision, acc}; --reward-key score picks the reward."
+        ),
+        "rollouts": [("train", SINGLE, None)],
+        "flags": ["--custom-rm-path", "slime_dump_hooks.dict_rm", "--reward-key", "score"],
+        "reward_key": "score",
+    },
+    "multi_turn": {
+        "description": (
+            "1 rollout, 3 groups x 4, a multi-turn tool-calling generate function "
+            "(--custom-generate-function-path): the tool's output tokens sit inside the response "
+            "with loss_mask 0 (and rollout_log_probs 0.0); f1 reward on the whole response text."
+        ),
+        "rollouts": [("train", MULTI_TURN, "slime_dump_hooks.multi_turn_generate")],
+        "flags": ["--rm-type", "f1"],
+    },
+    "truncated": {
+        "description": (
+            "1 rollout, 3 groups x 4, group 0 sample 2 runs past --rollout-max-response-len 16: "
+            "SGLang's finish_reason length makes its status 'truncated' (slime keeps its f1 "
+            "reward)."
+        ),
+        "rollouts": [("train", TRUNCATED, None)],
+        "flags": ["--rm-type", "f1"],
+    },
+    "mixed_compaction": {
+        "description": (
+            "One run, rollouts 0-2; the folder keeps 1.pt and 2.pt. Rollout 1 used a compaction "
+            "generate function: each of the 12 rollouts is 2 samples (segments before and after "
+            "the context compaction) sharing rollout_id (= the base sample's index) and "
+            "group_index, both carrying the rollout's reward, so 1.pt holds 24 samples. Rollout 2 "
+            "is a plain single-turn rollout (rollout_id None). slime's _post_process_rewards "
+            "reshapes rewards to (-1, n_samples_per_prompt) only when their count equals "
+            "n_samples_per_prompt * rollout_batch_size; 24 != 12, so for 1.pt it normalises over "
+            "the whole batch as one group (truth.json's advantage is what slime computed)."
+        ),
+        "rollouts": [
+            ("train", SINGLE, None),
+            ("train", COMPACTION, "slime_dump_hooks.compaction_generate"),
+            ("train", SINGLE, None),
+        ],
+        "keep": ["1.pt", "2.pt"],
+        "flags": ["--rm-type", "f1"],
+    },
+    "eval": {
+        "description": (
+            "Eval before training (eval_0.pt: 2 prompts x 2 samples, --eval-config dataset with "
+            "rm_type math: int rewards 1/0; no group_index: eval samples get only an index) "
+            "then train rollout 0 (0.pt, as default's)."
+        ),
+        "rollouts": [("eval", EVAL, None), ("train", SINGLE, None)],
+        "flags": ["--rm-type", "f1"],
+        "eval": True,
+    },
+}
+
+
+NOTES = (
+    "advantage = slime's GRPO advantage for the sample: RolloutManager._post_process_rewards run"
+    " unchanged on the rollout's samples (the raw reward, picked by --reward-key when it is a dict,"
+    " minus the mean of its block, divided by the block's std (torch.std, ddof 1) + 1e-6). A block"
+    " is n_samples_per_prompt consecutive samples of the flattened list when the file holds exactly"
+    " n_samples_per_prompt * rollout_batch_size samples, else the whole file: slime groups by"
+    " position, not by group_index. get_grpo_returns broadcasts it over every response token"
+    " (advantage_tokens_equal). raw_reward is slime's train_data raw_reward. Eval files have no"
+    " advantage."
+)
+
+
+def write_data(folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    train = folder / "train.jsonl"
+    with train.open("w") as f:
+        for problem, label in PROBLEMS[:6]:
+            f.write(json.dumps({"prompt": problem, "label": label}) + "\n")
+    evalp = folder / "eval.jsonl"
+    with evalp.open("w") as f:
+        for problem, label in PROBLEMS[6:]:
+            f.write(json.dumps({"prompt": problem, "label": label}) + "\n")
+    return train, evalp
+
+
+def make_args(model_dir: Path, train: Path, evalp: Path, dump: Path, case: dict):
+    import slime.utils.arguments as A
+    from slime.backends.sglang_utils.arguments import add_sglang_arguments
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser = A.get_slime_extra_args_provider()(parser)
+    parser = add_sglang_arguments(parser)
+    flags = [
+        "--hf-checkpoint",
+        str(model_dir),
+        "--prompt-data",
+        str(train),
+        "--input-key",
+        "prompt",
+        "--label-key",
+        "label",
+        "--apply-chat-template",
+        "--rollout-batch-size",
+        "3",
+        "--n-samples-per-prompt",
+        str(N_SAMPLES),
+        "--global-batch-size",
+        "12",
+        "--num-rollout",
+        "3",
+        "--rollout-max-response-len",
+        str(MAX_RESPONSE_LEN),
+        "--rollout-temperature",
+        "1.0",
+        "--rollout-skip-special-tokens",
+        "--rollout-num-gpus",
+        "1",
+        "--sglang-router-ip",
+        "127.0.0.1",
+        "--sglang-router-port",
+        "30000",
+        "--save-debug-rollout-data",
+        str(dump / "rollout_data" / "{rollout_id}.pt"),
+        *case["flags"],
+    ]
+    if case.get("eval"):
+        cfg = dump / "eval_config.yaml"
+        cfg.write_text(
+            "eval:\n  datasets:\n"
+            f"    - name: toy_math\n      path: {evalp}\n      rm_type: math\n"
+            "      n_samples_per_eval_prompt: 2\n      input_key: prompt\n      label_key: label\n"
+        )
+        flags += ["--eval-config", str(cfg), "--eval-interval", "1"]
+    args = parser.parse_args(flags)
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        for key, value in vars(A._pre_parse_mode()).items():
+            setattr(args, key, value)
+    finally:
+        sys.argv = argv
+    A.slime_validate_args(args)
+    args.sglang_dp_size = 1  # SGLang's own --dp-size default (its flags are stubbed out)
+    return args
+
+
+def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, commit: str, ctx):
+    import slime.observability.trace_utils as trace_utils
+    import slime.rollout.sglang_rollout as sr
+    import slime.utils.http_utils as http_utils
+    from slime.utils.misc import SingletonMeta
+    from slime.utils.ppo_utils import get_grpo_returns
+
+    seed_all(42)
+    ids = SeededIds(1234)
+    sr.uuid = types.SimpleNamespace(uuid4=ids.uuid4)
+    trace_utils.uuid = types.SimpleNamespace(uuid4=ids.uuid4)
+    trace_utils.time = types.SimpleNamespace(time=ids.time)
+    SingletonMeta._instances.clear()
+    sr.EVAL_PROMPT_DATASET.clear()
+    server: FakeSGLang = ctx["server"]
+    server.cache.clear()
+    server.n_requests = 0
+    for m in (sr, http_utils):
+        m.post = server.post
+        m.get = server.get
+
+    dump = outdir / name
+    if dump.exists():
+        shutil.rmtree(dump)
+    dump.mkdir(parents=True)
+    args = make_args(ctx["model_dir"], ctx["train"], ctx["eval"], dump, spec)
+    manager = ctx["manager_cls"](args)
+    rows = []
+    rollout_id = 0
+    for kind, script, gen_path in spec["rollouts"]:
+        server.reset(script)
+        args.custom_generate_function_path = gen_path
+        if kind == "eval":
+            manager.eval(rollout_id)
+            continue
+        manager.generate(rollout_id)
+        rollout_id += 1
+
+    files = sorted((dump / "rollout_data").iterdir())
+    keep = spec.get("keep")
+    dest = fixtures / name
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "rollout_data").mkdir(parents=True)
+    for f in files:
+        if keep and f.name not in keep:
+            continue
+        shutil.copy2(f, dest / "rollout_data" / f.name)
+        data = torch.load(f, weights_only=True)
+        evaluation = f.name.startswith("eval_")
+        n = data["rollout_id"]
+        if not evaluation:
+            train_data = manager.train_data[n]
+            kl = [torch.zeros(r) for r in train_data["response_lengths"]]
+            returns = get_grpo_returns(torch.tensor(train_data["rewards"]), kl)
+        for i, s in enumerate(data["samples"]):
+            row = {
+                "file": f"rollout_data/{f.name}",
+                "row": i,
+                "group_index": s["group_index"],
+                "index": s["index"],
+                "rollout_id": s["rollout_id"],
+                "reward": s["reward"],
+                "status": s["status"],
+                "advantage": None,
+            }
+            if not evaluation:
+                assert train_data["sample_indices"][i] == s["index"]
+                row["raw_reward"] = train_data["raw_reward"][i]
+                row["advantage"] = train_data["rewards"][i]
+                row["advantage_tokens_equal"] = bool(
+                    torch.all(returns[i] == returns[i][0]).item() if len(returns[i]) else True
+                )
+            rows.append(row)
+    truth = {
+        "made_by": MADE_BY,
+        "framework": f"slime @ {commit}",
+        "case": name,
+        "description": spec["description"],
+        "settings": {
+            "advantage_estimator": args.advantage_estimator,
+            "rewards_normalization": args.rewards_normalization,
+            "grpo_std_normalization": args.grpo_std_normalization,
+            "normalize_advantages": args.normalize_advantages,
+            "n_samples_per_prompt": args.n_samples_per_prompt,
+            "rollout_batch_size": args.rollout_batch_size,
+            "rollout_max_response_len": args.rollout_max_response_len,
+            "rm_type": args.rm_type,
+            "custom_rm_path": args.custom_rm_path,
+            "reward_key": args.reward_key,
+            "rollout_skip_special_tokens": args.rollout_skip_special_tokens,
+            "apply_chat_template": args.apply_chat_template,
+            "generate_functions": [g for _, _, g in spec["rollouts"]],
+            "eps": 1e-6,
+        },
+        "notes": NOTES,
+        "source_lines": SOURCE_LINES,
+        "rows": rows,
+    }
+    (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("outdir", type=Path, help="scratch folder (source, model, per-case dumps)")
+    ap.add_argument(
+        "--slime-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree"
+    )
+    ap.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/real/slime")
+    ap.add_argument("cases", nargs="*", default=list(CASES))
+    a = ap.parse_intermixed_args()
+    outdir = a.outdir.resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    root, commit = prepare_source(a.slime_src, outdir)
+    sys.path.insert(0, str(root))
+    install_stubs()
+    logging.basicConfig(level=logging.WARNING)
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    hf_dir, model_dir = build_model(outdir / "checkpoint")
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    model = Qwen2ForCausalLM.from_pretrained(model_dir)
+    server = FakeSGLang(tokenizer, model)
+    make_hooks_module(server)
+    train, evalp = write_data(outdir / "data")
+    ctx = {
+        "server": server,
+        "model_dir": hf_dir,
+        "train": train,
+        "eval": evalp,
+        "manager_cls": manager_class(root),
+    }
+    for name in a.cases:
+        dest = run_case(name, CASES[name], root, outdir, a.fixtures, commit, ctx)
+        print(f"wrote {dest}")
+    asyncio.set_event_loop(None)
+
+
+if __name__ == "__main__":
+    main()
