@@ -265,7 +265,8 @@ def test_check_names_a_changed_advantage(tmp_path):
     )
     table.write_parquet(path)
     proc = run("check", str(dump), "--from", "trl", "--reward-weights", "format_reward=2",
-               "--group-size", "4", "--json")  # fmt: skip
+               "--group-size", "4", "--reward-columns", "accuracy_reward,format_reward",
+               "--json")  # fmt: skip
     result = json.loads(proc.stdout)
     assert proc.returncode == 4 and result["rows_beyond_tol"] == 1
     assert result["groups_beyond_tol"] == 1
