@@ -271,7 +271,7 @@ def test_check_names_a_changed_advantage(tmp_path):
     assert proc.returncode == 4 and result["rows_beyond_tol"] == 1
     assert result["groups_beyond_tol"] == 1
     worst = result["worst"][0]
-    assert worst["rollout_id"] == "2:5" and worst["prompt_id"] == "2:1"
+    assert worst["rollout_id"] == "2:5" and worst["prompt_id"] == "2:1.0"  # run 1, block 0
     assert worst["difference"] == pytest.approx(0.01, abs=1e-6)
 
 
