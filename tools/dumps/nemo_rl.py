@@ -7,9 +7,9 @@ that the search tool's `fetch github:NVIDIA-NeMo/RL` returned.
 
 Run (from the repository root, with the framework venv, never as part of CI):
 
-    /tmp/fw/src/bin/python tools/dumps/nemo_rl.py OUTDIR [--nemo-src PATH] [--fixtures DIR]
+    /tmp/fw/src/bin/python tools/dumps/nemo_rl.py OUTDIR --nemo-src PATH [--fixtures DIR]
 
-PATH is that bare git dir (default /work/.mirror/NVIDIA-NeMo+RL/repo; `nemo_rl/` and `examples/`
+PATH is a bare git clone of NVIDIA-NeMo/RL (`nemo_rl/` and `examples/`
 are then extracted from its HEAD into OUTDIR/src) or a folder that already holds the extracted
 `nemo_rl/` and `examples/` (the commit is then read from PATH/COMMIT if present). For each case
 NeMo's own `Logger` (base dir OUTDIR/<case>/logs, experiment dir from NeMo's
@@ -111,7 +111,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SRC = "/work/.mirror/NVIDIA-NeMo+RL/repo"
 MADE_BY = "tools/dumps/nemo_rl.py"
 
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|user|>", "<|assistant|>"]
@@ -937,9 +936,7 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir", type=Path, help="scratch folder (extracted source, logger base dirs)")
-    ap.add_argument(
-        "--nemo-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree"
-    )
+    ap.add_argument("--nemo-src", required=True, help="fetched bare git dir or extracted tree")
     ap.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/real/nemo-rl")
     ap.add_argument("cases", nargs="*", default=list(CASES))
     args = ap.parse_intermixed_args()

@@ -11,8 +11,8 @@ not run here. What does run:
   ``Episode.to_record()``; the prompt is rendered by ``renderers.DefaultRenderer`` (renderers
   0.1.12, verifiers' dependency) over a word-level tokenizer built here;
 * prime-rl's own functions, taken out of its source at commit ``PRIME_RL_COMMIT`` with ``ast`` and
-  executed unchanged (the source is read with ``git show`` from a bare clone, default
-  ``/work/.mirror/PrimeIntellect-ai+prime-rl/repo``, or ``$PRIME_RL_GIT``):
+  executed unchanged (the source is read with ``git show`` from a bare clone of
+  PrimeIntellect-ai/prime-rl named by ``$PRIME_RL_GIT``):
   ``orchestrator/algo/base.py: iter_trainable_traces``, ``orchestrator/algo/grpo.py:
   GRPOAlgorithm.score_group`` (length_penalty None, the default), ``orchestrator/algo/routing.py:
   assign_advantages, scalar_advantage, is_trainable``, ``orchestrator/metrics.py: TraceRecord,
@@ -74,7 +74,7 @@ from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 PRIME_RL_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
-PRIME_RL_GIT = os.environ.get("PRIME_RL_GIT", "/work/.mirror/PrimeIntellect-ai+prime-rl/repo")
+PRIME_RL_GIT = os.environ.get("PRIME_RL_GIT", "")  # a bare clone of PrimeIntellect-ai/prime-rl
 SEED = 20260821
 GROUP_SIZE = 4
 BATCH_SIZE = 12  # traces per training step (3 groups x 4)
@@ -120,6 +120,8 @@ def build_tokenizer(folder: str):
 
 # ---------------------------------------------------------------- prime-rl code, unchanged
 def _git_show(path: str) -> str:
+    if not PRIME_RL_GIT:
+        sys.exit("set PRIME_RL_GIT to a bare git clone of PrimeIntellect-ai/prime-rl")
     return subprocess.run(
         ["git", f"--git-dir={PRIME_RL_GIT}", "show", f"{PRIME_RL_COMMIT}:{path}"],
         check=True,

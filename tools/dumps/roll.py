@@ -8,9 +8,9 @@ tool's `fetch github:alibaba/ROLL` returned.
 
 Run (from the repository root, with the verl venv of tools/dumps/verl.py, never as part of CI):
 
-    /tmp/fw/verl/bin/python tools/dumps/roll.py OUTDIR [--roll-src GITDIR] [--fixtures DIR]
+    /tmp/fw/verl/bin/python tools/dumps/roll.py OUTDIR --roll-src GITDIR [--fixtures DIR]
 
-GITDIR defaults to /work/.mirror/alibaba+ROLL/repo; `roll/pipeline/rlvr/utils.py`,
+GITDIR is a bare git clone of alibaba/ROLL; `roll/pipeline/rlvr/utils.py`,
 `roll/utils/functionals.py` and `roll/utils/kl_controller.py` are read from its HEAD with `git show`
 into OUTDIR/src/ (never into this repository). The dump is written under OUTDIR/default/dump/ by
 ROLL's own writer and copied unchanged to `tests/fixtures/real/roll/default/` with a `truth.json`.
@@ -432,7 +432,7 @@ def main():
         description="Write real ROLL RLVR rollout dumps as advcli test fixtures."
     )
     ap.add_argument("outdir")
-    ap.add_argument("--roll-src", default="/work/.mirror/alibaba+ROLL/repo")
+    ap.add_argument("--roll-src", required=True, help="a bare git clone of alibaba/ROLL")
     ap.add_argument(
         "--fixtures",
         default=os.path.join(

@@ -8,9 +8,9 @@ tool's `fetch github:THUDM/slime` returned.
 
 Run (from the repository root, with the framework venv, never as part of CI):
 
-    /tmp/fw/src/bin/python tools/dumps/slime.py OUTDIR [--slime-src PATH] [--fixtures DIR] [CASE..]
+    /tmp/fw/src/bin/python tools/dumps/slime.py OUTDIR --slime-src PATH [--fixtures DIR] [CASE..]
 
-PATH is that bare git dir (default /work/.mirror/THUDM+slime/repo; `slime/` is extracted from its
+PATH is a bare git clone of THUDM/slime (`slime/` is extracted from its
 HEAD into OUTDIR/src) or a folder that already holds the extracted `slime/` package (commit from
 PATH/COMMIT if present). Each case runs slime's rollout path with `--save-debug-rollout-data
 OUTDIR/<case>/rollout_data/{rollout_id}.pt`; slime's own `save_debug_rollout_data` writes the files,
@@ -97,7 +97,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SRC = "/work/.mirror/THUDM+slime/repo"
 MADE_BY = "tools/dumps/slime.py"
 
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|user|>", "<|assistant|>", "<|tool|>"]
@@ -852,9 +851,7 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir", type=Path, help="scratch folder (source, model, per-case dumps)")
-    ap.add_argument(
-        "--slime-src", default=DEFAULT_SRC, help="fetched bare git dir or extracted tree"
-    )
+    ap.add_argument("--slime-src", required=True, help="fetched bare git dir or extracted tree")
     ap.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/real/slime")
     ap.add_argument("cases", nargs="*", default=list(CASES))
     a = ap.parse_intermixed_args()
