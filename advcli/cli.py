@@ -276,12 +276,14 @@ _PRESET_OPTIONS = [
     _keyword("from_", Optional[str], ("--from",),  # noqa: UP045
              f"Read the log as this framework writes it: {', '.join(PRESETS)}."),
     _keyword("reward_columns", Optional[str], (),  # noqa: UP045
-             "trl: the reward functions' columns, comma separated (default: the float columns "
-             "between completion and advantage); gdpo: the reward columns it normalises."),
+             "trl: the reward functions' columns, comma separated (default: found from TRL's "
+             "logged advantages among the float columns after completion); gdpo: the reward "
+             "columns it normalises."),
     _keyword("reward_weights", Optional[str], (),  # noqa: UP045
              "trl, gdpo: their weights, e.g. acc=1,fmt=0.5 (default 1 each)."),
     _keyword("group_size", Optional[int], (),  # noqa: UP045
-             "trl: rollouts per prompt, num_generations (default: runs of the same prompt)."),
+             "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
+             "advantages; no safe guess otherwise)."),
     _keyword("reward_key", Optional[str], (),  # noqa: UP045
              "slime, miles: the reward to take from a dict reward."),
 ]  # fmt: skip

@@ -66,6 +66,7 @@ from advcli.io.sources import (
     open_source,
     prefetch,
 )
+from advcli.io.writers import read_metadata
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
 
@@ -96,6 +97,7 @@ class Log:
     preset: presets.Preset | None = None  # --from
     options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
     settled: str | None = None  # what was found from the logged advantages (TRL's group size)
+    mapped: bool = False  # --col named some of its columns
 
     @property
     def sources(self) -> Sources:
@@ -106,11 +108,20 @@ class Log:
         return ", ".join(self.sources.files)
 
     def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
-        """A clear error when the log has no column for a role in ``needs``."""
+        """A clear error when the log has no column for a role in ``needs``, or looks like a
+        framework's dump that advcli's own column names would misread (unless ``--col`` named
+        its columns)."""
         hint = None
         if self.looks_like is not None:
             p = self.looks_like
             hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+            if not self.mapped:
+                msg = (
+                    f"{self.files}: advcli's own column names would misread its groups, "
+                    f"rewards and tokens. Hint: {hint} (or name its columns with --col to read "
+                    "it as it is)"
+                )
+                raise SchemaError(msg)
         require(self.roles, self.source.schema.names, self.sources, needs, what=what,
                 without_tokens=without_tokens, hint=hint)  # fmt: skip
 
@@ -153,22 +164,27 @@ def open_log(
                 "have. Hint: give every file the column, or read the files separately"
             )
             raise SchemaError(msg)
-    log = Log(source, roles, presets.looks_like(set(source.schema.names)))
-    if log.looks_like is not None:
-        p = log.looks_like
-        annotated = {"advantages", "group_size"} & set(source.schema.names)  # advcli's output
-        if not mapping and not annotated:  # advcli's own names would misread its groups
-            msg = (
-                f"{log.files}: this looks like {p.framework}'s rollout dump, whose groups, "
-                f"rewards and tokens advcli's own column names would misread. Hint: read it "
-                f"with --from {p.name} (or name its columns with --col to read it as it is)"
-            )
-            raise UsageError(msg)
+    looks_like = presets.looks_like(set(source.schema.names))
+    if looks_like is not None and written_by_advcli(source.sources.files):
+        looks_like = None  # advcli's output, annotated from such a dump: read as advcli wrote it
+    log = Log(source, roles, looks_like, mapped=bool(mapping))
+    if looks_like is not None:
+        p = looks_like
         log.warnings.append(
             f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
             f"it as {p.framework} writes it (its groups, rewards and tokens)"
         )
     return log
+
+
+def written_by_advcli(files: list[str]) -> bool:
+    """Whether the log is an output of advcli's (its first file carries advcli's metadata)."""
+    if not files or files[0] == STDIN:
+        return False
+    try:
+        return read_metadata(files[0]) is not None
+    except (OSError, ValueError, pa.ArrowException, DataError):
+        return False
 
 
 def first_fields(inputs: list[str]) -> set[str]:

@@ -108,9 +108,9 @@ def compare(ours: np.ndarray, logged: np.ndarray, kept: np.ndarray, framework: s
 def agreement(run: Any, preset: presets.Preset | None) -> Agreement | None:
     """The run's advantages against the framework's logged ones, if the log has them and the
     method gives one advantage per rollout."""
-    if preset is None or preset.logged is None:
+    if preset is None or preset.logged is None or preset.logged not in run.source.schema.names:
         return None
-    if preset.logged not in run.source.schema.names or not hasattr(run.plan, "advantage"):
+    if not hasattr(run.plan, "advantage"):  # a per-token method: compared by ``check``
         return None
     logged = logged_per_row(run.source, run.roles, preset.logged)
     return compare(run.plan.advantage, logged, run.plan.kept, preset.framework)
@@ -158,7 +158,7 @@ def reproducing(log: Any, preset: presets.Preset | None, params: Params) -> str 
     for setting in _settings(preset, log.options, names):
         if setting.params == params:
             continue
-        got = _advantages(_with_rewards(rows, log, setting, names), setting.params)
+        got = _advantages(_with_rewards(rows, preset, setting), setting.params)
         if got is not None and compare(got[0], logged, got[1], "").reproduces:
             return setting.flags
     return None
@@ -175,17 +175,17 @@ def _rows(log: Any) -> tuple[Rows, np.ndarray, list[str]]:
     return rows, logged_per_row(log.source, log.roles, preset.logged), wanted
 
 
-def _with_rewards(rows: Rows, log: Any, setting: Setting, names: list[str]) -> Rows:
-    """``rows`` with the reward and unscored flags of the setting's reward columns and
-    weights (TRL: the NaN-skipping weighted sum; every column missing: unscored)."""
+def _with_rewards(rows: Rows, preset: presets.Preset, setting: Setting) -> Rows:
+    """``rows`` with the reward (and unscored flags) the preset makes of the setting's reward
+    columns, where it makes one (TRL); else as they are."""
     columns = setting.options.reward_columns
-    if not columns or not set(columns) <= set(rows.named) or rows.unscored is None:
+    if not columns or not set(columns) <= set(rows.named):
         return rows
-    weights = setting.options.reward_weights
-    stack = np.stack([rows.named[c] * weights.get(c, 1.0) for c in columns])
-    unscored = np.asarray(np.isnan(stack).all(axis=0), dtype=bool)
-    return replace(rows, reward=np.where(unscored, 0.0, np.nansum(stack, axis=0)),
-                   unscored=unscored)  # fmt: skip
+    made = preset.reward_of({c: rows.named[c] for c in columns}, setting.options)
+    if made is None:
+        return rows
+    reward, unscored = made
+    return replace(rows, reward=reward, unscored=unscored)
 
 
 Opener = Callable[[presets.PresetOptions], Any]
@@ -219,7 +219,7 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
         for columns in column_sets:
             tried = replace(options, group_size=size, reward_columns=columns)
             for setting in _settings(preset, tried, columns):
-                got = _advantages(_with_rewards(rows, trial, setting, names), setting.params)
+                got = _advantages(_with_rewards(rows, preset, setting), setting.params)
                 if got is not None and compare(got[0], logged, got[1], "").reproduces:
                     found.setdefault((size, tuple(columns)), []).append(setting.flags)
     sizes = sorted({size for size, _ in found})

@@ -118,6 +118,13 @@ class Preset(ABC):
         the one that gives them (:mod:`advcli.reproduce`). The first is the default."""
         return [("", "grpo", {})]
 
+    def reward_of(
+        self, columns: dict[str, np.ndarray], options: PresetOptions
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The reward and the unscored flags of each row from the reward columns named in
+        ``options`` (TRL's reward functions); None for frameworks that log their reward."""
+        return None
+
     def leaves_out(self, options: PresetOptions) -> bool:
         """Whether the dump leaves out a setting that shapes the numbers and the options do
         not give it (TRL's group size), to be found from the logged advantages."""
@@ -335,7 +342,6 @@ class PresetSource(LogSource):
             schemas.append(converted.table.schema)
             lines.append(converted.lines)
             counts.append(converted.table.num_rows)
-        self.empty_files = empty
         if empty and kept:
             self.warnings.append(
                 f"skipped {len(empty)} empty file{'s' if len(empty) > 1 else ''} "

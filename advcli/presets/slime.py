@@ -127,13 +127,11 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
     return pa.table(columns)
 
 
-def _empty_struct(t: pa.DataType) -> bool:
-    """Whether ``t`` holds a struct without fields anywhere (Parquet cannot write one)."""
-    if pa.types.is_struct(t):
-        return t.num_fields == 0 or any(_empty_struct(t.field(i).type) for i in range(t.num_fields))
+def _holds_struct(t: pa.DataType) -> bool:
+    """Whether ``t`` is a struct, or a list of them."""
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _empty_struct(t.value_type)
-    return False
+        return _holds_struct(t.value_type)
+    return pa.types.is_struct(t)
 
 
 def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float:
@@ -160,12 +158,12 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
 
 
 def passthrough(values: list[Any]) -> pa.Array:
-    """A sample field as a column: as it is when Arrow takes it and Parquet can hold it, else
-    as JSON text; a dict always as JSON text (slime's ``{}`` defaults make structs without
-    fields, and its keys differ between a compaction dump and a plain one)."""
+    """A sample field as a column: as it is when Arrow takes it, else as JSON text; dicts
+    always as JSON text (slime's ``{}`` defaults make structs without fields, which Parquet
+    cannot write, and their keys differ between a compaction dump and a plain one)."""
     try:
         array = pa.array(values)
-        if not _empty_struct(array.type) and not pa.types.is_struct(array.type):
+        if not _holds_struct(array.type):
             return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass

@@ -28,7 +28,7 @@ What TRL 1.16 does, and so this preset (``trl/trainer/grpo_trainer.py``):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -65,9 +65,8 @@ class Trl(Preset):
                 f"columns: {', '.join(columns)}). Hint: name one of them"
             )
             raise UsageError(msg)
-        terms = [(pl.col(c).cast(pl.Float64) * weights.get(c, 1.0)).fill_nan(None) for c in columns]
-        unscored = df.select(pl.all_horizontal(t.is_null() for t in terms)).to_series()
-        reward = df.select(pl.sum_horizontal(terms).fill_null(0.0)).to_series()
+        values = {c: df[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in columns}
+        reward, unscored = self.reward_of(values, options)
         step = (
             df["step"]
             if "step" in df.columns
@@ -79,8 +78,8 @@ class Trl(Preset):
         canonical = {
             "prompt_id": scope + pl.Series(groups.key),
             "rollout_id": scope + pl.Series(np.arange(df.height)).cast(pl.String),
-            "reward": reward,
-            "unscored": unscored,
+            "reward": pl.Series(reward),
+            "unscored": pl.Series(unscored),
             "step": step,
             "batch": scope + pl.Series(np.where(groups.evaluation, "eval", "train")),
         }
@@ -111,6 +110,16 @@ class Trl(Preset):
             (f"--method gdpo --reward-columns {named} (TRL's normalize_then_sum)", "gdpo",
              {"reward_columns": named, "reward_weights": weighted}),
         ]  # fmt: skip
+
+    def reward_of(
+        self, columns: dict[str, np.ndarray], options: PresetOptions
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """TRL's reward: ``nansum(w_k * r_k)``; unscorable (every ``r_k`` NaN) where every
+        reward function returned None."""
+        weights = options.reward_weights
+        stack = np.stack([x * weights.get(name, 1.0) for name, x in columns.items()])
+        unscored = np.asarray(np.isnan(stack).all(axis=0), dtype=bool)
+        return np.where(unscored, 0.0, np.nansum(stack, axis=0)), unscored
 
     def leaves_out(self, options: PresetOptions) -> bool:
         return options.group_size is None or options.reward_columns is None
@@ -189,19 +198,18 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
     return found
 
 
-class Blocks:
+class Blocks(NamedTuple):
     """TRL's groups in one file: a key per row, the rows of a cut group, evaluation rows."""
 
-    def __init__(self, key: np.ndarray, cut: np.ndarray, evaluation: np.ndarray):
-        self.key, self.cut, self.evaluation = key, cut, evaluation
+    key: np.ndarray
+    cut: np.ndarray
+    evaluation: np.ndarray
 
 
 def prompt_runs(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: its run of equal prompt text, its place in the run; and each run's length."""
+    """Per row (at least one): its run of equal prompt text, its place in the run; and each
+    run's length."""
     n = len(prompt)
-    if not n:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
     starts = np.r_[True, prompt[1:] != prompt[:-1]]
     run = np.cumsum(starts) - 1
     first = np.flatnonzero(starts)

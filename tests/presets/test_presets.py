@@ -194,8 +194,9 @@ def test_a_framework_dump_without_from_says_which_preset_reads_it(tmp_path):
     v1 = fw.verl_v1(tmp_path / "v1", RS) / "1.jsonl"
     proc = run("annotate", str(v1), "--method", "grpo", "-o", str(tmp_path / "v.parquet"))
     text = proc.stderr.decode()
-    assert proc.returncode == 2  # uid and score fit advcli's aliases, but uid is no group key
-    assert "Hint: read it with --from verl" in text and text.count("\n") == 1
+    assert proc.returncode == 1  # uid and score fit advcli's aliases, but uid is no group key
+    assert "Hint: it looks like verl's rollout dump: read it with --from verl" in text
+    assert text.count("\n") == 1
     proc = run("annotate", str(v1), "--method", "grpo", "--col", "reward=score",
                "-o", str(tmp_path / "v.parquet"))  # fmt: skip
     assert proc.returncode == 0  # named columns: read as advcli's own schema, with warnings

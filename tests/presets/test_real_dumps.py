@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -131,8 +132,8 @@ def test_trl_empty_file_in_a_folder_is_skipped(tmp_path: Path) -> None:
 def test_trl_dump_without_from_is_refused(tmp_path: Path) -> None:
     proc = run("annotate", str(TRL / "default" / "completions"), "--method", "grpo",
                "--out", str(tmp_path / "o.parquet"))  # fmt: skip
-    assert proc.returncode == 2
-    assert "--from trl" in proc.stderr
+    assert proc.returncode == 1
+    assert "Hint: it looks like TRL's rollout dump: read it with --from trl" in proc.stderr
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -205,3 +206,43 @@ def test_prime_rl_all_traces_hold_nothing_to_check() -> None:
     assert proc.returncode == 1 and "no advantages of prime-rl's own to check" in proc.stderr
     ok = run("check", str(REAL / "prime-rl" / "default"), "--from", "prime-rl", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"]
+
+
+def _edited_copy(tmp_path: Path, edit) -> Path:
+    """TRL's default dump with each file's table edited (a user's own column, a dropped one)."""
+    folder = tmp_path / "completions"
+    folder.mkdir()
+    for path in sorted((TRL / "default" / "completions").glob("*.parquet")):
+        pq.write_table(edit(pq.read_table(path)), folder / path.name)
+    return folder
+
+
+def test_trl_without_logged_advantages_needs_the_group_size(tmp_path: Path) -> None:
+    """TRL's distillation trainer logs no advantages: nothing tells num_generations."""
+    folder = _edited_copy(tmp_path, lambda t: t.drop_columns(["advantage"]))
+    out = str(tmp_path / "o.parquet")
+    proc = run("annotate", str(folder), "--from", "trl", "--method", "grpo", "--out", out)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "holds no logged advantages to tell. Hint: give TRL's num_generations with " in (
+        proc.stderr
+    )
+    given = run("annotate", str(folder), "--from", "trl", "--method", "grpo", "--group-size",
+                "4", "--out", out, "--force")  # fmt: skip
+    assert given.returncode == 0, given.stderr
+
+
+def test_trl_reward_columns_the_advantages_cannot_tell_apart_are_asked_for(tmp_path: Path) -> None:
+    """A float log_extra column constant within each group changes no group-normalised
+    advantage: it may or may not be a reward function, so the user names them."""
+
+    def add_difficulty(t):
+        at = t.schema.get_field_index("advantage")
+        group = np.arange(t.num_rows) // 4
+        return t.add_column(at, "difficulty", pa.array((group % 3) / 2.0))
+
+    folder = _edited_copy(tmp_path, add_difficulty)
+    proc = run("annotate", str(folder), "--from", "trl", "--method", "grpo",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "fit more than one set of reward columns" in proc.stderr
+    assert "Hint: name the reward functions' columns with --reward-columns" in proc.stderr
