@@ -109,13 +109,14 @@ class Log:
 
     def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
         """A clear error when the log has no column for a role in ``needs``, or looks like a
-        framework's dump that advcli's own column names would misread (unless ``--col`` named
-        its columns)."""
+        framework's dump whose group key advcli would take from another column than
+        ``prompt_id`` (an alias: verl's ``uid``, TRL's ``prompt``) or not find, unless ``--col``
+        named its columns."""
         hint = None
         if self.looks_like is not None:
             p = self.looks_like
             hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
-            if not self.mapped:
+            if not self.mapped and self.roles["prompt_id"] != "prompt_id":
                 msg = (
                     f"{self.files}: advcli's own column names would misread its groups, "
                     f"rewards and tokens. Hint: {hint} (or name its columns with --col to read "

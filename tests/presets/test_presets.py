@@ -197,6 +197,11 @@ def test_a_framework_dump_without_from_says_which_preset_reads_it(tmp_path):
     assert proc.returncode == 1  # uid and score fit advcli's aliases, but uid is no group key
     assert "Hint: it looks like verl's rollout dump: read it with --from verl" in text
     assert text.count("\n") == 1
+    own = fw.write_lines(tmp_path / "own.jsonl", [  # advcli's own schema, OpenRLHF's fields
+        {"prompt_id": "p", "input": "q", "output": "a", "reward": float(i % 2)} for i in range(4)
+    ])  # fmt: skip
+    proc = run("annotate", str(own), "--method", "grpo", "-o", str(tmp_path / "own.parquet"))
+    assert proc.returncode == 0 and "looks like OpenRLHF's rollout dump" in proc.stderr.decode()
     proc = run("annotate", str(v1), "--method", "grpo", "--col", "reward=score",
                "-o", str(tmp_path / "v.parquet"))  # fmt: skip
     assert proc.returncode == 0  # named columns: read as advcli's own schema, with warnings
