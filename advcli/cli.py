@@ -286,6 +286,9 @@ _PRESET_OPTIONS = [
              "advantages; no safe guess otherwise)."),
     _keyword("reward_key", Optional[str], (),  # noqa: UP045
              "slime, miles: the reward to take from a dict reward."),
+    _keyword("merge_repeated_prompts", Optional[bool], ("--merge-repeated-prompts",),  # noqa: UP045
+             "verl legacy: score the rows of a step that share a prompt text as one group "
+             "(verl scored each dataset row apart; its legacy dump has no uid to tell them)."),
 ]  # fmt: skip
 
 
@@ -314,6 +317,7 @@ def _presets(values: dict[str, Any], methods: bool) -> dict[str, Any]:
         reward_weights=weights,
         group_size=values["group_size"],
         reward_key=values["reward_key"],
+        merge_repeated_prompts=bool(values["merge_repeated_prompts"]),
     )
     return {"preset": preset, "preset_options": options}
 

@@ -40,6 +40,8 @@ class PresetOptions:
     reward_weights: dict[str, float] = field(default_factory=dict)  # trl: their weights
     group_size: int | None = None  # trl: rollouts per prompt (num_generations)
     reward_key: str | None = None  # slime: the reward of a dict reward
+    merge_repeated_prompts: bool = False  # verl legacy: a step's rows of one prompt text are
+    # one group, even where they are several of verl's
 
 
 @dataclass
@@ -133,6 +135,11 @@ class Preset(ABC):
     def group_sizes(self, log: Any) -> list[int]:
         """Group sizes to try when the dump does not say (:meth:`leaves_out`)."""
         return []
+
+    def repeats(self, previous: pa.Table, table: pa.Table) -> bool:
+        """Whether ``table`` is the rows of the file before it logged again (TRL logs one
+        generation at every optimizer step it serves)."""
+        return False
 
     def matches(self, names: set[str]) -> bool:
         """Whether a table with these columns looks like this framework's dump."""
@@ -308,6 +315,11 @@ def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
         raise DataError(msg) from None
 
 
+def _listed(paths: list[str]) -> str:
+    """The first three paths, and "..." for more."""
+    return f"{', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
+
+
 class PresetSource(LogSource):
     """A framework's dump files, each converted once by ``preset`` into an Arrow file in a
     temporary folder; the passes read those."""
@@ -322,8 +334,10 @@ class PresetSource(LogSource):
         lines: list[np.ndarray | None] = []
         counts: list[int] = []
         self.warnings: list[str] = []
-        empty = []
-        kept = []
+        empty: list[str] = []
+        repeated: list[str] = []
+        kept: list[str] = []
+        previous = None
         for i, path in enumerate(files):
             converted = _convert(preset, path, options)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
@@ -331,6 +345,10 @@ class PresetSource(LogSource):
             if not converted.table.num_rows:  # TRL writes one when no step ran
                 empty.append(path)
                 continue
+            if previous is not None and preset.repeats(previous, converted.table):
+                repeated.append(path)
+                continue
+            previous = converted.table
             kept.append(path)
             part = Path(self._folder.name) / f"{i:06d}.arrow"
             with (
@@ -344,8 +362,12 @@ class PresetSource(LogSource):
             counts.append(converted.table.num_rows)
         if empty and kept:
             self.warnings.append(
-                f"skipped {len(empty)} empty file{'s' if len(empty) > 1 else ''} "
-                f"({', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''})"
+                f"skipped {len(empty)} empty file{'s' if len(empty) > 1 else ''} ({_listed(empty)})"
+            )
+        if repeated:
+            self.warnings.append(
+                f"skipped {_listed(repeated)}: the rows of the file before, logged again "
+                f"({preset.framework} logs a generation at every step it serves)"
             )
         if not sum(counts):
             msg = f"{', '.join(files)}: the input has no rows. Hint: check the files"

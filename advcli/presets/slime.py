@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from advcli.errors import DataError, UsageError, where
 from advcli.io.arrow import list_array
@@ -49,7 +50,17 @@ class Slime(Preset):
         samples: list[dict[str, Any]] = dump["samples"]
         if not samples:
             raise DataError(f"{path}: the input has no rows. Hint: check the file")
-        return Converted(samples_table(path, samples, options))
+        table = samples_table(path, samples, options)
+        rollouts = len(set(table.column("rollout_id").to_pylist()))
+        if table.num_rows == rollouts:
+            return Converted(table)
+        warning = (
+            f"{path}: {table.num_rows} samples for {rollouts} rollouts (segments): slime "
+            "groups rewards by position only where a file holds n_samples_per_prompt x "
+            "rollout_batch_size samples, else it normalises the whole file as one group of "
+            "samples; so does advcli here, each sample a rollout"
+        )
+        return Converted(one_group(table), warnings=[warning])
 
 
 class Miles(Slime):
@@ -125,6 +136,25 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
     for name in sorted({k for s in samples for k in s} - set(OWN)):
         columns.setdefault(name, passthrough([s.get(name) for s in samples]))
     return pa.table(columns)
+
+
+def one_group(table: pa.Table) -> pa.Table:
+    """The file as slime's reward normalisation sees a file of segmented rollouts: one group
+    (keyed by its first group index), each sample a rollout of its own; the rollout it is a
+    segment of kept as ``slime_rollout_id``."""
+    n = table.num_rows
+    first = pc.min(table.column("prompt_id")).as_py()
+    index, rank = table.column("index").to_pylist(), table.column("segment_index").to_pylist()
+    samples = pa.array([f"sample {i}.{k}" for i, k in zip(index, rank, strict=True)])
+    ids = {
+        "prompt_id": pa.array(np.full(n, first, dtype=np.int64)),
+        "rollout_id": samples,
+        "segment_index": pa.array(np.zeros(n, dtype=np.int64)),
+    }
+    table = table.append_column("slime_rollout_id", table.column("rollout_id"))
+    for name, column in ids.items():
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    return table
 
 
 def _holds_struct(t: pa.DataType) -> bool:

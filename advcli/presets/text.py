@@ -80,8 +80,15 @@ class Areal(Preset):
             "rollout_id": task + "-" + df["sample_idx"].cast(pl.String),
             "reward": number(df, "reward", path, lines),
         }
-        return Converted(_table(df, canonical).to_arrow(), lines)
+        return Converted(_table(df, canonical).to_arrow(), lines, [AREAL_TRAINS])
 
+
+AREAL_TRAINS = (
+    "AReaL's dump holds rewards, not the advantages it trained on: its actor also scales the "
+    "rewards (reward_scaling, reward_bias, reward_clip) before the group norm and whitens the "
+    "advantages over the batch's tokens (adv_norm), settings of its config; advcli's areal "
+    "convention is the group norm alone (AReaL's reward_norm, to eps / reward_scaling)"
+)
 
 STEP = r"global_step_(\d+)"  # SkyRL's folder of a step's evaluation
 

@@ -24,6 +24,9 @@ What TRL 1.16 does, and so this preset (``trl/trainer/grpo_trainer.py``):
   that are not whole groups) are groups of their own and a batch of their own.
 - The batch (``scale_rewards="batch"``, ``normalize_then_sum``) is one step's generation
   batch: the ``batch`` column is the step.
+- One generation serves ``steps_per_generation`` micro-batches; with gradient accumulation it
+  spans several optimizer steps, and TRL logs the same rows at each: a file that repeats the
+  one before is skipped (a warning names it).
 """
 
 from __future__ import annotations
@@ -130,6 +133,15 @@ class Trl(Preset):
         keys = log.source.columns([log.roles.column("prompt_id")]).column(0)
         runs = np.unique(pc.value_counts(keys).field("counts").to_numpy())
         return [g for g in range(2, int(runs.max(initial=1)) + 1) if (runs % g == 0).any()]
+
+    def repeats(self, previous: pa.Table, table: pa.Table) -> bool:
+        """One generation serves ``steps_per_generation`` micro-batches: with gradient
+        accumulation TRL logs its rows again at each optimizer step it spans, as a new step."""
+        names = table.column_names
+        scoped = [n for n in ("step", "prompt_id", "rollout_id", "batch") if n in names]
+        if previous.schema != table.schema or previous.num_rows != table.num_rows:
+            return False
+        return previous.drop_columns(scoped).equals(table.drop_columns(scoped))
 
     def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
         if options.reward_columns:

@@ -7,7 +7,9 @@ One line per rollout: ``input`` and ``output`` (decoded text), ``gts``, ``score`
   uuid, the rollout ``{uuid}_{session}``, and the output number a segment of it (an agent loop
   that compacts its context writes several outputs, each with the final reward);
 - the legacy trainer writes no uid: a group is the rows of one step with the same ``input``
-  text (two dataset rows with the same prompt text then merge: a warning says so).
+  text. Two dataset rows with the same prompt text would merge (verl scored them apart, and
+  ``balance_batch`` scatters their rows): a text with a multiple of the common row count is
+  refused unless ``--merge-repeated-prompts`` says to merge.
 
 The legacy writer turns some numbers into text ("0.5") and writes NaN bare: both are read.
 """
@@ -47,6 +49,31 @@ def numbers_from_text(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(**out) if out else df
 
 
+def refuse_repeated_prompts(path: str, lines: np.ndarray, prompt: pl.Series) -> None:
+    """Refuse a legacy dump where a step's prompt text has a multiple of the common number of
+    rows (rollout.n): two dataset rows with one text, which verl scored as two groups and its
+    dump, without a uid and with rows reordered (balance_batch), cannot tell apart."""
+    counts = prompt.value_counts()
+    sizes = counts["count"].to_numpy()
+    values, times = np.unique(sizes, return_counts=True)
+    common = int(values[np.argmax(times)])
+    merged = np.flatnonzero((sizes >= 2 * common) & (sizes % common == 0))
+    if not len(merged):
+        return
+    text = counts[prompt.name][int(merged[0])]
+    row = int(np.flatnonzero((prompt == text).to_numpy())[0])
+    step, _, shown = text.partition(":")
+    shown = shown if len(shown) <= 60 else "..." + shown[-57:]  # the question ends it
+    msg = (
+        f"{where(path, int(lines[row]), 'input', line=True)}: {int(sizes[merged[0]])} rows of "
+        f"step {step} share the prompt {shown!r}, where the others have {common}: several dataset "
+        "rows with one text, which verl scored as separate groups and its legacy dump (no uid) "
+        "cannot tell apart. Hint: pass --merge-repeated-prompts to score them as one group "
+        "(not verl's numbers), or dump with verl's V1 trainer, which writes the uid"
+    )
+    raise DataError(msg)
+
+
 class Verl(Preset):
     name = "verl"
     framework = "verl"
@@ -65,7 +92,6 @@ class Verl(Preset):
             if "step" in df.columns
             else pl.Series([step_of(path, r"(\d+)\.jsonl")] * df.height)
         )
-        warnings = []
         if "uid" in df.columns:
             parts = df["uid"].cast(pl.String).str.extract_groups(UID)
             bad = parts.struct.field("1").is_null().to_numpy()
@@ -85,16 +111,12 @@ class Verl(Preset):
         else:
             need(path, set(df.columns), ["input"], self.framework)
             scope = step.cast(pl.String) + ":"
-            ids = {
-                "prompt_id": scope + df["input"].cast(pl.String),
-                "rollout_id": scope + pl.Series(lines).cast(pl.String),
-            }
-            warnings.append(
-                "verl's legacy dump has no uid: a group is the rows of a step with the same "
-                "prompt text, so two dataset rows with the same text count as one group"
-            )
+            prompt = scope + df["input"].cast(pl.String)
+            if not options.merge_repeated_prompts:
+                refuse_repeated_prompts(path, lines, prompt)
+            ids = {"prompt_id": prompt, "rollout_id": scope + pl.Series(lines).cast(pl.String)}
         canonical = {**ids, "reward": number(df, "score", path, lines), "step": step}
         table = df.drop([c for c in canonical if c in df.columns]).with_columns(
             **{k: v.alias(k) for k, v in canonical.items()}
         )
-        return Converted(table.to_arrow(), lines, warnings)
+        return Converted(table.to_arrow(), lines)

@@ -125,7 +125,6 @@ def test_verl_legacy_groups_by_prompt_text_within_a_step(tmp_path):
     proc = run("audit", str(dump), "--from", "verl", "--json")
     report = json.loads(proc.stdout)
     assert report["groups"] == 6 and report["group_sizes"] == {"4": 6}  # texts repeat per step
-    assert any("no uid" in w for w in report["warnings"])
     rows = annotated(dump, tmp_path / "o.parquet", "--from", "verl", "--method", "grpo")
     by_key = {KEYS["verl"](r): r for r in rows}
     assert by_key[(1, 1, 0)]["prompt_id"].startswith("1:user\nQuestion 1")
@@ -217,14 +216,14 @@ def test_a_file_that_does_not_fit_the_preset_names_the_missing_field(tmp_path):
 
 
 def test_warnings_go_in_the_json_only_with_json(tmp_path):
-    dump = fw.verl_legacy(tmp_path / "dump", RS)
+    dump = fw.areal(tmp_path / "dump", RS)
     out = tmp_path / "o.parquet"
-    proc = run("annotate", str(dump), "--from", "verl", "--method", "grpo", "-o", str(out),
+    proc = run("annotate", str(dump), "--from", "areal", "--method", "grpo", "-o", str(out),
                "--json", "-q")  # fmt: skip
-    assert proc.stderr == b"" and any("no uid" in w for w in json.loads(proc.stdout)["warnings"])
-    proc = run("annotate", str(dump), "--from", "verl", "--method", "grpo", "-o", str(out),
+    assert proc.stderr == b"" and any("adv_norm" in w for w in json.loads(proc.stdout)["warnings"])
+    proc = run("annotate", str(dump), "--from", "areal", "--method", "grpo", "-o", str(out),
                "--force", "-q")  # fmt: skip
-    assert proc.stderr.decode().startswith("advcli: warning: verl's legacy dump has no uid")
+    assert proc.stderr.decode().startswith("advcli: warning: AReaL's dump holds rewards")
 
 
 def test_preset_options_need_from(tmp_path):
@@ -302,7 +301,9 @@ def test_verl_v1_outputs_of_one_session_are_segments_of_one_rollout(tmp_path):
     assert pair[0]["advantage"] == pair[1]["advantage"] and pair[0]["group_size"] == 4
 
 
-def test_slime_samples_sharing_a_rollout_id_are_its_segments(tmp_path):
+def test_slime_file_of_segmented_rollouts_is_one_group_of_samples(tmp_path):
+    """slime reshapes rewards into groups only where a file holds n_samples_per_prompt x
+    rollout_batch_size samples; with segments it normalises the file as one group."""
     dump = fw.slime(tmp_path / "dump", [r for r in RS if r.step == 1])
     path = dump / "rollout_data" / "1.pt"
     from advcli.presets import torch_file
@@ -314,8 +315,12 @@ def test_slime_samples_sharing_a_rollout_id_are_its_segments(tmp_path):
     fw.torch_save(data, path)
     rows = annotated(dump, tmp_path / "o.parquet", "--from", "slime", "--reward-key", "acc",
                      "--method", "grpo")  # fmt: skip
-    pair = [r for r in rows if r["rollout_id"] == "rollout 77"]
-    assert [r["segment_index"] for r in pair] == [0, 1] and pair[0]["group_size"] == 3
+    pair = [r for r in rows if r["slime_rollout_id"] == "rollout 77"]
+    assert len(pair) == 2 and {r["segment_index"] for r in pair} == {0}
+    assert {r["group_size"] for r in rows} == {len(rows)}
+    rewards = np.array([r["reward"] for r in rows])
+    expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)  # slime's, by hand
+    assert np.abs(np.array([r["advantage"] for r in rows]) - expected).max() < 1e-6
 
 
 def test_nemo_rl_validation_lines_group_by_the_first_user_message(tmp_path):

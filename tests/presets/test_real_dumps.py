@@ -183,21 +183,81 @@ def test_nemo_rl_check_names_the_setting_that_reproduces() -> None:
     assert "Hint: --baseline group --scale group" in proc.stderr.splitlines()[-1]
 
 
-@pytest.mark.parametrize("case", ["default", "mixed_compaction", "multi_turn", "dict_reward"])
-def test_slime_real_dumps_are_written(tmp_path: Path, case: str) -> None:
-    """slime's own Sample and save_debug_rollout_data wrote them (``{}`` fields included)."""
+def _last_token(values: list) -> np.ndarray:
+    """A row's advantage: the value itself, or the last token's of a per-token list."""
+    return np.array([v[-1] if isinstance(v, list) else v for v in values], dtype=float)
+
+
+@pytest.mark.parametrize(
+    "case", ["default", "mixed_compaction", "multi_turn", "dict_reward", "truncated"]
+)
+def test_slime_gives_slimes_own_advantages(tmp_path: Path, case: str) -> None:
+    """slime's own Sample and save_debug_rollout_data wrote them (``{}`` fields included); its
+    _post_process_rewards gave truth.json's advantages. A file of segmented rollouts
+    (compaction) slime normalises as one group of samples."""
     out = tmp_path / "out.parquet"
     proc = run("annotate", str(REAL / "slime" / case), "--from", "slime", "--reward-key",
                "score", "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["convention"] == "slime"
-    assert pq.read_table(out).num_rows > 0
+    summary = json.loads(proc.stdout)
+    assert summary["convention"] == "slime"
+    truth = json.loads((REAL / "slime" / case / "truth.json").read_text())["rows"]
+    ours = _last_token(pq.read_table(out).column("advantage").to_pylist())
+    assert len(ours) == len(truth)
+    assert np.abs(ours - [t["advantage"] for t in truth]).max() <= 1e-6
+    one_group = [w for w in summary["warnings"] if "as one group of samples" in w]
+    assert bool(one_group) == (case == "mixed_compaction")
 
 
-def test_areal_is_found_from_its_fileroot() -> None:
+def test_roll_gives_rolls_own_grpo_advantages(tmp_path: Path) -> None:
+    """ROLL's dump_rollout_to_specific_path wrote the files; its GRPO the truth
+    (tools/dumps/roll.py)."""
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(REAL / "roll" / "default"), "--from", "roll", "--method", "grpo",
+               "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads((REAL / "roll" / "default" / "truth.json").read_text())["rows"]
+    ours = pq.read_table(out).column("advantage").to_numpy()
+    assert np.abs(ours - [t["grpo_advantage"] for t in truth]).max() <= 1e-6
+
+
+def test_verl_legacy_repeated_prompt_text_is_refused(tmp_path: Path) -> None:
+    """Two dataset rows with one prompt text: verl scored two groups of 4, the legacy dump
+    (no uid, rows balanced) cannot tell them apart."""
+    folder = str(REAL / "verl" / "legacy_repeated_prompt" / "rollout")
+    out = str(tmp_path / "out.jsonl")
+    proc = run("annotate", folder, "--from", "verl", "--method", "grpo", "--out", out)
+    assert proc.returncode == 1
+    assert "1.jsonl: line 1, column 'input': 8 rows of step 1 share the prompt" in proc.stderr
+    assert "Hint: pass --merge-repeated-prompts" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    merged = run("audit", folder, "--from", "verl", "--merge-repeated-prompts", "--json")
+    assert merged.returncode == 0 and json.loads(merged.stdout)["groups"] == 7
+
+
+def test_trl_a_generation_logged_at_two_steps_is_read_once(tmp_path: Path) -> None:
+    """gradient_accumulation_steps=2: completions_00002 repeats completions_00001's rows."""
+    summary, out = annotate(tmp_path, TRL / "grad_accum")
+    assert summary["rows"] == 48 and pq.read_table(out).num_rows == 48
+    assert any("completions_00002.parquet: the rows of the file before" in w
+               for w in summary["warnings"])  # fmt: skip
+
+
+def test_areal_is_found_from_its_fileroot(tmp_path: Path) -> None:
+    """AReaL's own workflow wrote the files; its actor's reward_norm (the group step, on
+    rewards it scaled by 10) is matched to eps / reward_scaling, and the batch step it then
+    runs from its config is said not to be."""
     proc = run("audit", str(REAL / "areal" / "default"), "--from", "areal", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["groups"] == 6
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(REAL / "areal" / "default"), "--from", "areal", "--method",
+               "grpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert any("adv_norm" in w for w in json.loads(proc.stdout)["warnings"])
+    truth = json.loads((REAL / "areal" / "default" / "truth.json").read_text())["rows"]
+    ours = pq.read_table(out).column("advantage").to_numpy()
+    assert np.abs(ours - [t["reward_norm"] for t in truth]).max() <= 5e-4
 
 
 def test_prime_rl_all_traces_hold_nothing_to_check() -> None:
