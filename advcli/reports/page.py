@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -48,9 +49,11 @@ def render(payload: dict[str, Any], title: str) -> str:
         "DATA": _script_json({**payload, "charts": charts, "title": title}),
         "APP": (here / "page.js").read_text(encoding="utf-8"),
     }
-    for key, value in parts.items():
-        page = page.replace(f"@@{key}@@", value)
-    return page
+    # one pass over the template: what a value holds ("@@APP@@" in a prompt) is never a slot
+    return SLOT.sub(lambda slot: parts[slot.group(1)], page)
+
+
+SLOT = re.compile(r"@@([A-Z]+)@@")
 
 
 def figures(payload: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +148,7 @@ def _html(text: str) -> str:
 
 
 def _script_json(obj: Any) -> str:
-    """JSON that is safe inside a <script> element (no ``</``, no HTML comment openers)."""
+    """JSON for a ``<script type="application/json">`` element: ``<``, ``>`` and ``&`` as
+    ``\\u`` escapes, so no text in it can close the element or open a comment."""
     text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -14,11 +14,11 @@ TYPES = {"u4": np.uint32, "f8": np.float64}
 
 
 def page_data(path: str | Path) -> dict[str, Any]:
-    """The ``DATA`` object of a report page (one line of JSON in its script)."""
+    """The ``DATA`` object of a report page (the JSON of its ``report-data`` element)."""
     html = Path(path).read_text(encoding="utf-8")
-    found = re.search(r"^const DATA = (.*);$", html, flags=re.MULTILINE)
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html)
     assert found is not None, "no DATA in the page"
-    return json.loads(found.group(1).replace("<\\/", "</"))
+    return json.loads(found.group(1))
 
 
 def tokens(view: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -9,7 +9,7 @@ import math
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SAMPLE, run
+from tests.conftest import SAMPLE, run, write_jsonl
 from tools import browser
 
 pytest.importorskip("bokeh")
@@ -17,16 +17,23 @@ pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=str(browse
 
 
 @pytest.fixture(scope="module")
-def page_of_sample(tmp_path_factory):
+def chromium():
+    """One headless Chromium page for the module (Playwright runs one at a time)."""
+    with browser.browser_page() as (page, errors):
+        yield page, errors
+
+
+@pytest.fixture(scope="module")
+def page_of_sample(tmp_path_factory, chromium):
     out = tmp_path_factory.mktemp("report") / "report.html"
     log = str(SAMPLE / "rollouts.parquet")
     proc = run("report", log, "--method", "grpo", "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr.decode()
     audit = json.loads(run("audit", log, "--json").stdout)
-    with browser.browser_page() as (page, errors):
-        page.goto(out.as_uri())
-        page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
-        yield page, errors, audit
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    return page, errors, audit
 
 
 def test_it_draws_offline_without_errors(page_of_sample):
@@ -96,3 +103,32 @@ def test_a_group_opens_and_a_rollout_shows_its_tokens(page_of_sample):
     win = 0.375 / math.sqrt(0.6875 / 4)  # rewards 1, 0, 0.5, 1: grpo's 0.9045 for r20
     assert actions.first.get_attribute("title") == f"token {ids[4]} · action · advantage {win:.4f}"
     assert errors == []
+
+
+HOSTILE = '<img src=x onerror="alert(1)"></script><script>alert(2)</script><!-- @@APP@@ @@DATA@@'
+
+
+def test_names_and_texts_in_the_log_never_run_as_script(tmp_path, chromium):
+    """A file named like a template slot and text columns holding markup and slot names: the
+    page shows them as text, no script runs, nothing breaks."""
+    rows = [
+        {"prompt_id": HOSTILE if i < 2 else "p2", "rollout_id": f"r{i}", "reward": float(i % 2),
+         "input_ids": [1, 2, 3], "action_mask": [0, 1, 1], "response": HOSTILE}
+        for i in range(4)
+    ]  # fmt: skip
+    log = write_jsonl(tmp_path / "@@DATA@@ @@TITLE@@.jsonl", rows)
+    out = tmp_path / "report.html"
+    proc = run("report", log, "--method", "grpo", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    errors.clear()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    assert page.locator("h1").inner_text().endswith("@@DATA@@ @@TITLE@@.jsonl")
+    page.locator("#group-table tbody tr").first.click()
+    page.locator("#rollout-table tbody tr").first.click()
+    assert HOSTILE in page.locator("#token-text").inner_text()
+    assert page.locator("#group-table img, #token-text img, #group-title img").count() == 0
+    assert dialogs == [] and errors == []
