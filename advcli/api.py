@@ -242,7 +242,9 @@ def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: b
     """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
     if fmt not in (None, "parquet"):
         raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
-    check_output_folder(out, files, force=force)
+    from advcli import on_ray  # Ray's side is imported only when used
+
+    check_output_folder(out, files, force=force, listed=on_ray.listed_parts)
 
 
 def annotate_table(

@@ -587,6 +587,16 @@ def score_parts(
     }
 
 
+def listed_parts(folder: Path) -> set[str] | None:
+    """The files a parts folder's manifest names (itself too); None where the folder has no
+    readable parts manifest."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        return {MANIFEST, *(str(r["part"]) for r in manifest["parts"])}
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def verify_parts(location: str) -> dict[str, Any]:
     """``advcli verify`` of a parts folder (local or in object storage): every part the
     manifest lists is there, a plain file with the manifest's sha256 and row count; no other

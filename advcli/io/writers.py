@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -63,6 +64,41 @@ def _refuse_existing(out: str, exists: bool, *, force: bool) -> None:
         raise OutputError(msg)
 
 
+def _refuse_special(path: Path) -> None:
+    """Refuse, ``--force`` or not, an output path that holds something other than a regular
+    file or folder (a FIFO, a device, a socket) or is a symlink: replacing it would lose what
+    it is (``/dev/null`` replaced by a file), and a symlink's target is not what was named."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return
+    if stat.S_ISLNK(mode):
+        what = "a symbolic link"
+    elif stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    else:
+        what = "not a regular file (a FIFO, a device or a socket)"
+    msg = (
+        f"{path}: {what}; advcli replaces only a regular file or a folder it wrote, --force "
+        "or not. Hint: choose another --out"
+    )
+    raise OutputError(msg)
+
+
+def _unlisted(folder: Path, listed: set[str] | None) -> str | None:
+    """The first thing in ``folder`` (hidden files, subfolders and symlinks too) that is not
+    one of ``listed`` (relative paths its manifest names; None: it has no manifest)."""
+    for root, dirs, names in os.walk(folder):
+        for name in sorted(dirs + names):
+            path = Path(root) / name
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink() or listed is None:
+                return rel
+            if name in names and rel not in listed:
+                return rel
+    return None
+
+
 def _same_file(a: str | Path, b: str | Path) -> bool:
     """The same file (a symlink or a hard link counts), or the same resolved path."""
     try:
@@ -97,14 +133,23 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
         if path.is_dir():
             msg = f"{path}: a folder, not a file. Hint: give a file name for --out"
             raise OutputError(msg)
+        _refuse_special(path)
     for path in written:
         _refuse_existing(str(path), path.exists() or path.is_symlink(), force=force)
     _check_writable(target.parent, out)
 
 
-def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
+def check_output_folder(
+    out: str,
+    files: list[str],
+    *,
+    force: bool,
+    listed: Callable[[Path], set[str] | None],
+) -> Path:
     """Refuse an output folder that holds an input, holds the current folder, or exists
-    (unless ``force``); ``files`` are the inputs, expanded."""
+    (unless ``force``); ``files`` are the inputs, expanded. ``--force`` replaces only a folder
+    advcli wrote: ``listed(folder)`` gives the files its manifest names (None: no manifest),
+    and a folder holding anything else is refused, ``--force`` or not."""
     if remote.is_remote(out):
         return _check_remote_folder(out, files, force=force)
     target = Path(out)
@@ -122,11 +167,21 @@ def check_output_folder(out: str, files: list[str], *, force: bool) -> Path:
     if target.resolve() == here or target.resolve() in here.parents:
         msg = f"{out}: the current folder or one above it. Hint: choose a new folder for --out"
         raise OutputError(msg)
+    _refuse_special(target)
     if target.exists() and not target.is_dir():
         msg = f"{out}: a file, not a folder. Hint: give a new folder for --out"
         raise OutputError(msg)
     clean_stale(target)  # a swap a kill interrupted is undone first
-    _refuse_existing(out, target.exists() or target.is_symlink(), force=force)
+    _refuse_existing(out, target.exists(), force=force)
+    if target.is_dir() and any(target.iterdir()):
+        unlisted = _unlisted(target, listed(target))
+        if unlisted is not None:
+            msg = (
+                f"{out}: not an output folder of advcli (it holds {unlisted}, which no advcli "
+                "manifest there lists); --force replaces only a folder advcli wrote. Hint: "
+                "choose another --out, or move the folder away yourself"
+            )
+            raise OutputError(msg)
     _check_writable(target.parent, out)
     return target
 

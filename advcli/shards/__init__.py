@@ -48,6 +48,7 @@ from advcli.shards.manifest import (
     FORMAT,
     MANIFEST,
     build_manifest,
+    listed,
     verify,
     write_manifest,
 )
@@ -147,8 +148,8 @@ def shard(
     if method is not None or convention is not None or param:
         # Checked before reading; without --method only for the error an annotated log gives.
         params = run_params(method or "grpo", presets.convention_for(convention, preset), param)
-    listed = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
-    check_output_folder(out, listed, force=force)
+    files = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
+    check_output_folder(out, files, force=force, listed=listed)
     on_cluster = _on_ray(engine, ray_address, batch_rows)
     inp = open_input(
         paths,

@@ -156,6 +156,19 @@ def _type_name(spec: Any) -> str:
     return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
 
 
+def listed(folder: Path) -> set[str] | None:
+    """The files a shard folder's manifest names (itself and its checksum too); None where
+    the folder has no readable advcli manifest."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        if manifest.get("format") != FORMAT:
+            return None
+        paths = (PurePosixPath(s["path"]).as_posix() for s in manifest["shards"])
+        return {MANIFEST, CHECKSUM, *paths}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def read_manifest(folder: Folder, regen: str) -> dict[str, Any]:
     """The folder's manifest, checked against its checksum and its schema."""
     mpath, sums = folder.path(MANIFEST), folder.path(CHECKSUM)
