@@ -34,6 +34,7 @@ from advcli._malloc import tune_allocator
 from advcli.core.conventions import CONVENTIONS
 from advcli.critic.scorer import CriticOptions
 from advcli.errors import AdvantagesDiffer, AdvcliError, ThresholdExceeded, UsageError
+from advcli.io.interrupts import STOPS, handle_termination, terminated_by
 from advcli.methods import PARAMETERS, REGISTRY
 from advcli.params import Param
 from advcli.presets import PRESETS, PresetOptions
@@ -817,7 +818,8 @@ def main(args: list[str] | None = None) -> None:
         )
     if code == 130:  # typer caught the interrupt itself
         _interrupted()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let the exit finish
+    for stop in (signal.SIGINT, *STOPS):  # the work is done: let the exit finish
+        signal.signal(stop, signal.SIG_IGN)
     if isinstance(code, int) and code:
         sys.exit(code)
 
@@ -829,22 +831,26 @@ def _run(args: list[str] | None) -> Any:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
         # Python's own handler, again after the imports: a native one may have replaced it
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle_termination()
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
     return command().main(args=args, prog_name="advcli", standalone_mode=False)
 
 
 def _interrupted() -> NoReturn:
-    """Ctrl-C: the unwinding has removed the temporaries; say so and leave at once (a normal
-    exit would wait for, or crash in, native threads still writing)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Ctrl-C, SIGTERM or SIGHUP: the unwinding has removed the temporaries; say so and leave
+    at once with 130 or 128 + the signal (a normal exit would wait for, or crash in, native
+    threads still writing)."""
+    signum = terminated_by()
+    for stop in (signal.SIGINT, *STOPS):
+        signal.signal(stop, signal.SIG_IGN)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
-    sys.stderr.write("advcli: interrupted\n")
+    sys.stderr.write("advcli: interrupted\n" if signum is None else "advcli: terminated\n")
     sys.stderr.flush()
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()  # e.g. the folder of a converted framework dump
-    os._exit(130)
+    os._exit(130 if signum is None else 128 + signum)
 
 
 def _value_type(param: Any) -> Any:

@@ -697,6 +697,29 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, command, when):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.parquet"]
 
 
+@pytest.mark.parametrize("command", ["annotate", "shard", "score"])
+@pytest.mark.parametrize(("stop", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(tmp_path, command, stop, code):
+    """A scheduler's stop or a closed terminal: one line, exit 128 + the signal, no temporary
+    left beside the output."""
+    import signal
+
+    log = _big_log(tmp_path)
+    out = tmp_path / ("out.jsonl" if command != "shard" else "sh")
+    if command == "score":
+        pytest.importorskip("onnxruntime")
+        from bench.critic_model import build_critic, make_weights
+
+        build_critic(tmp_path / "c.onnx", make_weights(vocab=1000, dim=8, hidden=8))
+    args = ["--critic", str(tmp_path / "c.onnx")] if command == "score" else ["--method", "grpo"]
+    proc = _start(command, log, *args, "--out", str(out))
+    _when_writing(tmp_path, proc)
+    proc.send_signal(getattr(signal, stop))
+    _, err = proc.communicate()
+    assert (proc.returncode, err) == (code, b"advcli: terminated\n")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".onnx") == ["big.parquet"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="watches /proc")
 @pytest.mark.parametrize("library", ["orjson", "polars", "pyarrow"])
 def test_ctrl_c_while_a_native_module_loads_is_held_until_it_has(tmp_path, library):

@@ -1,4 +1,5 @@
-"""Ctrl-C stays Python's while advcli reads and writes.
+"""Ctrl-C stays Python's while advcli reads and writes; SIGTERM and SIGHUP end a run as
+Ctrl-C does (the unwinding removes the temporaries).
 
 polars before 2.0 installs a native SIGINT handler of its own when a query starts (polars 2
 does it on import, and the command line puts Python's back after the imports). That handler
@@ -14,6 +15,40 @@ import threading
 from collections.abc import Iterator
 
 
+STOPS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end a run as Ctrl-C does (a job scheduler's stop, a closed terminal)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """A run ended by SIGTERM or SIGHUP: unwound as an interrupt, exit 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        _received.append(signum)
+
+
+_received: list[int] = []  # typer turns the interrupt into exit 130: the signal is kept here
+
+
+def terminated_by() -> int | None:
+    """The signal that ended the run (SIGTERM, SIGHUP), or None (none, or Ctrl-C)."""
+    return _received[0] if _received else None
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def handle_termination() -> None:
+    """SIGTERM and SIGHUP raise :class:`Terminated` (main thread), unless the parent ignores
+    them (``nohup`` ignores SIGHUP: it stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOPS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _terminate)
+
+
 def keep_python_interrupt() -> None:
     """Python's SIGINT handler installed again, if it is the one Python has (main thread)."""
     if (
@@ -25,19 +60,20 @@ def keep_python_interrupt() -> None:
 
 @contextlib.contextmanager
 def interrupt_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C back until the block ends, then raise it: for a step that must not stop
-    halfway (a file created and the thread that writes it started)."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    """Hold a Ctrl-C (or SIGTERM, SIGHUP) back until the block ends, then raise it: for a step
+    that must not stop halfway (a file created and the thread that writes it started)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    ours = {signal.SIGINT: signal.default_int_handler, **dict.fromkeys(STOPS, _terminate)}
+    held = {s: h for s, h in ours.items() if signal.getsignal(s) is h}
     caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    for signum in held:
+        signal.signal(signum, lambda got, _frame: caught.append(got))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
     if caught:
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt if caught[0] == signal.SIGINT else Terminated(caught[0])
