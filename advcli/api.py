@@ -54,6 +54,7 @@ from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_ro
 from advcli.io.sources import ParquetSource, Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
+    NONFINITE,
     atomic_path,
     check_output,
     check_output_folder,
@@ -92,6 +93,12 @@ def _paths(inputs: Inputs) -> list[str]:
     return [os.fspath(i) for i in inputs]
 
 
+def check_nonfinite(nonfinite: str) -> None:
+    if nonfinite not in NONFINITE:
+        msg = f"--nonfinite {nonfinite}: expected one of {', '.join(NONFINITE)}"
+        raise UsageError(msg)
+
+
 def input_files(paths: list[str], preset: str | None) -> list[str]:
     """The files ``paths`` name (folders and globs expanded), as the log will read them."""
     return presets.get(preset).files(paths) if preset else expand_inputs(paths)
@@ -106,6 +113,7 @@ def annotate(
     col: list[str] | None = None,
     fmt: str | None = None,
     force: bool = False,
+    nonfinite: str = "error",
     critic: CriticOptions | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
@@ -120,9 +128,11 @@ def annotate(
 
     ``critic`` scores the values (those of the log, if it has any, are then not read: a
     warning says so and the metadata records it); ``preset`` reads the log as that framework
-    wrote it (``--from``). ``engine="ray"`` runs the passes on a Ray cluster, one task per
-    input file (``ray_address``, else ``RAY_ADDRESS``, else a local Ray); ``out`` is then a
-    folder of one Parquet part per input file and a manifest.
+    wrote it (``--from``). ``nonfinite="null"`` writes a NaN or infinity of a JSONL output as
+    null (counted: ``nonfinite_nulls``) instead of refusing it. ``engine="ray"`` runs the
+    passes on a Ray cluster, one task per input file (``ray_address``, else ``RAY_ADDRESS``,
+    else a local Ray); ``out`` is then a folder of one Parquet part per input file and a
+    manifest.
     """
     started = time.perf_counter()
     out = os.fspath(out)
@@ -139,6 +149,7 @@ def annotate(
                                 address=ray_address, stage=stage, progress=progress,
                                 batch_rows=batch_rows, started=started)  # fmt: skip
     fmt = output_format(out, fmt)
+    check_nonfinite(nonfinite)
     check_output(out, input_files(paths, preset), force=force)
     log = open_log(paths, col, preset=preset, options=preset_options)
     scorer = _critic_scorer(log, critic, CriticScorer)
@@ -147,10 +158,13 @@ def annotate(
     summary = Summary()
     with stage("annotating"):
         batches = summary.counted(run.annotated())
-        rows, tokens, _ = write_batches(
-            out, fmt, run.metadata(), batches, force=force, progress=progress
-        )
-    result = summary.as_dict(run, rows, tokens)
+        written = write_batches(
+            out, fmt, run.metadata(), batches, force=force, progress=progress,
+            nonfinite=nonfinite,
+        )  # fmt: skip
+    result = summary.as_dict(run, written.rows, written.tokens)
+    if written.nulled:
+        result["nonfinite_nulls"] = written.nulled
     result.update(
         output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
     )
@@ -438,6 +452,7 @@ def score(
     col: list[str] | None = None,
     fmt: str | None = None,
     force: bool = False,
+    nonfinite: str = "error",
     engine: str = "local",
     ray_address: str | None = None,
     progress: Progress | None = None,
@@ -456,6 +471,7 @@ def score(
                              address=ray_address, progress=progress, batch_rows=batch_rows,
                              started=started)  # fmt: skip
     fmt = output_format(out, fmt)
+    check_nonfinite(nonfinite)
     check_output(out, input_files(paths, None), force=force)
     log = open_log(paths, col)
     source, roles = log.source, log.roles
@@ -463,8 +479,12 @@ def score(
     scorer = CriticScorer(opts, source.sources, roles)
     batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
     metadata = _score_metadata(scorer.metadata, source.sources.files)
-    rows, tokens, _ = write_batches(out, fmt, metadata, batches, force=force, progress=progress)
+    written = write_batches(
+        out, fmt, metadata, batches, force=force, progress=progress, nonfinite=nonfinite
+    )
+    rows, tokens = written.rows, written.tokens
     return {
+        **({"nonfinite_nulls": written.nulled} if written.nulled else {}),
         "rows": rows,
         "tokens": tokens,
         "provider": scorer.critic.provider,

@@ -62,6 +62,10 @@ Format = Annotated[
     typer.Option("--format", help="parquet or jsonl (default: from --out)."),
 ]
 Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
+Nonfinite = Annotated[
+    str,
+    typer.Option(help="A NaN or infinity bound for a JSONL output: error, or null (counted)."),
+]
 _RAY = "Beyond one machine (Ray)"
 Engine = Annotated[
     str,
@@ -378,6 +382,7 @@ def annotate(
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
+    nonfinite: Nonfinite = "error",
     quiet: Quiet = False,
     as_json: Json = False,
     critic: CriticPath = None,
@@ -409,6 +414,7 @@ def annotate(
             col=col,
             fmt=fmt,
             force=force,
+            nonfinite=nonfinite,
             stage=activity.stage,
             progress=activity.progress,
             critic=opts,
@@ -489,6 +495,7 @@ def score(
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
+    nonfinite: Nonfinite = "error",
     engine: Engine = "local",
     ray_address: RayAddress = None,
     quiet: Quiet = False,
@@ -502,8 +509,8 @@ def score(
     assert opts is not None
     with render.Activity(quiet) as activity, activity.stage("scoring"):
         result = api.score(
-            inputs, out, opts, col=col, fmt=fmt, force=force, engine=engine,
-            ray_address=ray_address, progress=activity.progress,
+            inputs, out, opts, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
+            engine=engine, ray_address=ray_address, progress=activity.progress,
         )  # fmt: skip
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
 

@@ -34,6 +34,7 @@ from advcli.core.audit import AuditReport
 from advcli.core.audit import audit as audit_groups
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
+    AdvcliError,
     DataError,
     OutputError,
     RowError,
@@ -189,20 +190,21 @@ def written_by_advcli(files: list[str]) -> bool:
 
 
 def first_fields(inputs: list[str]) -> set[str]:
-    """The fields of the first input's first row (Python's json: it reads bare NaN)."""
-    files = expand_inputs(inputs)
-    if not files or files[0] == STDIN:
-        return set()
-    if is_parquet(files[0]):
-        return set(pq.read_schema(files[0]).names)
-    with jsonl.open_stream(files[0]) as fh:
-        for line in fh:
-            if line.strip():
-                try:
+    """The fields of the first input's first row (Python's json: it reads bare NaN); none
+    where the file cannot be read (its own error is the one to report)."""
+    try:
+        files = expand_inputs(inputs)
+        if not files or files[0] == STDIN:
+            return set()
+        if is_parquet(files[0]):
+            return set(pq.read_schema(files[0]).names)
+        with jsonl.open_stream(files[0]) as fh:
+            for line in fh:
+                if line.strip():
                     obj = json.loads(line)
-                except ValueError:
-                    return set()
-                return set(obj) if isinstance(obj, dict) else set()
+                    return set(obj) if isinstance(obj, dict) else set()
+    except (OSError, ValueError, RecursionError, pa.ArrowException, AdvcliError):
+        return set()
     return set()
 
 

@@ -413,7 +413,9 @@ def _write_part(
 ) -> tuple[int, int, str]:
     """One part at ``dest`` (a path, or an object): its rows, tokens and sha256. A retried task
     writes it again."""
-    rows, tokens, sha = write_batches(dest, "parquet", metadata, batches, force=True, digest=True)
+    rows, tokens, sha, _ = write_batches(
+        dest, "parquet", metadata, batches, force=True, digest=True
+    )
     assert sha is not None
     return rows, tokens, sha
 

@@ -14,7 +14,6 @@ import signal
 import threading
 from collections.abc import Iterator
 
-
 STOPS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run as Ctrl-C does (a job scheduler's stop, a closed terminal)."""
 

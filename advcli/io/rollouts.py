@@ -524,12 +524,24 @@ def needs_ids(roles: Roles) -> bool:
 
 
 def _check_ids(check: _Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
-    """Token ids are vocabulary indices: none negative."""
-    if len(ids) and pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
-        token = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
-        row = int(np.searchsorted(offsets, token, side="right")) - 1
-        problem = f"token id {ids[token].as_py()} is negative"
-        check.fail(row, column, problem, "token ids are vocabulary indices, 0 or more")
+    """Token ids are vocabulary indices: none null, none negative, none beyond int64 (what a
+    critic takes)."""
+    if not len(ids):
+        return
+    bad = None
+    if ids.null_count:
+        bad = _first(ids.is_null().to_numpy(zero_copy_only=False))
+        problem = "token id null"
+    elif pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
+        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
+        problem = f"token id {ids[bad].as_py()} is negative"
+    elif pa.types.is_uint64(ids.type) and pc.max(ids).as_py() > np.iinfo(np.int64).max:
+        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) > np.iinfo(np.int64).max)
+        problem = f"token id {ids[bad].as_py()} is beyond int64"
+    if bad is not None:
+        row = int(np.searchsorted(offsets, bad, side="right")) - 1
+        at = f"{problem} at token {bad - int(offsets[row])}"
+        check.fail(row, column, at, "token ids are vocabulary indices, 0 or more")
 
 
 def _decodes(raw: bytes) -> bool:

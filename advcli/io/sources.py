@@ -16,6 +16,7 @@ import glob
 import io
 import os
 import queue
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -63,6 +64,23 @@ def refuse_pickle(path: str) -> None:
         raise UsageError(msg)
 
 
+def refuse_unreadable(path: str) -> None:
+    """Refuse an input that is no regular file: a FIFO or a device would hang the second
+    pass (advcli reads a log more than once), and a symlink loop cannot be opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        msg = f"{path}: cannot open it ({exc.strerror or exc}). Hint: check the path"
+        raise UsageError(msg) from None
+    if not stat.S_ISREG(mode):
+        msg = (
+            f"{path}: not a regular file (a FIFO or a device), which advcli cannot read more "
+            "than once. Hint: pipe it to standard input instead (advcli ... - < it), or save "
+            "it to a file"
+        )
+        raise UsageError(msg)
+
+
 def expand_inputs(patterns: list[str]) -> list[str]:
     """Files named by paths, directories and globs, in order, each once."""
     files: list[str] = []
@@ -102,6 +120,8 @@ def expand_inputs(patterns: list[str]) -> list[str]:
                     "(.jsonl.gz, .jsonl.zst) files, and frameworks' dumps with --from"
                 )
                 raise UsageError(msg)
+            if f != STDIN and not remote.is_remote(f):
+                refuse_unreadable(f)
             if f not in files:
                 files.append(f)
     return files
@@ -170,9 +190,11 @@ class Sources:
 
 def _unreadable_parquet(path: str, exc: Exception) -> DataError:
     reason = " ".join(str(exc).split()) or type(exc).__name__
-    return DataError(
-        f"{path}: not a readable Parquet file ({reason}). Hint: check the file is complete"
-    )
+    hint = "check the file is complete"
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        if fh.read(64).lstrip()[:1] in (b"{", b"["):
+            hint = "it holds JSON lines: name it .jsonl"
+    return DataError(f"{path}: not a readable Parquet file ({reason}). Hint: {hint}")
 
 
 def _mixed_schemas(files: list[str], exc: Exception) -> DataError:
@@ -202,7 +224,7 @@ def read_inputs(
             table = jsonl.read_jsonl(f, mapping or {}, data).to_arrow()
         else:
             try:
-                table = pq.read_table(_input(f), pre_buffer=False)
+                table = pq.read_table(_input(f), pre_buffer=False, page_checksum_verification=True)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise _unreadable_parquet(f, exc) from None
         sources.files.append(f)
@@ -295,11 +317,17 @@ class ParquetSource(LogSource):
                 schemas.append(pq.read_schema(_input(f)))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
+            in_groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            if sum(in_groups) != meta.num_rows:
+                msg = (
+                    f"{f}: not a readable Parquet file (its footer counts {meta.num_rows} rows, "
+                    f"its {len(in_groups)} row groups hold {sum(in_groups)}). Hint: the file "
+                    "is damaged: write it again"
+                )
+                raise DataError(msg)
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
-            self.row_group_rows.append(
-                [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-            )
+            self.row_group_rows.append(in_groups)
             if (name := nul_name(schemas[-1])) is not None:
                 msg = f"{f}: column {name!r} holds a NUL character. Hint: rename the column"
                 raise DataError(msg)
@@ -328,7 +356,9 @@ class ParquetSource(LogSource):
         f, has = self.files[index], self.file_columns[index]
         present = [n for n in wanted if n in has]
         try:
-            pf = pq.ParquetFile(_input(f), pre_buffer=False, buffer_size=8 << 20)
+            pf = pq.ParquetFile(
+                _input(f), pre_buffer=False, buffer_size=8 << 20, page_checksum_verification=True
+            )
             if within is None:
                 for batch in pf.iter_batches(batch_size=rows, columns=present):
                     yield _conform(pa.Table.from_batches([batch]), target)
@@ -350,7 +380,10 @@ class ParquetSource(LogSource):
         for f, has in zip(self.files, self.file_columns, strict=True):
             try:
                 table = pq.read_table(
-                    _input(f), columns=[n for n in names if n in has], pre_buffer=False
+                    _input(f),
+                    columns=[n for n in names if n in has],
+                    pre_buffer=False,
+                    page_checksum_verification=True,
                 )
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None

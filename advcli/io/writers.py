@@ -21,10 +21,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
@@ -196,6 +198,21 @@ def _check_remote_folder(out: str, files: list[str], *, force: bool) -> Path:
     return Path(out)
 
 
+NONFINITE = ("error", "null")
+"""What a NaN or infinity bound for a JSONL output becomes: an error at its row and column
+(JSON has no such number, and most readers refuse a bare ``NaN``), or null, counted."""
+
+
+class Written(NamedTuple):
+    """What :func:`write_batches` wrote: rows, tokens, the sha256 of the bytes (when asked),
+    and the NaN and infinite values written as null (``nonfinite="null"``, JSONL)."""
+
+    rows: int
+    tokens: int
+    sha256: str | None
+    nulled: int
+
+
 def write_batches(
     out: str,
     fmt: str,
@@ -205,27 +222,86 @@ def write_batches(
     force: bool,
     progress: Callable[[int, int], None] | None = None,
     digest: bool = False,
-) -> tuple[int, int, str | None]:
-    """Write ``(table, tokens)`` batches to ``out`` atomically: its rows, tokens and, with
-    ``digest``, the sha256 of its bytes. An output in object storage is written locally, then
-    uploaded in one piece."""
+    nonfinite: str = "error",
+) -> Written:
+    """Write ``(table, tokens)`` batches to ``out`` atomically. An output in object storage is
+    written locally, then uploaded in one piece. A JSONL output refuses the first NaN or
+    infinity (:data:`NONFINITE`) unless ``nonfinite`` is "null"."""
     if remote.is_remote(out):
         with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
             local = os.path.join(folder, "out.parquet")
             done = write_batches(local, fmt, metadata, batches, force=False, progress=progress,
-                                 digest=digest)  # fmt: skip
+                                 digest=digest, nonfinite=nonfinite)  # fmt: skip
             remote.upload(local, out, force=force)
             return done
-    rows = tokens = 0
+    rows = tokens = nulled = 0
     with TableWriter(out, fmt, metadata, force=force) as writer:
         for table, n_tokens in batches:
+            if fmt == "jsonl":
+                nulled += _json_ready(table, out, rows, nonfinite)
             writer.write(table)
             rows += table.num_rows
             tokens += n_tokens
             if progress:
                 progress(rows, tokens)
         writer.commit()
-    return rows, tokens, file_sha256(out) if digest else None
+    return Written(rows, tokens, file_sha256(out) if digest else None, nulled)
+
+
+def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str) -> int:
+    """Check that ``table`` (rows ``row0`` on of the output ``out``) can be JSON lines: no
+    bytes column, and no NaN or infinity unless ``nonfinite`` is "null" (then: how many)."""
+    count = 0
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if _holds(column.type, _is_bytes):
+            msg = (
+                f"{out}: column '{name}' holds bytes, which JSON lines cannot hold. Hint: "
+                "write Parquet (--out NAME.parquet)"
+            )
+            raise UsageError(msg)
+        if not _holds(column.type, pa.types.is_floating) or not len(column):
+            continue
+        flat, row_of_value = _leaf_values(column.combine_chunks())
+        bad = ~np.isfinite(flat)
+        if not bad.any():
+            continue
+        if nonfinite == "null":
+            count += int(bad.sum())
+            continue
+        at = int(np.flatnonzero(bad)[0])
+        msg = (
+            f"{out}: row {row0 + int(row_of_value[at])} of the output, column '{name}': "
+            f"{flat[at]}, which JSON has no number for (it would be written null). Hint: "
+            "pass --nonfinite null to write null (counted in the summary), or write Parquet"
+        )
+        raise DataError(msg)
+    return count
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    )
+
+
+def _holds(t: pa.DataType, kind: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``t`` is of ``kind``, or a list of (lists of) it."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds(t.value_type, kind)
+    return kind(t)
+
+
+def _leaf_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The float values under a (list) column, nulls as 0, and the row of each."""
+    rows = np.arange(len(array))
+    while not pa.types.is_floating(array.type):
+        rows = rows[np.asarray(pc.list_parent_indices(array))]
+        array = pc.list_flatten(array)
+    values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return values, rows
 
 
 @contextlib.contextmanager
@@ -435,7 +511,12 @@ def parquet_options(schema: pa.Schema) -> dict:
         for f in schema
         if not pa.types.is_list(f.type) and not pa.types.is_large_list(f.type)
     ]
-    return {"compression": "zstd", "use_dictionary": scalar, "write_statistics": scalar}
+    return {
+        "compression": "zstd",
+        "use_dictionary": scalar,
+        "write_statistics": scalar,
+        "write_page_checksum": True,  # read back verified (verify, and any later read)
+    }
 
 
 def write_json(path: str | Path, obj: dict) -> None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from advcli.errors import AdvcliError, DataError, UsageError, where
 from advcli.io import jsonl
-from advcli.io.sources import LogSource, Sources, refuse_pickle, report
+from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable, report
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -101,6 +101,8 @@ class Preset(ABC):
             else:
                 msg = f"{item}: no such file or folder. Hint: check the path"
                 raise UsageError(msg)
+        for hit in found:
+            refuse_unreadable(hit)
         return list(dict.fromkeys(found))
 
     @abstractmethod

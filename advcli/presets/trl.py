@@ -152,7 +152,7 @@ class Trl(Preset):
 def read(path: str) -> pl.DataFrame:
     """A completions file, chat messages as text."""
     try:
-        df = pl.from_arrow(pq.read_table(path))
+        df = pl.from_arrow(pq.read_table(path, page_checksum_verification=True))
     except Exception as exc:  # pyarrow raises several types for a bad file
         msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file"
         raise DataError(msg) from None

@@ -253,7 +253,7 @@ def _verify_shard(
         )
     try:
         with folder.open(rel) as fh:
-            pf = pq.ParquetFile(fh)
+            pf = pq.ParquetFile(fh, page_checksum_verification=True)
             schema = pf.schema_arrow
             own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
             cols = pf.read(columns=["input_ids", "loss_mask"])

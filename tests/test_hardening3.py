@@ -1,0 +1,170 @@
+"""Regression tests for the third attack on advcli (issue 29): each case one line on stderr,
+exit 1 (data) or 2 (usage), nothing left behind; never an internal error, a hang or a
+silently wrong number. ``--force`` is in ``tests/io/test_force.py``, the report's script
+injection in ``tests/reports/test_browser.py``, SIGTERM in ``tests/test_hardening.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import rollout, run, write_jsonl, write_parquet
+
+COMMANDS = {
+    "schema": ["schema"],
+    "audit": ["audit"],
+    "annotate": ["annotate", "--method", "grpo", "--out", "OUT/o.parquet"],
+    "shard": ["shard", "--method", "grpo", "--out", "OUT/sh"],
+}
+
+
+def one_line(proc) -> str:
+    text = proc.stderr.decode()
+    assert "Traceback" not in text and "panicked" not in text, text
+    assert text.count("\n") == 1 and text.startswith("advcli: error: "), text
+    return text.strip()
+
+
+def refused(tmp_path: Path, path: str, command: str, code: int = 1) -> str:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    args = [a.replace("OUT", str(out)) for a in COMMANDS[command]]
+    proc = run(args[0], path, *args[1:])
+    assert proc.returncode == code, proc.stderr.decode()
+    assert list(out.iterdir()) == []  # nothing left behind
+    return one_line(proc)
+
+
+def log_rows(n: int = 8) -> list[dict]:
+    return [rollout(f"p{i // 4}", float(i % 2), rollout_id=f"r{i}") for i in range(n)]
+
+
+def _footer(data: bytes) -> tuple[bytes, bytes]:
+    size = struct.unpack("<i", data[-8:-4])[0]
+    return data[: -8 - size], data[-8 - size : -8]
+
+
+def _broken_parquet(tmp_path: Path, kind: str) -> str:
+    good = Path(write_parquet(tmp_path / "good.parquet", log_rows()))
+    data = good.read_bytes()
+    path = tmp_path / f"{kind}.parquet"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "magic_only":
+        path.write_bytes(b"PAR1")
+    elif kind == "footer_beyond_file":
+        path.write_bytes(data[:-8] + struct.pack("<i", 10**6) + b"PAR1")
+    elif kind == "jsonl_named_parquet":
+        path.write_text("\n".join(json.dumps(r) for r in log_rows()) + "\n")
+    elif kind == "rows_without_row_groups":  # a footer that claims 8 rows, 0 row groups
+        pq.ParquetWriter(path, pq.read_schema(good)).close()
+        body, meta = _footer(path.read_bytes())
+        at = meta.find(b"\x16\x00")  # num_rows (field 3, i64) = 0 in Thrift's compact form
+        meta = meta[:at] + b"\x16\x10" + meta[at + 2 :]  # zigzag varint 16: 8 rows
+        path.write_bytes(body + meta + struct.pack("<i", len(meta)) + b"PAR1")
+        assert pq.read_metadata(path).num_rows == 8
+    good.unlink()
+    return str(path)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    "kind",
+    ["empty", "magic_only", "footer_beyond_file", "jsonl_named_parquet", "rows_without_row_groups"],
+)
+def test_a_broken_parquet_file_is_one_line(tmp_path, kind, command):
+    path = _broken_parquet(tmp_path, kind)
+    line = refused(tmp_path, path, command)
+    assert line.startswith(f"advcli: error: {path}: not a readable Parquet file")
+    if kind == "jsonl_named_parquet":
+        assert "it holds JSON lines: name it .jsonl" in line
+
+
+def test_a_page_whose_checksum_fails_is_refused(tmp_path):
+    path = tmp_path / "crc.parquet"
+    pq.write_table(pa.Table.from_pylist(log_rows()), path, write_page_checksum=True,
+                   compression="none")  # fmt: skip
+    data = bytearray(path.read_bytes())
+    data[data.find(b"p0")] = ord("q")  # a byte of a data page changed after it was written
+    path.write_bytes(bytes(data))
+    for command in ("audit", "annotate", "shard"):
+        assert "CRC checksum verification failed" in refused(tmp_path, str(path), command)
+
+
+def test_json_nested_too_deep_is_one_line(tmp_path):
+    deep = json.dumps(log_rows(1)[0])[:-1] + ', "x": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    path = tmp_path / "deep.jsonl"
+    path.write_text(deep + "\n")
+    for command in COMMANDS:
+        assert "line 1: not valid JSON" in refused(tmp_path, str(path), command)
+
+
+def test_a_fifo_or_a_symlink_loop_as_input_is_refused_not_a_hang(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.parquet").symlink_to("b.parquet")
+    (folder / "b.parquet").symlink_to("a.parquet")
+    for command in COMMANDS:
+        assert "not a regular file" in refused(tmp_path, str(fifo), command, code=2)
+        assert "Too many levels of symbolic links" in refused(
+            tmp_path, str(folder), command, code=2
+        )
+
+
+@pytest.mark.parametrize("command", ["annotate", "shard"])
+def test_a_null_or_out_of_range_token_id_names_its_row_and_token(tmp_path, command):
+    rows = log_rows()
+    rows[3]["input_ids"] = [rows[3]["input_ids"][0], None, *rows[3]["input_ids"][2:]]
+    path = write_jsonl(tmp_path / "null.jsonl", rows)
+    line = refused(tmp_path, path, command)
+    assert line.startswith(f"advcli: error: {path}: line 4, column 'input_ids': token id null")
+    assert "at token 1" in line
+    table = pa.Table.from_pylist(log_rows())
+    ids = [[1, 2**63 + 5, *r[2:]] for r in table.column("input_ids").to_pylist()]
+    at = table.schema.get_field_index("input_ids")
+    wide = table.set_column(at, "input_ids", pa.array(ids, pa.list_(pa.uint64())))
+    big = tmp_path / "u64.parquet"
+    pq.write_table(wide, big)
+    line = refused(tmp_path, str(big), command)
+    assert "row 0, column 'input_ids': token id 9223372036854775813 is beyond int64" in line
+
+
+def _with_pass_through(tmp_path: Path, column: pa.Array) -> str:
+    table = pa.Table.from_pylist(log_rows()).append_column("extra", column)
+    path = tmp_path / "log.parquet"
+    pq.write_table(table, path)
+    return str(path)
+
+
+def test_a_nan_bound_for_jsonl_is_refused_unless_null_is_asked_for(tmp_path):
+    values = pa.array([1.0, float("nan"), 2, 3, float("inf"), 5, 6, 7])
+    path = _with_pass_through(tmp_path, values)
+    out = tmp_path / "o.jsonl"
+    proc = run("annotate", path, "--method", "grpo", "--out", str(out))
+    assert proc.returncode == 1
+    assert "o.jsonl: row 1 of the output, column 'extra': nan" in one_line(proc)
+    assert "--nonfinite null" in one_line(proc)
+    assert not out.exists() and not Path(f"{out}.meta.json").exists()
+    proc = run("annotate", path, "--method", "grpo", "--out", str(out), "--nonfinite", "null",
+               "--json")  # fmt: skip
+    assert proc.returncode == 0 and json.loads(proc.stdout)["nonfinite_nulls"] == 2
+    assert [json.loads(line)["extra"] for line in out.read_text().splitlines()][:2] == [1.0, None]
+    assert run("annotate", path, "--method", "grpo", "--out", str(tmp_path / "o.parquet")
+               ).returncode == 0  # Parquet holds NaN as it is  # fmt: skip
+
+
+def test_a_bytes_column_bound_for_jsonl_is_one_line(tmp_path):
+    path = _with_pass_through(tmp_path, pa.array([b"\x00\xff"] * 8, pa.binary()))
+    out = tmp_path / "o.jsonl"
+    proc = run("annotate", path, "--method", "grpo", "--out", str(out))
+    assert proc.returncode == 2
+    assert "column 'extra' holds bytes, which JSON lines cannot hold" in one_line(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
