@@ -110,7 +110,8 @@ def grpo(
     raw = singleton == "raw"
     relative = baseline in ("group", "leave-one-out")
     single = stats.singleton[codes] & (relative or scale in ("group", "leave-one-out"))
-    loo_mean, loo_std = leave_one_out(rewards, codes, stats)
+    if "leave-one-out" in (baseline, scale):  # only where used: it costs more than the rest
+        loo_mean, loo_std = leave_one_out(rewards, codes, stats)
     base = {
         "group": lambda: stats.mean[codes],
         "leave-one-out": lambda: loo_mean,
@@ -137,6 +138,7 @@ def grpo(
 
 
 LOO_PAIRS = 1 << 23  # (rollout, other member) pairs held at once by leave_one_out
+LOO_EXACT = 1024  # groups up to this size: pairs (sum n^2); larger: sums, O(n)
 
 
 def leave_one_out(
@@ -145,11 +147,53 @@ def leave_one_out(
     """Per rollout: the mean and the std (ddof 1; 0 with fewer than two others, as NeMo-RL)
     of the *other* members of its group.
 
-    Both are taken in two passes over the (rollout, other member) pairs of each group, so a
-    rollout far from tightly clustered others does not lose their spread to cancellation;
-    that is sum(n_g^2) work, as NeMo-RL's own n x n matrices. Groups go a few at a time.
+    Groups of up to :data:`LOO_EXACT` go two passes over their (rollout, other member) pairs,
+    so a rollout far from tightly clustered others does not lose their spread to
+    cancellation (sum n_g^2 work, as NeMo-RL's own n x n matrices). A larger group takes
+    sums, in O(n): with d_i = R_i - mean and D = sum d_j^2 (both two-pass), the others'
+    mean is mean - d_i / (n-1) and their squared deviations add to D - d_i^2 n / (n-1). That
+    subtraction cancels only for a rollout holding half of D or more (two per group at
+    most): its others are summed again, two-pass.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
+    mean, std = np.zeros(len(rewards)), np.zeros(len(rewards))
+    large = stats.size[codes] > LOO_EXACT
+    if (~large).any():
+        at = np.flatnonzero(~large)
+        mean[at], std[at] = _loo_pairs(rewards[at], codes[at], stats)
+    if large.any():
+        at = np.flatnonzero(large)
+        mean[at], std[at] = _loo_sums(rewards[at], codes[at], stats)
+    return mean, std
+
+
+def _loo_sums(
+    rewards: np.ndarray, codes: np.ndarray, stats: GroupStats
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`leave_one_out` of large groups, in O(n) (see there)."""
+    n = stats.size[codes].astype(np.float64)
+    d = rewards - stats.mean[codes]
+    squares = stats.m2[codes]
+    own = d * d * n / (n - 1.0)
+    mean = stats.mean[codes] - d / (n - 1.0)
+    std = np.sqrt(np.maximum(squares - own, 0.0) / (n - 2.0))
+    flagged = np.flatnonzero(own > squares / 2)  # few: two per group at most
+    if len(flagged):
+        order = np.argsort(codes, kind="stable")
+        first = np.searchsorted(codes[order], codes[flagged])
+        for i, lo in zip(flagged.tolist(), first.tolist(), strict=True):
+            members = order[lo : lo + stats.size[codes[i]]]
+            others = rewards[members[members != i]]
+            mean[i] = others.mean()
+            std[i] = others.std(ddof=1)
+    return mean, std
+
+
+def _loo_pairs(
+    rewards: np.ndarray, codes: np.ndarray, stats: GroupStats
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`leave_one_out` of small groups: two passes over their pairs, a few groups at
+    a time."""
     n = len(rewards)
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]

@@ -365,3 +365,43 @@ def test_batch_std_by_hand(ddof):
     out = G.batch_mean_std(r, b, 2, ddof=ddof)[1]
     exp = np.sqrt(5.0 / (4 - ddof))
     np.testing.assert_allclose(out, [exp] * 4 + [0.0, 0.0], rtol=1e-12)
+
+
+def _loo_by_loop(rewards: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The others' mean and std (ddof 1), one rollout at a time."""
+    mean, std = np.zeros(len(rewards)), np.zeros(len(rewards))
+    for i in range(len(rewards)):
+        others = rewards[(codes == codes[i]) & (np.arange(len(rewards)) != i)]
+        mean[i] = others.mean()
+        std[i] = others.std(ddof=1) if len(others) > 1 else 0.0
+    return mean, std
+
+
+@pytest.mark.parametrize("sizes", [[3, 5, 1030], [2000, 1500], [1025, 1025, 1025]])
+def test_leave_one_out_of_large_groups_is_exact_without_pairs(sizes):
+    """Groups above LOO_EXACT take sums, O(n): exact to float64 against a loop, outliers far
+    from tightly clustered others included (their others are summed again)."""
+    rng = np.random.default_rng(len(sizes))
+    codes = np.repeat(np.arange(len(sizes)), sizes)
+    rng.shuffle(codes)
+    rewards = rng.normal(size=len(codes)) * 1e-3
+    rewards[[5, 9]] = [1e8, -3e7]
+    stats = G.group_stats(rewards, codes, len(sizes), ddof=1, tol=1e-9)
+    mean, std = G.leave_one_out(rewards, codes, stats)
+    want_mean, want_std = _loo_by_loop(rewards, codes)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(std, want_std, rtol=1e-12)
+
+
+def test_a_group_of_a_million_rollouts_costs_memory_in_proportion():
+    """One group of 10^6: plain GRPO builds no leave-one-out statistics, RLOO's are O(n) (the
+    pairs would be 10^12)."""
+    n = 1_000_000
+    rewards = (np.arange(n) % 2).astype(np.float64)
+    codes = np.zeros(n, dtype=np.int64)
+    stats = G.group_stats(rewards, codes, 1, ddof=0, tol=1e-9)
+    adv = G.grpo(rewards, codes, stats, eps=0.0)
+    np.testing.assert_allclose(adv[:2], [-1.0, 1.0])
+    loo = G.grpo(rewards, codes, stats, eps=0.0, baseline="leave-one-out", scale="none")
+    half = n / 2
+    np.testing.assert_allclose(loo[:2], [-half / (n - 1), half / (n - 1)], rtol=1e-12)
