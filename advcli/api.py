@@ -93,6 +93,12 @@ def _paths(inputs: Inputs) -> list[str]:
     return [os.fspath(i) for i in inputs]
 
 
+def _passed_through(log: Log) -> list[str]:
+    """The log's columns that no role reads: written as they came."""
+    read = set(log.roles.columns.values())
+    return [name for name in log.source.schema.names if name not in read]
+
+
 def check_nonfinite(nonfinite: str) -> None:
     if nonfinite not in NONFINITE:
         msg = f"--nonfinite {nonfinite}: expected one of {', '.join(NONFINITE)}"
@@ -160,7 +166,7 @@ def annotate(
         batches = summary.counted(run.annotated())
         written = write_batches(
             out, fmt, run.metadata(), batches, force=force, progress=progress,
-            nonfinite=nonfinite,
+            nonfinite=nonfinite, passed_through=_passed_through(log),
         )  # fmt: skip
     result = summary.as_dict(run, written.rows, written.tokens)
     if written.nulled:
@@ -480,8 +486,9 @@ def score(
     batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
     metadata = _score_metadata(scorer.metadata, source.sources.files)
     written = write_batches(
-        out, fmt, metadata, batches, force=force, progress=progress, nonfinite=nonfinite
-    )
+        out, fmt, metadata, batches, force=force, progress=progress, nonfinite=nonfinite,
+        passed_through=_passed_through(log),
+    )  # fmt: skip
     rows, tokens = written.rows, written.tokens
     return {
         **({"nonfinite_nulls": written.nulled} if written.nulled else {}),

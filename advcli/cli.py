@@ -792,7 +792,25 @@ def command() -> Any:
                 param.metavar = ""
             else:
                 param.metavar = _METAVARS.get(_value_type(param), "TEXT")
+        if cmd.callback is not None:
+            cmd.callback = _ints_checked(cmd.callback)
     return group
+
+
+def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` refusing an integer option beyond int64 (nothing it counts or seeds can
+    take one) in one line, before the command runs."""
+
+    @functools.wraps(callback)
+    def checked(**values: Any) -> Any:
+        for name, value in values.items():
+            wide = isinstance(value, int) and not -(1 << 63) <= value < 1 << 63
+            if wide and not isinstance(value, bool):
+                flag = "--" + name.rstrip("_").replace("_", "-")
+                raise UsageError(f"{flag} {value}: too large (at most {(1 << 63) - 1})")
+        return callback(**values)
+
+    return checked
 
 
 def main(args: list[str] | None = None) -> None:

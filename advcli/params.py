@@ -19,6 +19,7 @@ from typing import Any
 from advcli.errors import UsageError
 
 Check = Callable[[Any, Mapping[str, Any]], "str | None"]
+INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Param:
         """What is wrong with a resolved value, or None."""
         if self.choices and value not in self.choices:
             return f"{self.flag} {value!r}: expected one of {', '.join(self.choices)}"
+        if self.kind is int and isinstance(value, int) and not -INT64 <= value < INT64:
+            return f"{self.flag} {value}: too large (at most {INT64 - 1})"
         return self.check(value, values) if self.check is not None else None
 
 

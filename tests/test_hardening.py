@@ -704,7 +704,7 @@ def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(tmp_path, command, stop, co
     left beside the output."""
     import signal
 
-    log = _big_log(tmp_path)
+    log = write_parquet(tmp_path / "big.parquet", group_log(20000, 8))
     out = tmp_path / ("out.jsonl" if command != "shard" else "sh")
     if command == "score":
         pytest.importorskip("onnxruntime")
@@ -712,10 +712,13 @@ def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(tmp_path, command, stop, co
 
         build_critic(tmp_path / "c.onnx", make_weights(vocab=1000, dim=8, hidden=8))
     args = ["--critic", str(tmp_path / "c.onnx")] if command == "score" else ["--method", "grpo"]
-    proc = _start(command, log, *args, "--out", str(out))
-    _when_writing(tmp_path, proc)
-    proc.send_signal(getattr(signal, stop))
-    _, err = proc.communicate()
+    for _ in range(3):  # a loaded machine may finish the run before the signal lands: again
+        proc = _start(command, log, *args, "--out", str(out), "--force")
+        _when_writing(tmp_path, proc)
+        proc.send_signal(getattr(signal, stop))
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            break
     assert (proc.returncode, err) == (code, b"advcli: terminated\n")
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".onnx") == ["big.parquet"]
 

@@ -168,3 +168,22 @@ def test_a_bytes_column_bound_for_jsonl_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "column 'extra' holds bytes, which JSON lines cannot hold" in one_line(proc)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["annotate", "--method", "grpo", "--scale", "batch", "--batch-size", str(10**20)],
+         "--batch-size 100000000000000000000: too large"),
+        (["shard", "--method", "grpo", "--shuffle", "--seed", "-1"],
+         "--seed -1: expected an integer, 0 or more"),
+        (["shard", "--method", "grpo", "--seed", str(10**20)], "--seed 100000000000000000000"),
+        (["shard", "--param", f"batch_size={10**20}"], "--batch-size 100000000000000000000"),
+        (["annotate", "--method", "gae", "--critic", "c.onnx", "--batch-tokens", str(10**20)],
+         "--batch-tokens 100000000000000000000: too large"),
+    ],
+)  # fmt: skip
+def test_an_integer_option_out_of_range_is_one_line_and_exit_2(small_log, tmp_path, args, needle):
+    proc = run(args[0], small_log, *args[1:], "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 2 and needle in one_line(proc)
+    assert not (tmp_path / "o.parquet").exists()

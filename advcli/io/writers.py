@@ -223,22 +223,27 @@ def write_batches(
     progress: Callable[[int, int], None] | None = None,
     digest: bool = False,
     nonfinite: str = "error",
+    passed_through: Iterable[str] = (),
 ) -> Written:
     """Write ``(table, tokens)`` batches to ``out`` atomically. An output in object storage is
     written locally, then uploaded in one piece. A JSONL output refuses the first NaN or
-    infinity (:data:`NONFINITE`) unless ``nonfinite`` is "null"."""
+    infinity of the ``passed_through`` columns (the input's, as they were: :data:`NONFINITE`)
+    unless ``nonfinite`` is "null"; in advcli's own columns NaN is "no value" (a critic's
+    first token), written null."""
     if remote.is_remote(out):
         with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
             local = os.path.join(folder, "out.parquet")
             done = write_batches(local, fmt, metadata, batches, force=False, progress=progress,
-                                 digest=digest, nonfinite=nonfinite)  # fmt: skip
+                                 digest=digest, nonfinite=nonfinite,
+                                 passed_through=passed_through)  # fmt: skip
             remote.upload(local, out, force=force)
             return done
     rows = tokens = nulled = 0
+    checked = set(passed_through)
     with TableWriter(out, fmt, metadata, force=force) as writer:
         for table, n_tokens in batches:
             if fmt == "jsonl":
-                nulled += _json_ready(table, out, rows, nonfinite)
+                nulled += _json_ready(table, out, rows, nonfinite, checked)
             writer.write(table)
             rows += table.num_rows
             tokens += n_tokens
@@ -248,9 +253,10 @@ def write_batches(
     return Written(rows, tokens, file_sha256(out) if digest else None, nulled)
 
 
-def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str) -> int:
+def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: set[str]) -> int:
     """Check that ``table`` (rows ``row0`` on of the output ``out``) can be JSON lines: no
-    bytes column, and no NaN or infinity unless ``nonfinite`` is "null" (then: how many)."""
+    bytes column, and no NaN or infinity in the ``checked`` columns unless ``nonfinite`` is
+    "null" (then: how many)."""
     count = 0
     for name, column in zip(table.column_names, table.columns, strict=True):
         if _holds(column.type, _is_bytes):
@@ -259,7 +265,7 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str) -> int:
                 "write Parquet (--out NAME.parquet)"
             )
             raise UsageError(msg)
-        if not _holds(column.type, pa.types.is_floating) or not len(column):
+        if name not in checked or not _holds(column.type, pa.types.is_floating):
             continue
         flat, row_of_value = _leaf_values(column.combine_chunks())
         bad = ~np.isfinite(flat)

@@ -8,7 +8,7 @@ from typing import Any
 
 from advcli import methods
 from advcli.errors import UsageError
-from advcli.params import Params, parse_assignments
+from advcli.params import INT64, Params, parse_assignments
 
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
 LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -78,13 +78,16 @@ def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
     """Check ``opts`` before reading anything; return the parsed split."""
 
     def positive(flag: str, value: int | None) -> None:
-        if value is not None and value < 1:
+        if value is not None and not 1 <= value < INT64:
             msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
             raise UsageError(msg)
 
     positive("--rows-per-shard", opts.rows_per_shard)
     positive("--tokens-per-shard", opts.tokens_per_shard)
     positive("--pack", opts.pack)
+    if opts.seed < 0:  # numpy's generators take no negative seed
+        msg = f"--seed {opts.seed}: expected an integer, 0 or more. Hint: --seed 0"
+        raise UsageError(msg)
     if opts.rows_per_shard is not None and opts.tokens_per_shard is not None:
         msg = "--rows-per-shard and --tokens-per-shard: give one. Hint: drop one of them"
         raise UsageError(msg)
