@@ -187,3 +187,60 @@ def test_an_integer_option_out_of_range_is_one_line_and_exit_2(small_log, tmp_pa
     proc = run(args[0], small_log, *args[1:], "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 2 and needle in one_line(proc)
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+@pytest.mark.parametrize("when", ["between passes", "during the last pass"])
+def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, when):
+    """The log rewritten (other rewards, the same size) after the passes that plan the run:
+    no output mixing the two versions. A Parquet log is read from disk at every pass: one
+    line instead. A JSONL log's later passes read what its first pass parsed (kept in a
+    temporary file): the output is the first version's, whole."""
+    import contextlib
+
+    import advcli
+    from advcli.errors import DataError
+
+    rows = log_rows()
+    writer = write_parquet if suffix == ".parquet" else write_jsonl
+    path = Path(writer(tmp_path / f"log{suffix}", rows))
+    other = [{**r, "reward": 1.0 - r["reward"]} for r in rows]  # the same bytes in size
+
+    def rewrite() -> None:
+        writer(tmp_path / f"new{suffix}", other)
+        os.replace(tmp_path / f"new{suffix}", path)
+
+    @contextlib.contextmanager
+    def stage(name: str):
+        if name == "annotating" and when == "between passes":
+            rewrite()
+        yield
+
+    def progress(rows_done: int, _tokens: int) -> None:
+        if when == "during the last pass" and rows_done:
+            rewrite()
+
+    out = tmp_path / "o.parquet"
+    if suffix == ".jsonl":
+        advcli.annotate([str(path)], str(out), method="grpo", stage=stage, progress=progress,
+                        batch_rows=2)  # fmt: skip
+        assert pq.read_table(out).column("reward").to_pylist() == [r["reward"] for r in rows]
+        return
+    with pytest.raises(DataError, match="changed while advcli read it"):
+        advcli.annotate([str(path)], str(out), method="grpo", stage=stage, progress=progress,
+                        batch_rows=2)  # fmt: skip
+    assert not out.exists()
+
+
+def test_a_jsonl_file_changed_while_its_first_pass_reads_it_is_refused(tmp_path):
+    """The window a JSONL log has: its first pass, which parses the text."""
+    from advcli.errors import DataError
+    from advcli.io import sources
+
+    path = Path(write_jsonl(tmp_path / "log.jsonl", log_rows()))
+    log = sources.JsonlSource([str(path)], {})
+    frames = log._frames(None)
+    next(frames)
+    path.write_text(path.read_text().replace('"reward": 0.0', '"reward": 1.0'))
+    with pytest.raises(DataError, match="changed while advcli read it"):
+        list(frames)

@@ -16,6 +16,7 @@ import glob
 import io
 import os
 import queue
+import socket
 import stat
 import tempfile
 import threading
@@ -239,6 +240,39 @@ def read_inputs(
     return table, sources
 
 
+class Pins:
+    """Each local input file's size and modification time (and inode, on the machine that
+    took them), taken when the log is opened: a file replaced or rewritten between two
+    passes, or during one, would mix two versions in one output (advantages from one, rewards
+    from the other), so every read of a file is checked against them, before and after."""
+
+    def __init__(self, files: list[str]):
+        self.host = socket.gethostname()
+        self.seen = {f: self._identity(f) for f in files if f != STDIN and not remote.is_remote(f)}
+
+    @staticmethod
+    def _identity(path: str) -> tuple[int, int, int]:
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns, st.st_ino
+
+    def check(self, path: str) -> None:
+        was = self.seen.get(path)
+        if was is None:
+            return
+        try:
+            now = self._identity(path)
+        except OSError:
+            now = (-1, -1, -1)
+        same_machine = socket.gethostname() == self.host  # an inode is one machine's
+        if now[:2] != was[:2] or (same_machine and now[2] != was[2]):
+            msg = (
+                f"{path}: changed while advcli read it (replaced or written to between its "
+                "passes), so no output was written. Hint: run again on a file nothing writes "
+                "to (copy it first)"
+            )
+            raise DataError(msg)
+
+
 class LogSource:
     """A log to read in passes: all rows of a few columns, or batches of rows of any columns.
 
@@ -308,6 +342,7 @@ class ParquetSource(LogSource):
 
     def __init__(self, files: list[str]):
         self.files = files
+        self.pins = Pins(files)
         self.sources = Sources()
         self.row_group_rows: list[list[int]] = []  # rows of each row group, file by file
         schemas = []
@@ -355,6 +390,7 @@ class ParquetSource(LogSource):
         target = pa.schema([self.schema.field(n) for n in wanted])
         f, has = self.files[index], self.file_columns[index]
         present = [n for n in wanted if n in has]
+        self.pins.check(f)
         try:
             pf = pq.ParquetFile(
                 _input(f), pre_buffer=False, buffer_size=8 << 20, page_checksum_verification=True
@@ -362,13 +398,15 @@ class ParquetSource(LogSource):
             if within is None:
                 for batch in pf.iter_batches(batch_size=rows, columns=present):
                     yield _conform(pa.Table.from_batches([batch]), target)
-                return
-            groups, at = _row_groups(pf.metadata, *within)
-            read = pf.iter_batches(batch_size=rows, columns=present, row_groups=groups)
-            for table in _rebatched(read, rows, skip=within[0] - at, take=within[1] - within[0]):
-                yield _conform(table, target)
+            else:
+                groups, at = _row_groups(pf.metadata, *within)
+                read = pf.iter_batches(batch_size=rows, columns=present, row_groups=groups)
+                take = within[1] - within[0]
+                for table in _rebatched(read, rows, skip=within[0] - at, take=take):
+                    yield _conform(table, target)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _unreadable_parquet(f, exc) from None
+        self.pins.check(f)
 
     def first_row(self, index: int) -> int:
         """The global row of file ``index``'s first row."""
@@ -378,6 +416,7 @@ class ParquetSource(LogSource):
         target = pa.schema([self.schema.field(n) for n in names])
         tables = []
         for f, has in zip(self.files, self.file_columns, strict=True):
+            self.pins.check(f)
             try:
                 table = pq.read_table(
                     _input(f),
@@ -387,6 +426,7 @@ class ParquetSource(LogSource):
                 )
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
+            self.pins.check(f)
             tables.append(_conform(table, target))
             done = sum(t.num_rows for t in tables)
             report(done, done / self.n_rows)
@@ -486,6 +526,7 @@ class JsonlSource(LogSource):
         self, files: list[str], mapping: dict[str, str], chunk_bytes: int = jsonl.JSONL_CHUNK_BYTES
     ):
         self.files = files
+        self.pins = Pins(files)
         self.chunk_bytes = chunk_bytes
         self.sources = Sources(files=list(files))
         schemas = []
@@ -529,6 +570,7 @@ class JsonlSource(LogSource):
         known = sum(self.sources.row_counts) if self.sources.row_counts else None
         try:
             for i, path in enumerate(self.files):
+                self.pins.check(path)
                 for line, chunk in jsonl.chunks(path, self.chunk_bytes):
                     frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
                     if i not in self._unique_checked:
@@ -543,6 +585,7 @@ class JsonlSource(LogSource):
                     # the share: of the rows once counted; of the bytes until then (plain files)
                     size = self._plain_bytes
                     report(rows, rows / known if known else read / size if size else None)
+                self.pins.check(path)
                 self._unique_checked.add(i)
         except BaseException:
             if keep is not None:
