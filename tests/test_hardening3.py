@@ -244,3 +244,42 @@ def test_a_jsonl_file_changed_while_its_first_pass_reads_it_is_refused(tmp_path)
     path.write_text(path.read_text().replace('"reward": 0.0', '"reward": 1.0'))
     with pytest.raises(DataError, match="changed while advcli read it"):
         list(frames)
+
+
+def test_critic_truncation_never_writes_nan_on_an_action_token(tmp_path):
+    """``--max-len-truncate left`` that would cut action tokens (left without a value) is
+    refused at the row; one that cuts only the prompt scores; ``--max-len 0`` is a usage
+    error."""
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "c.onnx"
+    build_critic(critic, make_weights(vocab=1000, dim=8, hidden=8))
+    rows = [rollout(f"p{i // 2}", float(i % 2), rollout_id=f"r{i}", n_prompt=3, n_action=3)
+            for i in range(4)]  # fmt: skip
+    log = write_parquet(tmp_path / "log.parquet", rows)
+    for command in (["score"], ["annotate", "--method", "gae"]):
+        base = [*command, log, "--critic", str(critic), "--max-len-truncate", "left"]
+        proc = run(*base, "--max-len", "3", "--out", str(tmp_path / "o.parquet"))
+        assert proc.returncode == 1, command
+        assert "row 0, column 'input_ids': 6 tokens, and --max-len 3 leaves out" in one_line(proc)
+        assert not (tmp_path / "o.parquet").exists()
+        proc = run(*base, "--max-len", "0", "--out", str(tmp_path / "o.parquet"))
+        assert proc.returncode == 2 and "--max-len 0: expected a positive integer" in one_line(proc)
+    proc = run(
+        "score",
+        log,
+        "--critic",
+        str(critic),
+        "--max-len-truncate",
+        "left",
+        "--max-len",
+        "4",
+        "--out",
+        str(tmp_path / "o.parquet"),
+    )  # fmt: skip  (cuts 2 prompt tokens)
+    assert proc.returncode == 0, proc.stderr.decode()
+    table = pq.read_table(tmp_path / "o.parquet")
+    for values, mask in zip(table.column("values").to_pylist(),
+                            table.column("action_mask").to_pylist(), strict=True):  # fmt: skip
+        assert all(v == v for v, m in zip(values, mask, strict=True) if m)  # no NaN on actions

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from advcli.critic.onnx import DEFAULT_BATCH_TOKENS, load_critic
+from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list, float_list
 from advcli.io.rollouts import Tokens, extract_tokens
 from advcli.io.schema import Roles
@@ -29,6 +30,12 @@ class CriticOptions:
     input_name: str | None = None
     mask_name: str | None = None
     output_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--batch-tokens", self.batch_tokens), ("--max-len", self.max_len)):
+            if value is not None and value < 1:
+                msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
+                raise UsageError(msg)
 
 
 class CriticScorer:
@@ -79,7 +86,33 @@ class CriticScorer:
         self.seconds += time.perf_counter() - started
         self.tokens += int(tokens.offsets[-1])
         self.truncated_rows += scored.truncated_rows
+        self._refuse_unvalued(row0, tokens, scored.values)
         return scored.values
+
+    def _refuse_unvalued(self, row0: int, tokens: Tokens, values: np.ndarray) -> None:
+        """An action token the critic gave no value (one ``--max-len-truncate left`` cut
+        off, or a row's first under ``--shift``) is refused at its row: never a NaN value
+        where the advantage needs one."""
+        bad = np.flatnonzero(tokens.mask & ~np.isfinite(values))
+        if not len(bad):
+            return
+        row = int(np.searchsorted(tokens.offsets, bad[0], side="right")) - 1
+        length = int(tokens.offsets[row + 1] - tokens.offsets[row])
+        limit = self.opts.max_len
+        if limit is not None and length > limit:
+            problem = (
+                f"{length} tokens, and --max-len {limit} leaves out the first "
+                f"{length - limit}, action tokens among them, which would get no value. "
+                "Hint: a larger --max-len (the model's limit permitting), or split the "
+                "rollout into segments"
+            )
+        else:
+            problem = (
+                "the critic gave no value for an action token (a row's first token has no "
+                "earlier output to shift from). Hint: pass --no-shift if the model outputs "
+                "V(s_t) itself"
+            )
+        raise DataError(f"{self.sources.at(row0 + row, self.ids_column)}: {problem}")
 
     @property
     def tokens_per_second(self) -> int | None:
