@@ -45,16 +45,20 @@ class PrimeRl(Preset):
         rows: list[dict[str, Any]] = []
         row_lines: list[int] = []
         step = step_of(path, r"step_(\d+)")
+        failed = 0
         for episode, line in zip(records, lines.tolist(), strict=True):
-            for row in episode_rows(path, line, episode, step):
-                rows.append(row)
-                row_lines.append(line)
+            found = episode_rows(path, line, episode, step)
+            failed += not found and episode.get("ok") is False
+            rows += found
+            row_lines += [line] * len(found)
         if not rows:
             raise DataError(f"{path}: no rollouts in the episodes. Hint: check the file")
         if not _logs_advantages(records):  # an 'all' file: none to compare with, not zeros
             for row in rows:
                 del row["source_advantages"]
         warnings = []
+        if failed:
+            warnings.append(f"{path}: skipped {failed} failed episode(s) without tokens")
         if "/all/" in Path(path).as_posix():
             warnings.append(
                 f"{path}: prime-rl's 'all' traces hold every finished episode, errors too, "
@@ -86,16 +90,11 @@ def episode_rows(path: str, line: int, episode: dict[str, Any], step: int | None
         reward = sum(float(r.get("score", 0.0)) * float(r.get("weight", 1.0))
                      for r in rewards.values())  # fmt: skip
         nodes = trace.get("nodes") or []
-        parents = {n.get("parent") for n in nodes}
-        for leaf in range(len(nodes)):
-            if leaf in parents:
-                continue
-            path_nodes = []
-            i: int | None = leaf
-            while i is not None:
-                path_nodes.append(nodes[i])
-                i = nodes[i].get("parent")
-            ids, mask, logprobs, advantages = concatenate(path, line, path_nodes[::-1])
+        if not nodes and episode.get("ok") is False:  # an episode that failed: no tokens
+            continue
+        for leaf, branch in tree_paths(path, line, t, nodes):
+            path_nodes = [nodes[i] for i in branch]
+            ids, mask, logprobs, advantages = concatenate(path, line, path_nodes)
             out.append({
                 "prompt_id": str(group["id"]),
                 "rollout_id": f"{episode.get('id')}/{t}/{leaf}",
@@ -109,6 +108,63 @@ def episode_rows(path: str, line: int, episode: dict[str, Any], step: int | None
                 "env": (episode.get("env") or {}).get("name"),
                 "task": (episode.get("task") or {}).get("key"),
             })  # fmt: skip
+    return out
+
+
+EXPANDED_TOKENS = 1 << 25
+"""Most tokens the root-to-leaf paths of one episode may hold in all: each path is a rollout
+that repeats its shared prefix, so a deep tree of few tokens can expand past any memory."""
+
+
+def tree_paths(path: str, line: int, t: int, nodes: list[Any]) -> list[tuple[int, list[int]]]:
+    """``(leaf, node indices from the root)`` for every root-to-leaf path of trace ``t``'s
+    node tree, checked first: every parent another node of the trace (or null for a root),
+    no cycle, and the paths within :data:`EXPANDED_TOKENS`."""
+    at = where(path, line, "traces", line=True)
+    if not nodes:  # (a failed episode's traces may have none: skipped before)
+        raise DataError(f"{at}: trace {t} has no nodes, so no tokens. Hint: check the file")
+    n = len(nodes)
+    parent: list[int | None] = []
+    for i, node in enumerate(nodes):
+        p = node.get("parent") if isinstance(node, dict) else "missing"
+        if p is not None and (type(p) is not int or not 0 <= p < n or p == i):
+            msg = (
+                f"{at}: trace {t}, node {i}: parent {p!r} is not another node of the trace "
+                f"(0 to {n - 1}, or null for a root). Hint: check the file"
+            )
+            raise DataError(msg)
+        parent.append(p)
+    tokens = [len(node.get("token_ids") or []) for node in nodes]
+    reach = [-1] * n  # tokens from the root to the node, once known
+    for i in range(n):
+        chain: list[int] = []
+        j: int | None = i
+        while j is not None and reach[j] < 0:
+            if j in chain:
+                msg = f"{at}: trace {t}: node {j}'s parents form a cycle. Hint: check the file"
+                raise DataError(msg)
+            chain.append(j)
+            j = parent[j]
+        above = 0 if j is None else reach[j]
+        for k in reversed(chain):
+            above = reach[k] = above + tokens[k]
+    leaves = sorted(set(range(n)) - {p for p in parent if p is not None})
+    expanded = sum(reach[leaf] for leaf in leaves)
+    if expanded > EXPANDED_TOKENS:
+        msg = (
+            f"{at}: trace {t}'s tree expands to {len(leaves):,} root-to-leaf paths of "
+            f"{expanded:,} tokens in all (each path a rollout, its prefix repeated), beyond "
+            f"advcli's limit of {EXPANDED_TOKENS:,}. Hint: split the episode, or drop it"
+        )
+        raise DataError(msg)
+    out = []
+    for leaf in leaves:
+        branch = []
+        j = leaf
+        while j is not None:
+            branch.append(j)
+            j = parent[j]
+        out.append((leaf, branch[::-1]))
     return out
 
 
