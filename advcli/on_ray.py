@@ -28,6 +28,8 @@ import dataclasses
 import json
 import math
 import os
+import re
+import socket
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
@@ -90,6 +92,8 @@ def connect(address: str | None) -> Any:
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
     if address is None:
         options["include_dashboard"] = False
+    else:
+        _probe(address)
     try:
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -100,6 +104,30 @@ def connect(address: str | None) -> Any:
         )
         raise UsageError(msg) from None
     return ray
+
+
+PROBE_SECONDS = 10.0  # to open a TCP connection to the cluster's head before Ray tries
+
+
+def _probe(address: str) -> None:
+    """Refuse, in one line and seconds, a head that nothing answers at: Ray itself retries
+    for minutes and prints its own C++ lines meanwhile. (``auto``, ``local`` and names
+    without a port are left to Ray.)"""
+    found = re.fullmatch(r"(?:ray://)?\[?([^\]/]+?)\]?:(\d+)/?", address)
+    if found is None:
+        return
+    host, port = found.group(1), int(found.group(2))
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_SECONDS):
+            return
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    msg = (
+        f"cannot reach the Ray cluster at {address} ({reason}; waited up to {PROBE_SECONDS:g} s). "
+        "Hint: check --ray-address or RAY_ADDRESS (host:port of the head node), or leave both "
+        "unset for a local Ray"
+    )
+    raise UsageError(msg)
 
 
 @dataclasses.dataclass(frozen=True)

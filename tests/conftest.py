@@ -32,13 +32,14 @@ def write_parquet(path: Path, rows: list[dict], schema: pa.Schema | None = None)
     return str(path)
 
 
-def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None):
-    """Run ``python -m advcli ARGS``; returns the CompletedProcess (text)."""
+def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None, env: dict | None = None):
+    """Run ``python -m advcli ARGS``; returns the CompletedProcess (bytes)."""
     return subprocess.run(
         [sys.executable, "-m", "advcli", *args],
         input=stdin,
         capture_output=True,
         cwd=cwd,
+        env=env,
         check=False,
     )
 

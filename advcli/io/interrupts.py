@@ -10,8 +10,11 @@ back, when Python's is the one in force.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 STOPS = (signal.SIGTERM, signal.SIGHUP)
@@ -38,14 +41,45 @@ def _terminate(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
+GRACE_SECONDS = 10.0
+"""How long a stop (Ctrl-C, SIGTERM, SIGHUP) waits for the run to unwind before the process
+leaves anyway: Python runs its handlers between bytecodes, so a call stuck in native code (a
+network read) would otherwise never see the signal."""
+
+
 def handle_termination() -> None:
     """SIGTERM and SIGHUP raise :class:`Terminated` (main thread), unless the parent ignores
-    them (``nohup`` ignores SIGHUP: it stays ignored)."""
+    them (``nohup`` ignores SIGHUP: it stays ignored); and a watchdog ends the process
+    :data:`GRACE_SECONDS` after any stop the main thread has not acted on."""
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in STOPS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _terminate)
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main thread of the main interpreter
+        return
+    threading.Thread(target=_watchdog, args=(reader, writer), daemon=True).start()
+
+
+def _watchdog(reader: socket.socket, _writer: socket.socket) -> None:
+    """Wait for a stop's byte on the wakeup socket (written by Python's C-level handler, from
+    any thread, even while the main thread is stuck), then for :data:`GRACE_SECONDS`; if the
+    process is still there, leave with the stop's exit status. (``_writer``: the socket's other
+    end, kept open while the watchdog runs.)"""
+    while True:
+        data = reader.recv(1)
+        if not data:
+            return
+        signum = data[0]
+        if signum in (signal.SIGINT, *STOPS):
+            time.sleep(GRACE_SECONDS)
+            word = b"interrupted" if signum == signal.SIGINT else b"terminated"
+            os.write(2, b"advcli: " + word + b" (it did not stop in time)\n")
+            os._exit(128 + signum)
 
 
 def keep_python_interrupt() -> None:

@@ -13,6 +13,7 @@ end, which completes or leaves nothing (atomic per object).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fnmatch
 import hashlib
 import os
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from advcli.errors import AdvcliError, OutputError, UsageError
+from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -42,20 +43,35 @@ def _reason(exc: Exception) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
+TIMEOUT_SECONDS = float(os.environ.get("ADVCLI_REMOTE_TIMEOUT", "30"))
+"""How long a request to object storage may take, retries included (``gs://`` retries for
+minutes, and a closed endpoint or no network would otherwise look like a hang)."""
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem of ``uri`` and the path within it."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     parts = urlsplit(uri)
     try:
+        if parts.scheme in ("gs", "gcs") and not parts.query:
+            limit = datetime.timedelta(seconds=TIMEOUT_SECONDS)
+            return pafs.GcsFileSystem(retry_time_limit=limit), f"{parts.netloc}{parts.path}"
         if parts.scheme == "s3" and endpoint and "endpoint_override" not in parts.query:
             server = urlsplit(endpoint)
             region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
             fs = pafs.S3FileSystem(
                 endpoint_override=server.netloc, scheme=server.scheme or "https",
-                region=region or "us-east-1",
+                region=region or "us-east-1", connect_timeout=TIMEOUT_SECONDS,
+                request_timeout=TIMEOUT_SECONDS,
             )  # fmt: skip
             return fs, f"{parts.netloc}{parts.path}"
         return pafs.FileSystem.from_uri(uri)
+    except ImportError:  # pyarrow reads hf:// (and fsspec+...://) through fsspec
+        msg = (
+            f"{uri}: reading {parts.scheme}:// needs fsspec and huggingface_hub. "
+            "Hint: pip install 'advcli[hf]'"
+        )
+        raise DependencyError(msg) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
         msg = (
             f"{uri}: cannot open this location ({_reason(exc)}). Hint: check the URI and the "
