@@ -1,0 +1,305 @@
+"""Seeded mutation fuzzing of every entry point: ``python -m tests.fuzz [MUTANTS]`` runs the
+full set (300 mutants of each kind by default); ``tests/test_fuzz.py`` runs a few of each kind
+in the suite.
+
+Each kind is an input and the commands that read it:
+
+- ``jsonl``, ``parquet-pages``, ``parquet-bytes``, ``parquet-columns``: the sample log, its
+  bytes flipped, cut or repeated (anywhere in a Parquet file, its footer too, or only in its
+  data pages), its JSON values swapped for odd ones, its Parquet columns dropped, retyped,
+  emptied or nulled; through ``schema``, ``audit``, ``annotate``, ``shard`` (then ``verify``
+  on what it wrote) and, every few mutants, ``report``;
+- ``verl``, ``trl``: dumps the frameworks' own code wrote (``tests/fixtures/real``), mutated
+  the same way and read with ``--from``;
+- ``shards``: a shard folder with one of its files mutated, through ``verify``.
+
+Every command must exit 0 with a valid output (a table that reads back, a folder ``verify``
+passes), or exit 1 or 2 with exactly one line on stderr and nothing left in its output folder;
+never a traceback, a native panic, or another exit code. Runs are in-process (the real entry
+point, ``advcli.cli.main``) so that hundreds fit in seconds; stderr is read at the file
+descriptor, where a native panic would print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from advcli import cli
+from advcli.io.writers import read_metadata
+
+HERE = Path(__file__).parent
+SAMPLE = HERE.parent / "sample_data"
+REAL = HERE / "fixtures" / "real"
+METHODS = ["grpo", "rloo", "gae", "reinforce-pp", "batch-mean", "mc"]
+ODD_VALUES = [b"null", b"-1", b"1e999", b"-1e400", b'"7"', b"{}", b"[]", b"[[1]]", b"true",
+              b"18446744073709551616", b'"\\u0000"', b"0.5", b"NaN", b""]  # fmt: skip
+REPORT_EVERY = 10  # a report is the slowest command: every tenth mutant
+
+
+@contextlib.contextmanager
+def stderr_at_fd() -> Iterator[list[str]]:
+    """What is written to file descriptor 2 inside the block (a native panic prints there)."""
+    sys.stderr.flush()
+    saved, python_stderr = os.dup(2), sys.stderr
+    got: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        sys.stderr = open(2, "w", closefd=False)  # Python's writes too (pytest replaces it)
+        try:
+            yield got
+        finally:
+            sys.stderr.flush()
+            sys.stderr = python_stderr
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            got.append(sink.read().decode(errors="replace"))
+
+
+def main(*args: str) -> tuple[int, str]:
+    """advcli ARGS in-process: the exit code and everything written to stderr."""
+    with stderr_at_fd() as err:
+        try:
+            cli.main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return code, err[0]
+
+
+def assert_one_line(err: str, what: str) -> None:
+    assert "Traceback" not in err and "panicked" not in err, f"{what}: {err}"
+    assert err.count("\n") == 1 and err.startswith("advcli: error: "), f"{what}: {err}"
+
+
+def command(out: Path, *args: str, valid: Callable[[], None]) -> int:
+    """Run one command whose output goes into the empty folder ``out``; check the outcome."""
+    code, err = main(*args)
+    what = " ".join(args)
+    assert code in (0, 1, 2), f"{what}: exit {code}: {err}"
+    if code:
+        assert_one_line(err, what)
+        assert list(out.iterdir()) == [], f"{what}: left {list(out.iterdir())}"
+    else:
+        valid()
+    for path in out.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return code
+
+
+# ----------------------------------------------------------------------------- mutations
+
+
+def flip_bytes(data: bytes, rng: np.random.Generator) -> bytes:
+    out = bytearray(data)
+    for at in rng.integers(0, len(out), rng.integers(1, 6)):
+        out[at] = int(rng.integers(0, 256))
+    return bytes(out)
+
+
+def cut_or_repeat(data: bytes, rng: np.random.Generator) -> bytes:
+    a, b = sorted(rng.integers(0, len(data), 2))
+    return data[:a] + data[b:] if rng.random() < 0.5 else data[:b] + data[a:]
+
+
+def odd_value(data: bytes, rng: np.random.Generator) -> bytes:
+    """One JSON scalar (a number, a string, true/false/null) replaced by an odd value."""
+    scalars = list(re.finditer(rb'-?\d+(\.\d+)?([eE][-+]?\d+)?|"[^"\\]*"|true|false|null', data))
+    m = scalars[int(rng.integers(len(scalars)))]
+    value = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
+    return data[: m.start()] + value + data[m.end() :]
+
+
+def text_mutant(data: bytes, rng: np.random.Generator, i: int) -> bytes:
+    return [flip_bytes, cut_or_repeat, odd_value, odd_value][i % 4](data, rng)
+
+
+def page_bytes(data: bytes, rng: np.random.Generator) -> bytes:
+    """Bytes flipped in the data pages; the footer (schema, offsets) intact."""
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    out = bytearray(data)
+    for at in rng.integers(4, max(5, len(data) - footer), rng.integers(1, 9)):
+        out[at] ^= int(rng.integers(1, 256))
+    return bytes(out)
+
+
+def binary_mutant(data: bytes, rng: np.random.Generator, i: int) -> bytes:
+    """Anywhere: the magic, the footer, its length; or the file cut short."""
+    if i % 3 == 2:
+        return data[: int(rng.integers(0, len(data)))]
+    return flip_bytes(data, rng) if i % 3 else cut_or_repeat(data, rng)
+
+
+def column_change(table: pa.Table, rng: np.random.Generator) -> pa.Table:
+    """A column dropped, nulled, emptied, negated or retyped."""
+    name = table.column_names[int(rng.integers(table.num_columns))]
+    i = table.column_names.index(name)
+    column = table.column(i)
+    kind = int(rng.integers(5))
+    if kind == 0:
+        return table.drop_columns([name])
+    if kind == 1:
+        nulls = pa.nulls(table.num_rows, column.type)
+        mask = pa.array(rng.random(table.num_rows) < 0.3)
+        return table.set_column(i, name, pc.if_else(mask, nulls, column))
+    if kind == 2:
+        return table.set_column(i, name, pa.array([None] * table.num_rows, column.type))
+    if kind == 3 and (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+        return table.set_column(i, name, pc.negate(column))
+    text = pa.list_(pa.string()) if pa.types.is_list(column.type) else pa.string()
+    return table.set_column(i, name, column.cast(text, safe=False))
+
+
+def longer_log() -> bytes:
+    """The sample eight times over (ids made unique): past the lines that type a JSONL log."""
+    rows = [orjson.loads(line) for line in (SAMPLE / "rollouts.jsonl").read_bytes().splitlines()]
+    return b"".join(
+        orjson.dumps({**row, "prompt_id": f"{row['prompt_id']}-{k}",
+                      "rollout_id": f"{row['rollout_id']}-{k}"}) + b"\n"
+        for k in range(8)
+        for row in rows
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- kinds
+
+
+def write_mutant(kind: str, i: int, rng: np.random.Generator, folder: Path) -> tuple[Path, list]:
+    """Mutant ``i`` of ``kind`` under ``folder``: the input to give, and the --from options."""
+    if kind == "jsonl":
+        path = folder / "log.jsonl"
+        path.write_bytes(text_mutant(longer_log(), rng, i))
+        return path, []
+    if kind in ("parquet-pages", "parquet-bytes", "parquet-columns"):
+        source = SAMPLE / "rollouts.parquet"
+        path = folder / "log.parquet"
+        if kind == "parquet-columns":
+            try:
+                pq.write_table(column_change(pq.read_table(source), rng), path)
+            except (pa.ArrowException, ValueError):  # a change pyarrow itself cannot write
+                pq.write_table(pq.read_table(source), path)
+        else:
+            mutate = page_bytes if kind == "parquet-pages" else None
+            data = source.read_bytes()
+            path.write_bytes(mutate(data, rng) if mutate else binary_mutant(data, rng, i))
+        return path, []
+    if kind == "verl":
+        dump = folder / "rollout"
+        shutil.copytree(REAL / "verl" / ("v1" if i % 2 else "legacy") / "rollout", dump)
+        victim = sorted(dump.iterdir())[i % 2]
+        victim.write_bytes(text_mutant(victim.read_bytes(), rng, i))
+        return dump, ["--from", "verl"]
+    if kind == "trl":
+        dump = folder / "completions"
+        shutil.copytree(REAL / "trl" / "default" / "completions", dump)
+        victim = sorted(dump.iterdir())[i % 3]
+        data = victim.read_bytes()
+        if i % 2:
+            victim.write_bytes(binary_mutant(data, rng, i))
+        else:
+            with contextlib.suppress(pa.ArrowException, ValueError):
+                pq.write_table(column_change(pq.read_table(victim), rng), victim)
+        return dump, ["--from", "trl"]
+    raise ValueError(kind)
+
+
+def run_mutant(kind: str, i: int, rng: np.random.Generator, work: Path) -> list[int]:
+    """Every entry point over mutant ``i`` of ``kind``; the exit codes."""
+    for path in work.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    inputs, outputs = work / "in", work / "out"
+    inputs.mkdir()
+    outputs.mkdir()
+    if kind == "shards":
+        return [shard_folder_mutant(i, rng, inputs, outputs)]
+    log, preset = write_mutant(kind, i, rng, inputs)
+    method = ["--method", "grpo" if preset else METHODS[i % len(METHODS)]]
+    table, shards, page = outputs / "o.parquet", outputs / "shards", outputs / "r.html"
+
+    def annotated() -> None:
+        assert read_metadata(str(table)) is not None and pq.read_table(table) is not None
+
+    def verified() -> None:
+        code, err = main("verify", str(shards))
+        assert code == 0, f"verify after shard: {err}"
+
+    def nothing() -> None:
+        pass
+
+    codes = [
+        command(outputs, "schema", str(log), "--json", *preset, valid=nothing),
+        command(outputs, "audit", str(log), "--json", *preset, valid=nothing),
+        command(outputs, "annotate", str(log), *method, *preset, "-q", "--out", str(table),
+                valid=annotated),
+        command(outputs, "shard", str(log), *method, *preset, "-q", "--out", str(shards),
+                valid=verified),
+    ]  # fmt: skip
+    if i % REPORT_EVERY == 0 and _has_bokeh():
+        codes.append(command(outputs, "report", str(log), *method, *preset, "-q", "--out",
+                             str(page), valid=lambda: assert_page(page)))  # fmt: skip
+    return codes
+
+
+def assert_page(page: Path) -> None:
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def shard_folder_mutant(i: int, rng: np.random.Generator, inputs: Path, outputs: Path) -> int:
+    """``verify`` on a shard folder with one file mutated: exit 0 only where nothing changed."""
+    shards = inputs / "shards"
+    code, err = main("shard", str(SAMPLE / "rollouts.parquet"), "--method", "grpo", "-q",
+                     "--rows-per-shard", "4", "--out", str(shards))  # fmt: skip
+    assert code == 0, err
+    files = sorted(p for p in shards.rglob("*") if p.is_file())
+    victim = files[i % len(files)]
+    before = victim.read_bytes()
+    after = binary_mutant(before, rng, i) if i % 2 else text_mutant(before, rng, i)
+    victim.write_bytes(after)
+    code, err = main("verify", str(shards))
+    assert code in (0, 1, 2), err
+    if code:
+        assert_one_line(err, f"verify {victim.name}")
+    else:
+        assert after == before, f"verify passed a changed {victim.name}"
+    return code
+
+
+def _has_bokeh() -> bool:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+KINDS = ["jsonl", "parquet-pages", "parquet-bytes", "parquet-columns", "verl", "trl", "shards"]
+
+
+def fuzz(kind: str, mutants: int, work: Path, seed: int = 13) -> dict[int, int]:
+    """Run ``mutants`` mutants of ``kind``; how many commands ended with each exit code."""
+    rng = np.random.default_rng([seed, KINDS.index(kind)])
+    seen: dict[int, int] = {}
+    for i in range(mutants):
+        for code in run_mutant(kind, i, rng, work):
+            seen[code] = seen.get(code, 0) + 1
+    return seen
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    for name in KINDS:
+        with tempfile.TemporaryDirectory() as scratch:
+            print(name, fuzz(name, count, Path(scratch)), flush=True)
