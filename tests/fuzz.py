@@ -55,9 +55,9 @@ def stderr_at_fd() -> Iterator[list[str]]:
     sys.stderr.flush()
     saved, python_stderr = os.dup(2), sys.stderr
     got: list[str] = []
-    with tempfile.TemporaryFile() as sink:
+    with tempfile.TemporaryFile() as sink, open(2, "w", closefd=False) as text:
         os.dup2(sink.fileno(), 2)
-        sys.stderr = open(2, "w", closefd=False)  # Python's writes too (pytest replaces it)
+        sys.stderr = text  # Python's writes too (pytest replaces sys.stderr)
         try:
             yield got
         finally:
