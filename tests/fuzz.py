@@ -23,6 +23,7 @@ descriptor, where a native panic would print.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -71,7 +72,7 @@ def stderr_at_fd() -> Iterator[list[str]]:
 
 def main(*args: str) -> tuple[int, str]:
     """advcli ARGS in-process: the exit code and everything written to stderr."""
-    with stderr_at_fd() as err:
+    with stderr_at_fd() as err, contextlib.redirect_stdout(io.StringIO()):
         try:
             cli.main(list(args))
             code = 0

@@ -385,3 +385,15 @@ def test_remote_locations_fail_in_one_line_within_the_stated_limit(tmp_path):
                str(tmp_path / "parts"))  # fmt: skip
     assert proc.returncode == 2 and "cannot reach the Ray cluster at 127.0.0.1:1" in one_line(proc)
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("at_line", [4, 1501])  # among the lines that type the log, or later
+def test_a_key_twice_inside_a_struct_a_role_reads_is_refused(tmp_path, at_line):
+    rows = [{**r, "meta": {"group": r["prompt_id"], "b": 2}} for r in log_rows(2000)]
+    lines = [json.dumps(r) for r in rows]
+    lines[at_line - 1] = lines[at_line - 1].replace('"b": 2', '"group": "other"')
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    proc = run("audit", str(path), "--col", "prompt_id=meta.group")
+    assert proc.returncode == 1
+    assert f"line {at_line}, column 'meta.group': the key appears twice" in one_line(proc)

@@ -280,27 +280,37 @@ def chunks(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> Iterator[tuple[in
 
 
 def refuse_duplicate_keys(
-    path: str, chunk: bytes, first_line: int, rows: int, keys: Iterable[str]
+    path: str, chunk: bytes, first_line: int, rows: int, keys: Iterable[str | tuple[str, ...]]
 ) -> None:
     """Refuse a line of ``chunk`` that holds one of ``keys`` twice (JSON readers disagree on
-    which to keep: polars the first, Python's the last). ``rows``: the chunk's objects.
+    which to keep: polars the first, Python's the last). ``rows``: the chunk's objects. A
+    key given as a path (``("meta", "group")``, a struct field ``--col`` names) is checked at
+    every level.
 
     A key counted once per object is unique (the common case, at the cost of one scan); else
     the lines are checked one by one, and those naming the key twice parsed."""
     text = pa.array([chunk], pa.large_binary())
     for key in keys:
-        quoted = orjson.dumps(key)
+        parts = list(key) if isinstance(key, tuple) else [key]
+        quoted = orjson.dumps(parts[-1])
         if _occurrences(chunk, text, quoted) == rows:
             continue
         for number, line in enumerate(chunk.splitlines(), start=first_line):
-            if line.count(quoted) > 1:
-                pairs = json.loads(line, object_pairs_hook=list)  # the top level's, in order
-                if [k for k, _ in pairs].count(key) > 1:
-                    msg = (
-                        f"{where(path, number, key, line=True)}: the key appears twice in the "
-                        "object (readers disagree on which to keep). Hint: keep one"
-                    )
-                    raise DataError(msg)
+            if line.count(quoted) > 1 and _twice(json.loads(line, object_pairs_hook=list), parts):
+                at = where(path, number, ".".join(parts), line=True)
+                msg = (
+                    f"{at}: the key appears twice in the object (readers disagree on which to "
+                    "keep). Hint: keep one"
+                )
+                raise DataError(msg)
+
+
+def _twice(pairs: Any, parts: list[str]) -> bool:
+    """Whether the path ``parts`` meets a key given twice, in an object parsed as pairs."""
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+        return False
+    found = [value for name, value in pairs if name == parts[0]]
+    return len(found) > 1 or (len(parts) > 1 and bool(found) and _twice(found[0], parts[1:]))
 
 
 def refuse_non_scalar_ids(path: str, chunk: bytes, first_line: int, keys: Iterable[str]) -> None:

@@ -538,8 +538,12 @@ class JsonlSource(LogSource):
         self.file_columns = [set(schema) for schema in schemas]
         role_names = {n for role, (_, aliases) in ROLES.items() for n in (role, *aliases)}
         role_names |= {column.partition(".")[0] for column in mapping.values()}
-        self._unique_keys = [c for c in dict.fromkeys(k for s in schemas for k in s)
-                             if c in role_names]  # fmt: skip
+        self._unique_keys: list[str | tuple[str, ...]] = [
+            c for c in dict.fromkeys(k for s in schemas for k in s) if c in role_names
+        ]
+        self._unique_keys += [  # a struct field a role reads: checked inside its object
+            tuple(c.split(".")) for c in mapping.values() if "." in c and c not in schemas[0]
+        ]
         self._unique_checked: set[int] = set()  # files whose keys were checked
         self._id_keys = [c for c in sorted(jsonl.id_columns(mapping))
                          if any(c in schema for schema in schemas)]  # fmt: skip
