@@ -617,13 +617,13 @@ def score_parts(
     }
 
 
-def listed_parts(folder: Path) -> set[str] | None:
+def listed_parts(folder: Folder) -> set[str] | None:
     """The files a parts folder's manifest names (itself too); None where the folder has no
     readable parts manifest."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(folder.read_text(MANIFEST))
         return {MANIFEST, *(str(r["part"]) for r in manifest["parts"])}
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, AdvcliError):
         return None
 
 

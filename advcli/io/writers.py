@@ -33,6 +33,7 @@ from polars.io.plugins import register_io_source
 from advcli.errors import DataError, OutputError, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
+from advcli.io.folders import Folder
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.jsonl import STDIN
 from advcli.io.remote import FolderOutput
@@ -87,18 +88,25 @@ def _refuse_special(path: Path) -> None:
     raise OutputError(msg)
 
 
-def _unlisted(folder: Path, listed: set[str] | None) -> str | None:
-    """The first thing in ``folder`` (hidden files, subfolders and symlinks too) that is not
-    one of ``listed`` (relative paths its manifest names; None: it has no manifest)."""
-    for root, dirs, names in os.walk(folder):
-        for name in sorted(dirs + names):
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            if path.is_symlink() or listed is None:
-                return rel
-            if name in names and rel not in listed:
-                return rel
-    return None
+def _refuse_unlisted(out: str, listed: Callable[[Folder], set[str] | None]) -> None:
+    """Refuse to replace the existing, non-empty folder ``out`` (local or in object storage)
+    unless an advcli manifest in it lists every file it holds (hidden files and symlinks
+    too): ``listed(folder)`` gives the names (None: no manifest)."""
+    folder = Folder(out)
+    names = folder.files()
+    if not names:
+        return
+    known = listed(folder)
+    unlisted = next(
+        (n for n in names if known is None or n not in known or folder.kind(n) != "file"), None
+    )
+    if unlisted is not None:
+        msg = (
+            f"{out}: not an output folder of advcli (it holds {unlisted}, which no advcli "
+            "manifest there lists); --force replaces only a folder advcli wrote. Hint: "
+            "choose another --out, or move the folder away yourself"
+        )
+        raise OutputError(msg)
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:
@@ -146,14 +154,14 @@ def check_output_folder(
     files: list[str],
     *,
     force: bool,
-    listed: Callable[[Path], set[str] | None],
+    listed: Callable[[Folder], set[str] | None],
 ) -> Path:
     """Refuse an output folder that holds an input, holds the current folder, or exists
     (unless ``force``); ``files`` are the inputs, expanded. ``--force`` replaces only a folder
     advcli wrote: ``listed(folder)`` gives the files its manifest names (None: no manifest),
     and a folder holding anything else is refused, ``--force`` or not."""
     if remote.is_remote(out):
-        return _check_remote_folder(out, files, force=force)
+        return _check_remote_folder(out, files, force=force, listed=listed)
     target = Path(out)
     for f in files:
         if f == STDIN:
@@ -175,26 +183,22 @@ def check_output_folder(
         raise OutputError(msg)
     clean_stale(target)  # a swap a kill interrupted is undone first
     _refuse_existing(out, target.exists(), force=force)
-    if target.is_dir() and any(target.iterdir()):
-        unlisted = _unlisted(target, listed(target))
-        if unlisted is not None:
-            msg = (
-                f"{out}: not an output folder of advcli (it holds {unlisted}, which no advcli "
-                "manifest there lists); --force replaces only a folder advcli wrote. Hint: "
-                "choose another --out, or move the folder away yourself"
-            )
-            raise OutputError(msg)
+    if target.is_dir():
+        _refuse_unlisted(out, listed)
     _check_writable(target.parent, out)
     return target
 
 
-def _check_remote_folder(out: str, files: list[str], *, force: bool) -> Path:
+def _check_remote_folder(
+    out: str, files: list[str], *, force: bool, listed: Callable[[Folder], set[str] | None]
+) -> Path:
     prefix = out.split("?")[0].rstrip("/") + "/"
     for f in files:
         if f.split("?")[0].startswith(prefix):
             msg = f"{out}: holds the input {f}; advcli never overwrites its input"
             raise OutputError(f"{msg}. Hint: choose another --out")
     _refuse_existing(out, bool(remote.listing(out)), force=force)
+    _refuse_unlisted(out, listed)
     return Path(out)
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli import __version__
-from advcli.errors import DataError, UsageError
+from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.folders import Folder
@@ -156,16 +156,16 @@ def _type_name(spec: Any) -> str:
     return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
 
 
-def listed(folder: Path) -> set[str] | None:
+def listed(folder: Folder) -> set[str] | None:
     """The files a shard folder's manifest names (itself and its checksum too); None where
     the folder has no readable advcli manifest."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(folder.read_text(MANIFEST))
         if manifest.get("format") != FORMAT:
             return None
         paths = (PurePosixPath(s["path"]).as_posix() for s in manifest["shards"])
         return {MANIFEST, CHECKSUM, *paths}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, AdvcliError):
         return None
 
 

@@ -106,7 +106,11 @@ def test_shards_to_object_storage_and_verify_them_there(s3, tmp_path):
     assert "s3://logs/shards/extra.txt: a file the manifest does not list" in bad.stderr
     assert advcli(env, "shard", "s3://logs/in", *args,
                   "--out", "s3://logs/shards").returncode == 2  # fmt: skip
-    again = advcli(env, "shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards",
-                   "--force")  # fmt: skip
+    force = ["shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards", "--force"]
+    refused = advcli(env, *force)  # a file no manifest lists: not advcli's to delete
+    assert refused.returncode == 2 and "holds extra.txt, which no advcli manifest" in refused.stderr
+    assert fs.get_file_info("logs/shards/extra.txt").type == pafs.FileType.File
+    fs.delete_file("logs/shards/extra.txt")
+    again = advcli(env, *force)
     assert again.returncode == 0, again.stderr
     assert json.loads(advcli(env, "verify", "s3://logs/shards", "--json").stdout)["ok"]
