@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -397,3 +398,14 @@ def test_a_key_twice_inside_a_struct_a_role_reads_is_refused(tmp_path, at_line):
     proc = run("audit", str(path), "--col", "prompt_id=meta.group")
     assert proc.returncode == 1
     assert f"line {at_line}, column 'meta.group': the key appears twice" in one_line(proc)
+
+
+def test_a_nul_in_a_framework_dumps_field_name_is_one_line(tmp_path):
+    """(found by tests.fuzz: polars panicked handing the name to Arrow)"""
+    dump = tmp_path / "rollout"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "real" / "verl" / "v1" / "rollout", dump)
+    first = dump / "1.jsonl"
+    first.write_text(first.read_text().replace('"score"', '"sc\\u0000ore"', 1))
+    proc = run("schema", str(dump), "--from", "verl")
+    assert proc.returncode == 1
+    assert "1.jsonl: line 1: a field name holds a NUL character" in one_line(proc)

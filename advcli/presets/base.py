@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+from polars.exceptions import PanicException
 
 from advcli.errors import AdvcliError, DataError, UsageError, where
 from advcli.io import jsonl
@@ -168,7 +169,14 @@ def json_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
     with jsonl.open_stream(path) as fh:
         for number, line in enumerate(fh, start=1):
             if line.strip():
-                records.append(jsonl.parse_line(path, number, line, nan=True))
+                record = jsonl.parse_line(path, number, line, nan=True)
+                if isinstance(record, dict) and any("\x00" in key for key in record):
+                    msg = (
+                        f"{path}: line {number}: a field name holds a NUL character. "
+                        "Hint: rename the field"
+                    )
+                    raise DataError(msg)
+                records.append(record)
                 lines.append(number)
     if not records:
         msg = f"{path}: the input has no rows. Hint: check the file"
@@ -309,7 +317,8 @@ def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
         return preset.convert(path, options)
     except (AdvcliError, MemoryError):
         raise
-    except Exception as exc:  # polars, pyarrow and Python raise many types on malformed data
+    except (Exception, PanicException) as exc:  # polars, pyarrow and Python raise many
+        # types on malformed data (a panic in polars' Rust is not an Exception)
         msg = (
             f"{path}: cannot read it as {preset.framework}'s dump ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}). Hint: check the file and --from"
