@@ -409,3 +409,13 @@ def test_a_nul_in_a_framework_dumps_field_name_is_one_line(tmp_path):
     proc = run("schema", str(dump), "--from", "verl")
     assert proc.returncode == 1
     assert "1.jsonl: line 1: a field name holds a NUL character" in one_line(proc)
+
+
+def test_a_report_of_a_log_with_an_infinite_step_is_drawn(tmp_path):
+    """(found by tests.fuzz: a verl line with "step": 1e999 made the page's JSON invalid)"""
+    pytest.importorskip("bokeh")
+    rows = [{**r, "step": float("inf") if i == 0 else 1.0} for i, r in enumerate(log_rows())]
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run("report", str(path), "--method", "grpo", "-q", "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr.decode()

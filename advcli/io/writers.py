@@ -293,7 +293,7 @@ def _is_bytes(t: pa.DataType) -> bool:
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_binary(t)
-        or pa.types.is_binary_view(t)
+        or getattr(pa.types, "is_binary_view", lambda _: False)(t)  # pyarrow >= 16
     )
 
 

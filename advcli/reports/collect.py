@@ -193,7 +193,7 @@ def trends(
         return None  # steps that are not numbers: no trend to draw
     step_of_row = column.to_numpy().astype(np.float64)  # nulls: NaN
     step = step_of_row[rows.last_segment_row()]
-    have = ~np.isnan(step)
+    have = np.isfinite(step)  # a null or infinite step is on no step
     if not have.any():
         return None
     steps, at = np.unique(step[have], return_inverse=True)
