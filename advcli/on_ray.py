@@ -59,7 +59,7 @@ from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import Roles
 from advcli.io.sources import FileRows, LogSource, ParquetSource, Sources, report
-from advcli.io.writers import output_folder, write_batches
+from advcli.io.writers import METADATA_KEY, output_folder, write_batches
 from advcli.methods import TokenPass
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
@@ -618,13 +618,22 @@ def score_parts(
 
 
 def listed_parts(folder: Folder) -> set[str] | None:
-    """The files a parts folder's manifest names (itself too); None where the folder has no
-    readable parts manifest."""
+    """The files a parts folder's manifest names (itself too). A run cut short leaves its
+    parts and no manifest (it is uploaded last): then every file, if each is a Parquet part
+    carrying advcli's metadata. None where neither holds."""
     try:
         manifest = json.loads(folder.read_text(MANIFEST))
         return {MANIFEST, *(str(r["part"]) for r in manifest["parts"])}
     except (OSError, ValueError, TypeError, KeyError, AdvcliError):
-        return None
+        pass
+    for name in folder.files():
+        try:
+            with folder.open(name) as fh:
+                if METADATA_KEY not in (pq.read_metadata(fh).metadata or {}):
+                    return None
+        except (OSError, pa.ArrowException, AdvcliError):
+            return None
+    return set(folder.files())
 
 
 def verify_parts(location: str) -> dict[str, Any]:

@@ -652,6 +652,8 @@ def _start(*args: str, ignore_sigint: bool = False) -> subprocess.Popen:
 
     def disposition() -> None:  # explicit: a test run in the background ignores SIGINT
         signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.SIG_DFL)
+        for stop in (signal.SIGTERM, signal.SIGHUP):  # (a job runner may ignore these too)
+            signal.signal(stop, signal.SIG_DFL)
 
     command_line = [sys.executable, "-m", "advcli", *args]
     return subprocess.Popen(
