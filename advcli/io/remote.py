@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import fnmatch
 import hashlib
+import importlib.util
 import os
 import re
 import tempfile
@@ -52,6 +53,8 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem of ``uri`` and the path within it."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     parts = urlsplit(uri)
+    if parts.scheme == "hf" and importlib.util.find_spec("fsspec") is None:
+        raise _needs_fsspec(uri, parts.scheme)
     try:
         if parts.scheme in ("gs", "gcs") and not parts.query:
             limit = datetime.timedelta(seconds=TIMEOUT_SECONDS)
@@ -67,11 +70,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
             return fs, f"{parts.netloc}{parts.path}"
         return pafs.FileSystem.from_uri(uri)
     except ImportError:  # pyarrow reads hf:// (and fsspec+...://) through fsspec
-        msg = (
-            f"{uri}: reading {parts.scheme}:// needs fsspec and huggingface_hub. "
-            "Hint: pip install 'advcli[hf]'"
-        )
-        raise DependencyError(msg) from None
+        raise _needs_fsspec(uri, parts.scheme) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
         msg = (
             f"{uri}: cannot open this location ({_reason(exc)}). Hint: check the URI and the "
@@ -79,6 +78,13 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
             "AWS_REGION, and AWS_ENDPOINT_URL for a server other than AWS)"
         )
         raise UsageError(msg) from None
+
+
+def _needs_fsspec(uri: str, scheme: str) -> DependencyError:
+    return DependencyError(
+        f"{uri}: reading {scheme}:// needs fsspec and huggingface_hub. "
+        "Hint: pip install 'advcli[hf]'"
+    )
 
 
 def _uri_of(uri: str, path: str) -> str:
