@@ -56,6 +56,8 @@ def handle_termination() -> None:
     for signum in STOPS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _terminate)
+    if _watching:  # one watchdog a process (the command line may run in-process many times)
+        return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     try:
@@ -63,6 +65,10 @@ def handle_termination() -> None:
     except ValueError:  # not the main thread of the main interpreter
         return
     threading.Thread(target=_watchdog, args=(reader, writer), daemon=True).start()
+    _watching.append(True)
+
+
+_watching: list[bool] = []
 
 
 def _watchdog(reader: socket.socket, _writer: socket.socket) -> None:
