@@ -160,6 +160,9 @@ def test_a_nan_bound_for_jsonl_is_refused_unless_null_is_asked_for(tmp_path):
     assert [json.loads(line)["extra"] for line in out.read_text().splitlines()][:2] == [1.0, None]
     assert run("annotate", path, "--method", "grpo", "--out", str(tmp_path / "o.parquet")
                ).returncode == 0  # Parquet holds NaN as it is  # fmt: skip
+    proc = run("annotate", path, "--method", "grpo", "--out", str(out), "--nonfinite", "zero")
+    assert proc.returncode == 2
+    assert "--nonfinite zero: expected one of error, null" in one_line(proc)
 
 
 def test_a_bytes_column_bound_for_jsonl_is_one_line(tmp_path):
