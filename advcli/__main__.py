@@ -4,7 +4,8 @@ Ctrl-C while the command line's modules load (polars, pyarrow, orjson: a second 
 interrupt like any other, not a traceback nor a crash: it is held until they are loaded (an
 interrupt raised inside a native module's initialisation can crash the process), then the run
 ends with ``advcli: interrupted``. A SIGINT the parent ignores stays ignored. A dependency
-older than advcli needs is one line, found before any of them is imported.
+older than advcli needs is one line, found before any of them is imported; so is an estimator
+plugin that fails to load.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ def main() -> None:
         signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
         from advcli import versions
-        from advcli.errors import DependencyError
+        from advcli.errors import AdvcliError
 
         try:
             versions.check()
             from advcli.cli import main as run
-        except DependencyError as exc:
+        except AdvcliError as exc:  # an old dependency, a broken estimator plugin
             sys.stderr.write(f"advcli: error: {exc}\n")
             sys.exit(exc.exit_code)
     except KeyboardInterrupt:

@@ -49,6 +49,13 @@ class DependencyError(AdvcliError):
     exit_code = 1
 
 
+class PluginError(AdvcliError):
+    """An installed estimator plugin cannot be used: it fails to load or clashes with another
+    method. Exit code 1."""
+
+    exit_code = 1
+
+
 class UsageError(AdvcliError):
     """The command line is wrong: an unknown method, conflicting options. Exit code 2."""
 

@@ -5,8 +5,10 @@ check); the registry (:mod:`advcli.methods`) gathers them, and everything else i
 that one declaration: the ``annotate`` options (:mod:`advcli.cli`), ``shard --param KEY=VALUE``,
 the public API's keyword arguments, and the ``params`` recorded in every output's metadata.
 
-A run's parameters are resolved once into an immutable :class:`Params`: a parameter the user did
-not give takes the method's default, else the convention's (``--convention``), else its own.
+A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
+method takes: a parameter the user did not give takes the method's default, else the
+convention's (``--convention``), else its own; one the method does not take is refused when the
+user gave it, and dropped when only a convention or a preset has a value for it.
 """
 
 from __future__ import annotations
@@ -96,10 +98,18 @@ def in_unit_interval(flag: str, suffix: str = "") -> Check:
     return check
 
 
-class Params:
-    """Every parameter of a run, resolved: read them as attributes (``p.gamma``).
+class UndeclaredParameter(AttributeError):
+    """A method read a parameter it does not declare: a bug in the method, not in the input."""
 
-    Immutable; ``as_dict()`` is what outputs record as their ``params``.
+
+class Params:
+    """The parameters of one run, resolved: read them as attributes (``p.gamma``).
+
+    They hold exactly the parameters the method takes (its own and the shared ones it accepts,
+    :attr:`advcli.methods.Method.takes`); reading any other raises
+    :class:`UndeclaredParameter`, so a method cannot depend on a value it does not declare.
+    ``name in p`` says whether the method takes ``name``. Immutable; ``as_dict()`` is what
+    outputs record as their ``params``.
     """
 
     __slots__ = ("_values", "convention", "method")
@@ -113,12 +123,18 @@ class Params:
         try:
             return self._values[name]
         except KeyError:
-            raise AttributeError(name) from None
+            if name.startswith("__"):  # copy and pickle probe for hooks
+                raise AttributeError(name) from None
+            msg = f"{self.method} read the parameter {name!r}, which it does not declare"
+            raise UndeclaredParameter(msg) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Params are immutable")
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return Params, (self.method, self.convention, dict(self._values))
 
     def __eq__(self, other: object) -> bool:

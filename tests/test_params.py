@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from advcli.errors import UsageError
-from advcli.methods import PARAMETERS, resolve
-from advcli.params import parse_assignments
+from advcli.methods import PARAMETERS, REGISTRY, resolve
+from advcli.params import UndeclaredParameter, parse_assignments
 
 
 def test_text_is_parsed_by_the_declared_type():
@@ -41,12 +41,40 @@ def test_bad_assignments_are_usage_errors(item, needle):
 
 def test_resolution_takes_the_method_then_the_convention_then_the_default():
     p = resolve("gae", "verl")
-    assert (p.whiten, p.whiten_ddof, p.std_ddof, p.observations) == ("batch", 1, 1, "skip")
-    assert p.lam == 0.95 and p.scale == "group" and p.alpha is None
+    assert (p.whiten, p.whiten_ddof, p.observations) == ("batch", 1, "skip")
+    assert p.lam == 0.95 and p.alpha is None
     assert resolve("reinforce-pp", "seed").whiten == "batch"  # the method's own default
-    assert resolve("grpo", "verl").whiten == "none"
-    assert resolve("gae", "verl", whiten="none", eps=1).as_dict()["eps"] == 1.0  # float, given
-    assert set(p.as_dict()) == {"method", "convention", *PARAMETERS}
+    assert resolve("grpo", "verl").std_ddof == 1  # the convention's
+    assert resolve("gae", "verl", whiten="none").as_dict()["gamma"] == 1.0  # the parameter's
+    assert resolve("grpo", "verl", eps=1).as_dict()["eps"] == 1.0  # float, given
+    assert set(p.as_dict()) == {"method", "convention", *(q.name for q in REGISTRY["gae"].takes)}
+
+
+def test_a_run_holds_exactly_what_its_method_takes():
+    """grpo records no gamma, gae no eps: an output's metadata lists what was applied."""
+    grpo, gae = resolve("grpo", "verl"), resolve("gae", "verl")
+    assert "gamma" not in grpo.as_dict() and "eps" not in gae.as_dict()
+    assert "zero_std" in grpo and "std_ddof" in resolve("opo")  # reads that change numbers
+    assert "kl_coef" in grpo and "kl_coef" not in resolve("gdpo", reward_columns="a")
+    with pytest.raises(UndeclaredParameter, match="grpo read the parameter 'gamma'"):
+        grpo.gamma  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("method", "given", "message"),
+    [
+        ("grpo", {"gamma": 0.5}, "--gamma does not apply to grpo; it takes: --baseline, --scale"),
+        ("mc", {"lam": 0.9}, "--lam does not apply to mc; it takes: --batch-size, --gamma"),
+        ("remax", {"whiten": "batch"}, "--whiten does not apply to remax"),
+        ("gdpo", {"kl_coef": 0.1}, "--kl-coef does not apply to gdpo"),
+    ],
+)
+def test_a_parameter_the_method_does_not_take_is_refused(method, given, message):
+    with pytest.raises(UsageError) as err:
+        resolve(method, reward_columns="a" if method == "gdpo" else None, **given)
+    assert str(err.value).startswith(message)
+    assert resolve(method, reward_columns="a" if method == "gdpo" else None,
+                   **dict.fromkeys(given)).method == method  # None: not given  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -64,8 +92,9 @@ def test_resolution_takes_the_method_then_the_convention_then_the_default():
     ],
 )
 def test_bad_values_name_the_option(given, message):
+    method = "gae" if set(given) <= {q.name for q in REGISTRY["gae"].takes} else "grpo"
     with pytest.raises(UsageError) as err:
-        resolve("gae", **given)
+        resolve(method, **given)
     assert str(err.value).startswith(message)
 
 

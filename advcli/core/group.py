@@ -28,6 +28,10 @@ from advcli.core.ragged import ranges
 Baseline = Literal["group", "leave-one-out", "batch", "none"]
 Scale = Literal["group", "batch", "none", "leave-one-out"]
 
+ZERO_VARIANCE_TOL = 1e-9
+"""A group is zero-variance when the spread of its rewards, max - min, is at most this (the
+default of ``--zero-variance-tol``, of ``audit`` and of ``report``)."""
+
 
 @dataclass(frozen=True)
 class GroupStats:

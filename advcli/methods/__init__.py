@@ -11,17 +11,20 @@ Each family lives in one module and declares its methods and the parameters they
 - :mod:`advcli.methods.base`: the :class:`Method` protocol they follow.
 
 To add an estimator, write its class in its family's module (or a module of its own, declaring
-the parameters it introduces in its ``parameters``) and :func:`register` an instance below. The
-``--method`` choices, the options of ``annotate``, ``shard --param``, the required-column checks,
-``schema``'s list of what a log can run and the README's method table all come from here.
+the parameters it introduces in its ``parameters``) and :func:`register` an instance below; or,
+outside advcli, in a package of your own that names the class under the entry-point group
+``advcli.methods`` (:func:`load_plugins`). The ``--method`` choices, the options of
+``annotate``, ``shard --param``, the required-column checks, ``schema``'s list of what a log
+can run and the README's method table all come from here.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Any
 
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
-from advcli.errors import UsageError
+from advcli.errors import PluginError, UsageError
 from advcli.io.schema import Roles
 from advcli.methods import distill, gdpo, group, process, signals, temporal
 from advcli.methods.base import Method, Plan, TokenPass, sum_rows
@@ -35,15 +38,18 @@ PARAMETERS: dict[str, Param] = {}
 
 __all__ = [
     "PARAMETERS",
+    "PLUGINS",
     "REGISTRY",
     "Method",
     "Plan",
     "TokenPass",
     "get",
+    "load_plugins",
     "missing_roles",
     "register",
     "resolve",
     "sum_rows",
+    "takes",
     "verdict",
     "what_runs",
 ]
@@ -57,7 +63,7 @@ def register(method: Method[Any]) -> None:
     """
     if method.name in REGISTRY:
         raise ValueError(f"a method called {method.name!r} is registered already")
-    for param in method.all_parameters:
+    for param in method.takes:
         known = PARAMETERS.setdefault(param.name, param)
         if known is not param:
             raise ValueError(f"{method.name}: another parameter is called {param.name!r}")
@@ -72,6 +78,37 @@ PARAMETERS.update(
 for _method in (*group.METHODS, *gdpo.METHODS, *process.METHODS, *temporal.METHODS,
                 *distill.METHODS):  # fmt: skip
     register(_method)
+
+PLUGINS = "advcli.methods"
+"""The entry-point group of third-party estimators."""
+
+
+def load_plugins() -> None:
+    """Register the estimators of installed packages: each entry point of the group
+    :data:`PLUGINS` names a :class:`Method` subclass (or an instance), e.g. in the package's
+    ``pyproject.toml``::
+
+        [project.entry-points."advcli.methods"]
+        scaled-mean = "advcli_toy:ScaledMean"
+
+    A plugin that fails to load, or clashes with a method or parameter, is a
+    :class:`PluginError` naming it."""
+    for point in entry_points(group=PLUGINS):
+        where = f"plugin {point.name!r} ({point.value}, entry point group {PLUGINS})"
+        try:
+            loaded = point.load()
+            method = loaded() if isinstance(loaded, type) else loaded
+        except Exception as exc:  # whatever a third party's import raises
+            raise PluginError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+        if not isinstance(method, Method):
+            raise PluginError(f"{where} is not an advcli Method: {type(method).__name__}")
+        try:
+            register(method)
+        except ValueError as exc:
+            raise PluginError(f"{where}: {exc}") from None
+
+
+load_plugins()
 
 
 def get(name: str) -> Method[Any]:
@@ -108,9 +145,13 @@ def what_runs(roles: Roles) -> dict[str, str]:
 
 
 def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
-    """Every parameter of a run: given (None: not given), else the method's default under the
-    convention (None: advcli's own), else the convention's, else the parameter's own. Checks
-    choices and ranges."""
+    """The parameters of a run of ``method``: exactly those it takes (:attr:`Method.takes`).
+
+    Each is the value given (None: not given), else the method's default under the convention
+    (None: advcli's own), else the convention's, else the parameter's own. A parameter given
+    that the method does not take is refused (it would be recorded but not applied); the
+    convention's values for names the method does not take are dropped. Checks choices and
+    ranges."""
     chosen = get(method)
     convention = canonical(convention or DEFAULT)
     if convention not in CONVENTIONS:
@@ -121,27 +162,32 @@ def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
         flags = ", ".join(p.flag for p in PARAMETERS.values())
         msg = f"unknown parameter {unknown[0]!r}. Parameters: {flags}"
         raise UsageError(msg)
+    takes = {param.name for param in chosen.takes}
+    foreign = [name for name, value in given.items() if value is not None and name not in takes]
+    if foreign:
+        flags = ", ".join(p.flag for p in PARAMETERS.values() if p.name in takes)
+        msg = f"{PARAMETERS[foreign[0]].flag} does not apply to {method}; it takes: {flags}"
+        raise UsageError(msg)
     conv = CONVENTIONS[convention]
     method_defaults = chosen.defaults(conv)
     values: dict[str, Any] = {}
-    for name, param in PARAMETERS.items():
+    for name, param in PARAMETERS.items():  # in --help's order, whatever the method's
+        if name not in takes:
+            continue
         value = param.coerce(given.get(name))
         if value is None and param.conventional:
             value = method_defaults.get(name, getattr(conv, name, param.default))
         elif value is None:
             value = param.coerce(param.default)
         values[name] = value
-    ordered = [p for p in PARAMETERS.values() if p.choices] + [
-        p for p in PARAMETERS.values() if not p.choices
-    ]
-    for param in ordered:
+    taken = [PARAMETERS[name] for name in values]
+    for param in [p for p in taken if p.choices] + [p for p in taken if not p.choices]:
         problem = param.problem(values[param.name], values)
         if problem:
             raise UsageError(problem)
-    if values["kl_coef"] and not chosen.takes_kl:
-        msg = (
-            f"--kl-coef: {method} puts no KL penalty in its rewards. Hint: use a method that "
-            "does (grpo, rloo, gae, reinforce-pp, ...), or drop --kl-coef"
-        )
-        raise UsageError(msg)
     return Params(method, convention, values)
+
+
+def takes(method: str, name: str) -> bool:
+    """Whether ``method`` takes the parameter ``name``."""
+    return any(param.name == name for param in get(method).takes)

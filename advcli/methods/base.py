@@ -22,7 +22,8 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core.conventions import Convention
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
 from advcli.methods import signals
 from advcli.params import Param, Params
 
@@ -103,8 +104,8 @@ class Method(ABC, Generic[PlanT]):
     also_needs: ClassVar[str] = ""  # what else, for the README (columns named by an option)
     reads_values: ClassVar[bool] = False  # reads critic values (a --critic can score them)
     reads_steps: ClassVar[bool] = False  # reads the process rewards (``rows.steps``)
-    takes_kl: ClassVar[bool] = True  # applies --kl-coef to its rewards
     parameters: ClassVar[tuple[Param, ...]] = ()  # the run parameters it reads
+    shared: ClassVar[tuple[Param, ...]] = signals.PARAMETERS  # the modifiers it accepts
     outputs: ClassVar[tuple[str, ...]]  # the columns it writes: per token, then per row
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
@@ -112,9 +113,10 @@ class Method(ABC, Generic[PlanT]):
         return {}
 
     @property
-    def all_parameters(self) -> tuple[Param, ...]:
-        """Its own parameters and those every method takes (KL, distillation)."""
-        return (*self.parameters, *signals.PARAMETERS)
+    def takes(self) -> tuple[Param, ...]:
+        """Every parameter a run of it takes: its own, then the shared modifiers it accepts
+        (:mod:`advcli.methods.signals`); the only names its :class:`Params` hold."""
+        return (*self.parameters, *self.shared)
 
     def token_roles(self, p: Params) -> tuple[str, ...]:
         """The per-token float columns it reads besides the mask, rewards and values
@@ -125,7 +127,7 @@ class Method(ABC, Generic[PlanT]):
         """The per-row sums of token columns :meth:`plan` reads from ``rows.sums``:
         ``"actions"`` (action tokens) and ``"kl"`` (sum of kl_t over them, with --kl-coef).
         The engine makes one pass for them before planning."""
-        return ("actions", "kl") if p.kl_coef else ()
+        return ("actions", "kl") if signals.kl_coef(p) else ()
 
     def named_columns(self, p: Params) -> tuple[str, ...]:
         """Numeric per-row columns, named by a parameter, that :meth:`plan` reads from
@@ -144,7 +146,8 @@ class Method(ABC, Generic[PlanT]):
         options that add a sum over its tokens."""
         if "input_ids" in self.roles:
             return self.name
-        flags = [flag for flag, on in (("--kl-coef", p.kl_coef), ("--opd-coef", p.opd_coef)) if on]
+        on = (("--kl-coef", signals.kl_coef(p)), ("--opd-coef", p.opd_coef))
+        flags = [flag for flag, coef in on if coef]
         return f"{self.name} with {' and '.join(flags)}" if flags else self.name
 
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:

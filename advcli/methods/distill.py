@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
 from advcli.methods import signals
 from advcli.methods.base import Method, Plan
 from advcli.params import Params
@@ -20,7 +21,7 @@ class Opd(Method[Plan]):
     name = "opd"
     summary = "log π_teacher(a_t) − log π(a_t) per action token (NeMo-RL's OPD estimator)"
     roles = ("input_ids", "logprobs", "teacher_logprobs")
-    takes_kl = False
+    shared = signals.WITHOUT_KL
     outputs = ("advantages",)
 
     def token_roles(self, p: Params) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from advcli.core import group as G
 from advcli.core.conventions import WHITEN_EPS
 from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows
+from advcli.methods import signals
 from advcli.methods.base import BATCH_SIZE, completion_batches
 from advcli.methods.group import (
     EPS,
@@ -127,7 +128,7 @@ class Gdpo(OutcomeMethod):
     )
     roles = ("prompt_id",)
     also_needs = "the `--reward-columns`; input_ids with `--aggregation verl`"
-    takes_kl = False
+    shared = signals.WITHOUT_KL
     parameters = (REWARD_COLUMNS, REWARD_WEIGHTS, AGGREGATION, STD_DDOF, EPS, EPS_PLACEMENT,
                   SINGLETON, WHITEN_DDOF, BATCH_SIZE, ZERO_VARIANCE, ZERO_VARIANCE_TOL)  # fmt: skip
     outputs = ("advantages", "advantage", "group_size", "gdpo_score", "zero_variance", "singleton")

@@ -19,7 +19,8 @@ from advcli.core import group as G
 from advcli.core.conventions import Convention, EpsPlacement, Singleton
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
 from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
@@ -88,7 +89,11 @@ ZERO_VARIANCE = Param(
     choices=("keep", "drop"),
 )
 ZERO_VARIANCE_TOL = Param(
-    "zero_variance_tol", float, 1e-9, "A group is zero-variance when max - min <= this.", PANEL
+    "zero_variance_tol",
+    float,
+    G.ZERO_VARIANCE_TOL,
+    "A group is zero-variance when max - min <= this.",
+    PANEL,
 )
 ZERO_STD = Param(
     "zero_std",
@@ -243,6 +248,11 @@ def refuse_singletons(rows: Rows, single: np.ndarray, p: Params) -> None:
     raise RowError(row, ("prompt_id",), problem)
 
 
+GROUP_RULES = (STD_DDOF, SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+"""What every group baseline reads: the group statistics and the zero-variance and singleton
+rules (:meth:`GroupBaseline.advantages`)."""
+
+
 class GroupBaseline(OutcomeMethod):
     """A baseline from the rollout's group (the rollouts sharing its prompt id)."""
 
@@ -302,17 +312,7 @@ class Grpo(GroupBaseline):
         "`--scale batch` divides by the batch's std; `--baseline leave-one-out` and `--scale "
         "leave-one-out` use the other rollouts' mean and std (NeMo-RL)"
     )
-    parameters = (
-        BASELINE,
-        SCALE,
-        STD_DDOF,
-        EPS,
-        EPS_PLACEMENT,
-        SINGLETON,
-        ZERO_VARIANCE,
-        ZERO_VARIANCE_TOL,
-        BATCH_SIZE,
-    )
+    parameters = (BASELINE, SCALE, EPS, EPS_PLACEMENT, BATCH_SIZE, *GROUP_RULES)
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
@@ -373,7 +373,7 @@ class Opo(GroupBaseline):
         "`compute_opo_outcome_advantage`)"
     )
     roles = ("input_ids", "prompt_id", "reward")
-    parameters = (SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+    parameters = GROUP_RULES
 
     def row_sums(self, p: Params) -> tuple[str, ...]:
         return ("actions", *super().row_sums(p))
@@ -394,8 +394,7 @@ class GrpoPassk(GroupBaseline):
         "the group's best rollout: (R_max − R_second) / (std_g + eps), every other 0; ties: the "
         "first wins (verl `compute_grpo_passk_outcome_advantage`)"
     )
-    parameters = (SCALE, STD_DDOF, EPS, EPS_PLACEMENT, SINGLETON, ZERO_VARIANCE,
-                  ZERO_VARIANCE_TOL, ZERO_STD)  # fmt: skip
+    parameters = (SCALE, EPS, EPS_PLACEMENT, *GROUP_RULES)
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"std_ddof": 1, "singleton": "error", "scale": "group"}
@@ -419,7 +418,7 @@ class Gpg(GroupBaseline):
         "α·(R − mean_g) / f_norm, α = B / max(1, nonzero rewards in the batch of B rollouts) "
         "(verl `compute_gpg_outcome_advantage`)"
     )
-    parameters = (F_NORM, BATCH_SIZE, SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+    parameters = (F_NORM, BATCH_SIZE, *GROUP_RULES)
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
@@ -437,7 +436,7 @@ class MaxRL(GroupBaseline):
 
     name = "maxrl"
     summary = "(R − mean_g) / mean_g, 0 where mean_g ≤ 0 (prime-rl `max_rl`)"
-    parameters = (SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL, ZERO_STD)
+    parameters = GROUP_RULES
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params

@@ -23,7 +23,9 @@ from advcli.core import group as G
 from advcli.core.ragged import lengths, row_of
 from advcli.core.scan import reverse_discounted_scan
 from advcli.errors import RowError
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
+from advcli.methods import signals
 from advcli.methods.base import Method, Plan
 from advcli.methods.group import (
     EPS,
@@ -52,7 +54,7 @@ class GrpoProcess(Method[ProcessPlan]):
     )
     roles = ("input_ids", "prompt_id", "step_rewards", "step_ends")
     reads_steps = True
-    takes_kl = False
+    shared = signals.WITHOUT_KL
     parameters = (STD_DDOF, EPS, EPS_PLACEMENT, SINGLETON, ZERO_VARIANCE, ZERO_VARIANCE_TOL)
     outputs = (
         "advantages",

@@ -19,7 +19,8 @@ import numpy as np
 
 from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, kl_penalty
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
 from advcli.params import Param, Params
 
 PANEL = "KL and distillation"
@@ -58,13 +59,21 @@ OPD_COEF = Param(
 )
 
 PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF)
+"""The modifiers every method accepts unless it declares fewer (``Method.shared``)."""
+WITHOUT_KL = (OPD_COEF,)
+"""What a method that puts no reward on the tokens accepts (gdpo, grpo-process, opd)."""
 KL_ROLES = ("logprobs", "ref_logprobs")
 OPD_ROLES = ("logprobs", "teacher_logprobs")
 
 
+def kl_coef(p: Params) -> float:
+    """``--kl-coef`` of a run; 0 for a method that takes none."""
+    return float(p.kl_coef) if "kl_coef" in p else 0.0
+
+
 def token_roles(p: Params) -> tuple[str, ...]:
     """The per-token columns the signals of a run read."""
-    roles = (*(KL_ROLES if p.kl_coef else ()), *(OPD_ROLES if p.opd_coef else ()))
+    roles = (*(KL_ROLES if kl_coef(p) else ()), *(OPD_ROLES if p.opd_coef else ()))
     return tuple(dict.fromkeys(roles))
 
 
@@ -89,7 +98,7 @@ def rollout_kl(rows: Rows) -> np.ndarray:
 
 def kl_stats(rows: Rows, p: Params) -> dict[str, Any]:
     """What the summary says about the KL penalty (nothing when it is off)."""
-    if not p.kl_coef:
+    if not kl_coef(p):
         return {}
     actions = rows.sums["actions"].sum()
     total = float(rows.sums["kl"].sum())

@@ -33,7 +33,8 @@ from advcli.core.conventions import WHITEN_EPS, Convention, Observations, Whiten
 from advcli.core.ragged import lengths
 from advcli.core.scan import linear_scan
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows, Tokens
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
 from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
@@ -69,6 +70,11 @@ def _check_lam(value: Any, values: Any) -> str | None:
     if values["alpha"] is None or values["alpha"] <= 0:
         return "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"
     return None
+
+
+def _adaptive(p: Params) -> bool:
+    """Whether the run's lambda is adaptive (only gae takes a lambda)."""
+    return "lam" in p and p.lam == "adaptive"
 
 
 GAMMA = Param(
@@ -126,7 +132,7 @@ STRICT = Param(
 )
 
 PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, STRICT)
-_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT, LAM, ALPHA)
+_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,16 +206,16 @@ class TemporalMethod(Method[TemporalPlan]):
             outcome=outcome,
             tail=tail,
             tail_critic=tail.copy(),
-            lam=p.lam,
+            lam=p.lam if "lam" in p else 1.0,  # without a lambda of its own: unused
         )
 
     def passes(self, rows: Rows, p: Params) -> list[TokenPass[TemporalPlan]]:
         passes: list[TokenPass[TemporalPlan]] = []
-        if p.lam == "adaptive" or (rows.segmented and p.segments == "compaction"):
+        if _adaptive(p) or (rows.segmented and p.segments == "compaction"):
             passes.append(CountPass(self, rows, p))
         if rows.segmented and p.segments == "chain":
             passes.append(ChainPass(self, rows, p))
-        if p.whiten == "batch":
+        if "whiten" in p and p.whiten == "batch":
             passes.append(WhitenPass(self, rows, p))
         return passes
 
@@ -363,7 +369,7 @@ class CountPass(TokenPass[TemporalPlan]):
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         rows, p = self.rows, self.p
-        if p.lam == "adaptive":
+        if _adaptive(p):
             per_rollout = np.bincount(rows.rollout_codes, weights=self.counts)
             lam = T.adaptive_lambda(per_rollout, p.alpha)[rows.rollout_codes]
             plan = replace(plan, lam=lam, columns={**plan.columns, "lam": lam})
@@ -373,7 +379,9 @@ class CountPass(TokenPass[TemporalPlan]):
             plan = replace(
                 plan,
                 scale=np.power(p.gamma * self.method.lambda_eff(plan.lam), after),
-                scale_critic=np.power(p.gamma * p.lam_critic, after),
+                scale_critic=np.power(p.gamma * p.lam_critic, after)
+                if self.method.value_returns
+                else None,
             )
         return plan
 
@@ -491,7 +499,7 @@ class ValueMethod(TemporalMethod):
     roles = ("input_ids", "values", "reward")
     reads_values = True
     value_returns = True
-    parameters = (*_COMMON, LAM_CRITIC)
+    parameters: ClassVar[tuple[Param, ...]] = (*_COMMON, LAM_CRITIC)
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {"whiten": convention.temporal_whiten}
@@ -552,6 +560,7 @@ class Gae(ValueMethod):
         "δ_k + γλ·A_{k+1} (`--gamma`, `--lam`; `--lam adaptive --alpha A`: "
         "λ = clamp(1 − 1/(A·l), 0, 1) per rollout, written as `lam`)"
     )
+    parameters = (*ValueMethod.parameters, LAM, ALPHA)
 
     def lambda_eff(self, lam: Lam) -> Lam:
         return lam
@@ -609,9 +618,6 @@ class ReMax(TemporalMethod):
     roles = ("input_ids", "reward", "baseline_reward")
     value_returns = False
     parameters = (GAMMA, OBSERVATIONS, SEGMENTS, STRICT)
-
-    def defaults(self, convention: Convention) -> dict[str, Any]:
-        return {"whiten": "none"}
 
     def plan(self, rows: Rows, p: Params) -> TemporalPlan:
         assert rows.baseline_reward is not None

@@ -188,7 +188,7 @@ def test_kl_in_the_reward_of_a_temporal_method_sits_on_each_action():
 def test_kl_needs_the_logprobs_and_is_refused_where_no_reward_takes_it():
     with pytest.raises(SchemaError, match="no 'logprobs' column"):
         advcli.annotate_table(log([1, 0], "aa"), method="grpo", kl_coef=0.1)
-    with pytest.raises(UsageError, match="--kl-coef: opd puts no KL penalty"):
+    with pytest.raises(UsageError, match="--kl-coef does not apply to opd; it takes: --opd-coef"):
         advcli.annotate_table(log([1, 0], "aa"), method="opd", kl_coef=0.1)
 
 
@@ -420,7 +420,7 @@ def test_the_command_line_runs_gdpo_with_kl_refused(tmp_path):
     proc = run("annotate", str(path), "--method", "gdpo", "--reward-columns", "acc",
                "--kl-coef", "0.1", "--out", str(tmp_path / "kl.parquet"))  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.decode().startswith("advcli: error: --kl-coef: gdpo puts no KL penalty")
+    assert proc.stderr.decode().startswith("advcli: error: --kl-coef does not apply to gdpo")
 
 
 def test_misaligned_or_missing_logprobs_name_the_column():

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -15,6 +18,7 @@ import typer
 
 import advcli
 from advcli.cli import SHARED_WITH_PRESETS, app
+from advcli.errors import DataError, UsageError
 from advcli.io.schema import Roles
 from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
@@ -29,7 +33,7 @@ def annotate_command():
 
 
 def test_every_parameter_is_read_by_a_method_and_declared_once():
-    used = {p.name: p for m in REGISTRY.values() for p in m.all_parameters}
+    used = {p.name: p for m in REGISTRY.values() for p in m.takes}
     assert set(used) == set(PARAMETERS)
     assert all(used[name] is param for name, param in PARAMETERS.items())
 
@@ -69,24 +73,48 @@ def test_a_method_or_parameter_is_registered_once():
     assert "clash" not in REGISTRY and PARAMETERS["gamma"] is GAMMA
 
 
-def run_with_toy(*args: str) -> subprocess.CompletedProcess:
-    """The real CLI with the toy estimator of tests/methods/toy.py registered first."""
-    code = (
-        "import sys, tests.methods.toy; from advcli.cli import main; sys.argv[0] = 'advcli'; main()"
-    )
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    """tests/methods/toy_plugin installed by pip (built from a copy: setuptools writes into
+    the tree it builds) into a folder of its own, so that no other test sees it."""
+    root = tmp_path_factory.mktemp("plugin")
+    source = root / "src"
+    shutil.copytree(Path(__file__).parent / "toy_plugin", source)
+    site = root / "site"
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+               "--no-index", "--target", str(site), str(source)]  # fmt: skip
+    subprocess.run(install, check=True, capture_output=True)
+    return site
+
+
+def run_with_toy(site: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real CLI with the toy plugin installed (on the path)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, check=False
-    )
+        [sys.executable, "-m", "advcli", *args], capture_output=True, text=True, cwd=ROOT,
+        env=env, check=False,
+    )  # fmt: skip
 
 
-def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, tmp_path):
-    """tests/methods/toy.py declares a method and a new parameter and registers them: the
-    options, --method, the checks, schema and the API follow with nothing else edited."""
-    help_text = run_with_toy("annotate", "--help").stdout
+def test_an_estimator_added_in_one_file_is_a_method_of_every_command(
+    small_log, tmp_path, plugin_site
+):
+    """An installed plugin (tests/methods/toy_plugin: one module, one entry point) declares a
+    method and a new parameter: the options, --method, the checks, schema and shard follow
+    with nothing of advcli edited."""
+    help_text = run_with_toy(plugin_site, "annotate", "--help").stdout
     assert "--toy-factor" in help_text and "scaled-mean" in help_text
     out = tmp_path / "toy.parquet"
     proc = run_with_toy(
-        "annotate", small_log, "--method", "scaled-mean", "--toy-factor", "2", "--out", str(out)
+        plugin_site,
+        "annotate",
+        small_log,
+        "--method",
+        "scaled-mean",
+        "--toy-factor",
+        "2",
+        "--out",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     df = pl.read_parquet(out)
@@ -95,15 +123,17 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(small_log, 
     assert df["advantages"][0].to_list() == [0.0, 0.0, 1.5, 1.5, 1.5]
     meta = json.loads(pl.read_parquet_metadata(out)["advcli"])
     assert meta["method"] == "scaled-mean" and meta["params"]["toy_factor"] == 2.0
-    schema = json.loads(run_with_toy("schema", small_log, "--json").stdout)
+    schema = json.loads(run_with_toy(plugin_site, "schema", small_log, "--json").stdout)
     assert schema["can_run"]["scaled-mean"] == "yes"
     no_prompt = tmp_path / "no_prompt.parquet"
     pl.read_parquet(out).drop("prompt_id").write_parquet(no_prompt)
     again = tmp_path / "again.parquet"
-    proc = run_with_toy("annotate", str(no_prompt), "--method", "scaled-mean", "-o", str(again))
+    proc = run_with_toy(
+        plugin_site, "annotate", str(no_prompt), "--method", "scaled-mean", "-o", str(again)
+    )
     assert proc.returncode == 1 and "no 'prompt_id' column" in proc.stderr
     proc = run_with_toy(
-        "shard", small_log, "--method", "scaled-mean", "--param", "toy-factor=3",
+        plugin_site, "shard", small_log, "--method", "scaled-mean", "--param", "toy-factor=3",
         "--out", str(tmp_path / "shards"), "--json", "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -138,6 +168,52 @@ def test_each_method_writes_the_columns_it_declares(name):
     table = advcli.annotate_table(log, method=name, **options)
     added = [c for c in table.column_names if c not in log.column_names]
     assert added == list(REGISTRY[name].outputs)
-    adaptive = advcli.annotate_table(log, method=name, lam="adaptive", alpha=1.5, **options)
-    extra = {"lam"} if "returns" in REGISTRY[name].outputs else set()
-    assert set(adaptive.column_names) - set(table.column_names) == extra
+    if "lam" in {p.name for p in REGISTRY[name].takes}:
+        adaptive = advcli.annotate_table(log, method=name, lam="adaptive", alpha=1.5, **options)
+        assert set(adaptive.column_names) - set(table.column_names) == {"lam"}
+
+
+def test_a_plugin_that_fails_to_load_is_one_line_naming_it(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "advcli-broken"\nversion = "0.1"\n'
+        '[project.entry-points."advcli.methods"]\nbroken = "advcli_broken:Nope"\n'
+        "[tool.setuptools]\npy-modules = []\n"
+    )
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+               "--no-index", "--target", str(site), str(source)]  # fmt: skip
+    subprocess.run(install, check=True, capture_output=True)
+    proc = run_with_toy(site, "schema", "sample_data/rollouts.jsonl")
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "advcli: error: plugin 'broken' (advcli_broken:Nope, entry point group advcli.methods) "
+        "failed to load: ModuleNotFoundError: No module named 'advcli_broken'\n"
+    )
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_each_method_reads_only_what_it_takes_whatever_its_options(name):
+    """A run's Params raise on a read of a parameter its method does not take: every method,
+    under every choice of each of its parameters with choices and with the shared signals on,
+    reads none (and records exactly what it takes)."""
+    log = sample_with_every_input().append_column(
+        "ref_logprobs", sample_with_every_input().column("teacher_logprobs")
+    )
+    base = METHOD_OPTIONS.get(name, {})
+    takes = {p.name: p for p in REGISTRY[name].takes}
+    variants = [{}] + [{param: choice} for param, p in takes.items() for choice in p.choices]
+    variants += [{"kl_coef": 0.1}] if "kl_coef" in takes else []
+    variants += [{"opd_coef": 0.2}, {"batch_size": 3}] if "batch_size" in takes else []
+    for variant in variants:
+        options = {**base, **variant}
+        try:
+            table = advcli.annotate_table(log, method=name, **options)
+        except UsageError:  # a choice this method refuses, with a message (grpo-passk's scale)
+            continue
+        except DataError:  # a choice the log cannot take (--singleton error: it has singletons)
+            continue
+        params = json.loads(table.schema.metadata[b"advcli"])["params"]
+        assert set(params) == {"method", "convention", *takes}

@@ -47,7 +47,8 @@ def seed_row(**extra):
     [("mc", [0.8, 0.4, 0.6]), ("td", [0.4, -0.2, 0.6]), ("gae", [0.8, 0.4, 0.6])],
 )
 def test_seed_worked_example(tmp_path, method, expected):
-    df = annotate(tmp_path, [seed_row()], "--method", method, "--gamma", "1", "--lam", "1")
+    lam = ["--lam", "1"] if method == "gae" else []  # mc and td take no lambda
+    df = annotate(tmp_path, [seed_row()], "--method", method, "--gamma", "1", *lam)
     np.testing.assert_allclose(df["advantages"][0].to_list(), [0.0, *expected], atol=1e-6)
     # returns (lambda_critic = 1) are the Monte-Carlo returns: 1 at every action
     np.testing.assert_allclose(df["returns"][0].to_list(), [0, 1, 1, 1], atol=1e-6)

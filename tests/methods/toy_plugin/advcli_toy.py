@@ -1,5 +1,6 @@
-"""A new estimator in one file, as a user would add one: ``register`` makes it a method of every
-command. (Not registered by the test suite itself: ``test_registry`` runs it in a subprocess.)
+"""A new estimator in one file, as a third party would add one: the entry point in this folder's
+``pyproject.toml`` makes it a method of every command once the package is installed.
+(Not installed by the test suite itself: ``test_registry`` installs it in a folder of its own.)
 
 ``scaled-mean``: A_i = toy_factor * (R_i - mean_g), a made-up baseline with a new parameter.
 """
@@ -10,7 +11,6 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.io.rollouts import Rows
-from advcli.methods import register
 from advcli.methods.group import ZERO_VARIANCE, OutcomeMethod, RolloutAdvantages
 from advcli.params import Param, Params
 
@@ -35,5 +35,3 @@ class ScaledMean(OutcomeMethod):
             stats={},
         )
 
-
-register(ScaledMean())
