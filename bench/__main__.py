@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -31,6 +28,7 @@ import pyarrow.parquet as pq
 from bench import presets
 from bench import report as report_bench
 from bench.generate import generate
+from bench.measure import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,20 +73,6 @@ ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log wit
     "gae --kl-coef 0.05": ["--method", "gae", "--kl-coef", "0.05"],
     "grpo --opd-coef 1": ["--method", "grpo", "--opd-coef", "1"],
 }  # fmt: skip
-
-
-def measured(args: list[str]) -> tuple[float, float]:
-    """Run a command; return (seconds, peak resident MB)."""
-    time_v = shutil.which("time") or "/usr/bin/time"
-    use_time = os.path.exists(time_v)
-    cmd = [time_v, "-v", *args] if use_time else args
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        sys.exit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
-    return seconds, int(peak.group(1)) / 1024 if peak else float("nan")
 
 
 def tokens_in(path: Path) -> int:

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from advcli.io.writers import ROW_GROUP_ROWS
-from bench.__main__ import measured
 from bench.generate import generate
+from bench.measure import measured
 
 CASES = {  # name: the command, its options and the log's format
     "annotate grpo": ("annotate", ["--method", "grpo"], "parquet"),

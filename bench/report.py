@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.measure import measured
+
 GROUP, STEPS, PROMPT, RESPONSE = 8, 100, 8, 16
 
 
@@ -43,7 +45,6 @@ def make_log(path: Path, rollouts: int, seed: int = 0) -> None:
 
 def run(work: Path, rollouts: int, repeat: int) -> list[str]:
     """The bench lines of the report."""
-    from bench.__main__ import measured
     from tools import browser
 
     work.mkdir(parents=True, exist_ok=True)

@@ -15,5 +15,8 @@ MUTANTS = {"jsonl": 30, "parquet-pages": 30, "parquet-bytes": 40, "parquet-colum
 
 @pytest.mark.parametrize("kind", fuzz.KINDS)
 def test_mutants_exit_cleanly_from_every_entry_point(kind, tmp_path):
-    seen = fuzz.fuzz(kind, MUTANTS[kind], tmp_path)
-    assert set(seen) <= {0, 1, 2}
+    seen = fuzz.fuzz(kind, MUTANTS[kind], tmp_path)  # each command's outcome is checked there
+    assert sum(seen.values()) >= MUTANTS[kind]  # every mutant reached its commands
+    # The mutations reach the readers: some mutant is refused (a fuzzer whose every mutant
+    # exits 0 mutates nothing that matters, and would pass whatever advcli does).
+    assert seen.get(1, 0) + seen.get(2, 0) > 0, seen
