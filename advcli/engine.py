@@ -48,13 +48,10 @@ from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
     FLOAT32_MAX,
     Rows,
-    Tokens,
     extract_rows,
-    extract_tokens,
     needs_ids,
     require,
     row_columns,
-    token_columns,
 )
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
 from advcli.io.sources import (
@@ -67,6 +64,7 @@ from advcli.io.sources import (
     open_source,
     prefetch,
 )
+from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.io.writers import read_metadata
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params

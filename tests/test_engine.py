@@ -176,7 +176,7 @@ def test_a_value_cache_scores_once_and_arrives_empty_elsewhere():
     import pickle
 
     from advcli.engine import ValueCache
-    from advcli.io.rollouts import Tokens
+    from advcli.io.tokens import Tokens
 
     def batch() -> Tokens:
         offsets = np.array([0, 2, 5])

@@ -12,9 +12,9 @@ import pyarrow as pa
 from advcli.critic.onnx import DEFAULT_BATCH_TOKENS, load_critic
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list, float_list
-from advcli.io.rollouts import Tokens, extract_tokens
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources, prefetch
+from advcli.io.tokens import Tokens, extract_tokens
 
 
 @dataclass(frozen=True)

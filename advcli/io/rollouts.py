@@ -4,8 +4,8 @@ Two halves, so that a log larger than memory can be read in two passes:
 
 - :func:`extract_rows` reads the per-row scalar columns (ids, rewards, times, flags) of the
   whole log: small even for a huge log;
-- :func:`extract_tokens` reads the token columns of one batch of rows (mask or spans, values,
-  token rewards).
+- :func:`~advcli.io.tokens.extract_tokens` reads the token columns of one batch of rows (mask or
+  spans, values, token rewards), in :mod:`advcli.io.tokens`.
 
 Every check is vectorised and reports the first offending row with its file, row (JSONL: line)
 and column, what was seen, and a hint. Nothing here computes an estimator.
@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, SchemaError, columns_found, where
 from advcli.io.arrow import flat_list
-from advcli.io.schema import SPAN_KINDS, Roles
+from advcli.io.schema import Roles
 from advcli.io.sources import Sources
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest number advcli can write
@@ -153,22 +153,6 @@ class StepRewards:
     offsets: np.ndarray  # int64, from 0
 
 
-@dataclass
-class Tokens:
-    """The token columns of a batch of rows, validated."""
-
-    offsets: np.ndarray  # int64 token offsets, from 0
-    mask: np.ndarray  # bool per token: the policy sampled it
-    values: np.ndarray | None  # float32 or float64 per token (NaN allowed off actions)
-    token_rewards: np.ndarray | None  # float64 per token
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # float32/64 per token, by role
-    # (logprobs, ref_logprobs, teacher_logprobs): finite on action tokens, anything elsewhere
-
-    def action_counts(self) -> np.ndarray:
-        """Action tokens per row."""
-        return np.diff(np.searchsorted(np.flatnonzero(self.mask), self.offsets)).astype(np.int64)
-
-
 def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
     """As float64 numpy (nulls filled); ``floats=True`` keeps float32 as it is (no copy)."""
     if values.null_count:
@@ -297,7 +281,6 @@ ROW_ROLES = (
     "batch",
 )
 STEP_ROLES = ("step_rewards", "step_ends")  # per-row lists, read only when asked
-TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
 
 
 def row_columns(roles: Roles, *, steps: bool = False, named: tuple[str, ...] = ()) -> list[str]:
@@ -305,16 +288,6 @@ def row_columns(roles: Roles, *, steps: bool = False, named: tuple[str, ...] = (
     (``steps``) and columns asked by name."""
     found = [c for r in (*ROW_ROLES, *(STEP_ROLES if steps else ())) if (c := roles[r])]
     return [*found, *(name for name in named if name not in found)]
-
-
-def token_columns(
-    roles: Roles, *, values: bool = True, extra: tuple[str, ...] = (), ids: bool = True
-) -> list[str]:
-    """The list columns :func:`extract_tokens` reads (``values=False``: not the values;
-    ``extra``: per-token roles of :data:`TOKEN_FLOATS`; ``ids=False``: not the token ids)."""
-    names = [*(["input_ids"] if ids else []), "action_mask", "spans", "token_rewards"]
-    names += ["values"] if values else []
-    return [c for r in (*names, *extra) if (c := roles[r]) is not None]
 
 
 def extract_rows(
@@ -456,92 +429,10 @@ def _step_rewards(check: _Checker, roles: Roles) -> StepRewards:
     return StepRewards(x, e, offsets)
 
 
-def extract_tokens(
-    table: pa.Table,
-    roles: Roles,
-    sources: Sources,
-    row0: int = 0,
-    *,
-    values: bool = True,
-    extra: tuple[str, ...] = (),
-    ids: bool = True,
-) -> Tokens:
-    """Validate the token columns of a batch whose first row is global row ``row0``
-    (``extra``: per-token roles of :data:`TOKEN_FLOATS` to read too). ``ids=False``: the
-    token ids are not read, the action mask's lists give the rows' lengths (a pass before the
-    final one, which reads and checks the ids; see :func:`needs_ids`)."""
-    check = _Checker(table, sources, row0)
-    ids_col = roles.column("input_ids" if ids else "action_mask")  # the rows' lengths
-    check.no_nulls(ids_col, "token list")
-    token_ids, offsets = flat_list(table.column(ids_col))
-    n_tokens = lengths(offsets)
-    if ids:
-        _check_ids(check, ids_col, token_ids, offsets)
-
-    def token_list(role: str) -> pa.Array | None:
-        col = roles[role]
-        if col is None:
-            return None
-        check.no_nulls(col, f"'{col}' list")
-        flat, offs = flat_list(table.column(col))
-        bad = lengths(offs) != n_tokens
-        if bad.any():
-            row = _first(bad)
-            check.fail(
-                row,
-                col,
-                f"{lengths(offs)[row]} entries but '{ids_col}' has {n_tokens[row]} tokens",
-                "every per-token column needs one entry per token",
-            )
-        return flat
-
-    mask = _mask(check, roles, table, offsets, token_list("action_mask"))
-    at_actions = np.flatnonzero(mask)
-    floats: dict[str, np.ndarray] = {}
-    for role in extra:
-        if (flat_floats := token_list(role)) is not None:
-            x = _numeric(flat_floats, floats=True)  # widened later, only at the action tokens
-            if not (np.abs(x[at_actions]) <= FLOAT32_MAX).all():  # off actions: anything
-                check.finite(roles.column(role), x[at_actions], offsets, at_actions)
-            floats[role] = x
-    token_rewards = vals = None
-    if (tr := token_list("token_rewards")) is not None:
-        token_rewards = _numeric(tr)
-        check.finite(roles.column("token_rewards"), token_rewards, offsets)
-    if values and (flat := token_list("values")) is not None:
-        vals = _numeric(flat, floats=True)  # widened later, only at the action steps
-        if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
-            check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
-    return Tokens(
-        offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards, extra=floats
-    )
-
-
 def needs_ids(roles: Roles) -> bool:
     """Whether a pass must read the token ids: only they give the rows' lengths when the log
     has no action mask column (spans, or every token an action)."""
     return roles["action_mask"] is None
-
-
-def _check_ids(check: _Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
-    """Token ids are vocabulary indices: none null, none negative, none beyond int64 (what a
-    critic takes)."""
-    if not len(ids):
-        return
-    bad = None
-    if ids.null_count:
-        bad = _first(ids.is_null().to_numpy(zero_copy_only=False))
-        problem = "token id null"
-    elif pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
-        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
-        problem = f"token id {ids[bad].as_py()} is negative"
-    elif pa.types.is_uint64(ids.type) and pc.max(ids).as_py() > np.iinfo(np.int64).max:
-        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) > np.iinfo(np.int64).max)
-        problem = f"token id {ids[bad].as_py()} is beyond int64"
-    if bad is not None:
-        row = int(np.searchsorted(offsets, bad, side="right")) - 1
-        at = f"{problem} at token {bad - int(offsets[row])}"
-        check.fail(row, column, at, "token ids are vocabulary indices, 0 or more")
 
 
 def _decodes(raw: bytes) -> bool:
@@ -557,81 +448,6 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     encoded = column.combine_chunks().dictionary_encode()
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, encoded.dictionary
-
-
-def _mask(
-    check: _Checker, roles: Roles, table: pa.Table, offsets: np.ndarray, mask_values: pa.Array
-) -> np.ndarray:
-    n = int(offsets[-1])
-    if mask_values is not None:
-        col = roles["action_mask"]
-        if mask_values.null_count:
-            i = _first(mask_values.is_null().to_numpy(zero_copy_only=False))
-            row = int(row_of(offsets)[i])
-            check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
-        if pa.types.is_boolean(mask_values.type):
-            return mask_values.to_numpy(zero_copy_only=False).astype(bool)
-        m = mask_values.to_numpy(zero_copy_only=False)
-        bad = (m != 0) & (m != 1)
-        if bad.any():
-            i = _first(bad)
-            row = int(row_of(offsets)[i])
-            check.fail(
-                row,
-                col,
-                f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
-                "1 marks a token the policy sampled, 0 any other token",
-            )
-        return m.astype(bool)
-    if roles["spans"] is None:
-        return np.ones(n, dtype=bool)
-    return _spans_mask(check, roles["spans"], table, offsets)
-
-
-def _spans_mask(check: _Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
-    """The action mask from spans [start, end) of kind prompt | action | observation."""
-    check.no_nulls(col, "spans list")
-    spans, span_offsets = flat_list(table.column(col))
-    rows = row_of(span_offsets)
-    start = _numeric(spans.field("start"), fill=-1).astype(np.int64)
-    end = _numeric(spans.field("end"), fill=-1).astype(np.int64)
-    kind = spans.field("kind")
-    n_tokens = lengths(offsets)[rows]
-    bad = (start < 0) | (end < start) | (end > n_tokens)
-    if bad.any():
-        i = _first(bad)
-        check.fail(
-            int(rows[i]),
-            col,
-            f"span [{start[i]}, {end[i]}) is out of range for {n_tokens[i]} tokens",
-            "spans are [start, end) token positions with end exclusive",
-        )
-    known = pc.is_in(kind, value_set=pa.array(SPAN_KINDS)).to_numpy(zero_copy_only=False)
-    if not known.all():
-        i = _first(~known)
-        check.fail(
-            int(rows[i]),
-            col,
-            f"span kind {kind[i].as_py()!r}",
-            f"a span's kind is one of {', '.join(SPAN_KINDS)}",
-        )
-    order = np.lexsort((start, rows))
-    s, e, r = start[order], end[order], rows[order]
-    overlap = (r[1:] == r[:-1]) & (s[1:] < e[:-1])
-    if overlap.any():
-        i = _first(overlap)
-        check.fail(
-            int(r[i]),
-            col,
-            f"spans [{s[i]}, {e[i]}) and [{s[i + 1]}, {e[i + 1]}) overlap",
-            "each token belongs to at most one span",
-        )
-    is_action = (kind.to_numpy(zero_copy_only=False) == "action") & (end > start)
-    base = offsets[rows[is_action]]
-    n = int(offsets[-1])
-    edges = np.bincount(base + start[is_action], minlength=n + 1)
-    edges -= np.bincount(base + end[is_action], minlength=n + 1)
-    return np.cumsum(edges[:n]) > 0
 
 
 def _segments(

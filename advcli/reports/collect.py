@@ -37,8 +37,8 @@ from advcli.engine import (
 )
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
-from advcli.io.rollouts import extract_tokens, token_columns
 from advcli.io.sources import prefetch
+from advcli.io.tokens import extract_tokens, token_columns
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
 TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most

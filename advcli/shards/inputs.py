@@ -30,15 +30,10 @@ from advcli.engine import (
 from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
-from advcli.io.rollouts import (
-    Rows,
-    extract_rows,
-    extract_tokens,
-    row_columns,
-    token_columns,
-)
+from advcli.io.rollouts import Rows, extract_rows, row_columns
 from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
+from advcli.io.tokens import extract_tokens, token_columns
 from advcli.io.writers import read_metadata
 from advcli.params import Params
 from advcli.presets import PresetOptions
