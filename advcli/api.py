@@ -48,10 +48,11 @@ from advcli.engine import (
 )
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
+from advcli.io.file_sources import ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
-from advcli.io.sources import ParquetSource, Sources, TableSource, expand_inputs
+from advcli.io.sources import Sources, TableSource, expand_inputs
 from advcli.io.writers import (
     METADATA_KEY,
     NONFINITE,

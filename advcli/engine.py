@@ -44,6 +44,7 @@ from advcli.errors import (
 )
 from advcli.io import jsonl
 from advcli.io.arrow import float_list
+from advcli.io.file_sources import open_source
 from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
     FLOAT32_MAX,
@@ -61,7 +62,6 @@ from advcli.io.sources import (
     expand_inputs,
     is_parquet,
     nested_paths,
-    open_source,
     prefetch,
 )
 from advcli.io.tokens import Tokens, extract_tokens, token_columns

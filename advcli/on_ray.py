@@ -55,10 +55,11 @@ from advcli.engine import (
 )
 from advcli.errors import AdvcliError, DataError, DependencyError, OutputError, UsageError
 from advcli.io import jsonl, remote
+from advcli.io.file_sources import FileRows, ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import Roles
-from advcli.io.sources import FileRows, LogSource, ParquetSource, Sources, report
+from advcli.io.sources import LogSource, Sources, report
 from advcli.io.writers import METADATA_KEY, output_folder, write_batches
 from advcli.methods import TokenPass
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli.io.sources import read_inputs
+from advcli.io.file_sources import read_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"

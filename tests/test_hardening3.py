@@ -239,10 +239,10 @@ def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, wh
 def test_a_jsonl_file_changed_while_its_first_pass_reads_it_is_refused(tmp_path):
     """The window a JSONL log has: its first pass, which parses the text."""
     from advcli.errors import DataError
-    from advcli.io import sources
+    from advcli.io import file_sources
 
     path = Path(write_jsonl(tmp_path / "log.jsonl", log_rows()))
-    log = sources.JsonlSource([str(path)], {})
+    log = file_sources.JsonlSource([str(path)], {})
     frames = log._frames(None)
     next(frames)
     path.write_text(path.read_text().replace('"reward": 0.0', '"reward": 1.0'))

@@ -422,7 +422,7 @@ def test_an_unknown_engine_is_one_line(tmp_path):
 
 
 def test_work_units_cut_a_large_file_at_row_groups_rounded_to_batches(tmp_path):
-    from advcli.io.sources import ParquetSource
+    from advcli.io.file_sources import ParquetSource
     from advcli.on_ray import Unit, work_units
 
     table = pa.table({"x": np.arange(1000)})

@@ -17,9 +17,9 @@ import advcli
 from advcli import engine
 from advcli.errors import DataError
 from advcli.io import jsonl
+from advcli.io.file_sources import JsonlSource, open_source, read_inputs
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl import refuse_duplicate_keys
-from advcli.io.sources import JsonlSource, open_source, read_inputs
 from tests.conftest import annotate_in_memory, rollout, write_jsonl
 
 
