@@ -50,18 +50,11 @@ from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.file_sources import ParquetSource
 from advcli.io.folders import Folder
+from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
 from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, expand_inputs
-from advcli.io.writers import (
-    METADATA_KEY,
-    NONFINITE,
-    atomic_path,
-    check_output,
-    check_output_folder,
-    output_format,
-    write_batches,
-)
+from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
 from advcli.params import Params
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, collect

@@ -14,7 +14,7 @@ counts) is measured unit by unit on the cluster, each task running the local eng
 on its unit's batches; the driver adds the results up in log order, so every statistic is
 bit-identical to the local engine's. The final pass writes one Parquet part per unit (the
 driver never holds the rows); the driver writes the manifest last and commits the folder as
-``shard`` does (see :func:`advcli.io.writers.output_folder`), so ``--out`` is the complete
+``shard`` does (see :func:`advcli.io.outputs.output_folder`), so ``--out`` is the complete
 output or absent (in object storage: incomplete, without a manifest). ``score`` runs the critic
 the same way, on a GPU per task where the cluster has GPUs. Ray is imported only here, and only
 when asked for.
@@ -58,9 +58,10 @@ from advcli.io import jsonl, remote
 from advcli.io.file_sources import FileRows, ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
+from advcli.io.outputs import output_folder
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources, report
-from advcli.io.writers import METADATA_KEY, output_folder, write_batches
+from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.methods import TokenPass
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
@@ -540,7 +541,7 @@ def _commit_parts(
     progress: Progress | None,
 ) -> list[tuple[Any, ...]]:
     """Run ``submit(unit, part)`` for every unit, each writing its part; then the manifest,
-    last; ``out`` is committed as a whole (:func:`~advcli.io.writers.output_folder`). Returns
+    last; ``out`` is committed as a whole (:func:`~advcli.io.outputs.output_folder`). Returns
     the tasks' results."""
     results, parts = [], []
     rows = tokens = 0

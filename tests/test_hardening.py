@@ -21,7 +21,7 @@ import pytest
 import zstandard
 
 from advcli.errors import OutputError
-from advcli.io import writers
+from advcli.io import outputs, writers
 from tests.conftest import SAMPLE, rollout, run, write_jsonl, write_parquet
 
 
@@ -114,7 +114,7 @@ def _flip(data: bytes, at: int) -> bytes:
 def test_an_output_that_appears_while_writing_is_kept(tmp_path):
     target = tmp_path / "out.parquet"
     appeared = pytest.raises(OutputError, match="appeared while writing")
-    with appeared, writers.atomic_path(target, force=False) as tmp:
+    with appeared, outputs.atomic_path(target, force=False) as tmp:
         tmp.write_bytes(b"ours")
         target.write_bytes(b"another run's")
     assert target.read_bytes() == b"another run's"
@@ -172,7 +172,7 @@ def test_a_folder_is_swapped_in_one_step(tmp_path):
     target.mkdir()
     (target / "old").write_text("old")
     inode = target.stat().st_ino
-    with writers.atomic_folder(target, force=True) as tmp:
+    with outputs.atomic_folder(target, force=True) as tmp:
         (tmp / "new").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new"]
     assert target.stat().st_ino != inode
@@ -208,7 +208,7 @@ def test_stale_temporaries_of_dead_runs_are_removed(small_log, tmp_path):
     dead = _dead_pid()
     stale_file = tmp_path / f".out.parquet.advcli-{dead}-1-abcd.tmp"
     stale_folder = tmp_path / f".out.parquet.advcli-{dead}-1-ef01.tmp"
-    live = tmp_path / f".out.parquet.{writers.TAG}-0000.tmp"  # this test's own process: running
+    live = tmp_path / f".out.parquet.{outputs.TAG}-0000.tmp"  # this test's own process: running
     foreign = tmp_path / ".out.parquet.user-notes.tmp"
     stale_file.write_text("x")
     stale_folder.mkdir()

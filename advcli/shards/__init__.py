@@ -13,7 +13,7 @@ The decisions are pure steps on per-sample arrays; the data moves in three passe
    as its last row arrives);
 5. :mod:`~advcli.shards.manifest` writes the manifest last; the folder is then renamed into
    place (in object storage: uploaded, its manifest last; see
-   :func:`~advcli.io.writers.output_folder`), and ``verify`` checks it later.
+   :func:`~advcli.io.outputs.output_folder`), and ``verify`` checks it later.
 
 Options: :mod:`~advcli.shards.options`.
 """
@@ -38,8 +38,8 @@ from advcli.engine import (
     no_stage,
 )
 from advcli.errors import DataError, UsageError
+from advcli.io.outputs import check_output_folder, output_folder
 from advcli.io.sources import LogSource, expand_inputs
-from advcli.io.writers import check_output_folder, output_folder
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout

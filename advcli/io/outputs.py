@@ -1,0 +1,381 @@
+"""Outputs that are complete or absent: written under a temporary name, then renamed.
+
+The temporary file or folder sits beside the target (so the rename is atomic on one file system)
+and is removed if anything fails before the rename. Also: the checks that refuse an output before
+any work (it exists, it is an input, it is a folder ``--force`` may not replace). What goes into
+an output file is written by :mod:`advcli.io.writers`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from advcli.errors import OutputError, UsageError
+from advcli.io import remote
+from advcli.io.folders import Folder
+from advcli.io.jsonl import STDIN
+from advcli.io.remote import FolderOutput
+
+
+def output_format(path: str, fmt: str | None) -> str:
+    """``parquet`` or ``jsonl``, from ``--format`` or the extension."""
+    if fmt:
+        if fmt not in ("parquet", "jsonl"):
+            msg = f"--format {fmt!r}: expected parquet or jsonl"
+            raise UsageError(msg)
+        return fmt
+    lower = path.lower()
+    if lower.endswith((".parquet", ".pq")):
+        return "parquet"
+    if lower.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    msg = (
+        f"{path}: cannot tell the output format. "
+        "Hint: end the name in .parquet or .jsonl, or pass --format"
+    )
+    raise UsageError(msg)
+
+
+def _refuse_existing(out: str, exists: bool, *, force: bool) -> None:
+    if exists and not force:
+        msg = f"{out}: already exists. Hint: pass --force to replace it"
+        raise OutputError(msg)
+
+
+def _refuse_special(path: Path) -> None:
+    """Refuse, ``--force`` or not, an output path that holds something other than a regular
+    file or folder (a FIFO, a device, a socket) or is a symlink: replacing it would lose what
+    it is (``/dev/null`` replaced by a file), and a symlink's target is not what was named."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return
+    if stat.S_ISLNK(mode):
+        what = "a symbolic link"
+    elif stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    else:
+        what = "not a regular file (a FIFO, a device or a socket)"
+    msg = (
+        f"{path}: {what}; advcli replaces only a regular file or a folder it wrote, --force "
+        "or not. Hint: choose another --out"
+    )
+    raise OutputError(msg)
+
+
+def _refuse_unlisted(out: str, listed: Callable[[Folder], set[str] | None]) -> None:
+    """Refuse to replace the existing, non-empty folder ``out`` (local or in object storage)
+    unless an advcli manifest in it lists every file it holds (hidden files and symlinks
+    too): ``listed(folder)`` gives the names (None: no manifest)."""
+    folder = Folder(out)
+    names = folder.files()
+    if not names:
+        return
+    known = listed(folder)
+    unlisted = next(
+        (n for n in names if known is None or n not in known or folder.kind(n) != "file"), None
+    )
+    if unlisted is not None:
+        msg = (
+            f"{out}: not an output folder of advcli (it holds {unlisted}, which no advcli "
+            "manifest there lists); --force replaces only a folder advcli wrote. Hint: "
+            "choose another --out, or move the folder away yourself"
+        )
+        raise OutputError(msg)
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """The same file (a symlink or a hard link counts), or the same resolved path."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def check_output(out: str, files: list[str], *, force: bool) -> None:
+    """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
+    names the files it holds) or their metadata, always; one that exists, or whose
+    ``.meta.json`` (JSONL) exists, unless ``force``; and a path where no file can go."""
+    if remote.is_remote(out):
+        remote.check_output(out, files, force=force)
+        return
+    target = Path(out)
+    clean_stale(target)
+    written = [target, *([Path(f"{out}.meta.json")] if is_jsonl_output(out) else [])]
+    for f in files:
+        if f == STDIN:
+            continue
+        for path in written:
+            if _same_file(path, f) or _same_file(path, f"{f}.meta.json"):
+                msg = (
+                    f"{out}: this is one of the inputs; advcli never overwrites its input. "
+                    "Hint: choose another --out"
+                )
+                raise OutputError(msg)
+    for path in written:
+        if path.is_dir():
+            msg = f"{path}: a folder, not a file. Hint: give a file name for --out"
+            raise OutputError(msg)
+        _refuse_special(path)
+    for path in written:
+        _refuse_existing(str(path), path.exists() or path.is_symlink(), force=force)
+    _check_writable(target.parent, out)
+
+
+def check_output_folder(
+    out: str,
+    files: list[str],
+    *,
+    force: bool,
+    listed: Callable[[Folder], set[str] | None],
+) -> Path:
+    """Refuse an output folder that holds an input, holds the current folder, or exists
+    (unless ``force``); ``files`` are the inputs, expanded. ``--force`` replaces only a folder
+    advcli wrote: ``listed(folder)`` gives the files its manifest names (None: no manifest),
+    and a folder holding anything else is refused, ``--force`` or not."""
+    if remote.is_remote(out):
+        return _check_remote_folder(out, files, force=force, listed=listed)
+    target = Path(out)
+    for f in files:
+        if f == STDIN:
+            continue
+        path = Path(f).resolve()
+        if path == target.resolve() or target.resolve() in path.parents:
+            msg = (
+                f"{out}: holds the input {f}; advcli never overwrites its input. "
+                "Hint: choose another --out"
+            )
+            raise OutputError(msg)
+    here = Path.cwd().resolve()
+    if target.resolve() == here or target.resolve() in here.parents:
+        msg = f"{out}: the current folder or one above it. Hint: choose a new folder for --out"
+        raise OutputError(msg)
+    _refuse_special(target)
+    if target.exists() and not target.is_dir():
+        msg = f"{out}: a file, not a folder. Hint: give a new folder for --out"
+        raise OutputError(msg)
+    clean_stale(target)  # a swap a kill interrupted is undone first
+    _refuse_existing(out, target.exists(), force=force)
+    if target.is_dir():
+        _refuse_unlisted(out, listed)
+    _check_writable(target.parent, out)
+    return target
+
+
+def _check_remote_folder(
+    out: str, files: list[str], *, force: bool, listed: Callable[[Folder], set[str] | None]
+) -> Path:
+    prefix = out.split("?")[0].rstrip("/") + "/"
+    for f in files:
+        if f.split("?")[0].startswith(prefix):
+            msg = f"{out}: holds the input {f}; advcli never overwrites its input"
+            raise OutputError(f"{msg}. Hint: choose another --out")
+    _refuse_existing(out, bool(remote.listing(out)), force=force)
+    _refuse_unlisted(out, listed)
+    return Path(out)
+
+
+@contextlib.contextmanager
+def output_folder(out: str, *, force: bool, last: tuple[str, ...]) -> Iterator[FolderOutput]:
+    """Write an output folder: on a local disk through :func:`atomic_folder`, in object
+    storage through :func:`advcli.io.remote.staged_folder` (``last``: the manifest's names)."""
+    if remote.is_remote(out):
+        with remote.staged_folder(out, force=force, last=last) as staged:
+            yield staged
+        return
+    with atomic_folder(Path(out), force=force) as tmp:
+        yield FolderOutput(tmp)
+
+
+def is_jsonl_output(path: str) -> bool:
+    return path.lower().endswith((".jsonl", ".ndjson"))
+
+
+def _check_writable(folder: Path, out: str) -> None:
+    """The first existing folder on the way to ``folder`` must let us create files."""
+    existing = folder.resolve()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        msg = f"{out}: {existing} is a file, not a folder. Hint: choose another --out"
+        raise OutputError(msg)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        msg = f"{out}: cannot write in {existing} (no permission). Hint: choose another --out"
+        raise OutputError(msg)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), which tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+_OURS = re.compile(r"\.advcli-(\d+)-(\d+)-")
+TAG = f"advcli-{os.getpid()}-{_start_time(os.getpid()) or 0}"
+"""In the name of every temporary file or folder this process writes: which process, since
+when. A later write to the same output removes the ones of a process that is gone."""
+
+
+def clean_stale(target: Path) -> None:
+    """Remove the temporaries that an earlier, interrupted run left beside ``target``."""
+    if not target.parent.is_dir():
+        return
+    for path in target.parent.glob(f".{glob_escape(target.name)}.advcli-*"):
+        m = _OURS.search(path.name)
+        if m is None:
+            continue
+        pid, start = int(m.group(1)), m.group(2)
+        if pid == os.getpid() or (_start_time(pid) or "") == start:
+            continue  # ours, or a run still going
+        if path.name.endswith(".old") and not (target.exists() or target.is_symlink()):
+            os.rename(path, target)  # killed in the middle of a swap: the old output comes back
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _temporary_name(target: Path, suffix: str) -> Path:
+    return target.parent / f".{target.name}.{TAG}-{os.urandom(4).hex()}{suffix}"
+
+
+def _temporary_beside(target: Path) -> Path:
+    """A fresh temporary name beside ``target`` (its folder made, stale leftovers removed).
+
+    Only the name: the caller holds it where its clean-up will find it *before* creating
+    the file, so a Ctrl-C that lands in between leaves nothing behind.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(target)
+    return _temporary_name(target, ".tmp")
+
+
+def _create_empty(path: Path) -> None:
+    """An empty file, with the permissions a new file gets (the umask applies)."""
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+
+
+def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
+    """Move the finished ``tmp`` onto ``target`` in one step. Without ``force``, a file that
+    appeared at ``target`` meanwhile (another run) is never replaced: an error instead."""
+    if force:
+        os.replace(tmp, target)
+        return
+    appeared = OutputError(
+        f"{shown}: appeared while writing (another run?). Hint: pass --force to replace it"
+    )
+    try:
+        os.link(tmp, target)  # fails if target exists: no other run's output is lost
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # a file system without hard links: check, then rename
+        if target.exists():
+            raise appeared from None
+        os.replace(tmp, target)
+        return
+    tmp.unlink()
+
+
+@contextlib.contextmanager
+def output_errors(shown: str | Path) -> Iterator[None]:
+    """A write that fails (full disk, read-only or vanished folder) as an :class:`OutputError`."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        msg = (
+            f"{shown}: could not write the output ({reason}). "
+            "Hint: check the disk has room and the folder is writable"
+        )
+        raise OutputError(msg) from None
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path, *, force: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; move it onto ``target`` on success."""
+    with output_errors(target):
+        tmp = _temporary_beside(Path(target))
+        try:
+            _create_empty(tmp)
+            yield tmp
+            publish(tmp, Path(target), force=force, shown=str(target))
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target``; move it onto ``target`` on success.
+
+    An interrupted run leaves only a hidden temporary folder (removed by the next write to
+    ``target``), never a partial ``target``. With ``force`` an existing ``target`` is swapped
+    with the new folder in one step where Linux allows it (``renameat2``), so the old or the new
+    complete folder is there at every instant; elsewhere the old one is moved aside first, and
+    restored if the new one cannot take its place (or, after a kill, by the next run).
+    """
+    with output_errors(target):
+        tmp = _temporary_beside(target)
+        try:
+            os.mkdir(tmp, 0o777)  # the umask applies
+            yield tmp
+            _swap_in(tmp, target, force=force)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, target: Path, *, force: bool) -> None:
+    if not (target.exists() or target.is_symlink()):
+        os.rename(tmp, target)
+        return
+    if not force:
+        msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
+        raise OutputError(msg)
+    if _exchange(tmp, target):  # tmp now holds the old folder, removed on the way out
+        return
+    old = _temporary_name(target, ".old")
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
