@@ -206,7 +206,7 @@ def _open_on_ray(
 ) -> tuple[Any, Log]:
     """The cluster, and the log as its tasks read it (a log that is not Parquet files is
     read into Ray's object store first)."""
-    from advcli import on_ray
+    from advcli.on_ray import cluster as on_ray
 
     log = read_as.open(paths)
     ray = on_ray.connect(address)
@@ -232,7 +232,7 @@ def _annotate_on_ray(
     started: float,
 ) -> dict[str, Any]:
     """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
-    from advcli import on_ray
+    from advcli.on_ray import tasks as on_ray
 
     _check_parts_output(out, fmt, input_files(paths, read_as.preset), force=force)
     ray, log = _open_on_ray(paths, read_as, address, stage, batch_rows)
@@ -256,7 +256,7 @@ def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: b
     """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
     if fmt not in (None, "parquet"):
         raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
-    from advcli import on_ray  # Ray's side is imported only when used
+    from advcli.on_ray import tasks as on_ray  # Ray's side is imported only when used
 
     check_output_folder(out, files, force=force, listed=on_ray.listed_parts)
 
@@ -303,7 +303,7 @@ def audit(
     read_as = _ReadAs(col, preset, preset_options)
     count = None
     if engine == "ray":
-        from advcli import on_ray
+        from advcli.on_ray import tasks as on_ray
 
         ray, log = _open_on_ray(_paths(inputs), read_as, ray_address, no_stage, batch_rows)
         count = on_ray.counted_on_ray(ray, batch_rows)
@@ -514,7 +514,7 @@ def _score_on_ray(
     started: float,
 ) -> dict[str, Any]:
     """``score --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
-    from advcli import on_ray
+    from advcli.on_ray import tasks as on_ray
 
     if not Path(opts.path).is_file():
         raise UsageError(f"{opts.path}: no such critic file")
@@ -634,7 +634,7 @@ def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """``advcli verify``: a folder of shards (``advcli shard``) or of parts (``annotate
     --engine ray``), re-read against its manifest; raises on the first problem."""
-    from advcli import on_ray  # imports no Ray
+    from advcli.on_ray import tasks as on_ray  # imports no Ray
 
     if Folder(os.fspath(folder)).kind(on_ray.MANIFEST) == "file":
         return on_ray.verify_parts(os.fspath(folder))

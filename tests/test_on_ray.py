@@ -319,8 +319,9 @@ def test_jsonl_presets_and_struct_fields_are_staged_and_bit_identical(
     script.write_text(
         "import json, sys\n"
         "import pyarrow.dataset as ds, pyarrow.parquet as pq\n"
-        "from advcli import api, on_ray\n"
-        "on_ray.PIECE_BYTES = 3000  # a few batches of 4 rows a piece\n"
+        "from advcli import api\n"
+        "from advcli.on_ray import cluster\n"
+        "cluster.PIECE_BYTES = 3000  # a few batches of 4 rows a piece\n"
         "cases, logs = json.loads(sys.argv[2]), json.loads(sys.argv[3])\n"
         "out = {}\n"
         "for i, (name, (log, opts)) in enumerate(cases.items()):\n"
@@ -423,7 +424,7 @@ def test_an_unknown_engine_is_one_line(tmp_path):
 
 def test_work_units_cut_a_large_file_at_row_groups_rounded_to_batches(tmp_path):
     from advcli.io.file_sources import ParquetSource
-    from advcli.on_ray import Unit, work_units
+    from advcli.on_ray.cluster import Unit, work_units
 
     table = pa.table({"x": np.arange(1000)})
     pq.write_table(table, tmp_path / "big.parquet", row_group_size=300)

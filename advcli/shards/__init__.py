@@ -226,12 +226,12 @@ def _on_ray(engine: str, address: str | None, batch_rows: int) -> _OnRay | None:
     check_engine(engine)
     if engine == "local":
         return None
-    from advcli import on_ray
+    from advcli.on_ray import cluster, tasks
 
-    ray = on_ray.connect(address)
+    ray = cluster.connect(address)
     return _OnRay(
-        place=lambda source: on_ray.on_cluster(ray, source, batch_rows),
-        measure=on_ray.measured_on_ray(ray),
-        count=on_ray.counted_on_ray(ray, batch_rows),
-        annotate=on_ray.annotated_on_ray(ray),
+        place=lambda source: cluster.on_cluster(ray, source, batch_rows),
+        measure=tasks.measured_on_ray(ray),
+        count=tasks.counted_on_ray(ray, batch_rows),
+        annotate=tasks.annotated_on_ray(ray),
     )
