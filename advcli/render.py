@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -77,7 +78,7 @@ class Activity:
             self._metering.enter_context(metered(self.meter))
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         self._metering.close()
         if self._bar is not None:
             self._bar.__exit__(*exc_info)
@@ -102,7 +103,7 @@ class Activity:
             self._bar.update(self._task, rows=rows, rate=f"{tokens / seconds:,.0f} tokens/s")
 
 
-def summary(title: str, data: dict, console: Console = stderr) -> None:
+def summary(title: str, data: dict[str, Any], console: Console = stderr) -> None:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -160,7 +161,7 @@ def audit_report(name: str, report: AuditReport) -> None:
     stdout.print(hist)
 
 
-def check_report(result: dict) -> None:
+def check_report(result: dict[str, Any]) -> None:
     """What ``check`` found: the largest difference, and the worst rows."""
     facts = {k: v for k, v in result.items() if k != "worst"}
     summary("check", facts, stdout)
@@ -176,7 +177,7 @@ def check_report(result: dict) -> None:
         stdout.print(t)
 
 
-def schema_report(name: str, info: dict) -> None:
+def schema_report(name: str, info: dict[str, Any]) -> None:
     t = Table(title=f"schema: {name}", title_justify="left")
     t.add_column("column")
     t.add_column("type")

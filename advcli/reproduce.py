@@ -87,7 +87,9 @@ def logged_per_row(source: Any, roles: Any, column: str) -> np.ndarray:
 
 
 def _floats(values: pa.Array) -> np.ndarray:
-    return pc.fill_null(values.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+    filled = pc.fill_null(values.cast(pa.float64()), np.nan)
+    floats: np.ndarray = filled.to_numpy(zero_copy_only=False)
+    return floats
 
 
 def compare(ours: np.ndarray, logged: np.ndarray, kept: np.ndarray, framework: str) -> Agreement:

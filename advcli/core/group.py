@@ -18,6 +18,7 @@ gets 0 (``singleton="zero"``) or, like verl, mean 0 and std 1 (``singleton="raw"
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,7 +78,8 @@ def spread(x: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
     lo = np.full(n_groups, np.inf)
     np.maximum.at(hi, codes[have], x[have])
     np.minimum.at(lo, codes[have], x[have])
-    return hi - lo
+    width: np.ndarray = hi - lo
+    return width
 
 
 def _denominator(std: np.ndarray, eps: float, eps_placement: str) -> np.ndarray:
@@ -116,12 +118,13 @@ def grpo(
     single = stats.singleton[codes] & (relative or scale in ("group", "leave-one-out"))
     if "leave-one-out" in (baseline, scale):  # only where used: it costs more than the rest
         loo_mean, loo_std = leave_one_out(rewards, codes, stats)
-    base = {
+    baselines: dict[str, Callable[[], np.ndarray]] = {
         "group": lambda: stats.mean[codes],
         "leave-one-out": lambda: loo_mean,
         "batch": lambda: np.asarray(batch_mean, dtype=np.float64),
         "none": lambda: np.zeros(len(rewards)),
-    }[baseline]()
+    }
+    base = baselines[baseline]()
     centred = rewards - np.where(single & raw & relative, 0.0, base)
     if scale == "none":
         adv = centred
@@ -443,4 +446,5 @@ def nan_group_zscore(
         dev = np.where(have, x - mean[codes], 0.0)
         m2 = np.bincount(codes, weights=dev**2, minlength=n_groups)
         std = np.where(count > ddof, np.sqrt(m2 / (count - ddof)), np.nan)
-        return (x - mean[codes]) / (std[codes] + eps)
+        scaled: np.ndarray = (x - mean[codes]) / (std[codes] + eps)
+        return scaled

@@ -31,4 +31,5 @@ def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     out_offsets = offsets_from_lengths(lens)
     shift = np.repeat(np.asarray(starts, dtype=np.int64) - out_offsets[:-1], lens)
-    return np.arange(total, dtype=np.int64) + shift
+    out: np.ndarray = np.arange(total, dtype=np.int64) + shift
+    return out

@@ -142,4 +142,5 @@ def reverse_discounted_scan(
     if carry is not None:
         carry = np.asarray(carry, dtype=np.float64)[nonempty]
         rx[row_first] += coef[ends[nonempty] - 1] * carry
-    return linear_scan(rx, ra)[::-1].copy()
+    y: np.ndarray = linear_scan(rx, ra)[::-1].copy()
+    return y

@@ -283,4 +283,6 @@ def whiten(
     moments = BatchMoments(n_batches)
     moments.add(x, batch_codes)
     std = np.sqrt(moments.var(ddof) + eps)
-    return (np.asarray(x, dtype=np.float64) - moments.mean[batch_codes]) / std[batch_codes]
+    centred = np.asarray(x, dtype=np.float64) - moments.mean[batch_codes]
+    white: np.ndarray = centred / std[batch_codes]
+    return white

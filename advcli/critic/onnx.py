@@ -91,7 +91,8 @@ def _import_ort() -> Any:
 
 
 def _dtype(arg: Any) -> str:
-    return arg.type.removeprefix("tensor(").removesuffix(")")
+    kind: str = arg.type
+    return kind.removeprefix("tensor(").removesuffix(")")
 
 
 def _dims(arg: Any) -> str:
@@ -241,7 +242,8 @@ class Critic:
     def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         if self.provider != CUDA:
             feeds = {self.input_name: ids, self.mask_name: mask}
-            return self._session.run([self.output_name], feeds)[0]
+            values: np.ndarray = self._session.run([self.output_name], feeds)[0]
+            return values
         # IO binding: inputs copied to the GPU once, the output allocated there and copied back.
         ort_value = self._ort.OrtValue.ortvalue_from_numpy
         binding = self._session.io_binding()
@@ -249,7 +251,8 @@ class Critic:
         binding.bind_ortvalue_input(self.mask_name, ort_value(mask, "cuda", 0))
         binding.bind_output(self.output_name, "cuda", 0)
         self._session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[0]
+        copied: np.ndarray = binding.copy_outputs_to_cpu()[0]
+        return copied
 
     def score(
         self,

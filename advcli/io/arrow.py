@@ -39,7 +39,7 @@ def float_list(flat: np.ndarray, offsets: np.ndarray) -> pa.Array:
 
 
 def is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t)
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
 
 
 def narrow(t: pa.DataType) -> pa.DataType:
@@ -58,8 +58,9 @@ def nul_name(fields: pa.Schema | list[pa.Field]) -> str | None:
     """A column or nested field name holding a NUL character, which Arrow's C interface (how
     polars and pyarrow exchange tables) cannot carry; None if there is none."""
     for field in fields:
-        if "\x00" in field.name:
-            return field.name
+        name: str = field.name
+        if "\x00" in name:
+            return name
         t = field.type
         while pa.types.is_list(t) or pa.types.is_large_list(t):
             t = t.value_type

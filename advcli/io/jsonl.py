@@ -213,7 +213,7 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     value there; other columns as polars infers them, except that a column null on every one of
     those lines is read as text (it could hold anything later; a number then reads as "0.35").
     """
-    seen: dict = {}
+    seen: dict[str, Any] = {}
     parsed = []
     for number, line in enumerate(io.BytesIO(first_lines), start=1):
         if line.strip():
@@ -256,6 +256,7 @@ def _storable(dtype: Any) -> Any:
 def _nul_key(value: object) -> str | None:
     """A key, at any depth, holding a NUL character."""
     if isinstance(value, dict):
+        key: str
         for key, inner in value.items():
             if "\x00" in key:
                 return key
@@ -368,7 +369,7 @@ def count_rows(path: str, chunk_bytes: int = JSONL_CHUNK_BYTES) -> int:
     )
 
 
-def parse_line(path: str, number: int, line: bytes, *, nan: bool = False) -> dict:
+def parse_line(path: str, number: int, line: bytes, *, nan: bool = False) -> dict[str, Any]:
     """The JSON object on line ``number``; ``nan``: also as Python's ``json`` writes it (bare
     ``NaN``, ``Infinity``, which orjson refuses)."""
     try:
@@ -423,7 +424,7 @@ class Kinds:
         self.path = path
         self.first: dict[str, tuple[str, int]] = {}
 
-    def check(self, number: int, obj: dict, skip: Collection[str] = ()) -> None:
+    def check(self, number: int, obj: dict[str, Any], skip: Collection[str] = ()) -> None:
         for key, value in obj.items():
             kind = _kind(value)
             if kind is None or key in skip:

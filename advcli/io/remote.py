@@ -68,7 +68,8 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
                 request_timeout=TIMEOUT_SECONDS,
             )  # fmt: skip
             return fs, f"{parts.netloc}{parts.path}"
-        return pafs.FileSystem.from_uri(uri)
+        found: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
+        return found
     except ImportError:  # pyarrow reads hf:// (and fsspec+...://) through fsspec
         raise _needs_fsspec(uri, parts.scheme) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
@@ -150,7 +151,7 @@ def sha256(uri: str) -> tuple[int, str]:
 
 def exists(uri: str) -> bool:
     fs, path = filesystem(uri)
-    return _info(fs, path, uri).type != pafs.FileType.NotFound
+    return bool(_info(fs, path, uri).type != pafs.FileType.NotFound)
 
 
 def upload(local: str, uri: str, *, force: bool) -> None:

@@ -59,7 +59,8 @@ class Rows:
         """Per rollout: it has no reward (None: every rollout has one)."""
         if self.unscored is None or not self.unscored.any():
             return None
-        return self.unscored[self.last_segment_row()]
+        unscored: np.ndarray = self.unscored[self.last_segment_row()]
+        return unscored
 
     def rollout_batches(self) -> np.ndarray | None:
         """The batch code of each rollout (None: the log does not say)."""
@@ -121,12 +122,14 @@ class Rows:
     def rollout_rewards(self) -> np.ndarray:
         """One reward per rollout: its last segment's."""
         assert self.reward is not None, "the log has no reward column"
-        return self.reward[self.last_segment_row()]
+        rewards: np.ndarray = self.reward[self.last_segment_row()]
+        return rewards
 
     def rollout_groups(self) -> np.ndarray:
         """The group code of each rollout."""
         assert self.group_codes is not None, "the log has no prompt_id column"
-        return self.group_codes[self.last_segment_row()]
+        groups: np.ndarray = self.group_codes[self.last_segment_row()]
+        return groups
 
     def completion_order(self) -> np.ndarray:
         """Rollouts by completion: ``completion_time``, then rollout id; row order if no time."""
@@ -157,7 +160,7 @@ def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) ->
     """As float64 numpy (nulls filled); ``floats=True`` keeps float32 as it is (no copy)."""
     if values.null_count:
         values = pc.fill_null(values.cast(pa.float64()), fill)
-    out = values.to_numpy(zero_copy_only=False)
+    out: np.ndarray = values.to_numpy(zero_copy_only=False)
     if floats and out.dtype.kind == "f":
         return out
     return out.astype(np.float64, copy=False)

@@ -53,20 +53,20 @@ SPAN_KINDS = ("prompt", "action", "observation")
 
 def _fits(kind: str, t: pa.DataType) -> bool:
     if kind == "key":
-        return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+        return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t))
     if kind == "num":
-        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
+        return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t))
     if kind == "bool":
-        return pa.types.is_boolean(t)
+        return bool(pa.types.is_boolean(t))
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
         return False
     inner = t.value_type
     if kind == "ids":
-        return pa.types.is_integer(inner)
+        return bool(pa.types.is_integer(inner))
     if kind == "mask":
-        return pa.types.is_integer(inner) or pa.types.is_boolean(inner)
+        return bool(pa.types.is_integer(inner) or pa.types.is_boolean(inner))
     if kind == "nums":
-        return pa.types.is_integer(inner) or pa.types.is_floating(inner)
+        return bool(pa.types.is_integer(inner) or pa.types.is_floating(inner))
     if kind == "spans":
         fields = {f.name: f.type for f in inner} if pa.types.is_struct(inner) else {}
         return {"start", "end", "kind"} <= set(fields) and all(
@@ -167,7 +167,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
     return Roles(columns)
 
 
-def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict) -> dict[str, Any]:
+def jsonl_dtypes(keys: list[str], mapping: dict[str, str], first: dict[str, Any]) -> dict[str, Any]:
     """Explicit polars dtypes for the role columns of a JSONL log, from ``first``: each key's
     first non-null value (None if it had none).
 

@@ -140,8 +140,9 @@ def _mask(
             row = int(row_of(offsets)[i])
             check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
         if pa.types.is_boolean(mask_values.type):
-            return mask_values.to_numpy(zero_copy_only=False).astype(bool)
-        m = mask_values.to_numpy(zero_copy_only=False)
+            flags: np.ndarray = mask_values.to_numpy(zero_copy_only=False).astype(bool)
+            return flags
+        m: np.ndarray = mask_values.to_numpy(zero_copy_only=False)
         bad = (m != 0) & (m != 1)
         if bad.any():
             i = _first(bad)

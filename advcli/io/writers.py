@@ -157,7 +157,7 @@ def _leaf_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, rows
 
 
-def parquet_options(schema: pa.Schema) -> dict:
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """zstd; no dictionary and no min/max statistics on list columns.
 
     Dictionaries slow writes of long token lists by ~40%; statistics over every token id or
@@ -176,16 +176,16 @@ def parquet_options(schema: pa.Schema) -> dict:
     }
 
 
-def write_json(path: str | Path, obj: dict) -> None:
+def write_json(path: str | Path, obj: dict[str, Any]) -> None:
     with atomic_path(path) as tmp:
         write_json_to(tmp, obj)
 
 
-def write_json_to(path: Path, obj: dict) -> None:
+def write_json_to(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def read_metadata(path: str) -> dict | None:
+def read_metadata(path: str) -> dict[str, Any] | None:
     """The advcli metadata of an output written by advcli, or None.
 
     A JSONL output's ``.meta.json`` records the size and sha256 of the data it describes, and
@@ -227,7 +227,7 @@ class _DataDigest:
     def record(self) -> dict[str, Any]:
         return {"bytes": os.path.getsize(self.path), "sha256": file_sha256(self.path)}
 
-    def described_by(self, meta: dict) -> bool:
+    def described_by(self, meta: dict[str, Any]) -> bool:
         data = meta.get("data")
         if data is None:
             return True  # written before advcli recorded it
@@ -237,7 +237,7 @@ class _DataDigest:
 _METADATA_TYPES = {"method": str, "params": dict, "roles": dict, "convention": str}
 
 
-def _metadata(raw: bytes, shown: str) -> dict:
+def _metadata(raw: bytes, shown: str) -> dict[str, Any]:
     """advcli's metadata from its JSON text, its fields of the types advcli reads."""
     try:
         meta = json.loads(raw)
@@ -280,11 +280,17 @@ class PolarsSink:
     """
 
     def __init__(
-        self, path: Path, target: str, fmt: str, schema: pa.Schema, metadata: dict, depth: int = 2
+        self,
+        path: Path,
+        target: str,
+        fmt: str,
+        schema: pa.Schema,
+        metadata: dict[str, Any],
+        depth: int = 2,
     ):
         self.path = path
         self.target = target  # what the user asked for; ``path`` is its temporary name
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._queue: queue.Queue[pa.Table | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         frames = register_io_source(self._frames, schema=_frame(schema.empty_table()).schema)
         write: Callable[[Path], object]
@@ -366,7 +372,7 @@ class TableWriter:
     Nothing is created on disk before the first table.
     """
 
-    def __init__(self, out: str, fmt: str, metadata: dict, *, force: bool = False):
+    def __init__(self, out: str, fmt: str, metadata: dict[str, Any], *, force: bool = False):
         self.out = out
         self.fmt = fmt
         self.metadata = metadata

@@ -279,8 +279,9 @@ def number(df: pl.DataFrame, column: str, path: str, lines: np.ndarray | None) -
     error naming the line (or row)."""
     values = df[column]
     if values.dtype == pl.Boolean:
-        return values.cast(pl.Float64)
-    numbers = values.cast(pl.Float64, strict=False)
+        floats: pl.Series = values.cast(pl.Float64)
+        return floats
+    numbers: pl.Series = values.cast(pl.Float64, strict=False)
     bad = (numbers.is_null() & values.is_not_null()).to_numpy()
     if bad.any():
         row = int(np.flatnonzero(bad)[0])

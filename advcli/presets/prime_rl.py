@@ -77,7 +77,9 @@ def _logs_advantages(records: list[dict[str, Any]]) -> bool:
     )
 
 
-def episode_rows(path: str, line: int, episode: dict[str, Any], step: int | None) -> list[dict]:
+def episode_rows(
+    path: str, line: int, episode: dict[str, Any], step: int | None
+) -> list[dict[str, Any]]:
     """One row per root-to-leaf path of every trace of an episode."""
     group = episode.get("group")
     if not isinstance(group, dict) or group.get("id") is None:
@@ -168,7 +170,7 @@ def tree_paths(path: str, line: int, t: int, nodes: list[Any]) -> list[tuple[int
     return out
 
 
-def concatenate(path: str, line: int, nodes: list[dict]) -> tuple[np.ndarray, ...]:
+def concatenate(path: str, line: int, nodes: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
     """Tokens and masks of a path's nodes end to end; log-probabilities and advantages, given
     over each node's sampled tokens, placed on them (0 elsewhere)."""
     ids: list[np.ndarray] = []

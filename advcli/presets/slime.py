@@ -161,7 +161,7 @@ def _holds_struct(t: pa.DataType) -> bool:
     """Whether ``t`` is a struct, or a list of them."""
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _holds_struct(t.value_type)
-    return pa.types.is_struct(t)
+    return bool(pa.types.is_struct(t))
 
 
 def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float:

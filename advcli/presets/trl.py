@@ -141,7 +141,7 @@ class Trl(Preset):
         scoped = [n for n in ("step", "prompt_id", "rollout_id", "batch") if n in names]
         if previous.schema != table.schema or previous.num_rows != table.num_rows:
             return False
-        return previous.drop_columns(scoped).equals(table.drop_columns(scoped))
+        return bool(previous.drop_columns(scoped).equals(table.drop_columns(scoped)))
 
     def reward_components(self, schema: pa.Schema, options: PresetOptions) -> list[str]:
         if options.reward_columns:

@@ -33,7 +33,8 @@ class Layout:
 
     @property
     def bucket_positions(self) -> np.ndarray:
-        return self.piece_positions[self.bucket_pieces]
+        positions: np.ndarray = self.piece_positions[self.bucket_pieces]
+        return positions
 
     @property
     def n_buckets(self) -> int:

@@ -128,7 +128,8 @@ def chunks(weights: np.ndarray, budget: int, starts_ok: np.ndarray | None = None
         e = max(e, b + 1)
         cuts.append(e)
         b = e
-    return np.r_[block_start, n][cuts].astype(np.int64)
+    bounds: np.ndarray = np.r_[block_start, n][cuts].astype(np.int64)
+    return bounds
 
 
 def drop_without_signal(s: Samples, opts: ShardOptions) -> tuple[np.ndarray, dict[str, int]]:
@@ -186,7 +187,8 @@ def loss_weights(s: Samples, opts: ShardOptions) -> np.ndarray | None:
         return None
     if opts.loss_weights == "seq-mean-token-mean":
         act = s.kept_actions  # after --truncate
-        return np.divide(1.0, act, out=np.zeros(s.n_rows), where=act > 0)
+        weights: np.ndarray = np.divide(1.0, act, out=np.zeros(s.n_rows), where=act > 0)
+        return weights
     return np.ones(s.n_rows)
 
 
