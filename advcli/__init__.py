@@ -23,7 +23,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from advcli._version import __version__
 
 if TYPE_CHECKING:
     from advcli.api import (

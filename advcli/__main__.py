@@ -37,7 +37,7 @@ def main() -> None:
 
         try:
             versions.check()
-            from advcli.cli import main as run
+            from advcli.cli.runner import main as run
         except AdvcliError as exc:  # an old dependency, a broken estimator plugin
             sys.stderr.write(f"advcli: error: {exc}\n")
             sys.exit(exc.exit_code)

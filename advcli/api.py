@@ -20,41 +20,38 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from advcli import __version__, methods, presets
+from advcli import methods, presets
+from advcli._version import __version__
+from advcli.accounting import Audit, audit_log
+from advcli.commands.check import check
+from advcli.commands.describe import describe
+from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
-from advcli.engine import (
-    BATCH_ROWS,
-    Audit,
-    Log,
-    Progress,
-    Run,
-    Scorer,
-    Stage,
-    Summary,
-    audit_log,
-    check_engine,
-    group_warnings,
-    no_stage,
-    open_log,
-    plan_run,
-    token_counts,
-)
-from advcli.errors import DataError, UsageError
-from advcli.io.arrow import flat_list
+from advcli.engine import Run, Scorer, Summary, plan_run
+from advcli.errors import UsageError
 from advcli.io.file_sources import ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
-from advcli.io.rollouts import extract_rows, row_columns
-from advcli.io.schema import Roles, describe_type, parse_col_mapping, resolve_roles
+from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource, expand_inputs
 from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
+from advcli.logs import (
+    BATCH_ROWS,
+    Inputs,
+    Log,
+    Progress,
+    Stage,
+    check_engine,
+    input_paths,
+    no_stage,
+    open_log,
+)
 from advcli.params import Params
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, collect
@@ -76,15 +73,6 @@ __all__ = [
     "shard",
     "verify",
 ]
-
-Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-"""Parquet or JSONL files, folders or globs (``-``: JSONL on stdin), read as one log."""
-
-
-def _paths(inputs: Inputs) -> list[str]:
-    if isinstance(inputs, (str, os.PathLike)):
-        return [os.fspath(inputs)]
-    return [os.fspath(i) for i in inputs]
 
 
 def _passed_through(log: Log) -> list[str]:
@@ -137,7 +125,7 @@ def annotate(
     started = time.perf_counter()
     out = os.fspath(out)
     p = methods.resolve(method, presets.convention_for(convention, preset), **params)
-    paths = _paths(inputs)
+    paths = input_paths(inputs)
     check_engine(engine)
     if critic is not None and not methods.get(method).reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
@@ -287,7 +275,7 @@ def audit(
     inputs: Inputs,
     *,
     col: list[str] | None = None,
-    tol: float = 1e-9,
+    tol: float = ZERO_VARIANCE_TOL,
     near_tie: float | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
@@ -305,10 +293,10 @@ def audit(
     if engine == "ray":
         from advcli.on_ray import tasks as on_ray
 
-        ray, log = _open_on_ray(_paths(inputs), read_as, ray_address, no_stage, batch_rows)
+        ray, log = _open_on_ray(input_paths(inputs), read_as, ray_address, no_stage, batch_rows)
         count = on_ray.counted_on_ray(ray, batch_rows)
     else:
-        log = read_as.open(_paths(inputs))
+        log = read_as.open(input_paths(inputs))
     return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows,
                      count=count)  # fmt: skip
 
@@ -338,12 +326,15 @@ def report(
     options = options or ReportOptions()
     page.bokeh()  # the extra is missing: say so before reading anything
     conv = presets.convention_for(convention, preset)
+    if method is None and (given := [name for name, v in params.items() if v is not None]):
+        flag = methods.PARAMETERS[given[0]].flag if given[0] in methods.PARAMETERS else given[0]
+        raise UsageError(f"{flag} is a method's parameter: add --method (e.g. --method grpo)")
     p = methods.resolve(method, conv, **params) if method is not None else None
-    paths = _paths(inputs)
+    paths = input_paths(inputs)
     check_output(out, input_files(paths, preset), force=force)
     log = open_log(paths, col, preset=preset, options=preset_options)
     run = plan_run(log, p, stage=stage, batch_rows=batch_rows) if p is not None else None
-    if p is not None and p.reward_columns:
+    if p is not None and "reward_columns" in p and p.reward_columns:
         components = [c.strip() for c in p.reward_columns.split(",")]
     elif preset is not None:
         components = presets.get(preset).reward_components(
@@ -373,77 +364,6 @@ def report(
     }
 
 
-def describe(
-    inputs: Inputs,
-    *,
-    col: list[str] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
-    progress: Progress | None = None,
-    batch_rows: int = BATCH_ROWS,
-) -> dict[str, Any]:
-    """``advcli schema``: column roles and types, rows and token statistics (streamed), and
-    what each command can do with the log. Bad data does not stop it: each problem found is
-    listed in ``problems``, with the file, row and column."""
-    log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
-    source, roles = log.source, log.roles
-    warnings = list(log.warnings)
-    role_of = {column: role for role, column in roles.columns.items() if column}
-    info: dict[str, Any] = {
-        "files": source.sources.files,
-        "columns": {
-            f.name: (describe_type(f.type), role_of.get(f.name, "passthrough"))
-            for f in source.schema
-        },
-        "missing_roles": [role for role, column in roles.columns.items() if column is None],
-    }
-    problems = []
-    try:
-        rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-        info.update(
-            rows=rows.n_rows,
-            rollouts=rows.n_rollouts,
-            segmented=rows.segmented,
-            groups=len(rows.group_keys) if rows.group_keys is not None else None,
-        )
-        warnings += group_warnings(rows, roles)
-    except DataError as exc:
-        problems.append(str(exc))
-        info["rows"] = source.n_rows
-    if roles["input_ids"] is None:
-        info.update(tokens=None, actions="no token ids: the log holds text, not tokens")
-    else:
-        try:
-            counts = token_counts(
-                source, roles, values=True, progress=progress, batch_rows=batch_rows
-            )
-            info.update(
-                tokens=int(counts.tokens.sum()),
-                action_tokens=int(counts.actions.sum()),
-                tokens_per_row_min=int(counts.tokens.min()),
-                tokens_per_row_mean=float(counts.tokens.mean()),
-                tokens_per_row_max=int(counts.tokens.max()),
-            )
-        except DataError as exc:
-            problems.append(str(exc))
-        info["actions"] = {
-            "action_mask": f"column '{roles['action_mask']}'",
-            "spans": f"spans in column '{roles['spans']}'",
-            "all": "no mask and no spans: every token is treated as an action",
-        }[roles.mask_source]
-    needs = {"audit": ["prompt_id", "reward"], "shard": ["input_ids"], "score": ["input_ids"]}
-    verdicts = {
-        cmd: methods.verdict([r for r in rs if roles[r] is None]) for cmd, rs in needs.items()
-    }
-    info["can_run"] = {"audit": verdicts["audit"], **methods.what_runs(roles)}
-    info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
-    info["problems"] = problems
-    info["warnings"] = warnings
-    if log.looks_like is not None:
-        info["looks_like"] = log.looks_like.name
-    return info
-
-
 def score(
     inputs: Inputs,
     out: str | os.PathLike[str],
@@ -464,7 +384,7 @@ def score(
     started = time.perf_counter()
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
-    paths = _paths(inputs)
+    paths = input_paths(inputs)
     check_engine(engine)
     if engine == "ray":
         return _score_on_ray(paths, out, opts, col=col, fmt=fmt, force=force,
@@ -529,106 +449,6 @@ def _score_on_ray(
     result = on_ray.score_parts(ray, job, out, force=force, progress=progress)
     result.update(output=out, engine="ray", seconds=round(time.perf_counter() - started, 3))
     return result
-
-
-def check(
-    inputs: Inputs,
-    *,
-    preset: str,
-    preset_options: PresetOptions | None = None,
-    method: str | None = None,
-    convention: str | None = None,
-    tol: float = 1e-5,
-    worst: int = 5,
-    col: list[str] | None = None,
-    stage: Stage = no_stage,
-    batch_rows: int = BATCH_ROWS,
-    **params: Any,
-) -> dict[str, Any]:
-    """``advcli check``: recompute the advantages a framework logged with its own (TRL's
-    ``advantage``, NeMo-RL's and prime-rl's per-token ``advantages``) and compare them.
-
-    ``method`` and ``convention`` default to the framework's own (``grpo`` under its
-    convention). ``ok`` is False when a row differs by more than ``tol`` (absolute).
-    """
-    chosen = presets.get(preset)
-    log = open_log(_paths(inputs), col, preset=preset, options=preset_options)
-    names = log.source.schema.names
-    per_token = "source_advantages" in names
-    if not per_token and "source_advantage" not in names:
-        msg = (
-            f"{log.files}: no advantages of {chosen.framework}'s own to check. Hint: TRL, "
-            "NeMo-RL and prime-rl dumps carry them (--from trl, nemo-rl, prime-rl)"
-        )
-        raise DataError(msg)
-    p = methods.resolve(method or "grpo", presets.convention_for(convention, preset), **params)
-    run = plan_run(log, p, stage=stage, batch_rows=batch_rows)
-    if per_token and not run.has_tokens:
-        raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
-    diffs, logged, ours, prompts, rollouts = [], [], [], [], []
-    with stage("comparing"):
-        for batch in run.annotated():
-            t = batch.table
-            if per_token:
-                theirs, offsets = flat_list(t.column("source_advantages"))
-                mine = flat_list(t.column("advantages"))[0]
-                a = theirs.to_numpy(zero_copy_only=False).astype(np.float64)
-                b = mine.to_numpy(zero_copy_only=False).astype(np.float64)
-            else:
-                a = t.column("source_advantage").to_numpy().astype(np.float64)
-                b = t.column("advantage").to_numpy().astype(np.float64)
-                offsets = np.arange(len(a) + 1)
-            d = np.abs(a - b)
-            d[np.isnan(a) & np.isnan(b)] = 0.0
-            d[np.isnan(d)] = np.inf
-            at = _row_argmax(d, offsets)  # each row's worst token (or the row itself)
-            diffs.append(np.where(at >= 0, d[np.maximum(at, 0)], 0.0))
-            logged.append(np.where(at >= 0, a[np.maximum(at, 0)], np.nan))
-            ours.append(np.where(at >= 0, b[np.maximum(at, 0)], np.nan))
-            prompts.append(t.column(log.roles.column("prompt_id")).to_pylist())
-            rollouts.append(t.column(log.roles.column("rollout_id")).to_pylist())
-    diff = np.concatenate(diffs)
-    prompt_ids = [k for part in prompts for k in part]
-    beyond = diff > tol
-    order = np.argsort(-diff, kind="stable")[: min(worst, int(beyond.sum()))]
-    rollout_ids = [k for part in rollouts for k in part]
-    logged_at, ours_at = np.concatenate(logged), np.concatenate(ours)
-    return {
-        "method": p.method,
-        "convention": p.convention,
-        "compared": "per token" if per_token else "per row",
-        "rows": len(diff),
-        "tol": tol,
-        "max_abs_difference": float(diff.max()) if len(diff) else 0.0,
-        "rows_beyond_tol": int(beyond.sum()),
-        "groups_beyond_tol": len({prompt_ids[i] for i in np.flatnonzero(beyond)}),
-        "worst": [
-            {
-                "prompt_id": prompt_ids[i],
-                "rollout_id": rollout_ids[i],
-                "logged": float(logged_at[i]),
-                "recomputed": float(ours_at[i]),
-                "difference": float(diff[i]),
-            }
-            for i in order
-        ],
-        "ok": not beyond.any(),
-        "reproduced_by": run.reproduced_by,
-        "warnings": run.warnings,
-    }
-
-
-def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per row (``offsets``), the flat index of its largest value; -1 for an empty row."""
-    n_rows = len(offsets) - 1
-    out = np.full(n_rows, -1, dtype=np.int64)
-    if not len(values):
-        return out
-    rows = np.repeat(np.arange(n_rows), np.diff(offsets))
-    order = np.lexsort((-values, rows))  # per row, largest first
-    first = np.r_[True, rows[order][1:] != rows[order][:-1]]
-    out[rows[order][first]] = order[first]
-    return out
 
 
 def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,216 +25,35 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from advcli import __version__, methods, presets, reproduce
-from advcli.core import group as G
-from advcli.core.audit import AuditReport
-from advcli.core.audit import audit as audit_groups
+from advcli import methods, reproduce
+from advcli._version import __version__
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
-    AdvcliError,
     DataError,
     OutputError,
     RowError,
-    SchemaError,
     UsageError,
     columns_found,
 )
-from advcli.io import jsonl
 from advcli.io.arrow import float_list
-from advcli.io.file_sources import open_source
-from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
     FLOAT32_MAX,
     Rows,
     extract_rows,
     needs_ids,
-    require,
     row_columns,
 )
-from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
+from advcli.io.schema import Roles
 from advcli.io.sources import (
     LogSource,
-    NestedFields,
     Sources,
-    expand_inputs,
-    is_parquet,
-    nested_paths,
     prefetch,
 )
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
-from advcli.io.writers import read_metadata
+from advcli.logs import BATCH_ROWS, Log, Stage, group_warnings, no_stage
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
-
-BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
-
-Stage = Callable[[str], contextlib.AbstractContextManager[Any]]
-"""``stage(name)``: a context naming the work that runs inside it (the progress line)."""
-Progress = Callable[[int, int], None]
-"""``progress(rows done, tokens done)``: called after every batch of the pass that writes."""
-
-
-def no_stage(_name: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
-
-
-@dataclass
-class Log:
-    """A log opened: where its rows come from, the column of each role, and warnings about it.
-
-    ``looks_like`` is the preset of the framework whose dump the log looks like when it was
-    opened without one: a missing column is then an error that says to use ``--from``.
-    """
-
-    source: LogSource
-    roles: Roles
-    looks_like: presets.Preset | None = None
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    preset: presets.Preset | None = None  # --from
-    options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
-    settled: str | None = None  # what was found from the logged advantages (TRL's group size)
-    mapped: bool = False  # --col named some of its columns
-
-    @property
-    def sources(self) -> Sources:
-        return self.source.sources
-
-    @property
-    def files(self) -> str:
-        return ", ".join(self.sources.files)
-
-    def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
-        """A clear error when the log has no column for a role in ``needs``, or looks like a
-        framework's dump whose group key advcli would take from another column than
-        ``prompt_id`` (an alias: verl's ``uid``, TRL's ``prompt``) or not find, unless ``--col``
-        named its columns."""
-        hint = None
-        if self.looks_like is not None:
-            p = self.looks_like
-            hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
-            if not self.mapped and self.roles["prompt_id"] != "prompt_id":
-                msg = (
-                    f"{self.files}: advcli's own column names would misread its groups, "
-                    f"rewards and tokens. Hint: {hint} (or name its columns with --col to read "
-                    "it as it is)"
-                )
-                raise SchemaError(msg)
-        require(self.roles, self.source.schema.names, self.sources, needs, what=what,
-                without_tokens=without_tokens, hint=hint)  # fmt: skip
-
-
-def open_log(
-    inputs: list[str],
-    col: list[str] | None = None,
-    *,
-    preset: str | None = None,
-    options: presets.PresetOptions | None = None,
-) -> Log:
-    """A log to read in passes (as ``preset``'s framework wrote it, if given), and the column
-    that plays each role (``--col ROLE=COLUMN``)."""
-    mapping = parse_col_mapping(col)
-    if preset is not None:
-        chosen = presets.get(preset)
-
-        def open_with(given: presets.PresetOptions) -> Log:
-            converted = presets.PresetSource(chosen, inputs, given)
-            source: LogSource = _lift_nested(converted, mapping)
-            roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
-            return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
-                       options=given)  # fmt: skip
-
-        return reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
-    try:
-        source = _lift_nested(open_source(inputs, mapping), mapping)
-        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
-    except DataError as exc:  # a framework's dump read as advcli's own format
-        p = presets.looks_like(first_fields(inputs))
-        if p is None:
-            raise
-        msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with --from {p.name}"
-        raise type(exc)(msg) from None
-    for role, column in roles.columns.items():
-        lacking = source.files_without(column) if column is not None else []
-        if lacking:
-            msg = (
-                f"{lacking[0]}: no '{column}' column ({role}), which other files of the log "
-                "have. Hint: give every file the column, or read the files separately"
-            )
-            raise SchemaError(msg)
-    looks_like = presets.looks_like(set(source.schema.names))
-    if looks_like is not None and written_by_advcli(source.sources.files):
-        looks_like = None  # advcli's output, annotated from such a dump: read as advcli wrote it
-    log = Log(source, roles, looks_like, mapped=bool(mapping))
-    if looks_like is not None:
-        p = looks_like
-        log.warnings.append(
-            f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
-            f"it as {p.framework} writes it (its groups, rewards and tokens)"
-        )
-    return log
-
-
-def written_by_advcli(files: list[str]) -> bool:
-    """Whether the log is an output of advcli's (its first file carries advcli's metadata)."""
-    if not files or files[0] == STDIN:
-        return False
-    try:
-        return read_metadata(files[0]) is not None
-    except (OSError, ValueError, pa.ArrowException, DataError):
-        return False
-
-
-def first_fields(inputs: list[str]) -> set[str]:
-    """The fields of the first input's first row (Python's json: it reads bare NaN); none
-    where the file cannot be read (its own error is the one to report)."""
-    try:
-        files = expand_inputs(inputs)
-        if not files or files[0] == STDIN:
-            return set()
-        if is_parquet(files[0]):
-            return set(pq.read_schema(files[0]).names)
-        with jsonl.open_stream(files[0]) as fh:
-            for line in fh:
-                if line.strip():
-                    obj = json.loads(line)
-                    return set(obj) if isinstance(obj, dict) else set()
-    except (OSError, ValueError, RecursionError, pa.ArrowException, AdvcliError):
-        return set()
-    return set()
-
-
-def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:
-    """``source`` with the struct fields ``--col`` names (``prompt_id=group.id``) as columns."""
-    paths = nested_paths(source.schema, list(mapping.values()))
-    return NestedFields(source, paths) if paths else source
-
-
-def group_warnings(rows: Rows, roles: Roles) -> list[str]:
-    """Signs that the group key is not the prompt: every group a single rollout, or groups of
-    sizes other than the common one (singletons aside: they are flagged and counted anyway)."""
-    if rows.group_keys is None or rows.n_rollouts < 2:
-        return []
-    sizes = np.bincount(rows.rollout_groups(), minlength=len(rows.group_keys))
-    column = roles["prompt_id"]
-    if (sizes == 1).all():
-        return [
-            f"every group has a single rollout: is '{column}' really the prompt? (a key unique "
-            "to each rollout gives no group signal). Hint: name the group key with --col "
-            "prompt_id=COLUMN, or read a framework's dump with --from"
-        ]
-    groups = sizes[sizes > 1]
-    values, counts = np.unique(groups, return_counts=True)
-    common = int(values[np.argmax(counts)])
-    other = int((groups != common).sum())
-    if other:
-        return [
-            f"{other} of {len(groups)} groups do not have the common size of {common} rollouts "
-            f"(sizes {', '.join(map(str, values.tolist()))}): check that '{column}' keys one "
-            "prompt per group"
-        ]
-    return []
 
 
 class Scorer(Protocol):
@@ -660,135 +478,3 @@ def measured_in_order(
         while pending:
             first, future = pending.popleft()
             yield first, future.result()
-
-
-ENGINES = ("local", "ray")
-
-
-def check_engine(engine: str) -> None:
-    """``--engine``: one of :data:`ENGINES`."""
-    if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
-
-
-class CountTokens(Protocol):
-    """How the tokens of a log are counted (:func:`token_counts` over it, or over its parts)."""
-
-    def __call__(
-        self, source: LogSource, roles: Roles, *, ids: bool = True, within: int | None = None
-    ) -> TokenCounts: ...
-
-
-@dataclass(frozen=True)
-class TokenCounts:
-    """Per row: its tokens, its action tokens, and its action tokens among its first
-    ``within`` tokens (all of them without ``within``)."""
-
-    tokens: np.ndarray
-    actions: np.ndarray
-    actions_within: np.ndarray
-
-
-def token_counts(
-    source: LogSource,
-    roles: Roles,
-    *,
-    values: bool = False,
-    ids: bool = True,
-    within: int | None = None,
-    progress: Progress | None = None,
-    batch_rows: int = BATCH_ROWS,
-) -> TokenCounts:
-    """Token and action counts of every row, from one validating pass over the token columns
-    (``values``: the critic values too, if the log has them; ``ids=False``: not the token ids,
-    where a later pass checks them and an action mask gives the lengths, see
-    :func:`~advcli.io.rollouts.needs_ids`)."""
-    n_rows = source.n_rows
-    tokens, actions, actions_within = (np.zeros(n_rows, dtype=np.int64) for _ in range(3))
-    values = values and roles["values"] is not None
-    ids = ids or needs_ids(roles)
-    done = 0
-    columns = token_columns(roles, values=values, ids=ids)
-    for row0, table in prefetch(source.batches(columns, batch_rows)):
-        tok = extract_tokens(table, roles, source.sources, row0, values=values, ids=ids)
-        starts, ends = tok.offsets[:-1], tok.offsets[1:]
-        before = np.zeros(len(tok.mask) + 1, dtype=np.int64)  # action tokens before each token
-        np.cumsum(tok.mask, out=before[1:])
-        at = slice(row0, row0 + len(starts))
-        tokens[at] = ends - starts
-        actions[at] = before[ends] - before[starts]
-        cut = ends if within is None else np.minimum(ends, starts + within)
-        actions_within[at] = before[cut] - before[starts]
-        done += int(tok.offsets[-1])
-        if progress:
-            progress(at.stop, done)
-    return TokenCounts(tokens, actions, actions_within)
-
-
-@dataclass(frozen=True)
-class Audit:
-    """What ``advcli audit`` found: the report, and the groups behind its counts."""
-
-    report: AuditReport
-    files: list[str]
-    rows: Rows
-    stats: G.GroupStats
-    warnings: list[str]
-    action_tokens: np.ndarray | None = None  # per rollout (None: the log has no token ids)
-
-    def prompt_ids(self, kind: str) -> list[Any]:
-        """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
-        appearance."""
-        flags = {"zero-variance": self.stats.zero_variance, "singleton": self.stats.singleton}
-        if kind not in flags:
-            msg = f"expected zero-variance or singleton, saw {kind!r}"
-            raise UsageError(msg)
-        assert self.rows.group_keys is not None
-        return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as ``audit --json`` prints it; without token ids the token shares are
-        left out, and ``token_shares`` says why."""
-        out = {k: v for k, v in self.report.__dict__.items() if v is not None}
-        if self.report.action_tokens is None:
-            out["token_shares"] = "omitted: the log has no token ids"
-        return out | {"files": self.files, "warnings": self.warnings}
-
-
-def audit_log(
-    log: Log,
-    *,
-    tol: float = 1e-9,
-    near_tie: float | None = None,
-    progress: Progress | None = None,
-    batch_rows: int = BATCH_ROWS,
-    count: CountTokens | None = None,
-) -> Audit:
-    """The audit of an opened log (what ``audit`` and ``report`` share); ``count`` counts the
-    tokens elsewhere (default: here, :func:`token_counts`)."""
-    source, roles = log.source, log.roles
-    if roles["prompt_id"] is None and log.looks_like is None:
-        msg = (
-            f"{log.files}: no 'prompt_id' column, so no groups to audit. "
-            f"{columns_found(source.schema.names)}. "
-            "Hint: name the group key with --col prompt_id=COLUMN"
-        )
-        raise SchemaError(msg)
-    log.require({"prompt_id", "reward"}, what="audit")
-    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-    assert rows.group_keys is not None
-    action_tokens = None
-    if roles["input_ids"] is not None:
-        if count is not None:
-            counts = count(source, roles)
-        else:
-            counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
-        action_tokens = np.bincount(
-            rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
-        )
-    rewards = rows.rollout_rewards()
-    codes = rows.rollout_groups()
-    stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
-    report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
-    warnings = [*log.warnings, *group_warnings(rows, roles)]
-    return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)

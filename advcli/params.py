@@ -80,11 +80,19 @@ class Param:
 
     def problem(self, value: Any, values: Mapping[str, Any]) -> str | None:
         """What is wrong with a resolved value, or None."""
+        own = self.kind_problem(value)
+        if own is None and self.check is not None:
+            return self.check(value, values)
+        return own
+
+    def kind_problem(self, value: Any) -> str | None:
+        """What is wrong with a value whatever the other parameters: not one of the choices,
+        an integer beyond int64; or None."""
         if self.choices and value not in self.choices:
             return f"{self.flag} {value!r}: expected one of {', '.join(self.choices)}"
         if self.kind is int and isinstance(value, int) and not -INT64 <= value < INT64:
             return f"{self.flag} {value}: too large (at most {INT64 - 1})"
-        return self.check(value, values) if self.check is not None else None
+        return None
 
 
 def in_unit_interval(flag: str, suffix: str = "") -> Check:
@@ -169,3 +177,33 @@ def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> d
             msg = f"--param {item!r}: expected {params[name].expected}. Hint: --param {key}=VALUE"
             raise UsageError(msg) from None
     return given
+
+
+OPTION = "advcli_option"
+"""The key of a field's metadata under which :func:`option` keeps how the command line shows it."""
+
+
+@dataclass(frozen=True)
+class OptionHelp:
+    """How the command line shows one field of an options dataclass (``CriticOptions``,
+    ``ShardOptions``, ...): its help, its flag (default ``--field-name``), its panel and bounds.
+    The CLI makes each option from it (:mod:`advcli.cli.options`): declared once, here."""
+
+    help: str
+    flag: str | None = None
+    panel: str | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+def option(
+    help: str,
+    *,
+    flag: str | None = None,
+    panel: str | None = None,
+    min: float | None = None,
+    max: float | None = None,
+) -> dict[str, OptionHelp]:
+    """A field's metadata that makes it a command-line option: ``field(default=...,
+    metadata=option("What it does."))``. A field without it is no option."""
+    return {OPTION: OptionHelp(help, flag, panel, min, max)}

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -115,3 +116,28 @@ def s3():
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def sample_with_every_input():
+    """The sample log with the columns only some methods read: a greedy rollout's reward,
+    process rewards, log-probabilities of the policy and of a teacher, two reward columns."""
+    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    ids = table.column("input_ids").to_pylist()
+    rng = np.random.default_rng(0)
+    logprobs = [(-rng.random(len(row))).tolist() for row in ids]
+    return (
+        table.append_column("baseline_reward", pa.array(rng.random(table.num_rows)))
+        .append_column("step_rewards", pa.array([[0.5, 1.0] for _ in ids]))
+        .append_column("step_ends", pa.array([[0, len(row) - 1] for row in ids]))
+        .append_column("logprobs", pa.array(logprobs))
+        .append_column("teacher_logprobs", pa.array([[x - 0.1 for x in r] for r in logprobs]))
+        .append_column("ref_logprobs", pa.array([[x + 0.2 for x in r] for r in logprobs]))
+        .append_column("acc", table.column("reward"))
+        .append_column("fmt", pa.array(rng.integers(0, 2, table.num_rows).astype(float)))
+    )
+
+
+METHOD_OPTIONS = {  # what a method needs besides the log (sample_with_every_input's columns)
+    "grpo-passk": {"singleton": "zero"},
+    "gdpo": {"reward_columns": "acc,fmt"},
+}

@@ -16,7 +16,7 @@ Each kind is an input and the commands that read it:
 Every command must exit 0 with a valid output (a table that reads back, a folder ``verify``
 passes), or exit 1 or 2 with exactly one line on stderr and nothing left in its output folder;
 never a traceback, a native panic, or another exit code. Runs are in-process (the real entry
-point, ``advcli.cli.main``) so that hundreds fit in seconds; stderr is read at the file
+point, ``advcli.cli.runner.main``) so that hundreds fit in seconds; stderr is read at the file
 descriptor, where a native panic would print.
 """
 
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from advcli import cli
+from advcli.cli import runner as cli
 from advcli.io.writers import read_metadata
 
 HERE = Path(__file__).parent

@@ -9,12 +9,14 @@ import pytest
 
 import advcli
 from advcli.errors import DataError
-from tests.conftest import annotate_in_memory, rollout
+from advcli.methods import REGISTRY
+from tests.conftest import METHOD_OPTIONS, annotate_in_memory, rollout
 
 
 def segmented_log(tmp_path, n_rollouts=40, seed=0):
     """Rollouts in 1-3 segments, segments shuffled across two Parquet files."""
     rng = np.random.default_rng(seed)
+    more = np.random.default_rng(seed + 1)  # the extra columns, leaving rng's draws as they were
     rows = []
     for r in range(n_rollouts):
         n_seg = int(rng.integers(1, 4))
@@ -38,6 +40,15 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "completion_time": float(rng.uniform(0, 10)),
                     "truncated": truncated and s == n_seg - 1,
                     "bootstrap_value": 0.3,
+                    # what only some methods read (kl, opd, remax, grpo-process, gdpo)
+                    "logprobs": (-more.uniform(0, 2, n)).tolist(),
+                    "ref_logprobs": (-more.uniform(0, 2, n)).tolist(),
+                    "teacher_logprobs": (-more.uniform(0, 2, n)).tolist(),
+                    "baseline_reward": float(more.uniform()),
+                    "step_rewards": more.integers(0, 2, 2).astype(float).tolist(),
+                    "step_ends": [n // 2, n - 1],
+                    "acc": float(more.integers(0, 2)),
+                    "fmt": float(more.integers(0, 2)),
                 }
             )
     order = rng.permutation(len(rows))
@@ -51,8 +62,11 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
     return paths
 
 
+# Every registered method with its defaults (a new one is covered as it is registered), then
+# the options that add passes or change how rows meet.
 CASES = [
-    {"method": "grpo"},
+    *({"method": name, **METHOD_OPTIONS.get(name, {})} for name in REGISTRY),
+    {"method": "grpo", "kl_coef": 0.1, "opd_coef": 0.5},
     {"method": "rloo", "zero_variance": "drop"},
     {"method": "batch-mean", "batch_size": 7},
     {"method": "gae", "gamma": 0.99, "lam": 0.9},
@@ -138,17 +152,17 @@ def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
 def test_group_key_warnings(tmp_path):
     """Every group a single rollout, or groups of two or more of an uncommon size, are
     signs of a wrong group key; a singleton among groups of 4 is not (it is flagged)."""
-    from advcli import engine
+    from advcli import logs
+    from advcli.io.rollouts import extract_rows, row_columns
 
     def warnings_for(keys):
         rows = [rollout(k, float(i % 2)) for i, k in enumerate(keys)]
         path = tmp_path / "log.parquet"
         pq.write_table(pa.Table.from_pylist(rows), path)
-        log = engine.open_log([str(path)])
+        log = logs.open_log([str(path)])
         source = log.source
-        rows_ = engine.extract_rows(source.columns(engine.row_columns(log.roles)), log.roles,
-                                    source.sources)  # fmt: skip
-        return engine.group_warnings(rows_, log.roles)
+        rows_ = extract_rows(source.columns(row_columns(log.roles)), log.roles, source.sources)
+        return logs.group_warnings(rows_, log.roles)
 
     assert warnings_for(["a"] * 4 + ["b"] * 4 + ["c"]) == []
     (wrong,) = warnings_for(["a"] * 4 + ["b"] * 4 + ["c"] * 8)

@@ -867,7 +867,7 @@ def test_critic_over_logged_values_scores_them_and_says_so(tmp_path):
 
 
 def test_every_command_help_renders_its_options_in_words():
-    from advcli.cli import command
+    from advcli.cli.runner import command
 
     group = command()
     for name, cmd in [("", group), *group.commands.items()]:

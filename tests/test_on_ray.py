@@ -24,7 +24,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SAMPLE, free_port, run
+from advcli.methods import REGISTRY
+from tests.conftest import METHOD_OPTIONS, SAMPLE, free_port, run, sample_with_every_input
 
 pytest.importorskip("ray")
 
@@ -35,27 +36,17 @@ TIMEOUT = 180  # seconds for any one command: a saturated pool once hung
 ENV_HOME = {"RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
 ENV = {**os.environ, **ENV_HOME}
 
-CASES = {  # name: annotate's keyword arguments (every method that runs on the sample log)
-    "grpo": {"method": "grpo"},
+CASES = {  # name: annotate's keyword arguments: every registered method, then options
+    **{name: {"method": name, **METHOD_OPTIONS.get(name, {})} for name in REGISTRY},
     "grpo verl": {"method": "grpo", "convention": "verl"},
-    "rloo": {"method": "rloo"},
-    "dr-grpo": {"method": "dr-grpo"},
-    "opo": {"method": "opo"},
-    "grpo-passk": {"method": "grpo-passk", "singleton": "zero"},
-    "gpg": {"method": "gpg"},
-    "maxrl": {"method": "maxrl"},
-    "sppo": {"method": "sppo"},
-    "gdpo": {"method": "gdpo", "reward_columns": "reward"},
     "batch-mean": {"method": "batch-mean", "batch_size": 4},
     "grpo drop": {"method": "grpo", "zero_variance": "drop"},
-    "mc": {"method": "mc", "gamma": 0.9},
-    "td": {"method": "td", "gamma": 0.9},
-    "gae": {"method": "gae", "gamma": 0.9, "lam": 0.8},
+    "grpo kl": {"method": "grpo", "kl_coef": 0.1},
+    "mc discounted": {"method": "mc", "gamma": 0.9},
+    "gae discounted": {"method": "gae", "gamma": 0.9, "lam": 0.8},
     "gae verl (whitened)": {"method": "gae", "convention": "verl", "batch_size": 8},
     "gae openrlhf": {"method": "gae", "convention": "openrlhf"},
     "gae adaptive": {"method": "gae", "lam": "adaptive", "alpha": 0.05},
-    "reinforce-pp": {"method": "reinforce-pp"},
-    "reinforce-pp-baseline": {"method": "reinforce-pp-baseline"},
 }
 
 
@@ -109,9 +100,10 @@ def stop_processes_of(home: str) -> None:
 
 @pytest.fixture(scope="module")
 def three_files(tmp_path_factory) -> Path:
-    """The sample log in three files; rollout r23's two segments lie in two of them."""
+    """The sample log (with the columns only some methods read) in three files; rollout r23's
+    two segments lie in two of them."""
     folder = tmp_path_factory.mktemp("log")
-    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    table = sample_with_every_input()
     for name, start, n in (("a", 0, 5), ("b", 5, 7), ("c", 12, 2)):
         pq.write_table(table.slice(start, n), folder / f"{name}.parquet")
     return folder
@@ -396,7 +388,7 @@ def test_without_ray_it_says_which_extra(tmp_path):
 
 
 def test_no_command_imports_ray_unless_asked():
-    code = "import sys, advcli.cli, advcli.api; print('ray' in sys.modules)"
+    code = "import sys, advcli.cli.runner, advcli.api; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
     assert out.strip() == "False"

@@ -26,7 +26,7 @@ HELP_WIDTH = 100
 
 def command_help(args: list[str]) -> str:
     """``advcli ARGS --help`` as printed on a terminal HELP_WIDTH wide, without colour."""
-    from advcli.cli import command
+    from advcli.cli.runner import command
 
     env = {"COLUMNS": str(HELP_WIDTH), "TERM": "dumb", "NO_COLOR": "1"}
     saved = {name: os.environ.get(name) for name in env}
@@ -47,7 +47,7 @@ def command_help(args: list[str]) -> str:
 def cli_reference() -> str:
     import typer
 
-    from advcli.cli import app
+    from advcli.cli.commands import app
 
     commands = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback]
     parts = [

@@ -43,6 +43,7 @@ __all__ = [
     "Method",
     "Plan",
     "TokenPass",
+    "check_convention",
     "get",
     "load_plugins",
     "missing_roles",
@@ -153,10 +154,7 @@ def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
     convention's values for names the method does not take are dropped. Checks choices and
     ranges."""
     chosen = get(method)
-    convention = canonical(convention or DEFAULT)
-    if convention not in CONVENTIONS:
-        msg = f"unknown convention {convention!r}. Conventions: {', '.join(CONVENTIONS)}"
-        raise UsageError(msg)
+    convention = check_convention(convention)
     unknown = [name for name in given if name not in PARAMETERS]
     if unknown:
         flags = ", ".join(p.flag for p in PARAMETERS.values())
@@ -186,6 +184,16 @@ def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
         if problem:
             raise UsageError(problem)
     return Params(method, convention, values)
+
+
+def check_convention(convention: str | None) -> str:
+    """The name of ``convention`` (None: advcli's own), its alias resolved; a
+    :class:`UsageError` listing them all if it is none of them."""
+    name = canonical(convention or DEFAULT)
+    if name not in CONVENTIONS:
+        msg = f"unknown convention {name!r}. Conventions: {', '.join(CONVENTIONS)}"
+        raise UsageError(msg)
+    return name
 
 
 def takes(method: str, name: str) -> bool:

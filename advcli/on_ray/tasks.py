@@ -20,19 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli import __version__
+from advcli._version import __version__
+from advcli.accounting import TokenCounts, token_counts
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
-from advcli.engine import (
-    BATCH_ROWS,
-    Batch,
-    Progress,
-    Run,
-    Summary,
-    TokenCounts,
-    ValueCache,
-    measured_here,
-    token_counts,
-)
+from advcli.engine import Batch, Run, Summary, ValueCache, measured_here
 from advcli.errors import AdvcliError, DataError, OutputError, UsageError
 from advcli.io import remote
 from advcli.io.file_sources import ParquetSource
@@ -41,6 +32,7 @@ from advcli.io.outputs import output_folder
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources
 from advcli.io.writers import METADATA_KEY, write_batches
+from advcli.logs import BATCH_ROWS, Progress
 from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, _cuts, ray_module, work_units
 

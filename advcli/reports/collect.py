@@ -15,49 +15,66 @@ from __future__ import annotations
 import base64
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
 
+from advcli.accounting import Audit, audit_log
+from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
 from advcli.core.ragged import lengths
-from advcli.engine import (
-    BATCH_ROWS,
-    Audit,
-    Log,
-    Progress,
-    Run,
-    Stage,
-    audit_log,
-    no_stage,
-    room_in_tmpdir,
-)
+from advcli.engine import Run, room_in_tmpdir
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
+from advcli.logs import BATCH_ROWS, Log, Progress, Stage, no_stage
+from advcli.params import option
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
 TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most
 TEXT_BUDGET = 2_000_000  # characters of text the page holds in all (a page under 10 MB)
 KEY_CHARS = 120  # of a prompt id shown in the groups table
 MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
+PANEL = "What the page holds"  # the help panel of the options that bound the detail
 
 
 @dataclass(frozen=True)
 class ReportOptions:
     """How much ``report`` keeps: every aggregate always; these bound the detail."""
 
-    tol: float = 1e-9  # zero-variance: max - min <= tol
-    near_tie: float | None = None  # group std below this (None: 5% of the reward range)
-    sample_groups: int = 20_000  # groups listed in the table (a seeded sample beyond)
-    detail_groups: int = 200  # groups whose rollouts (and tokens) the page holds
-    token_budget: int = 200_000  # tokens held in all, shared by the detail rollouts
-    seed: int = 0
-    bins: int = 40
+    tol: float = G.ZERO_VARIANCE_TOL  # zero-variance: max - min <= tol (--zero-variance-tol)
+    near_tie: float | None = field(
+        default=None,
+        metadata=option(
+            "A group is a near-tie when its reward std is below this (default: "
+            "0.05 x the log's reward range).",
+            min=0.0,
+        ),  # fmt: skip
+    )
+    sample_groups: int = field(
+        default=20_000,
+        metadata=option("Groups the table lists; beyond, a seeded sample.", min=1, panel=PANEL),
+    )
+    detail_groups: int = field(
+        default=200,
+        metadata=option(
+            "Groups whose rollouts and tokens the page holds (the worst always).",
+            min=0,
+            panel=PANEL,
+        ),  # fmt: skip
+    )
+    token_budget: int = field(
+        default=200_000,
+        metadata=option(
+            "Tokens the page holds in all, shared by those rollouts.", min=0, panel=PANEL
+        ),  # fmt: skip
+    )
+    seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
+    bins: int = 40  # of each histogram
 
 
 def collect(

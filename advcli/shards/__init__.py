@@ -26,20 +26,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from advcli import __version__, presets
-from advcli.engine import (
-    BATCH_ROWS,
-    Batch,
-    CountTokens,
-    Measure,
-    Run,
-    Stage,
-    check_engine,
-    no_stage,
-)
+from advcli import presets
+from advcli._version import __version__
+from advcli.accounting import CountTokens
+from advcli.engine import Batch, Measure, Run
 from advcli.errors import DataError, UsageError
 from advcli.io.outputs import check_output_folder, output_folder
 from advcli.io.sources import LogSource, expand_inputs
+from advcli.logs import BATCH_ROWS, Stage, check_engine, no_stage
 from advcli.presets import PresetOptions
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
@@ -52,7 +46,13 @@ from advcli.shards.manifest import (
     verify,
     write_manifest,
 )
-from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, check_options, run_params
+from advcli.shards.options import (
+    DEFAULT_TOKENS_PER_SHARD,
+    ShardOptions,
+    check_options,
+    check_text,
+    run_params,
+)
 from advcli.shards.plan import ShardPlan, plan_shards
 from advcli.shards.route import allow_open_files, arrive_in_order, route
 from advcli.shards.write import PieceWriter, write_pieces
@@ -146,8 +146,13 @@ def shard(
     check_options(opts)
     params = None
     if method is not None or convention is not None or param:
-        # Checked before reading; without --method only for the error an annotated log gives.
-        params = run_params(method or "grpo", presets.convention_for(convention, preset), param)
+        # Checked before reading. Without --method, what the parameters apply to is unknown:
+        # only their text is checked (they matter for the error an annotated log gives).
+        conv = presets.convention_for(convention, preset)
+        if method is not None:
+            params = run_params(method, conv, param)
+        else:
+            check_text(conv, param)
     files = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
     check_output_folder(out, files, force=force, listed=listed)
     on_cluster = _on_ray(engine, ray_address, batch_rows)

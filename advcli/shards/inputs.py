@@ -15,18 +15,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli.engine import (
-    BATCH_ROWS,
-    Batch,
-    CountTokens,
-    Measure,
-    Run,
-    Stage,
-    no_stage,
-    open_log,
-    plan_run,
-    token_counts,
-)
+from advcli.accounting import CountTokens, token_counts
+from advcli.engine import Batch, Measure, Run, plan_run
 from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
@@ -35,6 +25,7 @@ from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.io.writers import read_metadata
+from advcli.logs import BATCH_ROWS, Stage, no_stage, open_log
 from advcli.params import Params
 from advcli.presets import PresetOptions
 

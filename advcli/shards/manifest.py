@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from advcli import __version__
+from advcli._version import __version__
 from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256

@@ -8,7 +8,7 @@ from typing import Any
 
 from advcli import methods
 from advcli.errors import UsageError
-from advcli.params import INT64, Params, parse_assignments
+from advcli.params import INT64, Params, option, parse_assignments
 
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
 LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -31,18 +31,43 @@ OWN_COLUMNS = (
 class ShardOptions:
     """Everything ``advcli shard`` does besides the method (recorded in the manifest)."""
 
-    rows_per_shard: int | None = None
-    tokens_per_shard: int | None = None
-    keep: list[str] = field(default_factory=list)
-    drop_zero_variance: bool = False
-    drop_singletons: bool = False
-    shuffle: bool = False
-    seed: int = 0
-    keep_groups: bool = False
-    pack: int | None = None
-    truncate: bool = False
-    loss_weights: str | None = None
-    split: str | None = None
+    rows_per_shard: int | None = field(
+        default=None, metadata=option("Rows per shard (instead of --tokens-per-shard).")
+    )
+    tokens_per_shard: int | None = field(
+        default=None,
+        metadata=option(f"Tokens per shard (default {DEFAULT_TOKENS_PER_SHARD:,})."),
+    )
+    keep: list[str] = field(
+        default_factory=list,
+        metadata=option("Also write this column, e.g. old_logprobs (repeatable)."),
+    )
+    drop_zero_variance: bool = field(
+        default=False, metadata=option("Leave out rollouts of zero-variance groups.")
+    )
+    drop_singletons: bool = field(default=False, metadata=option("Leave out groups of one."))
+    shuffle: bool = field(
+        default=False, metadata=option("A global, seeded, deterministic shuffle.")
+    )
+    seed: int = field(default=0, metadata=option("Seed of --shuffle."))
+    keep_groups: bool = field(
+        default=False, metadata=option("Keep a group's rollouts adjacent and in one shard.")
+    )
+    pack: int | None = field(
+        default=None,
+        metadata=option("Pack rollouts first-fit-decreasing into rows of at most N tokens."),
+    )
+    truncate: bool = field(
+        default=False, metadata=option("Cut rollouts longer than --pack N to N tokens (counted).")
+    )
+    loss_weights: str | None = field(
+        default=None,
+        metadata=option("Add loss_weight: token-mean, seq-mean-token-mean or seq-mean-token-sum."),
+    )
+    split: str | None = field(
+        default=None,
+        metadata=option("Hold out prompts by hash: val=0.02 writes DIR/train and DIR/val."),
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,3 +140,13 @@ def run_params(method: str, convention: str | None, items: list[str] | None) -> 
     (``annotate``'s options)."""
     given = parse_assignments(items, methods.PARAMETERS)
     return methods.resolve(method, convention, **given)
+
+
+def check_text(convention: str | None, items: list[str] | None) -> None:
+    """``--convention`` and ``--param KEY=VALUE`` checked without a method: the text, and what
+    each value can be whatever the method (its choices, an integer's range)."""
+    for name, value in parse_assignments(items, methods.PARAMETERS).items():
+        problem = methods.PARAMETERS[name].kind_problem(value)
+        if problem:
+            raise UsageError(problem)
+    methods.check_convention(convention)

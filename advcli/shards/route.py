@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from advcli.core.ragged import lengths
-from advcli.engine import BATCH_ROWS
 from advcli.errors import DataError, OutputError
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.sources import Sources
+from advcli.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
 

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 import advcli
-from advcli import engine
+from advcli import logs
 from advcli.errors import DataError
 from advcli.io import jsonl
 from advcli.io.file_sources import JsonlSource, open_source, read_inputs
@@ -122,11 +122,11 @@ def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatc
         return JsonlSource(files, mapping or {}, chunk_bytes=300)
 
     path = write_jsonl(tmp_path / "log.jsonl", log_rows(40))
-    for method in ("grpo", "gae"):
-        expected = annotate_in_memory([path], method=method, gamma=0.99)
+    for method, params in (("grpo", {}), ("gae", {"gamma": 0.99})):
+        expected = annotate_in_memory([path], method=method, **params)
         out = tmp_path / f"{method}.parquet"
-        monkeypatch.setattr(engine, "open_source", chunked)
-        advcli.annotate([path], str(out), method=method, gamma=0.99, batch_rows=7)
+        monkeypatch.setattr(logs, "open_source", chunked)
+        advcli.annotate([path], str(out), method=method, **params, batch_rows=7)
         got = pq.read_table(out)
         assert got.column_names == expected.column_names
         for name in expected.column_names:

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import typer
 
 import advcli
-from advcli.cli import SHARED_WITH_PRESETS, app
+from advcli.cli.commands import app
+from advcli.cli.options import SHARED_WITH_PRESETS
 from advcli.errors import DataError, UsageError
 from advcli.io.schema import Roles
 from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
 from advcli.params import Param
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import METHOD_OPTIONS, ROOT, SAMPLE, sample_with_every_input
 
 INPUT_COLUMNS = pq.read_schema(SAMPLE / "rollouts.parquet").names
 
@@ -140,27 +140,6 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(
     assert "scaled-mean" not in advcli.describe(small_log)["can_run"]  # this process: built-ins
 
 
-def sample_with_every_input():
-    """The sample log with the columns only some methods read: a greedy rollout's reward,
-    process rewards, log-probabilities of the policy and of a teacher, two reward columns."""
-    table = pq.read_table(SAMPLE / "rollouts.parquet")
-    ids = table.column("input_ids").to_pylist()
-    rng = np.random.default_rng(0)
-    logprobs = [(-rng.random(len(row))).tolist() for row in ids]
-    return (
-        table.append_column("baseline_reward", pa.array(rng.random(table.num_rows)))
-        .append_column("step_rewards", pa.array([[0.5, 1.0] for _ in ids]))
-        .append_column("step_ends", pa.array([[0, len(row) - 1] for row in ids]))
-        .append_column("logprobs", pa.array(logprobs))
-        .append_column("teacher_logprobs", pa.array([[x - 0.1 for x in r] for r in logprobs]))
-        .append_column("acc", table.column("reward"))
-        .append_column("fmt", pa.array(rng.integers(0, 2, table.num_rows).astype(float)))
-    )
-
-
-METHOD_OPTIONS = {"grpo-passk": {"singleton": "zero"}, "gdpo": {"reward_columns": "acc,fmt"}}
-
-
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_each_method_writes_the_columns_it_declares(name):
     log = sample_with_every_input()
@@ -199,9 +178,7 @@ def test_each_method_reads_only_what_it_takes_whatever_its_options(name):
     """A run's Params raise on a read of a parameter its method does not take: every method,
     under every choice of each of its parameters with choices and with the shared signals on,
     reads none (and records exactly what it takes)."""
-    log = sample_with_every_input().append_column(
-        "ref_logprobs", sample_with_every_input().column("teacher_logprobs")
-    )
+    log = sample_with_every_input()
     base = METHOD_OPTIONS.get(name, {})
     takes = {p.name: p for p in REGISTRY[name].takes}
     variants = [{}] + [{param: choice} for param, p in takes.items() for choice in p.choices]

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli import cli, shards
+from advcli import shards
+from advcli.cli import runner as cli
 from tests.conftest import ROOT
 from tests.shards.test_plan import naive_ffd
 
@@ -30,7 +31,7 @@ SAMPLE_JSONL = ROOT / "sample_data" / "rollouts.jsonl"
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    """The real entry point (advcli.cli:main) in-process: exit code, stdout, stderr."""
+    """The real entry point (advcli.cli.runner:main) in-process: exit code, stdout, stderr."""
     old = sys.argv
     sys.argv = ["advcli", *map(str, args)]
     try:

@@ -34,4 +34,3 @@ class ScaledMean(OutcomeMethod):
             drop={},
             stats={},
         )
-

@@ -1,0 +1,408 @@
+"""The commands of ``advcli``: each a thin layer over :mod:`advcli.api` that shows its result.
+
+Their options come from :mod:`advcli.cli.options` (most made from their one declaration); the
+process around them (errors as one line and an exit code, signals) is :mod:`advcli.cli.runner`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Annotated, Any, Optional
+
+import orjson
+import typer
+
+from advcli import api, methods, render
+from advcli._version import __version__
+from advcli.cli.options import (
+    _CONVENTIONS,
+    Col,
+    Engine,
+    Force,
+    Format,
+    Inputs,
+    Json,
+    NearTie,
+    Nonfinite,
+    Quiet,
+    RayAddress,
+    ZeroVarianceTol,
+    _shared_params,
+    with_method_parameters,
+    with_options,
+    with_preset_options,
+)
+from advcli.core.group import ZERO_VARIANCE_TOL
+from advcli.critic.scorer import CriticOptions
+from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError
+from advcli.methods import REGISTRY
+from advcli.presets import PresetOptions
+from advcli.reports import ReportOptions
+from advcli.shards import ShardOptions
+
+app = typer.Typer(
+    name="advcli",
+    help="Offline advantages for logged LLM reinforcement-learning rollouts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _report(title: str, result: dict, *, as_json: bool, quiet: bool) -> None:
+    """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
+    a summary (unless quiet) and the warnings on stderr."""
+    warnings = result.pop("warnings", [])
+    if as_json:
+        _print_json({**result, "warnings": warnings})
+        return
+    if not quiet:
+        render.summary(title, result)
+    _warn(warnings)
+
+
+def _print_json(obj: object) -> None:
+    option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    sys.stdout.write(orjson.dumps(obj, option=option).decode() + "\n")
+
+
+def _one_line(key: object) -> str:
+    """A prompt id on one line (a prompt's text may span several: then as a JSON string)."""
+    text = str(key)
+    return orjson.dumps(text).decode() if "\n" in text or "\r" in text else text
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        sys.stderr.write(f"advcli: warning: {warning}\n")
+
+
+@app.command()
+@with_preset_options(after="col")
+def schema(
+    inputs: Inputs,
+    col: Col = None,
+    as_json: Json = False,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Show the detected column roles, types, row count and token statistics."""
+    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+        info = api.describe(
+            inputs, col=col, preset=preset, preset_options=preset_options,
+            progress=activity.progress,
+        )  # fmt: skip
+    if as_json:
+        _print_json(info)
+    else:
+        render.schema_report(", ".join(info["files"]), info)
+        _warn(info["warnings"])
+
+
+@app.command()
+@with_preset_options(after="col", runs_method=True)
+@with_options(CriticOptions, after="as_json", name="critic", absent_without="path")
+@with_method_parameters(after="convention")
+def annotate(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=_CONVENTIONS),
+    ] = None,
+    col: Col = None,
+    fmt: Format = None,
+    force: Force = False,
+    nonfinite: Nonfinite = "error",
+    quiet: Quiet = False,
+    as_json: Json = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    critic: CriticOptions | None = None,
+    params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Write the log back with per-token advantages and group statistics."""
+    with render.Activity(quiet) as activity:
+        result = api.annotate(
+            inputs,
+            out,
+            method=method,
+            convention=convention,
+            col=col,
+            fmt=fmt,
+            force=force,
+            nonfinite=nonfinite,
+            stage=activity.stage,
+            progress=activity.progress,
+            critic=critic,
+            preset=preset,
+            preset_options=preset_options,
+            engine=engine,
+            ray_address=ray_address,
+            **(params or {}),
+            **_shared_params(method, preset, preset_options),
+        )
+    _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
+
+
+@app.command()
+@with_preset_options(after="col", runs_method=True)
+@with_method_parameters(after="convention")
+def check(
+    inputs: Inputs,
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Default: the framework's own (grpo)."),
+    ] = None,
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Default: the framework's own (--from trl: trl, nemo-rl, prime-rl)."),
+    ] = None,
+    tol: Annotated[
+        float, typer.Option(help="Largest absolute difference that counts as the same.")
+    ] = 1e-5,
+    col: Col = None,
+    as_json: Json = False,
+    params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Recompute the advantages a framework logged (TRL, NeMo-RL, prime-rl) and compare."""
+    if preset is None:
+        msg = (
+            "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
+        )
+        raise UsageError(msg)
+    with render.Activity(quiet=False) as activity:
+        result = api.check(
+            inputs, preset=preset, preset_options=preset_options, method=method,
+            convention=convention, tol=tol, col=col, stage=activity.stage, **(params or {}),
+            **_shared_params(method or "grpo", preset, preset_options),
+        )  # fmt: skip
+    warnings = result.pop("warnings")
+    if as_json:
+        _print_json({**result, "warnings": warnings})
+    else:
+        render.check_report(result)
+        _warn(warnings)
+    if not result["ok"]:
+        msg = (
+            f"{result['rows_beyond_tol']} of {result['rows']} rows (in "
+            f"{result['groups_beyond_tol']} groups) differ from the logged advantages by more "
+            f"than --tol {tol:g}"
+        )
+        if result.get("reproduced_by"):
+            msg += f". Hint: {result['reproduced_by']} reproduces them"
+        raise AdvantagesDiffer(msg)
+
+
+@app.command()
+@with_options(CriticOptions, after="out", name="critic")
+def score(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    col: Col = None,
+    fmt: Format = None,
+    force: Force = False,
+    nonfinite: Nonfinite = "error",
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    quiet: Quiet = False,
+    as_json: Json = False,
+    critic: CriticOptions | None = None,
+) -> None:
+    """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
+    assert critic is not None  # --critic is required
+    with render.Activity(quiet) as activity, activity.stage("scoring"):
+        result = api.score(
+            inputs, out, critic, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
+            engine=engine, ray_address=ray_address, progress=activity.progress,
+        )  # fmt: skip
+    _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
+
+
+@app.command()
+@with_preset_options(after="col")
+def audit(
+    inputs: Inputs,
+    col: Col = None,
+    as_json: Json = False,
+    list_: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--list",
+            help="Print the prompt ids of zero-variance or singleton groups (--json: as a list).",
+        ),
+    ] = None,
+    fail_above: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Exit with status 3 when the zero-variance share of rollouts is above (0 to 1).",
+        ),
+    ] = None,
+    zero_variance_tol: ZeroVarianceTol = ZERO_VARIANCE_TOL,
+    near_tie: NearTie = None,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
+    if list_ not in (None, "zero-variance", "singleton"):
+        msg = f"expected zero-variance or singleton, saw {list_!r}"
+        raise typer.BadParameter(msg, param_hint="--list")
+    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+        found = api.audit(
+            inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
+            engine=engine, ray_address=ray_address,
+            preset_options=preset_options, progress=activity.progress,
+        )  # fmt: skip
+    report = found.report
+    if list_ and as_json:
+        _print_json(found.prompt_ids(list_))
+    elif list_:
+        for key in found.prompt_ids(list_):
+            sys.stdout.write(f"{_one_line(key)}\n")
+    elif as_json:
+        _print_json(found.as_dict())
+    else:
+        render.audit_report(", ".join(found.files), report)
+    if not as_json:
+        _warn(found.warnings)
+    if fail_above is not None and report.zero_variance_rollout_share > fail_above:
+        msg = (
+            f"zero-variance groups hold {report.zero_variance_rollout_share:.1%} of the "
+            f"rollouts, above --fail-above {fail_above:g}"
+        )
+        raise ThresholdExceeded(msg)
+
+
+@app.command()
+@with_preset_options(after="col", runs_method=True)
+@with_options(ReportOptions, after="as_json", name="options")
+@with_method_parameters(after="convention")
+def report(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output .html file.")],
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
+    ] = None,
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=_CONVENTIONS),
+    ] = None,
+    col: Col = None,
+    force: Force = False,
+    quiet: Quiet = False,
+    as_json: Json = False,
+    options: ReportOptions | None = None,
+    params: dict[str, Any] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Write one self-contained HTML page of the log's groups, rewards and advantages."""
+    params = params or {}
+    # --zero-variance-tol is the page's test, and the method's where it takes one
+    options = dataclasses.replace(
+        options or ReportOptions(), tol=params.get("zero_variance_tol", ZERO_VARIANCE_TOL)
+    )
+    if method is None or not methods.takes(method, "zero_variance_tol"):
+        params.pop("zero_variance_tol", None)
+    method_params = {**params, **_shared_params(method, preset, preset_options)}
+    with render.Activity(quiet) as activity:
+        result = api.report(
+            inputs, out, method=method, convention=convention, col=col, force=force,
+            options=options, preset=preset, preset_options=preset_options,
+            stage=activity.stage, progress=activity.progress, **method_params,
+        )  # fmt: skip
+    _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
+
+
+@app.command()
+@with_preset_options(after="col")
+@with_options(ShardOptions, after="param", name="opts")
+def shard(
+    inputs: Inputs,
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
+    method: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=f"Raw logs: one of {', '.join(REGISTRY)}. Annotated logs keep theirs."),
+    ] = None,
+    convention: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=f"Raw logs: {_CONVENTIONS}"),
+    ] = None,
+    param: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--param",
+            help="Raw logs: any other annotate option as KEY=VALUE, e.g. --param gamma=0.99 "
+            "(repeatable).",
+        ),
+    ] = None,
+    col: Col = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    quiet: Quiet = False,
+    as_json: Json = False,
+    opts: ShardOptions | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+) -> None:
+    """Write annotated rollouts as training-ready Parquet shards with a manifest."""
+    with render.Activity(quiet) as activity:
+        result = api.shard(
+            inputs,
+            out,
+            opts,
+            method=method,
+            convention=convention,
+            param=param,
+            col=col,
+            preset=preset,
+            preset_options=preset_options,
+            force=force,
+            engine=engine,
+            ray_address=ray_address,
+            stage=activity.stage,
+        )
+    _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
+
+
+@app.command()
+def verify(
+    folder: Annotated[
+        str, typer.Argument(help="A folder written by advcli shard or annotate --engine ray.")
+    ],
+    quiet: Quiet = False,
+    as_json: Json = False,
+) -> None:
+    """Re-read every shard (or part): checksums, schema, row and token counts against the
+    manifest."""
+    _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"advcli {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Offline advantages for logged LLM reinforcement-learning rollouts."""

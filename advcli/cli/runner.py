@@ -1,0 +1,153 @@
+"""The process that runs the command line: every :class:`~advcli.errors.AdvcliError` becomes
+one line on stderr and its exit code here, in :func:`main` (0 ok, 1 bad data, 2 bad usage, 3
+audit threshold exceeded, 4 logged advantages that ``check`` does not reproduce, 70 a bug, 130
+interrupted, 128 + N for signal N); Ctrl-C, SIGTERM and SIGHUP unwind and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import copy
+import functools
+import os
+import signal
+import sys
+import traceback
+import typing
+import warnings
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import numpy as np
+import typer
+import typer.core
+import typer.main
+from polars.exceptions import PanicException as _Panic
+
+from advcli._malloc import tune_allocator
+from advcli.cli.commands import app
+from advcli.errors import AdvcliError, UsageError
+from advcli.io.interrupts import STOPS, handle_termination, terminated_by
+
+_METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
+
+
+def command() -> Any:
+    """The command line as the click command typer makes of :data:`app`, with metavars that
+    read as words (INT, NUMBER, TEXT; none for a flag)."""
+    group = typer.main.get_command(app)
+    for cmd in [group, *getattr(group, "commands", {}).values()]:
+        help_option = cmd.get_help_option(typer.Context(cmd))  # made once, then kept
+        for param in [*cmd.params, *([help_option] if help_option else [])]:
+            if isinstance(param, typer.core.TyperArgument):
+                param.metavar = param.name.upper().removesuffix("S")  # INPUT, FOLDER
+                # no "<list[str]>" (typer 0.29) or "<str>" (0.28) beside it: the name says it
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+                if hasattr(param, "type"):  # typer 0.28 asks the click type
+                    param.type = copy.copy(param.type)
+                    param.type.get_metavar = lambda *_, **__: ""
+            elif getattr(param, "is_flag", False):
+                param.metavar = ""
+            else:
+                param.metavar = _METAVARS.get(_value_type(param), "TEXT")
+        if cmd.callback is not None:
+            cmd.callback = _ints_checked(cmd.callback)
+    return group
+
+
+def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` refusing an integer option beyond int64 (nothing it counts or seeds can
+    take one) in one line, before the command runs."""
+
+    @functools.wraps(callback)
+    def checked(**values: Any) -> Any:
+        for name, value in values.items():
+            wide = isinstance(value, int) and not -(1 << 63) <= value < 1 << 63
+            if wide and not isinstance(value, bool):
+                flag = "--" + name.rstrip("_").replace("_", "-")
+                raise UsageError(f"{flag} {value}: too large (at most {(1 << 63) - 1})")
+        return callback(**values)
+
+    return checked
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point: run the command line, turning every error into one line and an exit code
+    (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted).
+    """
+    try:
+        code = _run(args)
+    except AdvcliError as exc:
+        _fail(f"advcli: error: {exc}", exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        if os.environ.get("ADVCLI_DEBUG"):
+            traceback.print_exc()
+        _interrupted()
+    except typer.TyperException as exc:  # bad flags or arguments, as typer found them
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `advcli`: the help, as is
+            sys.stderr.write(exc.format_message() + "\n")
+            sys.exit(0)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
+        _fail(f"advcli: error: {message}{hint}", getattr(exc, "exit_code", 2))
+    except (Exception, _Panic) as exc:  # a bug: one line, unless the user asks for the traceback
+        if os.environ.get("ADVCLI_DEBUG"):
+            raise
+        _fail(
+            f"advcli: internal error: {type(exc).__name__}: {exc} "
+            "(set ADVCLI_DEBUG=1 for the traceback, and please report it)",
+            70,
+        )
+    if code == 130:  # typer caught the interrupt itself
+        _interrupted()
+    for stop in (signal.SIGINT, *STOPS):  # the work is done: let the exit finish
+        signal.signal(stop, signal.SIG_IGN)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _run(args: list[str] | None) -> Any:
+    tune_allocator()
+    warnings.filterwarnings("ignore")  # numbers are checked; no Python warning on a terminal
+    np.seterr(all="ignore")
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
+        # Python's own handler, again after the imports: a native one may have replaced it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle_termination()
+    # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
+    # code where it stopped early (0 after --help, 130 after Ctrl-C).
+    return command().main(args=args, prog_name="advcli", standalone_mode=False)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C, SIGTERM or SIGHUP: the unwinding has removed the temporaries; say so and leave
+    at once with 130 or 128 + the signal (a normal exit would wait for, or crash in, native
+    threads still writing)."""
+    signum = terminated_by()
+    for stop in (signal.SIGINT, *STOPS):
+        signal.signal(stop, signal.SIG_IGN)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    sys.stderr.write("advcli: interrupted\n" if signum is None else "advcli: terminated\n")
+    sys.stderr.flush()
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # e.g. the folder of a converted framework dump
+    os._exit(130 if signum is None else 128 + signum)
+
+
+def _value_type(param: Any) -> Any:
+    """What an option takes: ``int`` for ``Optional[int]`` or ``list[int]`` (typer >= 0.29
+    describes it by annotation), or the click type's name (``"integer"``, older typer)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:
+        return getattr(param.type, "name", None)
+    args = [arg for arg in typing.get_args(descriptor.annotation) if arg is not type(None)]
+    return args[0] if args else descriptor.annotation
+
+
+def _fail(message: str, code: int) -> None:
+    """One line on stderr (a message of several lines is joined), and the exit code."""
+    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.exit(code)

@@ -1,0 +1,237 @@
+"""Opening a log: the files read as one log (as advcli writes it, or as a framework did with
+``--from``), the column that plays each role, and the warnings about it; the batch size and the
+progress callbacks of every pass over it.
+
+A log that looks like a framework's dump but is read without ``--from`` opens, with a warning
+naming the preset; a column it lacks is then an error that says to use ``--from``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from advcli import presets, reproduce
+from advcli.errors import (
+    AdvcliError,
+    DataError,
+    SchemaError,
+    UsageError,
+)
+from advcli.io import jsonl
+from advcli.io.file_sources import open_source
+from advcli.io.jsonl import STDIN
+from advcli.io.rollouts import (
+    Rows,
+    require,
+)
+from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
+from advcli.io.sources import (
+    LogSource,
+    NestedFields,
+    Sources,
+    expand_inputs,
+    is_parquet,
+    nested_paths,
+)
+from advcli.io.writers import read_metadata
+
+BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
+
+
+Stage = Callable[[str], contextlib.AbstractContextManager[Any]]
+"""``stage(name)``: a context naming the work that runs inside it (the progress line)."""
+
+
+Progress = Callable[[int, int], None]
+"""``progress(rows done, tokens done)``: called after every batch of the pass that writes."""
+
+
+def no_stage(_name: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+@dataclass
+class Log:
+    """A log opened: where its rows come from, the column of each role, and warnings about it.
+
+    ``looks_like`` is the preset of the framework whose dump the log looks like when it was
+    opened without one: a missing column is then an error that says to use ``--from``.
+    """
+
+    source: LogSource
+    roles: Roles
+    looks_like: presets.Preset | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    preset: presets.Preset | None = None  # --from
+    options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
+    settled: str | None = None  # what was found from the logged advantages (TRL's group size)
+    mapped: bool = False  # --col named some of its columns
+
+    @property
+    def sources(self) -> Sources:
+        return self.source.sources
+
+    @property
+    def files(self) -> str:
+        return ", ".join(self.sources.files)
+
+    def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
+        """A clear error when the log has no column for a role in ``needs``, or looks like a
+        framework's dump whose group key advcli would take from another column than
+        ``prompt_id`` (an alias: verl's ``uid``, TRL's ``prompt``) or not find, unless ``--col``
+        named its columns."""
+        hint = None
+        if self.looks_like is not None:
+            p = self.looks_like
+            hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+            if not self.mapped and self.roles["prompt_id"] != "prompt_id":
+                msg = (
+                    f"{self.files}: advcli's own column names would misread its groups, "
+                    f"rewards and tokens. Hint: {hint} (or name its columns with --col to read "
+                    "it as it is)"
+                )
+                raise SchemaError(msg)
+        require(self.roles, self.source.schema.names, self.sources, needs, what=what,
+                without_tokens=without_tokens, hint=hint)  # fmt: skip
+
+
+def open_log(
+    inputs: list[str],
+    col: list[str] | None = None,
+    *,
+    preset: str | None = None,
+    options: presets.PresetOptions | None = None,
+) -> Log:
+    """A log to read in passes (as ``preset``'s framework wrote it, if given), and the column
+    that plays each role (``--col ROLE=COLUMN``)."""
+    mapping = parse_col_mapping(col)
+    if preset is not None:
+        chosen = presets.get(preset)
+
+        def open_with(given: presets.PresetOptions) -> Log:
+            converted = presets.PresetSource(chosen, inputs, given)
+            source: LogSource = _lift_nested(converted, mapping)
+            roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+            return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
+                       options=given)  # fmt: skip
+
+        return reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
+    try:
+        source = _lift_nested(open_source(inputs, mapping), mapping)
+        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+    except DataError as exc:  # a framework's dump read as advcli's own format
+        p = presets.looks_like(first_fields(inputs))
+        if p is None:
+            raise
+        msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+        raise type(exc)(msg) from None
+    for role, column in roles.columns.items():
+        lacking = source.files_without(column) if column is not None else []
+        if lacking:
+            msg = (
+                f"{lacking[0]}: no '{column}' column ({role}), which other files of the log "
+                "have. Hint: give every file the column, or read the files separately"
+            )
+            raise SchemaError(msg)
+    looks_like = presets.looks_like(set(source.schema.names))
+    if looks_like is not None and written_by_advcli(source.sources.files):
+        looks_like = None  # advcli's output, annotated from such a dump: read as advcli wrote it
+    log = Log(source, roles, looks_like, mapped=bool(mapping))
+    if looks_like is not None:
+        p = looks_like
+        log.warnings.append(
+            f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
+            f"it as {p.framework} writes it (its groups, rewards and tokens)"
+        )
+    return log
+
+
+def written_by_advcli(files: list[str]) -> bool:
+    """Whether the log is an output of advcli's (its first file carries advcli's metadata)."""
+    if not files or files[0] == STDIN:
+        return False
+    try:
+        return read_metadata(files[0]) is not None
+    except (OSError, ValueError, pa.ArrowException, DataError):
+        return False
+
+
+def first_fields(inputs: list[str]) -> set[str]:
+    """The fields of the first input's first row (Python's json: it reads bare NaN); none
+    where the file cannot be read (its own error is the one to report)."""
+    try:
+        files = expand_inputs(inputs)
+        if not files or files[0] == STDIN:
+            return set()
+        if is_parquet(files[0]):
+            return set(pq.read_schema(files[0]).names)
+        with jsonl.open_stream(files[0]) as fh:
+            for line in fh:
+                if line.strip():
+                    obj = json.loads(line)
+                    return set(obj) if isinstance(obj, dict) else set()
+    except (OSError, ValueError, RecursionError, pa.ArrowException, AdvcliError):
+        return set()
+    return set()
+
+
+def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:
+    """``source`` with the struct fields ``--col`` names (``prompt_id=group.id``) as columns."""
+    paths = nested_paths(source.schema, list(mapping.values()))
+    return NestedFields(source, paths) if paths else source
+
+
+def group_warnings(rows: Rows, roles: Roles) -> list[str]:
+    """Signs that the group key is not the prompt: every group a single rollout, or groups of
+    sizes other than the common one (singletons aside: they are flagged and counted anyway)."""
+    if rows.group_keys is None or rows.n_rollouts < 2:
+        return []
+    sizes = np.bincount(rows.rollout_groups(), minlength=len(rows.group_keys))
+    column = roles["prompt_id"]
+    if (sizes == 1).all():
+        return [
+            f"every group has a single rollout: is '{column}' really the prompt? (a key unique "
+            "to each rollout gives no group signal). Hint: name the group key with --col "
+            "prompt_id=COLUMN, or read a framework's dump with --from"
+        ]
+    groups = sizes[sizes > 1]
+    values, counts = np.unique(groups, return_counts=True)
+    common = int(values[np.argmax(counts)])
+    other = int((groups != common).sum())
+    if other:
+        return [
+            f"{other} of {len(groups)} groups do not have the common size of {common} rollouts "
+            f"(sizes {', '.join(map(str, values.tolist()))}): check that '{column}' keys one "
+            "prompt per group"
+        ]
+    return []
+
+
+ENGINES = ("local", "ray")
+
+
+def check_engine(engine: str) -> None:
+    """``--engine``: one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+
+
+Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""Parquet or JSONL files, folders or globs (``-``: JSONL on stdin), read as one log."""
+
+
+def input_paths(inputs: Inputs) -> list[str]:
+    """``inputs`` as a list of path strings."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    return [os.fspath(i) for i in inputs]
