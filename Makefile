@@ -4,6 +4,10 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-min docs bench clean
 
+# One pytest worker per core; a test file stays on one worker, so a module's fixtures (the Ray
+# cluster, Chromium, the S3 server) start once.
+PYTEST_PARALLEL := -n auto --dist loadfile
+
 $(BIN)/advcli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -23,7 +27,7 @@ test: $(BIN)/advcli
 	$(BIN)/ruff check advcli tests bench tools
 	$(BIN)/ruff format --check advcli tests bench tools
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # The suite on the oldest versions pyproject.toml declares (tools/floors.py pins them), in a
 # second virtualenv on the same Python: a floor that does not hold fails here.
@@ -36,7 +40,7 @@ test-min:
 	$(MIN_VENV)/bin/python -m pip install -q -r $(MIN_VENV)/floors.txt
 	$(MIN_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -i -E '^(typer|polars|pyarrow|numpy|rich|orjson|zstandard|onnx|onnxruntime|bokeh|ray|moto)=='
-	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_PARALLEL)
 
 docs: $(BIN)/advcli
 	$(BIN)/python -m tools.docs

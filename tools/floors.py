@@ -18,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("zstd", "onnx", "report", "ray")
-TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto", "setuptools")  # from the dev extra
+TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto", "setuptools", "pytest-xdist")  # from the dev extra
 
 
 def pins() -> list[str]:
