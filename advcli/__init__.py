@@ -13,6 +13,9 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.shard("logs/", "shards/", method="grpo")
     advcli.verify("shards/")
 
+Each returns a typed result (``AnnotateResult``, ``ScoreResult``, ...; ``audit`` an ``Audit``):
+read its fields (``summary.rows_written``), or ``as_dict()`` for what ``--json`` prints.
+
 The functions load on first use: ``import advcli.critic`` alone needs neither polars nor orjson.
 A dependency older than advcli needs is then a :class:`advcli.errors.DependencyError` naming it.
 """
@@ -27,10 +30,17 @@ from advcli._version import __version__
 
 if TYPE_CHECKING:
     from advcli.api import (
+        AnnotateResult,
         Audit,
+        CheckResult,
         CriticOptions,
+        Description,
         ReportOptions,
+        ReportResult,
+        ScoreResult,
         ShardOptions,
+        ShardResult,
+        Verification,
         annotate,
         annotate_table,
         audit,
@@ -43,10 +53,17 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AnnotateResult",
     "Audit",
+    "CheckResult",
     "CriticOptions",
+    "Description",
     "ReportOptions",
+    "ReportResult",
+    "ScoreResult",
     "ShardOptions",
+    "ShardResult",
+    "Verification",
     "__version__",
     "annotate",
     "annotate_table",

@@ -107,7 +107,10 @@ class Audit:
             msg = f"expected zero-variance or singleton, saw {kind!r}"
             raise UsageError(msg)
         assert self.rows.group_keys is not None
-        return self.rows.group_keys.take(pa.array(np.flatnonzero(flags[kind]))).to_pylist()
+        keys: list[Any] = self.rows.group_keys.take(
+            pa.array(np.flatnonzero(flags[kind]))
+        ).to_pylist()
+        return keys
 
     def as_dict(self) -> dict[str, Any]:
         """The report as ``audit --json`` prints it; without token ids the token shares are

@@ -55,20 +55,36 @@ from advcli.logs import (
 from advcli.params import Params
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, collect
+from advcli.results import (
+    AnnotateResult,
+    CheckResult,
+    Description,
+    ReportResult,
+    ScoreResult,
+    ShardResult,
+    Verification,
+)
 from advcli.shards import ShardOptions, shard
 from advcli.shards import verify as verify_shards
 
 __all__ = [
+    "AnnotateResult",
     "Audit",
+    "CheckResult",
     "CriticOptions",
+    "Description",
+    "ReportOptions",
+    "ReportResult",
+    "ScoreResult",
     "ShardOptions",
+    "ShardResult",
+    "Verification",
     "annotate",
     "annotate_table",
     "audit",
     "check",
     "describe",
     "report",
-    "ReportOptions",
     "score",
     "shard",
     "verify",
@@ -111,7 +127,7 @@ def annotate(
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
-) -> dict[str, Any]:
+) -> AnnotateResult:
     """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
 
     ``critic`` scores the values (those of the log, if it has any, are then not read: a
@@ -150,13 +166,10 @@ def annotate(
             out, fmt, run.metadata(), batches, force=force, progress=progress,
             nonfinite=nonfinite, passed_through=_passed_through(log),
         )  # fmt: skip
-    result = summary.as_dict(run, written.rows, written.tokens)
-    if written.nulled:
-        result["nonfinite_nulls"] = written.nulled
-    result.update(
-        output=out, seconds=round(time.perf_counter() - started, 3), warnings=run.warnings
-    )
-    return result
+    return summary.result(
+        run, written.rows, written.tokens, nonfinite_nulls=written.nulled or None, output=out,
+        seconds=round(time.perf_counter() - started, 3),
+    )  # fmt: skip
 
 
 def _critic_scorer(
@@ -218,7 +231,7 @@ def _annotate_on_ray(
     progress: Progress | None,
     batch_rows: int,
     started: float,
-) -> dict[str, Any]:
+) -> AnnotateResult:
     """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli.on_ray import tasks as on_ray
 
@@ -232,12 +245,10 @@ def _annotate_on_ray(
         parts, rows, tokens, summary = on_ray.write_parts(
             ray, run, out, force=force, progress=progress
         )
-    result = summary.as_dict(run, rows, tokens)
-    result.update(
-        output=out, engine="ray", parts=parts,
-        seconds=round(time.perf_counter() - started, 3), warnings=run.warnings,
+    return summary.result(
+        run, rows, tokens, output=out, engine="ray", parts=parts,
+        seconds=round(time.perf_counter() - started, 3),
     )  # fmt: skip
-    return result
 
 
 def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: bool) -> None:
@@ -316,7 +327,7 @@ def report(
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
-) -> dict[str, Any]:
+) -> ReportResult:
     """``advcli report``: one self-contained HTML page (``out``) of the log's groups, rewards
     and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``."""
     from advcli.reports import page
@@ -351,17 +362,17 @@ def report(
         with atomic_path(out, force=force) as tmp:
             tmp.write_bytes(html)
     groups = payload["groups"]
-    return {
-        "output": out,
-        "bytes": len(html),
-        "rollouts": payload["overview"]["rollouts"],
-        "groups": groups["total"],
-        "groups_listed": groups["listed"],
-        "detail_groups": len(payload["details"]),
-        "advantages_from": payload["advantages_from"],
-        "seconds": round(time.perf_counter() - started, 3),
-        "warnings": payload["warnings"],
-    }
+    return ReportResult(
+        output=out,
+        bytes=len(html),
+        rollouts=payload["overview"]["rollouts"],
+        groups=groups["total"],
+        groups_listed=groups["listed"],
+        detail_groups=len(payload["details"]),
+        advantages_from=payload["advantages_from"],
+        seconds=round(time.perf_counter() - started, 3),
+        warnings=payload["warnings"],
+    )
 
 
 def score(
@@ -377,7 +388,7 @@ def score(
     ray_address: str | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
-) -> dict[str, Any]:
+) -> ScoreResult:
     """``advcli score``: add (or replace) a ``values`` column computed by the critic
     (``critic``: its options, or the path of the ONNX file). ``engine="ray"`` scores each work
     unit on a Ray cluster, on a GPU each where it has GPUs; ``out`` is then a folder of parts."""
@@ -403,17 +414,16 @@ def score(
         out, fmt, metadata, batches, force=force, progress=progress, nonfinite=nonfinite,
         passed_through=_passed_through(log),
     )  # fmt: skip
-    rows, tokens = written.rows, written.tokens
-    return {
-        **({"nonfinite_nulls": written.nulled} if written.nulled else {}),
-        "rows": rows,
-        "tokens": tokens,
-        "provider": scorer.critic.provider,
-        "tokens_per_second": scorer.tokens_per_second,
-        "truncated_rows": scorer.truncated_rows,
-        "output": out,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    return ScoreResult(
+        nonfinite_nulls=written.nulled or None,
+        rows=written.rows,
+        tokens=written.tokens,
+        provider=scorer.critic.provider,
+        tokens_per_second=scorer.tokens_per_second,
+        truncated_rows=scorer.truncated_rows,
+        output=out,
+        seconds=round(time.perf_counter() - started, 3),
+    )
 
 
 def _score_metadata(critic: dict[str, Any], files: list[str]) -> dict[str, Any]:
@@ -432,7 +442,7 @@ def _score_on_ray(
     progress: Progress | None,
     batch_rows: int,
     started: float,
-) -> dict[str, Any]:
+) -> ScoreResult:
     """``score --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli.on_ray import tasks as on_ray
 
@@ -446,12 +456,12 @@ def _score_on_ray(
         column=log.roles["values"] or "values", batch_rows=batch_rows,
         metadata=_score_metadata({}, log.sources.files),
     )  # fmt: skip
-    result = on_ray.score_parts(ray, job, out, force=force, progress=progress)
-    result.update(output=out, engine="ray", seconds=round(time.perf_counter() - started, 3))
-    return result
+    scored = on_ray.score_parts(ray, job, out, force=force, progress=progress)
+    seconds = round(time.perf_counter() - started, 3)
+    return ScoreResult(**scored, output=out, engine="ray", seconds=seconds)
 
 
-def verify(folder: str | os.PathLike[str]) -> dict[str, Any]:
+def verify(folder: str | os.PathLike[str]) -> Verification:
     """``advcli verify``: a folder of shards (``advcli shard``) or of parts (``annotate
     --engine ray``), re-read against its manifest; raises on the first problem."""
     from advcli.on_ray import tasks as on_ray  # imports no Ray

@@ -54,6 +54,7 @@ from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.logs import BATCH_ROWS, Log, Stage, group_warnings, no_stage
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
+from advcli.results import AnnotateResult
 
 
 class Scorer(Protocol):
@@ -321,39 +322,34 @@ class Summary:
         self.adv_max = max(self.adv_max, hi)
         self.adv_sum += float(adv.sum(dtype=np.float64))
 
-    def as_dict(self, run: Run, rows_written: int, tokens_written: int) -> dict[str, Any]:
+    def result(
+        self, run: Run, rows_written: int, tokens_written: int, **more: Any
+    ) -> AnnotateResult:
+        """What ``annotate`` returns: the counts, the run's statistics and ``more`` (the
+        output, the time taken, ...)."""
         n = self.count
-        out: dict[str, Any] = {
-            "method": run.params.method,
-            "convention": run.params.convention,
-            "rows": run.rows.n_rows,
-            "rows_written": rows_written,
-            "rollouts": run.rows.n_rollouts,
-        }
-        if run.has_tokens:
-            out.update(
-                written="per-token advantages",
-                tokens_written=tokens_written,
-                action_tokens_written=n,
-            )
-        else:
-            out["written"] = "per-row advantage only: the log has no token ids"
-        out.update(
-            {
-                "dropped": run.plan.dropped,
-                "advantage_min": self.adv_min if n else 0.0,
-                "advantage_max": self.adv_max if n else 0.0,
-                "advantage_mean": self.adv_sum / n if n else 0.0,
-            }
+        return AnnotateResult(
+            method=run.params.method,
+            convention=run.params.convention,
+            rows=run.rows.n_rows,
+            rows_written=rows_written,
+            rollouts=run.rows.n_rollouts,
+            written="per-token advantages"
+            if run.has_tokens
+            else "per-row advantage only: the log has no token ids",
+            tokens_written=tokens_written if run.has_tokens else None,
+            action_tokens_written=n if run.has_tokens else None,
+            dropped=run.plan.dropped,
+            advantage_min=self.adv_min if n else 0.0,
+            advantage_max=self.adv_max if n else 0.0,
+            advantage_mean=self.adv_sum / n if n else 0.0,
+            groups=len(run.rows.group_keys) if run.rows.group_keys is not None else None,
+            stats=run.plan.stats,
+            found=run.settled or None,
+            logged_advantages=run.agreement.sentence() if run.agreement is not None else None,
+            warnings=run.warnings,
+            **more,
         )
-        if run.rows.group_keys is not None:
-            out["groups"] = len(run.rows.group_keys)
-        out.update(run.plan.stats)
-        if run.settled:
-            out["found"] = run.settled
-        if run.agreement is not None:
-            out["logged_advantages"] = run.agreement.sentence()
-        return out
 
     def merge(self, other: Summary) -> None:
         """Add another part's counts (a part of the log summarised elsewhere)."""

@@ -125,7 +125,8 @@ def open_log(
             return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
                        options=given)  # fmt: skip
 
-        return reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
+        settled: Log = reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
+        return settled
     try:
         source = _lift_nested(open_source(inputs, mapping), mapping)
         roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))

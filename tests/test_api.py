@@ -37,9 +37,12 @@ def test_annotate_writes_what_the_command_writes(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()
     assert by_api.read_bytes() == by_cli.read_bytes()
     printed = json.loads(proc.stdout)
+    assert isinstance(summary, advcli.AnnotateResult) and summary.rows_written == 14
+    mine = summary.as_dict()
+    assert list(mine) == list(printed)  # --json prints as_dict(), in its order
     for key in ("seconds", "output"):
-        del printed[key], summary[key]
-    assert summary == printed
+        del printed[key], mine[key]
+    assert mine == printed
 
 
 def test_annotate_table_in_memory_equals_the_file(tmp_path):
@@ -75,7 +78,10 @@ def test_audit_and_describe(tmp_path):
     with pytest.raises(UsageError):
         found.prompt_ids("other")
     info = advcli.describe([LOG])
-    assert info["rows"] == 14 and info["can_run"]["gae"] == "yes"
+    assert info.rows == 14 and info.can_run["gae"] == "yes"
+    assert info.as_dict() == json.loads(run("schema", LOG, "--json").stdout) | {
+        "columns": info.columns  # JSON has lists where Python has tuples
+    }
 
 
 def test_score_shard_and_verify(tmp_path):
@@ -85,13 +91,13 @@ def test_score_shard_and_verify(tmp_path):
     pq.write_table(pq.read_table(LOG).drop_columns(["values"]), raw)
     scored = tmp_path / "scored.parquet"
     result = advcli.score(raw, scored, critic)  # a path is enough
-    assert result["rows"] == 14 and result["provider"] == "CPUExecutionProvider"
+    assert result.rows == 14 and result.provider == "CPUExecutionProvider"
     values = pq.read_table(scored).column("values").combine_chunks().flatten().to_numpy()
     assert np.isnan(values).sum() == 14  # shifted: each row's first token has no value
     opts = advcli.ShardOptions(shuffle=True, seed=3, keep_groups=True)
     summary = advcli.shard(LOG, tmp_path / "shards", opts, method="grpo")
-    assert summary["samples"] == 14
-    assert advcli.verify(tmp_path / "shards")["ok"]
+    assert summary.samples == 14 and summary.as_dict()["samples"] == 14
+    assert advcli.verify(tmp_path / "shards").ok
 
 
 def test_the_critic_package_needs_neither_polars_nor_orjson():

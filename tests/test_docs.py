@@ -14,7 +14,7 @@ PACKAGE = ROOT / "advcli"
 
 # Layers, lowest first: a module imports from its own layer's component or from lower layers.
 LAYERS = [
-    ("advcli.errors", "advcli.core", "advcli._malloc", "advcli._version"),
+    ("advcli.errors", "advcli.core", "advcli._malloc", "advcli._version", "advcli.results"),
     ("advcli.versions",),
     ("advcli.io", "advcli.params"),
     ("advcli.methods", "advcli.critic", "advcli.presets"),

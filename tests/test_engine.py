@@ -143,10 +143,10 @@ def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
         paths, progress=lambda rows, tokens: seen.append((rows, tokens)), batch_rows=16
     )
     assert len(seen) > 2 and seen == sorted(seen)
-    assert seen[-1] == (info["rows"], info["tokens"])
+    assert seen[-1] == (info.rows, info.tokens)
     seen.clear()
     advcli.audit(paths, progress=lambda rows, tokens: seen.append(rows), batch_rows=16)
-    assert seen[-1] == info["rows"] and len(seen) > 2
+    assert seen[-1] == info.rows and len(seen) > 2
 
 
 def test_group_key_warnings(tmp_path):

@@ -324,7 +324,7 @@ def test_jsonl_presets_and_struct_fields_are_staged_and_bit_identical(
         "                        batch_rows=4, **opts)\n"
         "    a = pq.read_table(local).replace_schema_metadata(None)\n"
         "    b = ds.dataset(parts, format='parquet').to_table().replace_schema_metadata(None)\n"
-        "    out[name] = [a.equals(b), a.num_rows, done['parts']]\n"
+        "    out[name] = [a.equals(b), a.num_rows, done.parts]\n"
         "print(json.dumps(out))\n"
     )
     logs = {k: str(v) for k, v in staged_logs.items()}
@@ -458,7 +458,7 @@ def test_one_large_file_spreads_in_row_ranges(cluster, tmp_path):
         "                     batch_rows=16, **opts)\n"
         "    a = pq.read_table(local).replace_schema_metadata(None)\n"
         "    b = ds.dataset(parts, format='parquet').to_table().replace_schema_metadata(None)\n"
-        "    out[opts['method']] = [a.equals(b), r['parts'], b.num_rows]\n"
+        "    out[opts['method']] = [a.equals(b), r.parts, b.num_rows]\n"
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(

@@ -18,7 +18,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("zstd", "onnx", "report", "ray")
-TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto", "setuptools", "pytest-xdist")  # from the dev extra
+# What the suite needs from the dev extra
+TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto", "setuptools", "pytest-xdist")
 
 
 def pins() -> list[str]:

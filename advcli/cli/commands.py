@@ -39,6 +39,7 @@ from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError
 from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
+from advcli.results import Result
 from advcli.shards import ShardOptions
 
 app = typer.Typer(
@@ -50,9 +51,10 @@ app = typer.Typer(
 )
 
 
-def _report(title: str, result: dict, *, as_json: bool, quiet: bool) -> None:
+def _report(title: str, found: Result, *, as_json: bool, quiet: bool) -> None:
     """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
     a summary (unless quiet) and the warnings on stderr."""
+    result = found.as_dict()
     warnings = result.pop("warnings", [])
     if as_json:
         _print_json({**result, "warnings": warnings})
@@ -94,10 +96,10 @@ def schema(
             progress=activity.progress,
         )  # fmt: skip
     if as_json:
-        _print_json(info)
+        _print_json(info.as_dict())
     else:
-        render.schema_report(", ".join(info["files"]), info)
-        _warn(info["warnings"])
+        render.schema_report(", ".join(info.files), info.as_dict())
+        _warn(info.warnings)
 
 
 @app.command()
@@ -183,20 +185,18 @@ def check(
             convention=convention, tol=tol, col=col, stage=activity.stage, **(params or {}),
             **_shared_params(method or "grpo", preset, preset_options),
         )  # fmt: skip
-    warnings = result.pop("warnings")
     if as_json:
-        _print_json({**result, "warnings": warnings})
+        _print_json(result.as_dict())
     else:
-        render.check_report(result)
-        _warn(warnings)
-    if not result["ok"]:
+        render.check_report(result.as_dict())
+        _warn(result.warnings)
+    if not result.ok:
         msg = (
-            f"{result['rows_beyond_tol']} of {result['rows']} rows (in "
-            f"{result['groups_beyond_tol']} groups) differ from the logged advantages by more "
-            f"than --tol {tol:g}"
+            f"{result.rows_beyond_tol} of {result.rows} rows (in {result.groups_beyond_tol} "
+            f"groups) differ from the logged advantages by more than --tol {tol:g}"
         )
-        if result.get("reproduced_by"):
-            msg += f". Hint: {result['reproduced_by']} reproduces them"
+        if result.reproduced_by:
+            msg += f". Hint: {result.reproduced_by} reproduces them"
         raise AdvantagesDiffer(msg)
 
 

@@ -20,6 +20,7 @@ from advcli.logs import (
     open_log,
 )
 from advcli.presets import PresetOptions
+from advcli.results import CheckResult
 
 
 def check(
@@ -35,7 +36,7 @@ def check(
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
-) -> dict[str, Any]:
+) -> CheckResult:
     """``advcli check``: recompute the advantages a framework logged with its own (TRL's
     ``advantage``, NeMo-RL's and prime-rl's per-token ``advantages``) and compare them.
 
@@ -84,16 +85,16 @@ def check(
     order = np.argsort(-diff, kind="stable")[: min(worst, int(beyond.sum()))]
     rollout_ids = [k for part in rollouts for k in part]
     logged_at, ours_at = np.concatenate(logged), np.concatenate(ours)
-    return {
-        "method": p.method,
-        "convention": p.convention,
-        "compared": "per token" if per_token else "per row",
-        "rows": len(diff),
-        "tol": tol,
-        "max_abs_difference": float(diff.max()) if len(diff) else 0.0,
-        "rows_beyond_tol": int(beyond.sum()),
-        "groups_beyond_tol": len({prompt_ids[i] for i in np.flatnonzero(beyond)}),
-        "worst": [
+    return CheckResult(
+        method=p.method,
+        convention=p.convention,
+        compared="per token" if per_token else "per row",
+        rows=len(diff),
+        tol=tol,
+        max_abs_difference=float(diff.max()) if len(diff) else 0.0,
+        rows_beyond_tol=int(beyond.sum()),
+        groups_beyond_tol=len({prompt_ids[i] for i in np.flatnonzero(beyond)}),
+        worst=[
             {
                 "prompt_id": prompt_ids[i],
                 "rollout_id": rollout_ids[i],
@@ -103,10 +104,10 @@ def check(
             }
             for i in order
         ],
-        "ok": not beyond.any(),
-        "reproduced_by": run.reproduced_by,
-        "warnings": run.warnings,
-    }
+        ok=not beyond.any(),
+        reproduced_by=run.reproduced_by,
+        warnings=run.warnings,
+    )
 
 
 def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

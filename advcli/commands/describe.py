@@ -18,6 +18,7 @@ from advcli.logs import (
     open_log,
 )
 from advcli.presets import PresetOptions
+from advcli.results import Description
 
 
 def describe(
@@ -28,7 +29,7 @@ def describe(
     preset_options: PresetOptions | None = None,
     progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
-) -> dict[str, Any]:
+) -> Description:
     """``advcli schema``: column roles and types, rows and token statistics (streamed), and
     what each command can do with the log. Bad data does not stop it: each problem found is
     listed in ``problems``, with the file, row and column."""
@@ -88,4 +89,4 @@ def describe(
     info["warnings"] = warnings
     if log.looks_like is not None:
         info["looks_like"] = log.looks_like.name
-    return info
+    return Description(**info)

@@ -118,6 +118,6 @@ def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
         return advantages
     m = tokens.mask
     gap = tokens.extra["logprobs"][m].astype(np.float64) - tokens.extra["teacher_logprobs"][m]
-    out = advantages.copy()
+    out: np.ndarray = advantages.copy()
     out[m] = (advantages[m].astype(np.float64) - p.opd_coef * gap).astype(np.float32)
     return out

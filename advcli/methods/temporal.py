@@ -170,7 +170,8 @@ class TemporalMethod(Method[TemporalPlan]):
     def outcomes(self, rows: Rows, p: Params) -> np.ndarray:
         """Per row: the reward of its rollout."""
         assert rows.reward is not None
-        return rows.reward[rows.last_segment_row()][rows.rollout_codes]
+        outcome: np.ndarray = rows.reward[rows.last_segment_row()][rows.rollout_codes]
+        return outcome
 
     @abstractmethod
     def estimates(
@@ -448,7 +449,8 @@ class ReinforcePPBaseline(ReinforcePP):
         if p.kl_coef:
             rewards = rewards - p.kl_coef * signals.rollout_kl(rows)
         stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=0.0)
-        return super().outcomes(rows, p) - stats.mean[codes][rows.rollout_codes]
+        centred: np.ndarray = super().outcomes(rows, p) - stats.mean[codes][rows.rollout_codes]
+        return centred
 
 
 class ReMax(TemporalMethod):

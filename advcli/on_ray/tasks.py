@@ -35,6 +35,7 @@ from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.logs import BATCH_ROWS, Progress
 from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, _cuts, ray_module, work_units
+from advcli.results import Verification
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
 MANIFEST = "_advcli_manifest.json"  # pyarrow and polars skip names that begin with _
@@ -390,7 +391,7 @@ def listed_parts(folder: Folder) -> set[str] | None:
     return set(folder.files())
 
 
-def verify_parts(location: str) -> dict[str, Any]:
+def verify_parts(location: str) -> Verification:
     """``advcli verify`` of a parts folder (local or in object storage): every part the
     manifest lists is there, a plain file with the manifest's sha256 and row count; no other
     file; the totals add up."""
@@ -421,4 +422,4 @@ def verify_parts(location: str) -> dict[str, Any]:
             raise DataError(f"{folder.path(name)}: a file the manifest does not list. {regen}")
     if rows != manifest.get("rows") or tokens != manifest.get("tokens"):
         raise DataError(f"{mpath}: the totals do not add up to the parts' counts. {regen}")
-    return {"folder": location, "ok": True, "parts": len(records), "rows": rows, "tokens": tokens}
+    return Verification(folder=location, ok=True, parts=len(records), rows=rows, tokens=tokens)

@@ -35,6 +35,7 @@ from advcli.io.outputs import check_output_folder, output_folder
 from advcli.io.sources import LogSource, expand_inputs
 from advcli.logs import BATCH_ROWS, Stage, check_engine, no_stage
 from advcli.presets import PresetOptions
+from advcli.results import ShardResult
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
 from advcli.shards.manifest import (
@@ -130,7 +131,7 @@ def shard(
     stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
-) -> dict[str, Any]:
+) -> ShardResult:
     """``advcli shard``: returns a summary; the folder ``out`` appears only when complete.
 
     A raw log needs ``method`` (and takes ``convention`` and ``param``, annotate's options as
@@ -201,18 +202,18 @@ def shard(
         batch_rows=batch_rows,
         bucket_tokens=bucket_tokens,
     )
-    return {
-        "output": out,
-        "method": manifest["method"],
-        "annotated_input": manifest["annotated_input"],
-        "layout": manifest["layout"],
+    return ShardResult(
+        output=out,
+        method=manifest["method"],
+        annotated_input=manifest["annotated_input"],
+        layout=manifest["layout"],
         **manifest["totals"],
-        "splits": {k: v["samples"] for k, v in manifest["splits"].items()},
-        "dropped": manifest["dropped"],
-        "truncated": manifest["truncated"],
-        "warnings": inp.warnings,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+        splits={k: v["samples"] for k, v in manifest["splits"].items()},
+        dropped=manifest["dropped"],
+        truncated=manifest["truncated"],
+        warnings=inp.warnings,
+        seconds=round(time.perf_counter() - started, 3),
+    )
 
 
 @dataclass(frozen=True)

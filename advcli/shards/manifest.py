@@ -20,6 +20,7 @@ from advcli.io.checksum import file_sha256
 from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.sources import Sources
+from advcli.results import Verification
 from advcli.shards.inputs import Input
 from advcli.shards.options import ShardOptions
 from advcli.shards.plan import ShardPlan
@@ -191,7 +192,7 @@ def read_manifest(folder: Folder, regen: str) -> dict[str, Any]:
     return manifest
 
 
-def verify(location: str | os.PathLike[str]) -> dict[str, Any]:
+def verify(location: str | os.PathLike[str]) -> Verification:
     """``advcli verify``: re-read every shard against the manifest; raise on the first problem.
 
     The manifest must match its checksum and schema; every file in the folder (hidden ones
@@ -229,7 +230,7 @@ def verify(location: str | os.PathLike[str]) -> dict[str, Any]:
     for name, split in manifest["splits"].items():
         if totals([r for r in records if r["split"] == name]) != split:
             _fail(f"{mpath}: split {name!r} does not add up to its shards' counts", regen)
-    return {"folder": location, "ok": True, **totals(records)}
+    return Verification(folder=location, ok=True, **totals(records))
 
 
 def _verify_shard(

@@ -9,6 +9,15 @@ import pytest
 from advcli.io.interrupts import interrupt_deferred
 
 
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """Python's own Ctrl-C handler, as a terminal gives it (a pytest-xdist worker, like a
+    background job, starts with SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def test_a_ctrl_c_inside_the_block_is_raised_after_it():
     steps = []
     with pytest.raises(KeyboardInterrupt), interrupt_deferred():

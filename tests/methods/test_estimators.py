@@ -200,7 +200,7 @@ def test_kl_statistics_in_the_summary(tmp_path):
     pq.write_table(t, tmp_path / "log.parquet")
     summary = advcli.annotate(str(tmp_path / "log.parquet"), str(tmp_path / "out.parquet"),
                               method="grpo", kl_coef=0.1)  # fmt: skip
-    assert summary["kl"] == {"coef": 0.1, "estimator": "k1", "mean_per_token": 1.0,
+    assert summary.stats["kl"] == {"coef": 0.1, "estimator": "k1", "mean_per_token": 1.0,
                              "mean_per_rollout": 2.5}  # fmt: skip
 
 

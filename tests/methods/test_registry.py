@@ -137,7 +137,7 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(
         "--out", str(tmp_path / "shards"), "--json", "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "scaled-mean" not in advcli.describe(small_log)["can_run"]  # this process: built-ins
+    assert "scaled-mean" not in advcli.describe(small_log).can_run  # this process: built-ins
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

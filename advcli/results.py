@@ -1,0 +1,176 @@
+"""What the public API returns: one typed, immutable result per command.
+
+``as_dict()`` is what the command prints with ``--json``, its keys in the fields' order. A field
+made with :func:`optional` is left out where it is None (the command has nothing to say there);
+the fields made with :func:`spread` (a method's own counts) are merged in at their place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def optional() -> Any:
+    """A field that is None where it does not apply, and then not in ``as_dict()``."""
+    return field(default=None, metadata={"optional": True})
+
+
+def spread() -> Any:
+    """A dict field whose items ``as_dict()`` merges in at its place."""
+    return field(default_factory=dict, metadata={"spread": True})
+
+
+@dataclass(frozen=True)
+class Result:
+    """A command's result."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as the command prints it with ``--json``."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("spread"):
+                out.update(value)
+            elif value is not None or not f.metadata.get("optional"):
+                out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class AnnotateResult(Result):
+    """``annotate``: what was written, the advantages' range over the action tokens (over the
+    rows of a log without token ids), and the method's own counts (``stats``: zero-variance
+    and singleton groups, the KL penalty, ...)."""
+
+    method: str
+    convention: str
+    rows: int  # rows read
+    rows_written: int
+    rollouts: int
+    written: str  # per-token advantages, or the per-row advantage only
+    tokens_written: int | None = optional()
+    action_tokens_written: int | None = optional()
+    dropped: dict[str, int] = field(default_factory=dict)  # rows left out, by reason
+    advantage_min: float = 0.0
+    advantage_max: float = 0.0
+    advantage_mean: float = 0.0
+    groups: int | None = optional()
+    stats: dict[str, Any] = spread()
+    found: str | None = optional()  # settings found from a framework's logged advantages
+    logged_advantages: str | None = optional()  # how ours compare with those
+    nonfinite_nulls: int | None = optional()  # NaN or infinity written as null (JSONL)
+    output: str = ""
+    engine: str | None = optional()  # "ray": output is a folder of parts
+    parts: int | None = optional()
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScoreResult(Result):
+    """``score``: the values written, and how fast the critic ran where."""
+
+    nonfinite_nulls: int | None = optional()
+    parts: int | None = optional()  # --engine ray
+    rows: int = 0
+    tokens: int = 0
+    provider: str = ""  # ONNX Runtime's execution provider(s)
+    gpus: int | None = optional()  # --engine ray: the cluster's
+    tokens_per_second: float | None = None
+    truncated_rows: int = 0
+    output: str = ""
+    engine: str | None = optional()
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReportResult(Result):
+    """``report``: the page written and what it holds."""
+
+    output: str
+    bytes: int
+    rollouts: int
+    groups: int
+    groups_listed: int
+    detail_groups: int
+    advantages_from: str
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShardResult(Result):
+    """``shard``: the folder written, its totals and what was left out."""
+
+    output: str
+    method: str | None
+    annotated_input: bool
+    layout: dict[str, Any]
+    rows: int
+    samples: int
+    tokens: int
+    action_tokens: int
+    shards: int
+    splits: dict[str, int]  # samples per split
+    dropped: dict[str, Any]
+    truncated: dict[str, Any]
+    warnings: list[str]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CheckResult(Result):
+    """``check``: the logged advantages against advcli's, the worst rows first."""
+
+    method: str
+    convention: str
+    compared: str  # per token, or per row
+    rows: int
+    tol: float
+    max_abs_difference: float
+    rows_beyond_tol: int
+    groups_beyond_tol: int
+    worst: list[dict[str, Any]]
+    ok: bool
+    reproduced_by: str | None  # the flags that give the logged advantages, if ours differ
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Description(Result):
+    """``schema``: the log's columns and roles, its rows and tokens, what each command can run
+    on it, and every problem found reading it (with the file, row and column)."""
+
+    files: list[str]
+    columns: dict[str, tuple[str, str]]  # column: (type, role)
+    missing_roles: list[str]
+    rows: int
+    rollouts: int | None = optional()
+    segmented: bool | None = optional()
+    groups: int | None = None
+    tokens: int | None = None
+    action_tokens: int | None = optional()
+    tokens_per_row_min: int | None = optional()
+    tokens_per_row_mean: float | None = optional()
+    tokens_per_row_max: int | None = optional()
+    actions: str = ""  # where the action tokens come from
+    can_run: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    looks_like: str | None = optional()  # the preset of a framework's dump read without --from
+
+
+@dataclass(frozen=True)
+class Verification(Result):
+    """``verify``: a folder of shards or of parts re-read against its manifest."""
+
+    folder: str
+    ok: bool
+    parts: int | None = optional()
+    rows: int = 0
+    samples: int | None = optional()
+    tokens: int = 0
+    action_tokens: int | None = optional()
+    shards: int | None = optional()
