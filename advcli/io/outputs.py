@@ -214,12 +214,6 @@ def _check_writable(folder: Path, out: str) -> None:
         raise OutputError(msg)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _start_time(pid: int) -> str | None:
     """A process's start time (clock ticks since boot), which tells a reused pid apart."""
     try:
