@@ -18,7 +18,7 @@ import sys
 def _interrupted() -> None:
     sys.stderr.write("advcli: interrupted\n")
     sys.stderr.flush()
-    os._exit(130)  # as advcli.cli does: sys.exit here would end in SIGINT, not 130
+    os._exit(130)  # as advcli.cli.runner does: sys.exit here would end in SIGINT, not 130
 
 
 def main() -> None:

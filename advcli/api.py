@@ -1,17 +1,20 @@
 """advcli in Python: one function per command, and the same on a table in memory.
 
 The command line (:mod:`advcli.cli`) is a thin layer over these functions; each takes what the
-command takes, as keyword arguments, and returns what the command prints with ``--json``::
+command takes, as keyword arguments, and returns a typed result (:mod:`advcli.results`) whose
+``as_dict()`` is what the command prints with ``--json``::
 
     import advcli
 
     summary = advcli.annotate("logs/", "gae.parquet", method="gae", gamma=0.99, lam=0.95)
+    summary.rows_written, summary.advantage_mean
     table = advcli.annotate_table(arrow_table, method="grpo", convention="verl")
     report = advcli.audit("logs/").report
 
 A method's parameters (``gamma``, ``scale``, ``singleton``, ...) are the ``annotate`` options
 with ``-`` written ``_``; ``None`` (or leaving one out) takes the method's and the convention's
-default. Errors are :class:`~advcli.errors.AdvcliError` s, with the message the CLI prints.
+default, and one the method does not take is refused. Errors are
+:class:`~advcli.errors.AdvcliError` s, with the message the CLI prints.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one exception family of advcli.
 
 Every error a user can cause is an :class:`AdvcliError`. The CLI turns it into a single line on
-stderr and the exit code below, in one place (``advcli.cli``); no other module prints errors.
+stderr and the exit code below, in one place (``advcli.cli.runner``); no other module prints errors.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 A method module declares the parameters it introduces (name, type, default, help, choices, a
 check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
-that one declaration: the ``annotate`` options (:mod:`advcli.cli`), ``shard --param KEY=VALUE``,
-the public API's keyword arguments, and the ``params`` recorded in every output's metadata.
+that one declaration: the ``annotate`` options (:mod:`advcli.cli.options`), ``shard --param
+KEY=VALUE``, the public API's keyword arguments, and the ``params`` recorded in every output's
+metadata. The options of the commands' dataclasses (``CriticOptions``, ...) are declared the
+same way, with :func:`option` on their fields.
 
 A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
 method takes: a parameter the user did not give takes the method's default, else the

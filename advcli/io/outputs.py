@@ -256,7 +256,7 @@ def _temporary_name(target: Path, suffix: str) -> Path:
     return target.parent / f".{target.name}.{TAG}-{os.urandom(4).hex()}{suffix}"
 
 
-def _temporary_beside(target: Path) -> Path:
+def temporary_beside(target: Path) -> Path:
     """A fresh temporary name beside ``target`` (its folder made, stale leftovers removed).
 
     Only the name: the caller holds it where its clean-up will find it *before* creating
@@ -267,7 +267,7 @@ def _temporary_beside(target: Path) -> Path:
     return _temporary_name(target, ".tmp")
 
 
-def _create_empty(path: Path) -> None:
+def create_empty(path: Path) -> None:
     """An empty file, with the permissions a new file gets (the umask applies)."""
     os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
 
@@ -311,9 +311,9 @@ def output_errors(shown: str | Path) -> Iterator[None]:
 def atomic_path(target: str | Path, *, force: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; move it onto ``target`` on success."""
     with output_errors(target):
-        tmp = _temporary_beside(Path(target))
+        tmp = temporary_beside(Path(target))
         try:
-            _create_empty(tmp)
+            create_empty(tmp)
             yield tmp
             publish(tmp, Path(target), force=force, shown=str(target))
         finally:
@@ -346,7 +346,7 @@ def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
     restored if the new one cannot take its place (or, after a kill, by the next run).
     """
     with output_errors(target):
-        tmp = _temporary_beside(target)
+        tmp = temporary_beside(target)
         try:
             os.mkdir(tmp, 0o777)  # the umask applies
             yield tmp

@@ -156,7 +156,7 @@ class StepRewards:
     offsets: np.ndarray  # int64, from 0
 
 
-def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
+def numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
     """As float64 numpy (nulls filled); ``floats=True`` keeps float32 as it is (no copy)."""
     if values.null_count:
         values = pc.fill_null(values.cast(pa.float64()), fill)
@@ -166,11 +166,12 @@ def _numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) ->
     return out.astype(np.float64, copy=False)
 
 
-def _first(bad: np.ndarray) -> int:
+def first_index(bad: np.ndarray) -> int:
+    """The index of the first True of ``bad`` (it has one)."""
     return int(np.flatnonzero(bad)[0])
 
 
-class _Checker:
+class Checker:
     """Raises the first problem found, located by file, row and column.
 
     ``row0`` is the global row of the table's first row (a batch of a larger log).
@@ -188,7 +189,7 @@ class _Checker:
     def no_nulls(self, column: str, what: str) -> None:
         col = self.table.column(column)
         if col.null_count:
-            row = _first(col.is_null().to_numpy(zero_copy_only=False))
+            row = first_index(col.is_null().to_numpy(zero_copy_only=False))
             self.fail(row, column, f"{what} is missing (null)", f"every row needs a {what}")
 
     def same_rollout_in_two_files(self, a: int, b: int, column: str, rollout: str) -> None:
@@ -227,7 +228,7 @@ class _Checker:
         ``positions``."""
         bad = ~(np.abs(x) <= FLOAT32_MAX)  # NaN too
         if bad.any():
-            i = _first(bad)
+            i = first_index(bad)
             row = i
             if offsets is not None:
                 token = i if positions is None else int(positions[i])
@@ -303,14 +304,14 @@ def extract_rows(
 ) -> Rows:
     """Validate the scalar columns of a whole log (``table`` may hold only those), and the
     process rewards (``steps``) and numeric columns asked by name (``named``)."""
-    check = _Checker(table, sources)
+    check = Checker(table, sources)
     unscored = None
     if roles["unscored"] is not None:
         flags = table.column(roles["unscored"]).combine_chunks()
         unscored = pc.fill_null(flags, False).to_numpy(zero_copy_only=False).astype(bool)
     reward = None
     if roles["reward"] is not None:
-        reward = _numeric(table.column(roles["reward"]).combine_chunks())
+        reward = numeric(table.column(roles["reward"]).combine_chunks())
         if unscored is None:
             check.no_nulls(roles["reward"], "reward")
         reward = np.where(unscored, 0.0, reward) if unscored is not None else reward
@@ -335,7 +336,7 @@ def extract_rows(
         bad = first[rollout_codes] != group_codes
         if bad.any():
             check.fail(
-                _first(bad),
+                first_index(bad),
                 roles["prompt_id"],
                 "segments of one rollout have different prompt ids",
                 "segments of a rollout share its prompt_id",
@@ -347,7 +348,7 @@ def extract_rows(
         col = table.column(roles["completion_time"]).combine_chunks()
         if pa.types.is_timestamp(col.type):
             col = col.cast(pa.int64())
-        completion = _numeric(col)
+        completion = numeric(col)
 
     truncated = np.zeros(table.num_rows, dtype=bool)
     bootstrap = np.zeros(table.num_rows)
@@ -358,14 +359,14 @@ def extract_rows(
         boot_col = roles["bootstrap_value"]
         boot = np.full(table.num_rows, np.nan)
         if boot_col is not None:
-            boot = _numeric(table.column(boot_col).combine_chunks())
+            boot = numeric(table.column(boot_col).combine_chunks())
         bootstrap = np.where(truncated, boot, 0.0)
         if boot_col is not None:  # a missing one (NaN) is for the temporal methods to refuse
             check.finite(boot_col, np.where(np.isnan(bootstrap), 0.0, bootstrap))
 
     baseline = None  # NaN where null: only the methods that read it check it
     if (col := roles["baseline_reward"]) is not None:
-        baseline = _numeric(table.column(col).combine_chunks())
+        baseline = numeric(table.column(col).combine_chunks())
 
     named_columns: dict[str, np.ndarray] = {}
     for name in named:
@@ -374,7 +375,7 @@ def extract_rows(
                 or pa.types.is_null(values.type)):  # fmt: skip
             msg = f"{check.sources.at(0, name)}: column '{name}' is {values.type}, not numbers"
             raise SchemaError(msg)
-        x = _numeric(values)
+        x = numeric(values)
         check.finite(name, np.where(np.isnan(x), 0.0, x))  # null or NaN: no value here
         named_columns[name] = x
 
@@ -401,7 +402,7 @@ def extract_rows(
     )
 
 
-def _step_rewards(check: _Checker, roles: Roles) -> StepRewards:
+def _step_rewards(check: Checker, roles: Roles) -> StepRewards:
     """The process rewards: one reward per step end, step ends increasing and within the row
     (checked against the tokens when they are read)."""
     r_col, e_col = roles.column("step_rewards"), roles.column("step_ends")
@@ -411,22 +412,22 @@ def _step_rewards(check: _Checker, roles: Roles) -> StepRewards:
     ends, end_offsets = flat_list(check.table.column(e_col))
     bad = lengths(offsets) != lengths(end_offsets)
     if bad.any():
-        row = _first(bad)
+        row = first_index(bad)
         problem = f"{lengths(offsets)[row]} step rewards but {lengths(end_offsets)[row]} step ends"
         check.fail(row, e_col, problem, "give one step end per step reward")
-    x = _numeric(rewards)
+    x = numeric(rewards)
     check.finite(r_col, x, offsets)
-    e = _numeric(ends, fill=-1).astype(np.int64)
+    e = numeric(ends, fill=-1).astype(np.int64)
     rows = row_of(offsets)
     negative = e < 0
     if negative.any():
-        i = _first(negative)
+        i = first_index(negative)
         check.fail(int(rows[i]), e_col, f"step end {e[i]} is not a token index",
                    "a step end is the index of the step's last token, from 0")  # fmt: skip
     same_row = rows[1:] == rows[:-1]
     unordered = same_row & (e[1:] <= e[:-1])
     if unordered.any():
-        i = _first(unordered)
+        i = first_index(unordered)
         check.fail(int(rows[i]), e_col, f"step ends {e[i]} then {e[i + 1]}",
                    "step ends increase along the row")  # fmt: skip
     return StepRewards(x, e, offsets)
@@ -454,7 +455,7 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
 
 
 def _segments(
-    check: _Checker,
+    check: Checker,
     roles: Roles,
     table: pa.Table,
     rollout_codes: np.ndarray,
@@ -468,7 +469,7 @@ def _segments(
         repeats = np.diff(sorted_codes) == 0
         if roles["rollout_id"] is not None and repeats.any():
             assert rollout_keys is not None
-            dup_code = sorted_codes[_first(repeats)]
+            dup_code = sorted_codes[first_index(repeats)]
             first, second = (int(r) for r in np.flatnonzero(rollout_codes == dup_code)[:2])
             rid = rollout_keys[dup_code].as_py()
             check.same_rollout_in_two_files(first, second, roles["rollout_id"], f"{rid!r}")
@@ -504,7 +505,7 @@ def _segments(
     bad = seg_sorted != expected
     if bad.any():
         assert rollout_keys is not None
-        i = _first(bad)
+        i = first_index(bad)
         rid = rollout_keys[codes_sorted[i]].as_py()
         repeated = i > 0 and not first[i] and seg_sorted[i] == seg_sorted[i - 1]
         if repeated:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, row_of
 from advcli.io.arrow import flat_list
-from advcli.io.rollouts import FLOAT32_MAX, _Checker, _first, _numeric
+from advcli.io.rollouts import FLOAT32_MAX, Checker, first_index, numeric
 from advcli.io.schema import SPAN_KINDS, Roles
 from advcli.io.sources import Sources
 
@@ -61,7 +61,7 @@ def extract_tokens(
     (``extra``: per-token roles of :data:`TOKEN_FLOATS` to read too). ``ids=False``: the
     token ids are not read, the action mask's lists give the rows' lengths (a pass before the
     final one, which reads and checks the ids; see :func:`~advcli.io.rollouts.needs_ids`)."""
-    check = _Checker(table, sources, row0)
+    check = Checker(table, sources, row0)
     ids_col = roles.column("input_ids" if ids else "action_mask")  # the rows' lengths
     check.no_nulls(ids_col, "token list")
     token_ids, offsets = flat_list(table.column(ids_col))
@@ -77,7 +77,7 @@ def extract_tokens(
         flat, offs = flat_list(table.column(col))
         bad = lengths(offs) != n_tokens
         if bad.any():
-            row = _first(bad)
+            row = first_index(bad)
             check.fail(
                 row,
                 col,
@@ -91,16 +91,16 @@ def extract_tokens(
     floats: dict[str, np.ndarray] = {}
     for role in extra:
         if (flat_floats := token_list(role)) is not None:
-            x = _numeric(flat_floats, floats=True)  # widened later, only at the action tokens
+            x = numeric(flat_floats, floats=True)  # widened later, only at the action tokens
             if not (np.abs(x[at_actions]) <= FLOAT32_MAX).all():  # off actions: anything
                 check.finite(roles.column(role), x[at_actions], offsets, at_actions)
             floats[role] = x
     token_rewards = vals = None
     if (tr := token_list("token_rewards")) is not None:
-        token_rewards = _numeric(tr)
+        token_rewards = numeric(tr)
         check.finite(roles.column("token_rewards"), token_rewards, offsets)
     if values and (flat := token_list("values")) is not None:
-        vals = _numeric(flat, floats=True)  # widened later, only at the action steps
+        vals = numeric(flat, floats=True)  # widened later, only at the action steps
         if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
             check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
     return Tokens(
@@ -108,20 +108,20 @@ def extract_tokens(
     )
 
 
-def _check_ids(check: _Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
+def _check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
     """Token ids are vocabulary indices: none null, none negative, none beyond int64 (what a
     critic takes)."""
     if not len(ids):
         return
     bad = None
     if ids.null_count:
-        bad = _first(ids.is_null().to_numpy(zero_copy_only=False))
+        bad = first_index(ids.is_null().to_numpy(zero_copy_only=False))
         problem = "token id null"
     elif pa.types.is_signed_integer(ids.type) and pc.min(ids).as_py() < 0:
-        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
+        bad = first_index(np.asarray(ids.to_numpy(zero_copy_only=False)) < 0)
         problem = f"token id {ids[bad].as_py()} is negative"
     elif pa.types.is_uint64(ids.type) and pc.max(ids).as_py() > np.iinfo(np.int64).max:
-        bad = _first(np.asarray(ids.to_numpy(zero_copy_only=False)) > np.iinfo(np.int64).max)
+        bad = first_index(np.asarray(ids.to_numpy(zero_copy_only=False)) > np.iinfo(np.int64).max)
         problem = f"token id {ids[bad].as_py()} is beyond int64"
     if bad is not None:
         row = int(np.searchsorted(offsets, bad, side="right")) - 1
@@ -130,13 +130,13 @@ def _check_ids(check: _Checker, column: str, ids: pa.Array, offsets: np.ndarray)
 
 
 def _mask(
-    check: _Checker, roles: Roles, table: pa.Table, offsets: np.ndarray, mask_values: pa.Array
+    check: Checker, roles: Roles, table: pa.Table, offsets: np.ndarray, mask_values: pa.Array
 ) -> np.ndarray:
     n = int(offsets[-1])
     if mask_values is not None:
         col = roles["action_mask"]
         if mask_values.null_count:
-            i = _first(mask_values.is_null().to_numpy(zero_copy_only=False))
+            i = first_index(mask_values.is_null().to_numpy(zero_copy_only=False))
             row = int(row_of(offsets)[i])
             check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
         if pa.types.is_boolean(mask_values.type):
@@ -145,7 +145,7 @@ def _mask(
         m: np.ndarray = mask_values.to_numpy(zero_copy_only=False)
         bad = (m != 0) & (m != 1)
         if bad.any():
-            i = _first(bad)
+            i = first_index(bad)
             row = int(row_of(offsets)[i])
             check.fail(
                 row,
@@ -159,18 +159,18 @@ def _mask(
     return _spans_mask(check, roles["spans"], table, offsets)
 
 
-def _spans_mask(check: _Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
+def _spans_mask(check: Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
     """The action mask from spans [start, end) of kind prompt | action | observation."""
     check.no_nulls(col, "spans list")
     spans, span_offsets = flat_list(table.column(col))
     rows = row_of(span_offsets)
-    start = _numeric(spans.field("start"), fill=-1).astype(np.int64)
-    end = _numeric(spans.field("end"), fill=-1).astype(np.int64)
+    start = numeric(spans.field("start"), fill=-1).astype(np.int64)
+    end = numeric(spans.field("end"), fill=-1).astype(np.int64)
     kind = spans.field("kind")
     n_tokens = lengths(offsets)[rows]
     bad = (start < 0) | (end < start) | (end > n_tokens)
     if bad.any():
-        i = _first(bad)
+        i = first_index(bad)
         check.fail(
             int(rows[i]),
             col,
@@ -179,7 +179,7 @@ def _spans_mask(check: _Checker, col: str, table: pa.Table, offsets: np.ndarray)
         )
     known = pc.is_in(kind, value_set=pa.array(SPAN_KINDS)).to_numpy(zero_copy_only=False)
     if not known.all():
-        i = _first(~known)
+        i = first_index(~known)
         check.fail(
             int(rows[i]),
             col,
@@ -190,7 +190,7 @@ def _spans_mask(check: _Checker, col: str, table: pa.Table, offsets: np.ndarray)
     s, e, r = start[order], end[order], rows[order]
     overlap = (r[1:] == r[:-1]) & (s[1:] < e[:-1])
     if overlap.any():
-        i = _first(overlap)
+        i = first_index(overlap)
         check.fail(
             int(r[i]),
             col,

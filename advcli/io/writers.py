@@ -32,13 +32,13 @@ from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.outputs import (
-    _create_empty,
-    _temporary_beside,
     atomic_path,
+    create_empty,
     glob_escape,
     is_jsonl_output,
     output_errors,
     publish,
+    temporary_beside,
 )
 
 METADATA_KEY = b"advcli"
@@ -385,8 +385,8 @@ class TableWriter:
             # A Ctrl-C waits until the file exists *and* its writer thread runs: the clean-up
             # then finds both (a thread still starting would create the file after it)
             with interrupt_deferred(), output_errors(self.out):
-                self._tmp = _temporary_beside(Path(self.out))
-                _create_empty(self._tmp)
+                self._tmp = temporary_beside(Path(self.out))
+                create_empty(self._tmp)
                 self._sink = PolarsSink(self._tmp, self.out, self.fmt, table.schema, self.metadata)
         self._sink.write(table)
 

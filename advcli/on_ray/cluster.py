@@ -193,7 +193,7 @@ def on_cluster(ray: Any, source: LogSource, batch_rows: int) -> ClusterLog:
     return staged(ray, source, batch_rows)
 
 
-def _cuts(log: ClusterLog, index: int, batch_rows: int) -> np.ndarray:
+def batch_cuts(log: ClusterLog, index: int, batch_rows: int) -> np.ndarray:
     """Where a unit of file ``index`` may begin: a row group's start rounded down to a whole
     batch (Parquet), a piece's start (staged)."""
     if isinstance(log, StagedSource):
@@ -236,7 +236,7 @@ def work_units(log: ClusterLog, batch_rows: int, wanted: int) -> list[Unit]:
     target = math.ceil(sum(counts) / wanted)  # rows a unit, ideally
     units = []
     for i, n in enumerate(counts):
-        starts = _cuts(log, i, batch_rows)
+        starts = batch_cuts(log, i, batch_rows)
         if not len(starts):  # a file without rows
             continue
         first = log.first_row(i)

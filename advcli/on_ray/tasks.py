@@ -34,7 +34,7 @@ from advcli.io.sources import LogSource, Sources
 from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.logs import BATCH_ROWS, Progress
 from advcli.methods import TokenPass
-from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, _cuts, ray_module, work_units
+from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ray_module, work_units
 from advcli.results import Verification
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
@@ -177,7 +177,7 @@ def annotated_on_ray(ray: Any) -> Callable[[Run], Iterator[Batch]]:
         workers = _cluster_workers(ray, "CPU")
         # Units of a row group (a piece) each, where the files allow: the rows this process
         # holds at once, a unit a worker ahead, stay a few row groups' worth.
-        groups = sum(len(_cuts(log, i, run.batch_rows)) for i in range(len(log.sources.files)))
+        groups = sum(len(batch_cuts(log, i, run.batch_rows)) for i in range(len(log.sources.files)))
         units = work_units(log, run.batch_rows, max(workers, groups))
         shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
         names = [u.name(log) for u in units]
