@@ -189,8 +189,10 @@ def _shared_params(
         "reward_columns": ",".join(options.reward_columns) if options.reward_columns else None,
         "reward_weights": weights or None,
     }
-    if preset is None or method is None:
+    if preset is None:  # a method's parameters alone: refused where the method takes none
         return shared
+    if method is None:  # nothing to run (report): they serve the framework's log alone
+        return {}
     return {name: value for name, value in shared.items() if methods.takes(method, name)}
 
 
@@ -269,15 +271,13 @@ def with_preset_options(
     return _injected(after, _PRESET_OPTIONS, gather, ("preset", "preset_options"))
 
 
-def _typer_type(hint: Any) -> Any:
-    """A field's type as typer reads it: ``Optional[X]`` for ``X | None`` (typer needs Optional
-    on Python 3.10); a list is always optional (None: none given)."""
-    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-    if typing.get_origin(hint) is list:
-        return Optional[hint]  # noqa: UP045
-    if len(args) == 1 and type(None) in typing.get_args(hint):
-        return Optional[args[0]]  # noqa: UP045
-    return hint
+def _typer_type(hint: Any, optional: bool) -> Any:
+    """A field's type as typer reads it: ``Optional[X]`` for ``X | None`` or an option whose
+    default is None (typer needs Optional on Python 3.10), else ``X``."""
+    if type(None) in typing.get_args(hint):
+        (hint,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+        optional = True
+    return Optional[hint] if optional else hint  # noqa: UP045
 
 
 def _field_options(cls: type, prefix: str) -> list[tuple[str, dataclasses.Field[Any]]]:
@@ -307,22 +307,22 @@ def with_options(
         decls = (shown.flag,) if shown.flag else ("--" + f.name.replace("_", "-"),)
         option = typer.Option(*decls, help=shown.help, rich_help_panel=shown.panel,
                               min=shown.min, max=shown.max)  # fmt: skip
-        kind = _typer_type(Optional[hint] if default is None else hint)  # noqa: UP045
+        kind = _typer_type(hint, optional=default is None)
         options.append(
             inspect.Parameter(
                 keyword,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
                 default=default,
                 annotation=Annotated[kind, option],
-            )  # fmt: skip
+            )
         )
 
     def gather(values: dict[str, Any]) -> dict[str, Any]:
         given = {f.name: values[keyword] for keyword, f in fields}
         if absent_without is not None and given[absent_without] is None:
             return {name: None}
-        for f in dataclasses.fields(cls):  # a list option given no value: the field's default
-            if given.get(f.name, 0) is None and f.default_factory is not dataclasses.MISSING:
+        for _, f in fields:  # a list option given no value: the field's own default
+            if given[f.name] is None and f.default_factory is not dataclasses.MISSING:
                 given[f.name] = f.default_factory()
         return {name: cls(**given)}
 

@@ -29,7 +29,7 @@ class CriticOptions:
             "The ONNX critic: it scores the values (annotate: not the log's).",
             flag="--critic",
             panel=PANEL,
-        )  # fmt: skip
+        )
     )
     device: str = field(
         default="auto", metadata=option("auto (CUDA when it works), cuda or cpu.", panel=PANEL)
@@ -46,7 +46,7 @@ class CriticOptions:
             "The value of token t is the output at t-1 (causal heads).",
             flag="--shift/--no-shift",
             panel=PANEL,
-        ),  # fmt: skip
+        ),
     )
     max_len: int | None = field(
         default=None,
@@ -60,7 +60,7 @@ class CriticOptions:
             "A longer row: error, or left (score its last --max-len tokens).",
             flag="--max-len-truncate",
             panel=PANEL,
-        ),  # fmt: skip
+        ),
     )
     input_name: str | None = field(
         default=None, metadata=option("The model's token-id input.", panel=PANEL)

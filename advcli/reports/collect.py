@@ -53,7 +53,7 @@ class ReportOptions:
             "A group is a near-tie when its reward std is below this (default: "
             "0.05 x the log's reward range).",
             min=0.0,
-        ),  # fmt: skip
+        ),
     )
     sample_groups: int = field(
         default=20_000,
@@ -65,13 +65,13 @@ class ReportOptions:
             "Groups whose rollouts and tokens the page holds (the worst always).",
             min=0,
             panel=PANEL,
-        ),  # fmt: skip
+        ),
     )
     token_budget: int = field(
         default=200_000,
         metadata=option(
             "Tokens the page holds in all, shared by those rollouts.", min=0, panel=PANEL
-        ),  # fmt: skip
+        ),
     )
     seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
     bins: int = 40  # of each histogram

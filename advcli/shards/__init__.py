@@ -33,7 +33,7 @@ from advcli.engine import Batch, Measure, Run
 from advcli.errors import DataError, UsageError
 from advcli.io.outputs import check_output_folder, output_folder
 from advcli.io.sources import LogSource, expand_inputs
-from advcli.logs import BATCH_ROWS, Stage, check_engine, no_stage
+from advcli.logs import BATCH_ROWS, Inputs, Stage, check_engine, input_paths, no_stage
 from advcli.presets import PresetOptions
 from advcli.results import ShardResult
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
@@ -115,7 +115,7 @@ def write_shards(
 
 
 def shard(
-    inputs: str | os.PathLike[str] | list[str],
+    inputs: Inputs,
     out: str | os.PathLike[str],
     opts: ShardOptions | None = None,
     *,
@@ -142,7 +142,7 @@ def shard(
     """
     started = time.perf_counter()
     opts = opts or ShardOptions()
-    paths = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    paths = input_paths(inputs)
     out = os.fspath(out)
     check_options(opts)
     params = None

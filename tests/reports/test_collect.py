@@ -207,6 +207,23 @@ def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
     )
 
 
+def test_a_framework_logs_options_serve_the_log_without_a_method(tmp_path):
+    """--reward-columns reads TRL's reward with --from trl and no --method; without --from it
+    is gdpo's parameter, and a page without a method has none to give it to."""
+    dump = fw.trl(tmp_path / "out", fw.rollouts(steps=2))
+    columns = ["--reward-columns", "accuracy_reward,format_reward"]
+    _, data = report(str(dump), tmp_path / "r.html", "--from", "trl", "--group-size", "4",
+                     *columns)  # fmt: skip
+    assert list(data["distributions"]["components"]) == ["accuracy_reward", "format_reward"]
+    log = write_jsonl(tmp_path / "log.jsonl", [rollout("a", 1.0), rollout("a", 0.0)])
+    proc = run("report", log, "--out", str(tmp_path / "p.html"), *columns)
+    assert proc.returncode == 2 and not (tmp_path / "p.html").exists()
+    assert proc.stderr.decode() == (
+        "advcli: error: --reward-columns is a method's parameter: add --method "
+        "(e.g. --method grpo)\n"
+    )
+
+
 def test_reward_components_of_a_trl_log(tmp_path):
     dump = fw.trl(tmp_path / "out", fw.rollouts(steps=2))  # 24 completions, one NaN per step
     _, data = report(str(dump), tmp_path / "r.html", "--from", "trl", "--method", "grpo",
