@@ -12,6 +12,8 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
     advcli.verify("shards/")
+    with advcli.reporting(reporter):            # progress to an advcli.Reporter of yours
+        advcli.annotate("logs/", "grpo.parquet", method="grpo")
 
 Each returns a typed result (``AnnotateResult``, ``ScoreResult``, ...; ``audit`` an ``Audit``):
 read its fields (``summary.rows_written``), or ``as_dict()`` for what ``--json`` prints.
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
         CheckResult,
         CriticOptions,
         Description,
+        Reporter,
         ReportOptions,
         ReportResult,
         ScoreResult,
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
         check,
         describe,
         report,
+        reporting,
         score,
         shard,
         verify,
@@ -60,6 +64,7 @@ __all__ = [
     "Description",
     "ReportOptions",
     "ReportResult",
+    "Reporter",
     "ScoreResult",
     "ShardOptions",
     "ShardResult",
@@ -71,6 +76,7 @@ __all__ = [
     "check",
     "describe",
     "report",
+    "reporting",
     "score",
     "shard",
     "verify",

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from advcli import progress
 from advcli.core import group as G
 from advcli.core.audit import AuditReport
 from advcli.core.audit import audit as audit_groups
@@ -31,7 +32,7 @@ from advcli.io.sources import (
     prefetch,
 )
 from advcli.io.tokens import extract_tokens, token_columns
-from advcli.logs import BATCH_ROWS, Log, Progress, group_warnings
+from advcli.logs import BATCH_ROWS, Log, group_warnings
 
 
 class CountTokens(Protocol):
@@ -59,7 +60,6 @@ def token_counts(
     values: bool = False,
     ids: bool = True,
     within: int | None = None,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> TokenCounts:
     """Token and action counts of every row, from one validating pass over the token columns
@@ -83,8 +83,7 @@ def token_counts(
         cut = ends if within is None else np.minimum(ends, starts + within)
         actions_within[at] = before[cut] - before[starts]
         done += int(tok.offsets[-1])
-        if progress:
-            progress(at.stop, done)
+        progress.advance(at.stop, done)
     return TokenCounts(tokens, actions, actions_within)
 
 
@@ -126,7 +125,6 @@ def audit_log(
     *,
     tol: float = G.ZERO_VARIANCE_TOL,
     near_tie: float | None = None,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
     count: CountTokens | None = None,
 ) -> Audit:
@@ -148,7 +146,7 @@ def audit_log(
         if count is not None:
             counts = count(source, roles)
         else:
-            counts = token_counts(source, roles, progress=progress, batch_rows=batch_rows)
+            counts = token_counts(source, roles, batch_rows=batch_rows)
         action_tokens = np.bincount(
             rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
         )

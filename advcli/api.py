@@ -19,7 +19,6 @@ default, and one the method does not take is refused. Errors are
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -29,34 +28,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from advcli import methods, presets
+from advcli import jobs, methods, progress
 from advcli._version import __version__
 from advcli.accounting import Audit, audit_log
 from advcli.commands.check import check
 from advcli.commands.describe import describe
 from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
-from advcli.engine import Run, Scorer, Summary, plan_run
+from advcli.engine import Run, Scorer, Summary
 from advcli.errors import UsageError
-from advcli.io.file_sources import ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
-from advcli.io.sources import Sources, TableSource, expand_inputs
+from advcli.io.sources import Sources, TableSource
 from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
 from advcli.logs import (
     BATCH_ROWS,
     Inputs,
     Log,
-    Progress,
-    Stage,
-    check_engine,
     input_paths,
-    no_stage,
-    open_log,
 )
-from advcli.params import Params
 from advcli.presets import PresetOptions
+from advcli.progress import Reporter, reporting
 from advcli.reports import ReportOptions, collect
 from advcli.results import (
     AnnotateResult,
@@ -78,6 +71,7 @@ __all__ = [
     "Description",
     "ReportOptions",
     "ReportResult",
+    "Reporter",
     "ScoreResult",
     "ShardOptions",
     "ShardResult",
@@ -88,6 +82,7 @@ __all__ = [
     "check",
     "describe",
     "report",
+    "reporting",
     "score",
     "shard",
     "verify",
@@ -106,11 +101,6 @@ def check_nonfinite(nonfinite: str) -> None:
         raise UsageError(msg)
 
 
-def input_files(paths: list[str], preset: str | None) -> list[str]:
-    """The files ``paths`` name (folders and globs expanded), as the log will read them."""
-    return presets.get(preset).files(paths) if preset else expand_inputs(paths)
-
-
 def annotate(
     inputs: Inputs,
     out: str | os.PathLike[str],
@@ -126,8 +116,6 @@ def annotate(
     preset_options: PresetOptions | None = None,
     engine: str = "local",
     ray_address: str | None = None,
-    stage: Stage = no_stage,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
 ) -> AnnotateResult:
@@ -143,31 +131,28 @@ def annotate(
     """
     started = time.perf_counter()
     out = os.fspath(out)
-    p = methods.resolve(method, presets.convention_for(convention, preset), **params)
-    paths = input_paths(inputs)
-    check_engine(engine)
-    if critic is not None and not methods.get(method).reads_values:
+    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+                   method=method, convention=convention, params=params, engine=engine,
+                   ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
+    assert job.method is not None
+    if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
         msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
         raise UsageError(msg)
-    if engine == "ray":
-        read_as = _ReadAs(col, preset, preset_options)
-        return _annotate_on_ray(paths, out, p, read_as, fmt=fmt, force=force, critic=critic,
-                                address=ray_address, stage=stage, progress=progress,
-                                batch_rows=batch_rows, started=started)  # fmt: skip
+    if job.ray is not None:
+        return _annotate_on_ray(job, out, fmt=fmt, force=force, critic=critic, started=started)
     fmt = output_format(out, fmt)
     check_nonfinite(nonfinite)
-    check_output(out, input_files(paths, preset), force=force)
-    log = open_log(paths, col, preset=preset, options=preset_options)
-    scorer = _critic_scorer(log, critic, CriticScorer)
-    run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows)
+    check_output(out, job.files, force=force)
+    log = job.open()
+    run = job.plan(log, _critic_scorer(log, critic, CriticScorer))
     _warn_rescored(run)
     summary = Summary()
-    with stage("annotating"):
+    with progress.stage("annotating"):
         batches = summary.counted(run.annotated())
         written = write_batches(
-            out, fmt, run.metadata(), batches, force=force, progress=progress,
-            nonfinite=nonfinite, passed_through=_passed_through(log),
+            out, fmt, run.metadata(), batches, force=force, nonfinite=nonfinite,
+            passed_through=_passed_through(log),
         )  # fmt: skip
     return summary.result(
         run, written.rows, written.tokens, nonfinite_nulls=written.nulled or None, output=out,
@@ -193,61 +178,26 @@ def _warn_rescored(run: Run) -> None:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class _ReadAs:
-    """How to read a log: ``--col``, ``--from`` and its options."""
-
-    col: list[str] | None = None
-    preset: str | None = None
-    options: PresetOptions | None = None
-
-    def open(self, paths: list[str]) -> Log:
-        return open_log(paths, self.col, preset=self.preset, options=self.options)
-
-
-def _open_on_ray(
-    paths: list[str], read_as: _ReadAs, address: str | None, stage: Stage, batch_rows: int
-) -> tuple[Any, Log]:
-    """The cluster, and the log as its tasks read it (a log that is not Parquet files is
-    read into Ray's object store first)."""
-    from advcli.on_ray import cluster as on_ray
-
-    log = read_as.open(paths)
-    ray = on_ray.connect(address)
-    if not isinstance(log.source, ParquetSource):
-        with stage("reading the log into Ray's object store"):
-            log.source = on_ray.on_cluster(ray, log.source, batch_rows)
-    return ray, log
-
-
 def _annotate_on_ray(
-    paths: list[str],
+    job: jobs.Job,
     out: str,
-    p: Params,
-    read_as: _ReadAs,
     *,
     fmt: str | None,
     force: bool,
     critic: CriticOptions | None,
-    address: str | None,
-    stage: Stage,
-    progress: Progress | None,
-    batch_rows: int,
     started: float,
 ) -> AnnotateResult:
     """``annotate --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli.on_ray import tasks as on_ray
 
-    _check_parts_output(out, fmt, input_files(paths, read_as.preset), force=force)
-    ray, log = _open_on_ray(paths, read_as, address, stage, batch_rows)
-    scorer = _critic_scorer(log, critic, lambda *args: on_ray.WorkerCritic(ray, *args))
-    run = plan_run(log, p, scorer=scorer, stage=stage, batch_rows=batch_rows,
-                   measure=on_ray.measured_on_ray(ray))  # fmt: skip
+    assert job.ray is not None
+    _check_parts_output(out, fmt, job.files, force=force)
+    log = job.open()
+    ray = job.ray.ray
+    run = job.plan(log, _critic_scorer(log, critic, lambda *args: on_ray.WorkerCritic(ray, *args)))
     _warn_rescored(run)
-    with stage("annotating on Ray"):
-        parts, rows, tokens, summary = on_ray.write_parts(
-            ray, run, out, force=force, progress=progress
-        )
+    with progress.stage("annotating on Ray"):
+        parts, rows, tokens, summary = on_ray.write_parts(ray, run, out, force=force)
     return summary.result(
         run, rows, tokens, output=out, engine="ray", parts=parts,
         seconds=round(time.perf_counter() - started, 3),
@@ -274,11 +224,10 @@ def annotate_table(
     """``annotate`` on a table in memory: the table with the method's columns, its rows in
     order (less any the method drops); the run's metadata is the schema's ``advcli`` key.
     Errors name rows of ``<table>``."""
-    p = methods.resolve(method, convention, **params)
-    mapping = parse_col_mapping(col)
-    roles = resolve_roles(table.schema, mapping, "<table>")
+    job = jobs.job([], method=method, convention=convention, params=params)
+    roles = resolve_roles(table.schema, parse_col_mapping(col), "<table>")
     source = TableSource(table, Sources(files=["<table>"], row_counts=[table.num_rows]))
-    run = plan_run(Log(source, roles), p)
+    run = job.plan(Log(source, roles))
     tables = [batch.table for batch in run.annotated()]
     annotated = pa.concat_tables(tables) if tables else table.slice(0, 0)
     metadata = {METADATA_KEY: json.dumps(run.metadata(), sort_keys=True)}
@@ -295,24 +244,15 @@ def audit(
     preset_options: PresetOptions | None = None,
     engine: str = "local",
     ray_address: str | None = None,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Audit:
     """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
     (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
     the log's reward range); ``engine="ray"`` counts each file's tokens on a Ray cluster."""
-    check_engine(engine)
-    read_as = _ReadAs(col, preset, preset_options)
-    count = None
-    if engine == "ray":
-        from advcli.on_ray import tasks as on_ray
-
-        ray, log = _open_on_ray(input_paths(inputs), read_as, ray_address, no_stage, batch_rows)
-        count = on_ray.counted_on_ray(ray, batch_rows)
-    else:
-        log = read_as.open(input_paths(inputs))
-    return audit_log(log, tol=tol, near_tie=near_tie, progress=progress, batch_rows=batch_rows,
-                     count=count)  # fmt: skip
+    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+                   engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
+    return audit_log(job.open(), tol=tol, near_tie=near_tie, batch_rows=batch_rows,
+                     count=job.ray.count if job.ray is not None else None)  # fmt: skip
 
 
 def report(
@@ -326,8 +266,6 @@ def report(
     options: ReportOptions | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
-    stage: Stage = no_stage,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
 ) -> ReportResult:
@@ -339,28 +277,21 @@ def report(
     out = os.fspath(out)
     options = options or ReportOptions()
     page.bokeh()  # the extra is missing: say so before reading anything
-    conv = presets.convention_for(convention, preset)
-    if method is None and (given := [name for name, v in params.items() if v is not None]):
-        flag = methods.PARAMETERS[given[0]].flag if given[0] in methods.PARAMETERS else given[0]
-        raise UsageError(f"{flag} is a method's parameter: add --method (e.g. --method grpo)")
-    p = methods.resolve(method, conv, **params) if method is not None else None
-    paths = input_paths(inputs)
-    check_output(out, input_files(paths, preset), force=force)
-    log = open_log(paths, col, preset=preset, options=preset_options)
-    run = plan_run(log, p, stage=stage, batch_rows=batch_rows) if p is not None else None
+    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+                   method=method, convention=convention, params=params,
+                   batch_rows=batch_rows)  # fmt: skip
+    check_output(out, job.files, force=force)
+    log = job.open()
+    run = job.plan(log) if job.method is not None else None
+    p = job.params
     if p is not None and "reward_columns" in p and p.reward_columns:
         components = [c.strip() for c in p.reward_columns.split(",")]
-    elif preset is not None:
-        components = presets.get(preset).reward_components(
-            log.source.schema, preset_options or PresetOptions()
-        )
+    elif job.reading.preset is not None:
+        components = job.reading.preset.reward_components(log.source.schema, job.reading.options)
     else:
         components = []
-    payload = collect(
-        log, options, run=run, reward_components=components, stage=stage,
-        progress=progress, batch_rows=batch_rows,
-    )  # fmt: skip
-    with stage("writing the page"):
+    payload = collect(log, options, run=run, reward_components=components, batch_rows=batch_rows)
+    with progress.stage("writing the page"):
         html = page.render(payload, f"advcli report: {', '.join(payload['files'])}").encode()
         with atomic_path(out, force=force) as tmp:
             tmp.write_bytes(html)
@@ -389,7 +320,6 @@ def score(
     nonfinite: str = "error",
     engine: str = "local",
     ray_address: str | None = None,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> ScoreResult:
     """``advcli score``: add (or replace) a ``values`` column computed by the critic
@@ -398,23 +328,21 @@ def score(
     started = time.perf_counter()
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
-    paths = input_paths(inputs)
-    check_engine(engine)
-    if engine == "ray":
-        return _score_on_ray(paths, out, opts, col=col, fmt=fmt, force=force,
-                             address=ray_address, progress=progress, batch_rows=batch_rows,
-                             started=started)  # fmt: skip
+    job = jobs.job(input_paths(inputs), col=col, engine=engine, ray_address=ray_address,
+                   batch_rows=batch_rows)  # fmt: skip
+    if job.ray is not None:
+        return _score_on_ray(job, out, opts, fmt=fmt, force=force, started=started)
     fmt = output_format(out, fmt)
     check_nonfinite(nonfinite)
-    check_output(out, input_files(paths, None), force=force)
-    log = open_log(paths, col)
+    check_output(out, job.files, force=force)
+    log = job.open()
     source, roles = log.source, log.roles
     log.require({"input_ids"}, what="score")
     scorer = CriticScorer(opts, source.sources, roles)
     batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
     metadata = _score_metadata(scorer.metadata, source.sources.files)
     written = write_batches(
-        out, fmt, metadata, batches, force=force, progress=progress, nonfinite=nonfinite,
+        out, fmt, metadata, batches, force=force, nonfinite=nonfinite,
         passed_through=_passed_through(log),
     )  # fmt: skip
     return ScoreResult(
@@ -434,32 +362,29 @@ def _score_metadata(critic: dict[str, Any], files: list[str]) -> dict[str, Any]:
 
 
 def _score_on_ray(
-    paths: list[str],
+    job: jobs.Job,
     out: str,
     opts: CriticOptions,
     *,
-    col: list[str] | None,
     fmt: str | None,
     force: bool,
-    address: str | None,
-    progress: Progress | None,
-    batch_rows: int,
     started: float,
 ) -> ScoreResult:
     """``score --engine ray``: ``out`` is a folder of parts (see :mod:`advcli.on_ray`)."""
     from advcli.on_ray import tasks as on_ray
 
+    assert job.ray is not None
     if not Path(opts.path).is_file():
         raise UsageError(f"{opts.path}: no such critic file")
-    _check_parts_output(out, fmt, expand_inputs(paths), force=force)
-    ray, log = _open_on_ray(paths, _ReadAs(col), address, no_stage, batch_rows)
+    _check_parts_output(out, fmt, job.files, force=force)
+    log = job.open()
     log.require({"input_ids"}, what="score")
-    job = on_ray.ScoreJob(
+    score_job = on_ray.ScoreJob(
         log=on_ray.cluster_log(log.source), roles=log.roles, critic=opts,
-        column=log.roles["values"] or "values", batch_rows=batch_rows,
+        column=log.roles["values"] or "values", batch_rows=job.batch_rows,
         metadata=_score_metadata({}, log.sources.files),
     )  # fmt: skip
-    scored = on_ray.score_parts(ray, job, out, force=force, progress=progress)
+    scored = on_ray.score_parts(job.ray.ray, score_job, out, force=force)
     seconds = round(time.perf_counter() - started, 3)
     return ScoreResult(**scored, output=out, engine="ray", seconds=seconds)
 

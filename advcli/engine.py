@@ -26,7 +26,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from advcli import methods, reproduce
+from advcli import methods, progress, reproduce
 from advcli._version import __version__
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
@@ -51,7 +51,7 @@ from advcli.io.sources import (
     prefetch,
 )
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
-from advcli.logs import BATCH_ROWS, Log, Stage, group_warnings, no_stage
+from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
 from advcli.results import AnnotateResult
@@ -373,21 +373,21 @@ def _check_scored(tokens: Tokens, row0: int) -> None:
 
 def plan_run(
     log: Log,
+    method: Method[Any],
     params: Params,
     *,
     scorer: Scorer | None = None,
-    stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     measure: Measure | None = None,
 ) -> Run:
-    """Validate the log's per-row columns and plan the method (running the passes it needs).
+    """Validate the log's per-row columns and plan ``method`` with ``params`` (running the
+    passes it needs).
 
     ``scorer`` gives the values when the log has none (a critic); ``measure`` runs the token
     passes elsewhere (default: here, :func:`measured_here`).
     """
     measure = measure or measured_here
     source, roles = log.source, log.roles
-    method = methods.get(params.method)
     needs = method.needs(params) - ({"values"} if scorer is not None else set())
     log.require(needs, what=method.reading_tokens(params), without_tokens=methods.without_tokens())
     named = method.named_columns(params)
@@ -396,7 +396,7 @@ def plan_run(
             msg = f"{log.files}: no column '{name}' (named by {method.name}'s options)"
             raise UsageError(f"{msg}. {columns_found(source.schema.names)}")
     source.keep_parsed()  # the final pass reads every column again
-    with stage("reading per-row columns"):
+    with progress.stage("reading per-row columns"):
         steps = method.reads_steps
         table = source.columns(row_columns(roles, steps=steps, named=named))
         rows = extract_rows(table, roles, source.sources, steps=steps, named=named)
@@ -404,14 +404,14 @@ def plan_run(
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
     with located(source.sources, roles):
         if wanted := method.row_sums(params):
-            with stage("summing tokens per row"):
+            with progress.stage("summing tokens per row"):
                 rows.sums = run.row_sums(wanted)
         run.plan = method.plan(rows, params)
         passes = method.passes(rows, params)
         if scorer is not None and method.reads_values and any(p.reads_values for p in passes):
             run.scorer = ValueCache(scorer)  # several passes read the values: score them once
         for token_pass in passes:
-            with stage(token_pass.title):
+            with progress.stage(token_pass.title):
                 for row0, measured in measure(run, token_pass):
                     token_pass.add(run.plan, row0, measured)
                 run.plan = token_pass.finish(run.plan)

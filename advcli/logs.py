@@ -1,6 +1,6 @@
 """Opening a log: the files read as one log (as advcli writes it, or as a framework did with
-``--from``), the column that plays each role, and the warnings about it; the batch size and the
-progress callbacks of every pass over it.
+``--from``), the column that plays each role, and the warnings about it; the batch size of
+every pass over it.
 
 A log that looks like a framework's dump but is read without ``--from`` opens, with a warning
 naming the preset; a column it lacks is then an error that says to use ``--from``.
@@ -8,13 +8,11 @@ naming the preset; a column it lacks is then an error that says to use ``--from`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +23,6 @@ from advcli.errors import (
     AdvcliError,
     DataError,
     SchemaError,
-    UsageError,
 )
 from advcli.io import jsonl
 from advcli.io.file_sources import open_source
@@ -46,18 +43,6 @@ from advcli.io.sources import (
 from advcli.io.writers import read_metadata
 
 BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
-
-
-Stage = Callable[[str], contextlib.AbstractContextManager[Any]]
-"""``stage(name)``: a context naming the work that runs inside it (the progress line)."""
-
-
-Progress = Callable[[int, int], None]
-"""``progress(rows done, tokens done)``: called after every batch of the pass that writes."""
-
-
-def no_stage(_name: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 @dataclass
@@ -109,14 +94,14 @@ def open_log(
     inputs: list[str],
     col: list[str] | None = None,
     *,
-    preset: str | None = None,
+    preset: presets.Preset | None = None,
     options: presets.PresetOptions | None = None,
 ) -> Log:
     """A log to read in passes (as ``preset``'s framework wrote it, if given), and the column
     that plays each role (``--col ROLE=COLUMN``)."""
     mapping = parse_col_mapping(col)
     if preset is not None:
-        chosen = presets.get(preset)
+        chosen = preset
 
         def open_with(given: presets.PresetOptions) -> Log:
             converted = presets.PresetSource(chosen, inputs, given)
@@ -216,15 +201,6 @@ def group_warnings(rows: Rows, roles: Roles) -> list[str]:
             "prompt per group"
         ]
     return []
-
-
-ENGINES = ("local", "ray")
-
-
-def check_engine(engine: str) -> None:
-    """``--engine``: one of :data:`ENGINES`."""
-    if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
 
 
 Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]

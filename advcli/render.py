@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,8 +20,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from advcli import progress
 from advcli.core.audit import AuditReport
-from advcli.io.sources import metered
+from advcli.progress import Reporter
 
 stderr = Console(stderr=True)
 stdout = Console()
@@ -42,21 +42,19 @@ def _fmt(x: object) -> str:
     return str(x)
 
 
-class Activity:
+class Activity(Reporter):
     """One live line on stderr for long work: the stage, a bar with the share done and the time
     left (where the pass knows its total), rows read, tokens/s and the time elapsed.
 
-    ``activity.stage(name)`` is a context manager naming what runs. Every pass over a log
-    reports through :func:`advcli.io.sources.metered` while the activity is open;
-    ``activity.progress`` is the ``(rows, tokens)`` callback of the pass that writes, for the
-    tokens/s. Silent when quiet or when stderr is not a terminal.
+    While it is open it is the reporter of :mod:`advcli.progress`: every pass reports to it,
+    whichever code drives the pass. Silent when quiet or when stderr is not a terminal.
     """
 
     def __init__(self, quiet: bool):
         self.enabled = not quiet and stderr.is_terminal
         self._bar: Progress | None = None
         self._task = TaskID(0)
-        self._metering = contextlib.ExitStack()
+        self._reporting = contextlib.ExitStack()
         self._started = time.perf_counter()
 
     def __enter__(self) -> Activity:
@@ -75,29 +73,26 @@ class Activity:
             )
             self._bar.__enter__()
             self._task = self._bar.add_task("starting", total=None, rows=0, rate="")
-            self._metering.enter_context(metered(self.meter))
+            self._reporting.enter_context(progress.reporting(self))
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._metering.close()
+        self._reporting.close()
         if self._bar is not None:
             self._bar.__exit__(*exc_info)
             self._bar = None
 
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str) -> None:
         if self._bar is not None:
             self._bar.reset(self._task, description=name, total=None, rows=0, rate="")
             self._started = time.perf_counter()
-        yield
 
-    def meter(self, rows: int, share: float | None) -> None:
-        """A pass has read ``rows``, ``share`` of it (None: its total is not known)."""
+    def read(self, rows: int, share: float | None) -> None:
         if self._bar is not None:
             total = None if share is None else 1.0
             self._bar.update(self._task, total=total, completed=share or 0.0, rows=rows)
 
-    def progress(self, rows: int, tokens: int) -> None:
+    def advance(self, rows: int, tokens: int) -> None:
         if self._bar is not None:
             seconds = max(time.perf_counter() - self._started, 1e-9)
             self._bar.update(self._task, rows=rows, rate=f"{tokens / seconds:,.0f} tokens/s")

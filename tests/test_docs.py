@@ -14,7 +14,14 @@ PACKAGE = ROOT / "advcli"
 
 # Layers, lowest first: a module imports from its own layer's component or from lower layers.
 LAYERS = [
-    ("advcli.errors", "advcli.core", "advcli._malloc", "advcli._version", "advcli.results"),
+    (
+        "advcli.errors",
+        "advcli.core",
+        "advcli._malloc",
+        "advcli._version",
+        "advcli.results",
+        "advcli.progress",
+    ),
     ("advcli.versions",),
     ("advcli.io", "advcli.params"),
     ("advcli.methods", "advcli.critic", "advcli.presets"),
@@ -22,6 +29,7 @@ LAYERS = [
     ("advcli.logs",),
     ("advcli.engine", "advcli.accounting"),
     ("advcli.on_ray",),
+    ("advcli.jobs",),
     ("advcli.shards", "advcli.reports", "advcli.commands"),
     ("advcli.api", "advcli.render"),
     ("advcli.cli",),

@@ -139,14 +139,19 @@ def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
     """Both stream the token columns in batches, reporting rows and tokens as they go."""
     paths = [str(p) for p in segmented_log(tmp_path)]
     seen = []
-    info = advcli.describe(
-        paths, progress=lambda rows, tokens: seen.append((rows, tokens)), batch_rows=16
-    )
+
+    class Seen(advcli.Reporter):
+        def advance(self, rows, tokens):
+            seen.append((rows, tokens))
+
+    with advcli.reporting(Seen()):
+        info = advcli.describe(paths, batch_rows=16)
     assert len(seen) > 2 and seen == sorted(seen)
     assert seen[-1] == (info.rows, info.tokens)
     seen.clear()
-    advcli.audit(paths, progress=lambda rows, tokens: seen.append(rows), batch_rows=16)
-    assert seen[-1] == info.rows and len(seen) > 2
+    with advcli.reporting(Seen()):
+        advcli.audit(paths, batch_rows=16)
+    assert seen[-1][0] == info.rows and len(seen) > 2
 
 
 def test_group_key_warnings(tmp_path):

@@ -903,7 +903,6 @@ def _passes(calls: list[tuple[int, float | None]]) -> list[list[tuple[int, float
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
 def test_every_pass_reports_its_progress(tmp_path, suffix):
     import advcli
-    from advcli.io.sources import metered
 
     rows = group_log(30, 4)
     paths = []
@@ -917,7 +916,12 @@ def test_every_pass_reports_its_progress(tmp_path, suffix):
             path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
         paths.append(str(path))
     calls: list[tuple[int, float | None]] = []
-    with metered(lambda rows, share: calls.append((rows, share))):
+
+    class Reads(advcli.Reporter):
+        def read(self, rows, share):
+            calls.append((rows, share))
+
+    with advcli.reporting(Reads()):
         advcli.annotate(paths, tmp_path / "o.parquet", method="gae", convention="verl",
                         batch_rows=50)  # fmt: skip
     passes = _passes(calls)

@@ -200,7 +200,6 @@ def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, wh
     no output mixing the two versions. A Parquet log is read from disk at every pass: one
     line instead. A JSONL log's later passes read what its first pass parsed (kept in a
     temporary file): the output is the first version's, whole."""
-    import contextlib
 
     import advcli
     from advcli.errors import DataError
@@ -214,25 +213,24 @@ def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, wh
         writer(tmp_path / f"new{suffix}", other)
         os.replace(tmp_path / f"new{suffix}", path)
 
-    @contextlib.contextmanager
-    def stage(name: str):
-        if name == "annotating" and when == "between passes":
-            rewrite()
-        yield
+    class Rewrite(advcli.Reporter):
+        def stage(self, name: str) -> None:
+            if name == "annotating" and when == "between passes":
+                rewrite()
 
-    def progress(rows_done: int, _tokens: int) -> None:
-        if when == "during the last pass" and rows_done:
-            rewrite()
+        def advance(self, rows: int, tokens: int) -> None:
+            if when == "during the last pass" and rows:
+                rewrite()
 
     out = tmp_path / "o.parquet"
     if suffix == ".jsonl":
-        advcli.annotate([str(path)], str(out), method="grpo", stage=stage, progress=progress,
-                        batch_rows=2)  # fmt: skip
+        with advcli.reporting(Rewrite()):
+            advcli.annotate([str(path)], str(out), method="grpo", batch_rows=2)
         assert pq.read_table(out).column("reward").to_pylist() == [r["reward"] for r in rows]
         return
-    with pytest.raises(DataError, match="changed while advcli read it"):
-        advcli.annotate([str(path)], str(out), method="grpo", stage=stage, progress=progress,
-                        batch_rows=2)  # fmt: skip
+    refused = pytest.raises(DataError, match="changed while advcli read it")
+    with refused, advcli.reporting(Rewrite()):
+        advcli.annotate([str(path)], str(out), method="grpo", batch_rows=2)
     assert not out.exists()
 
 

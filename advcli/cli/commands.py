@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
-from advcli import api, methods, render
+from advcli import api, methods, progress, render
 from advcli._version import __version__
 from advcli.cli.options import (
     _CONVENTIONS,
@@ -90,10 +90,9 @@ def schema(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+    with render.Activity(quiet=False), progress.stage("reading the log"):
         info = api.describe(
             inputs, col=col, preset=preset, preset_options=preset_options,
-            progress=activity.progress,
         )  # fmt: skip
     if as_json:
         _print_json(info.as_dict())
@@ -128,7 +127,7 @@ def annotate(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
-    with render.Activity(quiet) as activity:
+    with render.Activity(quiet):
         result = api.annotate(
             inputs,
             out,
@@ -138,8 +137,6 @@ def annotate(
             fmt=fmt,
             force=force,
             nonfinite=nonfinite,
-            stage=activity.stage,
-            progress=activity.progress,
             critic=critic,
             preset=preset,
             preset_options=preset_options,
@@ -179,10 +176,10 @@ def check(
             "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
         )
         raise UsageError(msg)
-    with render.Activity(quiet=False) as activity:
+    with render.Activity(quiet=False):
         result = api.check(
             inputs, preset=preset, preset_options=preset_options, method=method,
-            convention=convention, tol=tol, col=col, stage=activity.stage, **(params or {}),
+            convention=convention, tol=tol, col=col, **(params or {}),
             **_shared_params(method or "grpo", preset, preset_options),
         )  # fmt: skip
     if as_json:
@@ -217,10 +214,10 @@ def score(
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
     assert critic is not None  # --critic is required
-    with render.Activity(quiet) as activity, activity.stage("scoring"):
+    with render.Activity(quiet), progress.stage("scoring"):
         result = api.score(
             inputs, out, critic, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
-            engine=engine, ray_address=ray_address, progress=activity.progress,
+            engine=engine, ray_address=ray_address,
         )  # fmt: skip
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
 
@@ -257,11 +254,11 @@ def audit(
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
-    with render.Activity(quiet=False) as activity, activity.stage("reading the log"):
+    with render.Activity(quiet=False), progress.stage("reading the log"):
         found = api.audit(
             inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
             engine=engine, ray_address=ray_address,
-            preset_options=preset_options, progress=activity.progress,
+            preset_options=preset_options,
         )  # fmt: skip
     report = found.report
     if list_ and as_json:
@@ -316,11 +313,11 @@ def report(
     if method is None or not methods.takes(method, "zero_variance_tol"):
         params.pop("zero_variance_tol", None)
     method_params = {**params, **_shared_params(method, preset, preset_options)}
-    with render.Activity(quiet) as activity:
+    with render.Activity(quiet):
         result = api.report(
             inputs, out, method=method, convention=convention, col=col, force=force,
             options=options, preset=preset, preset_options=preset_options,
-            stage=activity.stage, progress=activity.progress, **method_params,
+            **method_params,
         )  # fmt: skip
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
 
@@ -358,7 +355,7 @@ def shard(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
-    with render.Activity(quiet) as activity:
+    with render.Activity(quiet):
         result = api.shard(
             inputs,
             out,
@@ -372,7 +369,6 @@ def shard(
             force=force,
             engine=engine,
             ray_address=ray_address,
-            stage=activity.stage,
         )
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
 

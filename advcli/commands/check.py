@@ -7,17 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from advcli import methods, presets
-from advcli.engine import plan_run
+from advcli import jobs, progress
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.logs import (
     BATCH_ROWS,
     Inputs,
-    Stage,
     input_paths,
-    no_stage,
-    open_log,
 )
 from advcli.presets import PresetOptions
 from advcli.results import CheckResult
@@ -33,7 +29,6 @@ def check(
     tol: float = 1e-5,
     worst: int = 5,
     col: list[str] | None = None,
-    stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
 ) -> CheckResult:
@@ -43,8 +38,12 @@ def check(
     ``method`` and ``convention`` default to the framework's own (``grpo`` under its
     convention). ``ok`` is False when a row differs by more than ``tol`` (absolute).
     """
-    chosen = presets.get(preset)
-    log = open_log(input_paths(inputs), col, preset=preset, options=preset_options)
+    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+                   method=method or "grpo", convention=convention, params=params,
+                   batch_rows=batch_rows)  # fmt: skip
+    chosen = job.reading.preset
+    assert chosen is not None
+    log = job.open()
     names = log.source.schema.names
     per_token = "source_advantages" in names
     if not per_token and "source_advantage" not in names:
@@ -53,12 +52,12 @@ def check(
             "NeMo-RL and prime-rl dumps carry them (--from trl, nemo-rl, prime-rl)"
         )
         raise DataError(msg)
-    p = methods.resolve(method or "grpo", presets.convention_for(convention, preset), **params)
-    run = plan_run(log, p, stage=stage, batch_rows=batch_rows)
+    run = job.plan(log)
+    p = run.params
     if per_token and not run.has_tokens:
         raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
     diffs, logged, ours, prompts, rollouts = [], [], [], [], []
-    with stage("comparing"):
+    with progress.stage("comparing"):
         for batch in run.annotated():
             t = batch.table
             if per_token:

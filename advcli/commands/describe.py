@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advcli import methods
+from advcli import jobs, methods
 from advcli.accounting import token_counts
 from advcli.errors import DataError
 from advcli.io.rollouts import extract_rows, row_columns
@@ -12,10 +12,8 @@ from advcli.io.schema import describe_type
 from advcli.logs import (
     BATCH_ROWS,
     Inputs,
-    Progress,
     group_warnings,
     input_paths,
-    open_log,
 )
 from advcli.presets import PresetOptions
 from advcli.results import Description
@@ -27,13 +25,14 @@ def describe(
     col: list[str] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Description:
     """``advcli schema``: column roles and types, rows and token statistics (streamed), and
     what each command can do with the log. Bad data does not stop it: each problem found is
     listed in ``problems``, with the file, row and column."""
-    log = open_log(input_paths(inputs), col, preset=preset, options=preset_options)
+    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+                   batch_rows=batch_rows)  # fmt: skip
+    log = job.open()
     source, roles = log.source, log.roles
     warnings = list(log.warnings)
     role_of = {column: role for role, column in roles.columns.items() if column}
@@ -62,9 +61,7 @@ def describe(
         info.update(tokens=None, actions="no token ids: the log holds text, not tokens")
     else:
         try:
-            counts = token_counts(
-                source, roles, values=True, progress=progress, batch_rows=batch_rows
-            )
+            counts = token_counts(source, roles, values=True, batch_rows=batch_rows)
             info.update(
                 tokens=int(counts.tokens.sum()),
                 action_tokens=int(counts.actions.sum()),

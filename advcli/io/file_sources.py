@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from advcli import progress
 from advcli.errors import DataError, UsageError, no_rows
 from advcli.io import jsonl, remote
 from advcli.io.arrow import nul_name
@@ -33,7 +34,6 @@ from advcli.io.sources import (
     TableSource,
     expand_inputs,
     is_parquet,
-    report,
 )
 
 
@@ -190,7 +190,7 @@ class ParquetSource(LogSource):
             self.pins.check(f)
             tables.append(_conform(table, target))
             done = sum(t.num_rows for t in tables)
-            report(done, done / self.n_rows)
+            progress.read(done, done / self.n_rows)
         return pa.concat_tables(tables)
 
     def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
@@ -198,7 +198,7 @@ class ParquetSource(LogSource):
         for table in self._file_tables(names, rows):
             yield start, table
             start += table.num_rows
-            report(start, start / self.n_rows)  # the row count is in the files' footers
+            progress.read(start, start / self.n_rows)  # the row count is in the files' footers
 
     def files_without(self, column: str) -> list[str]:
         return [
@@ -349,7 +349,7 @@ class JsonlSource(LogSource):
                     rows, read = rows + frame.height, read + len(chunk)
                     # the share: of the rows once counted; of the bytes until then (plain files)
                     size = self._plain_bytes
-                    report(rows, rows / known if known else read / size if size else None)
+                    progress.read(rows, rows / known if known else read / size if size else None)
                 self.pins.check(path)
                 self._unique_checked.add(i)
         except BaseException:
@@ -479,7 +479,7 @@ class ParsedRows:
             assert isinstance(frame, pl.DataFrame)
             yield file_index, frame
             rows += table.num_rows
-            report(rows, rows / n_rows if n_rows else None)
+            progress.read(rows, rows / n_rows if n_rows else None)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # a writer whose file is full: its end unwritten

@@ -4,14 +4,13 @@ Parquet (``.parquet``) and JSONL (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``; ``-
 stdin). Several files, a directory or a glob are read as one log, in the order given (a directory
 or glob in sorted order). A :class:`LogSource` gives a log's rows pass after pass: all rows of a
 few columns, or batches of rows; :class:`Sources` turns a global row back into its file and row
-(or JSONL line) for error messages. Here too what every source shares (the files pinned, the
-meter of a pass, reading ahead on a thread), a log in memory, and struct fields lifted into
-columns; the sources that read the files are in :mod:`advcli.io.file_sources`.
+(or JSONL line) for error messages. Here too what every source shares (the files pinned,
+reading ahead on a thread that reports the pass's progress), a log in memory, and struct fields
+lifted into columns; the sources that read the files are in :mod:`advcli.io.file_sources`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import glob
 import io
@@ -20,7 +19,7 @@ import queue
 import socket
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from advcli import progress
 from advcli.errors import DataError, UsageError, where
 from advcli.io import jsonl, remote
 from advcli.io.interrupts import keep_python_interrupt
@@ -117,30 +117,6 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             if f not in files:
                 files.append(f)
     return files
-
-
-Meter = Callable[[int, float | None], None]
-"""``meter(rows read, share of the pass done or None)``: how a pass over a log advances."""
-
-_METER: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("meter", default=None)
-
-
-@contextlib.contextmanager
-def metered(meter: Meter) -> Iterator[None]:
-    """Report every pass over a log that runs in this block to ``meter`` (the CLI's progress
-    line). Passes report as they read, whichever code drives them."""
-    token = _METER.set(meter)
-    try:
-        yield
-    finally:
-        _METER.reset(token)
-
-
-def report(rows: int, share: float | None) -> None:
-    """Tell the meter of this block (if any) how far the pass has got."""
-    meter = _METER.get()
-    if meter is not None:
-        meter(rows, None if share is None else min(share, 1.0))
 
 
 @dataclass
@@ -268,7 +244,7 @@ class TableSource(LogSource):
             for start in range(first, first + n, rows):
                 yield start, table.slice(start, min(rows, first + n - start))
                 done = min(start + rows, first + n)
-                report(done, done / table.num_rows)
+                progress.read(done, done / table.num_rows)
             first += n
 
 
@@ -292,7 +268,7 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
         except BaseException as exc:  # handed to the consumer
             box.put(exc)
 
-    context = contextvars.copy_context()  # the meter of the block: reads report to it
+    context = contextvars.copy_context()  # the block's reporter: reads report to it
     thread = threading.Thread(target=context.run, args=(run,), daemon=True)
     thread.start()
     try:

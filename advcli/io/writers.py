@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
+from advcli import progress
 from advcli.errors import DataError, OutputError, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
@@ -67,7 +68,6 @@ def write_batches(
     batches: Iterable[tuple[pa.Table, int]],
     *,
     force: bool,
-    progress: Callable[[int, int], None] | None = None,
     digest: bool = False,
     nonfinite: str = "error",
     passed_through: Iterable[str] = (),
@@ -80,8 +80,8 @@ def write_batches(
     if remote.is_remote(out):
         with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
             local = os.path.join(folder, "out.parquet")
-            done = write_batches(local, fmt, metadata, batches, force=False, progress=progress,
-                                 digest=digest, nonfinite=nonfinite,
+            done = write_batches(local, fmt, metadata, batches, force=False, digest=digest,
+                                 nonfinite=nonfinite,
                                  passed_through=passed_through)  # fmt: skip
             remote.upload(local, out, force=force)
             return done
@@ -94,8 +94,7 @@ def write_batches(
             writer.write(table)
             rows += table.num_rows
             tokens += n_tokens
-            if progress:
-                progress(rows, tokens)
+            progress.advance(rows, tokens)
         writer.commit()
     return Written(rows, tokens, file_sha256(out) if digest else None, nulled)
 

@@ -145,15 +145,16 @@ def what_runs(roles: Roles) -> dict[str, str]:
     return {name: verdict(missing_roles(m, roles)) for name, m in REGISTRY.items()}
 
 
-def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
-    """The parameters of a run of ``method``: exactly those it takes (:attr:`Method.takes`).
+def resolve(method: str | Method[Any], convention: str | None = None, **given: Any) -> Params:
+    """The parameters of a run of ``method`` (a method, or its name): exactly those it takes
+    (:attr:`Method.takes`).
 
     Each is the value given (None: not given), else the method's default under the convention
     (None: advcli's own), else the convention's, else the parameter's own. A parameter given
     that the method does not take is refused (it would be recorded but not applied); the
     convention's values for names the method does not take are dropped. Checks choices and
     ranges."""
-    chosen = get(method)
+    chosen = method if isinstance(method, Method) else get(method)
     convention = check_convention(convention)
     unknown = [name for name in given if name not in PARAMETERS]
     if unknown:
@@ -164,7 +165,7 @@ def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
     foreign = [name for name, value in given.items() if value is not None and name not in takes]
     if foreign:
         flags = ", ".join(p.flag for p in PARAMETERS.values() if p.name in takes)
-        msg = f"{PARAMETERS[foreign[0]].flag} does not apply to {method}; it takes: {flags}"
+        msg = f"{PARAMETERS[foreign[0]].flag} does not apply to {chosen.name}; it takes: {flags}"
         raise UsageError(msg)
     conv = CONVENTIONS[convention]
     method_defaults = chosen.defaults(conv)
@@ -183,7 +184,7 @@ def resolve(method: str, convention: str | None = None, **given: Any) -> Params:
         problem = param.problem(values[param.name], values)
         if problem:
             raise UsageError(problem)
-    return Params(method, convention, values)
+    return Params(chosen.name, convention, values)
 
 
 def check_convention(convention: str | None) -> str:

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from advcli import versions
+from advcli import progress, versions
 from advcli.errors import DependencyError, UsageError
 from advcli.io import jsonl
 from advcli.io.file_sources import FileRows, ParquetSource
 from advcli.io.jsonl import STDIN, is_jsonl
-from advcli.io.sources import LogSource, Sources, report
+from advcli.io.sources import LogSource, Sources
 
 PIECE_BYTES = 64 << 20  # a staged log goes into Ray's object store about this much at a time
 
@@ -140,7 +140,7 @@ class StagedSource(LogSource):
             for n in piece.batches:
                 yield piece.row0 + at, table.slice(at, n)
                 at += n
-            report(piece.row0 + at, (piece.row0 + at) / self.n_rows)
+            progress.read(piece.row0 + at, (piece.row0 + at) / self.n_rows)
 
 
 def staged(ray: Any, source: LogSource, batch_rows: int) -> StagedSource:

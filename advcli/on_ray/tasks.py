@@ -20,10 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from advcli import progress
 from advcli._version import __version__
-from advcli.accounting import TokenCounts, token_counts
+from advcli.accounting import CountTokens, TokenCounts, token_counts
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
-from advcli.engine import Batch, Run, Summary, ValueCache, measured_here
+from advcli.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
 from advcli.errors import AdvcliError, DataError, OutputError, UsageError
 from advcli.io import remote
 from advcli.io.file_sources import ParquetSource
@@ -32,7 +33,7 @@ from advcli.io.outputs import output_folder
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources
 from advcli.io.writers import METADATA_KEY, write_batches
-from advcli.logs import BATCH_ROWS, Progress
+from advcli.logs import BATCH_ROWS
 from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ray_module, work_units
 from advcli.results import Verification
@@ -117,7 +118,7 @@ def _measure_unit(run: Run, token_pass: TokenPass[Any], unit: Unit) -> list[tupl
     return list(measured_here(_on_unit(run, unit), token_pass))
 
 
-def measured_on_ray(ray: Any) -> Any:
+def measured_on_ray(ray: Any) -> Measure:
     """A :data:`advcli.engine.Measure` that measures each work unit on the cluster."""
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
@@ -143,8 +144,8 @@ def _count_unit(
     return counts.tokens[at], counts.actions[at], counts.actions_within[at]
 
 
-def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> Any:
-    """A :data:`advcli.engine.CountTokens` that counts each work unit on the cluster."""
+def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> CountTokens:
+    """A :class:`advcli.accounting.CountTokens` that counts each work unit on the cluster."""
     task = _task(ray, _count_unit)
 
     def count(
@@ -291,7 +292,6 @@ def _commit_parts(
     *,
     force: bool,
     manifest: dict[str, Any],
-    progress: Progress | None,
 ) -> list[tuple[Any, ...]]:
     """Run ``submit(unit, part)`` for every unit, each writing its part; then the manifest,
     last; ``out`` is committed as a whole (:func:`~advcli.io.outputs.output_folder`). Returns
@@ -309,8 +309,7 @@ def _commit_parts(
             parts.append({"part": PART.format(i), "input": log.sources.files[unit.file],
                           "input_rows": [unit.start, unit.stop], "rows": n_rows,
                           "tokens": n_tokens, "sha256": sha})  # fmt: skip
-            if progress:
-                progress(rows, tokens)
+            progress.advance(rows, tokens)
         record = {"advcli_version": __version__, "engine": "ray", "parts": parts, "rows": rows,
                   "tokens": tokens, **manifest}  # fmt: skip
         text = json.dumps(record, indent=2, sort_keys=True) + "\n"
@@ -318,9 +317,7 @@ def _commit_parts(
     return results
 
 
-def write_parts(
-    ray: Any, run: Run, out: str, *, force: bool, progress: Progress | None = None
-) -> tuple[int, int, int, Summary]:
+def write_parts(ray: Any, run: Run, out: str, *, force: bool) -> tuple[int, int, int, Summary]:
     """``annotate``'s final pass on the cluster: ``out`` becomes a folder of one part per work
     unit and the manifest; returns parts, rows, tokens and the advantages' summary."""
     log = cluster_log(run.source)
@@ -330,7 +327,7 @@ def write_parts(
     shared = ray.put(dataclasses.replace(run, source=_for_workers(log)))
     results = _commit_parts(
         ray, out, log, units, lambda unit, dest: task.remote(shared, unit, dest),
-        force=force, manifest={"run": run.metadata()}, progress=progress,
+        force=force, manifest={"run": run.metadata()},
     )  # fmt: skip
     summary = Summary()
     for result in results:
@@ -345,7 +342,6 @@ def score_parts(
     out: str,
     *,
     force: bool,
-    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """``score`` on the cluster: a task per work unit, on a GPU each where the cluster has
     GPUs and ``--device`` is not cpu (``cuda`` insists on them)."""
@@ -357,7 +353,7 @@ def score_parts(
     shared = ray.put(dataclasses.replace(job, log=_for_workers(log)))
     results = _commit_parts(
         ray, out, log, units, lambda unit, dest: task.remote(shared, model, unit, dest),
-        force=force, manifest={"run": job.metadata}, progress=progress,
+        force=force, manifest={"run": job.metadata},
     )  # fmt: skip
     seconds = sum(r[4] for r in results)
     tokens = sum(r[1] for r in results)

@@ -26,9 +26,10 @@ import polars as pl
 import pyarrow as pa
 from polars.exceptions import PanicException
 
+from advcli import progress
 from advcli.errors import AdvcliError, DataError, UsageError, where
 from advcli.io import jsonl
-from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable, report
+from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -353,7 +354,7 @@ class PresetSource(LogSource):
         for i, path in enumerate(files):
             converted = _convert(preset, path, options)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
-            report(sum(counts), (i + 1) / len(files))
+            progress.read(sum(counts), (i + 1) / len(files))
             if not converted.table.num_rows:  # TRL writes one when no step ran
                 empty.append(path)
                 continue
@@ -415,4 +416,4 @@ class PresetSource(LogSource):
                 part = table.slice(lo, rows)
                 yield start, part
                 start += part.num_rows
-                report(start, start / self.n_rows)
+                progress.read(start, start / self.n_rows)

@@ -21,6 +21,7 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
+from advcli import progress
 from advcli.accounting import Audit, audit_log
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
@@ -31,7 +32,7 @@ from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
-from advcli.logs import BATCH_ROWS, Log, Progress, Stage, no_stage
+from advcli.logs import BATCH_ROWS, Log
 from advcli.params import option
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
@@ -83,18 +84,13 @@ def collect(
     *,
     run: Run | None = None,
     reward_components: list[str] | None = None,
-    stage: Stage = no_stage,
-    progress: Progress | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> dict[str, Any]:
     """Everything the page shows. ``run``: a method planned over ``log`` (its advantages are
     shown); without one, a log already annotated (an ``advantages`` or ``advantage`` column)
     shows those."""
-    with stage("auditing the groups"):
-        found = audit_log(
-            log, tol=options.tol, near_tie=options.near_tie, progress=progress,
-            batch_rows=batch_rows,
-        )  # fmt: skip
+    with progress.stage("auditing the groups"):
+        found = audit_log(log, tol=options.tol, near_tie=options.near_tie, batch_rows=batch_rows)
     rows = found.rows
     rewards = rows.rollout_rewards()
     codes = rows.rollout_groups()
@@ -111,7 +107,7 @@ def collect(
     in_detail = np.zeros(len(kinds), dtype=bool)
     in_detail[detail] = True
 
-    with stage("reading advantages and the sampled rollouts"):
+    with progress.stage("reading advantages and the sampled rollouts"):
         seen = _Walk(log, found, run, in_detail[codes], options, batch_rows).walk()
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column

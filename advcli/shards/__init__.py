@@ -22,18 +22,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from advcli import presets
+from advcli import jobs, methods, progress
 from advcli._version import __version__
-from advcli.accounting import CountTokens
-from advcli.engine import Batch, Measure, Run
 from advcli.errors import DataError, UsageError
 from advcli.io.outputs import check_output_folder, output_folder
-from advcli.io.sources import LogSource, expand_inputs
-from advcli.logs import BATCH_ROWS, Inputs, Stage, check_engine, input_paths, no_stage
+from advcli.logs import BATCH_ROWS, Inputs, input_paths
+from advcli.params import parse_assignments
 from advcli.presets import PresetOptions
 from advcli.results import ShardResult
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
@@ -52,7 +48,6 @@ from advcli.shards.options import (
     ShardOptions,
     check_options,
     check_text,
-    run_params,
 )
 from advcli.shards.plan import ShardPlan, plan_shards
 from advcli.shards.route import allow_open_files, arrive_in_order, route
@@ -70,7 +65,6 @@ def write_shards(
     extra: list[str],
     *,
     force: bool,
-    stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
 ) -> dict[str, Any]:
@@ -97,16 +91,16 @@ def write_shards(
         tmp = output.folder
         if direct:
             with (
-                stage(f"{reading} and writing shards"),
+                progress.stage(f"{reading} and writing shards"),
                 PieceWriter(tmp, plan, lay, opts, set(), shard_meta) as pieces,
             ):
                 route(inp, samples, lay, extra, None, batch_rows, complete=pieces.bucket)
             records = pieces.records
         else:
             buckets = tmp / ".buckets"
-            with stage(reading):
+            with progress.stage(reading):
                 per_token = route(inp, samples, lay, extra, buckets, batch_rows)
-            with stage("writing shards"):
+            with progress.stage("writing shards"):
                 records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
             buckets.rmdir()
         manifest = build_manifest(inp, plan, opts, records)
@@ -128,7 +122,6 @@ def shard(
     force: bool = False,
     engine: str = "local",
     ray_address: str | None = None,
-    stage: Stage = no_stage,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
 ) -> ShardResult:
@@ -145,32 +138,18 @@ def shard(
     paths = input_paths(inputs)
     out = os.fspath(out)
     check_options(opts)
-    params = None
-    if method is not None or convention is not None or param:
-        # Checked before reading. Without --method, what the parameters apply to is unknown:
-        # only their text is checked (they matter for the error an annotated log gives).
-        conv = presets.convention_for(convention, preset)
-        if method is not None:
-            params = run_params(method, conv, param)
-        else:
-            check_text(conv, param)
-    files = presets.get(preset).files(paths) if preset is not None else expand_inputs(paths)
-    check_output_folder(out, files, force=force, listed=listed)
-    on_cluster = _on_ray(engine, ray_address, batch_rows)
-    inp = open_input(
-        paths,
-        method=method,
-        params=params,
-        col=col,
-        preset=preset,
-        preset_options=preset_options,
-        stage=stage,
-        batch_rows=batch_rows,
-        measure=on_cluster.measure if on_cluster else None,
-        place=on_cluster.place if on_cluster else None,
-    )
-    if on_cluster:
-        inp.annotate = on_cluster.annotate
+    # Checked before reading. Without --method, what the parameters apply to is unknown:
+    # only their text is checked (they matter for the error an annotated log gives).
+    given = parse_assignments(param, methods.PARAMETERS)
+    if method is None:
+        check_text(param)
+    job = jobs.job(paths, col=col, preset=preset, preset_options=preset_options, method=method,
+                   convention=convention, params=given if method is not None else None,
+                   engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
+    check_output_folder(out, job.files, force=force, listed=listed)
+    inp = open_input(job)
+    if job.ray is not None:
+        inp.annotate = job.ray.annotate
     if inp.annotated_input and (convention is not None or param):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
@@ -178,9 +157,9 @@ def shard(
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
-    with stage("counting tokens"):
-        samples = measure(inp, opts.pack, batch_rows, on_cluster.count if on_cluster else None)
-    with stage("planning"):
+    with progress.stage("counting tokens"):
+        samples = measure(inp, opts.pack, batch_rows, job.ray.count if job.ray else None)
+    with progress.stage("planning"):
         ids = inp.roles["input_ids"]
         plan = plan_shards(samples, opts, lambda row: inp.sources.at(row, ids))
     if not any(len(sp.order) for sp in plan.splits):
@@ -198,7 +177,6 @@ def shard(
         opts,
         extra,
         force=force,
-        stage=stage,
         batch_rows=batch_rows,
         bucket_tokens=bucket_tokens,
     )
@@ -213,31 +191,4 @@ def shard(
         truncated=manifest["truncated"],
         warnings=inp.warnings,
         seconds=round(time.perf_counter() - started, 3),
-    )
-
-
-@dataclass(frozen=True)
-class _OnRay:
-    """What ``shard --engine ray`` runs on the cluster: the token passes, the counts and the
-    final pass; and where its tasks read the log (a log not in Parquet files: from Ray's
-    object store)."""
-
-    measure: Measure
-    count: CountTokens
-    annotate: Callable[[Run], Iterator[Batch]]
-    place: Callable[[LogSource], LogSource]
-
-
-def _on_ray(engine: str, address: str | None, batch_rows: int) -> _OnRay | None:
-    check_engine(engine)
-    if engine == "local":
-        return None
-    from advcli.on_ray import cluster, tasks
-
-    ray = cluster.connect(address)
-    return _OnRay(
-        place=lambda source: cluster.on_cluster(ray, source, batch_rows),
-        measure=tasks.measured_on_ray(ray),
-        count=tasks.counted_on_ray(ray, batch_rows),
-        annotate=tasks.annotated_on_ray(ray),
     )

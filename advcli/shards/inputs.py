@@ -6,6 +6,7 @@ segmented (each segment is its own training sample, as in ``--segments compactio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from advcli import progress
 from advcli.accounting import CountTokens, token_counts
-from advcli.engine import Batch, Measure, Run, plan_run
+from advcli.engine import Batch, Run
 from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
@@ -25,9 +27,8 @@ from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.io.writers import read_metadata
-from advcli.logs import BATCH_ROWS, Stage, no_stage, open_log
-from advcli.params import Params
-from advcli.presets import PresetOptions
+from advcli.jobs import Job
+from advcli.logs import BATCH_ROWS
 
 
 @dataclass
@@ -137,25 +138,11 @@ def _columns(path: str) -> set[str] | None:
         return None
 
 
-def open_input(
-    inputs: list[str],
-    *,
-    method: str | None = None,
-    params: Params | None = None,
-    col: list[str] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
-    stage: Stage = no_stage,
-    batch_rows: int = BATCH_ROWS,
-    measure: Measure | None = None,
-    place: Callable[[LogSource], LogSource] | None = None,
-) -> Input:
-    """Open ``inputs``; plan the method on them unless advcli annotated them already.
-
-    ``method`` is what ``--method`` said (None: not given), ``params`` the parameters of the
-    run for a raw log; ``measure`` runs its token passes elsewhere (a Ray cluster), ``place``
-    gives the source they read there."""
-    files = inputs if preset is not None else expand_inputs(inputs)
+def open_input(job: Job) -> Input:
+    """Open the job's log; plan its method on it unless advcli annotated it already (the job's
+    method is what ``--method`` said, None when not given)."""
+    preset = job.reading.preset
+    files = list(job.paths) if preset is not None else expand_inputs(list(job.paths))
     metas = [None if preset is not None else _file_metadata(f) for f in files]
     marked = [m for m in metas if m and m.get("method")]
     if marked and len(marked) != len(metas):
@@ -173,38 +160,37 @@ def open_input(
             f"parameters other than {files[0]}'s. Hint: shard logs of one annotation run"
         )
         raise UsageError(msg)
-    user_cols = list(col or [])
+    user_cols = list(job.reading.col)
     if marked:  # the roles the annotation used, unless --col says otherwise
         given = {c.partition("=")[0] for c in user_cols}
         recorded = _recorded_roles(files[0], marked[0])
         user_cols += [f"{r}={c}" for r, c in sorted(recorded.items()) if r not in given]
-    with stage("reading"):
-        log = open_log(inputs, user_cols, preset=preset, options=preset_options)
-        if place is not None:
-            log.source = place(log.source)
+    with progress.stage("reading"):
+        log = job.open(dataclasses.replace(job.reading, col=tuple(user_cols)))
     source, roles = log.source, log.roles
     hint = "annotate writes per-row advantages for such a log (grpo, rloo, batch-mean)"
     log.require({"input_ids"}, what="shard", without_tokens=hint)
     if marked and "advantages" in source.schema.names:
         meta = marked[0]
-        if method is not None and method != meta["method"]:
+        if job.method is not None and job.method.name != meta["method"]:
             msg = (
-                f"{files[0]}: already annotated with method {meta['method']!r}, not {method!r}. "
+                f"{files[0]}: already annotated with method {meta['method']!r}, not "
+                f"{job.method.name!r}. "
                 "Hint: drop --method, or shard the raw log"
             )
             raise UsageError(msg)
-        with stage("reading per-row columns"):
+        with progress.stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
         info = {k: meta.get(k) for k in ("method", "params")}
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
         return Input(source, roles, rows, None, info, {}, log.warnings)
-    if method is None or params is None:
+    if job.method is None:
         msg = (
             f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
             "Hint: pass --method grpo (or another method), or annotate the log first"
         )
         raise UsageError(msg)
-    run = plan_run(log, params, stage=stage, batch_rows=batch_rows, measure=measure)
+    run = job.plan(log)
     info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
     return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from advcli import methods
 from advcli.errors import UsageError
-from advcli.params import INT64, Params, option, parse_assignments
+from advcli.params import INT64, option, parse_assignments
 
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
 LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -135,18 +135,10 @@ def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
     return parse_split(opts.split)
 
 
-def run_params(method: str, convention: str | None, items: list[str] | None) -> Params:
-    """The run's parameters from ``--method``, ``--convention`` and ``--param KEY=VALUE``
-    (``annotate``'s options)."""
-    given = parse_assignments(items, methods.PARAMETERS)
-    return methods.resolve(method, convention, **given)
-
-
-def check_text(convention: str | None, items: list[str] | None) -> None:
-    """``--convention`` and ``--param KEY=VALUE`` checked without a method: the text, and what
-    each value can be whatever the method (its choices, an integer's range)."""
+def check_text(items: list[str] | None) -> None:
+    """``--param KEY=VALUE`` checked without a method: the text, and what each value can be
+    whatever the method (its choices, an integer's range)."""
     for name, value in parse_assignments(items, methods.PARAMETERS).items():
         problem = methods.PARAMETERS[name].kind_problem(value)
         if problem:
             raise UsageError(problem)
-    methods.check_convention(convention)

@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from advcli import progress
 from advcli.core.ragged import offsets_from_lengths, ranges
 from advcli.io.arrow import flat_list, list_array, narrow
 from advcli.io.checksum import file_sha256
-from advcli.io.sources import report
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options
 from advcli.shards.layout import Layout
 from advcli.shards.options import OWN_COLUMNS, ShardOptions
@@ -267,5 +267,5 @@ def write_pieces(
             path.unlink()
             pieces.bucket(j, bucket)
             del bucket
-            report(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
+            progress.read(int(ends[j]), int(ends[j]) / max(int(ends[-1]), 1))
     return pieces.records

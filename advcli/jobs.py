@@ -1,0 +1,165 @@
+"""A command's run, resolved once on the way down: the :class:`Job` every command executes.
+
+:func:`job` turns what a command was given into a job, checking each part before anything is
+read: the log's inputs and how to read them (``--col``, ``--from`` and its options:
+:class:`Reading`), the method and its parameters under the convention (``--method``,
+``--convention``, the method's options), where the passes run (here, or on a Ray cluster:
+:class:`OnRay`) and the rows a pass reads at a time. The layers below take the job and ask it;
+none looks the method, the framework or the engine up again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from advcli import methods, presets, progress
+from advcli.accounting import CountTokens
+from advcli.engine import Batch, Run, Scorer, plan_run
+from advcli.errors import UsageError
+from advcli.io.file_sources import ParquetSource
+from advcli.io.sources import LogSource, expand_inputs
+from advcli.logs import BATCH_ROWS, Log, open_log
+from advcli.methods import Method
+from advcli.params import Params
+from advcli.presets import Preset, PresetOptions
+
+ENGINES = ("local", "ray")
+"""Where ``--engine`` runs the passes: in this process, or on a Ray cluster."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the log is read: ``--col ROLE=COLUMN`` and, with ``--from``, the framework's preset
+    and its options."""
+
+    col: tuple[str, ...] = ()
+    preset: Preset | None = None
+    options: PresetOptions = dataclasses.field(default_factory=PresetOptions)
+
+    def files(self, paths: Sequence[str]) -> list[str]:
+        """The files ``paths`` name (folders and globs expanded), as the log reads them."""
+        if self.preset is not None:
+            return self.preset.files(list(paths))
+        return expand_inputs(list(paths))
+
+    def open(self, paths: Sequence[str]) -> Log:
+        return open_log(list(paths), list(self.col), preset=self.preset, options=self.options)
+
+
+class OnRay:
+    """``--engine ray``: the cluster (``address``, else ``RAY_ADDRESS``, else a local Ray),
+    connected when a pass first needs it, and the passes it runs. Ray is imported only here."""
+
+    def __init__(self, address: str | None, batch_rows: int):
+        self.address = address
+        self.batch_rows = batch_rows
+
+    @functools.cached_property
+    def ray(self) -> Any:
+        from advcli.on_ray import cluster
+
+        return cluster.connect(self.address)
+
+    def place(self, source: LogSource) -> LogSource:
+        """Where the cluster's tasks read the log: Parquet files in place, any other log from
+        Ray's object store (read into it here, first)."""
+        if isinstance(source, ParquetSource):
+            return source
+        from advcli.on_ray import cluster
+
+        with progress.stage("reading the log into Ray's object store"):
+            return cluster.on_cluster(self.ray, source, self.batch_rows)
+
+    @property
+    def count(self) -> CountTokens:
+        """Every row's tokens, counted by the cluster's tasks."""
+        from advcli.on_ray import tasks
+
+        return tasks.counted_on_ray(self.ray, self.batch_rows)
+
+    @property
+    def annotate(self) -> Callable[[Run], Iterator[Batch]]:
+        """The final pass of a run, by the cluster's tasks, in log order."""
+        from advcli.on_ray import tasks
+
+        return tasks.annotated_on_ray(self.ray)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command's run, resolved: the log's ``paths`` and how to read them, the ``method``
+    and its ``params`` (None: the command runs none), where the passes run (``ray``; None:
+    here) and the rows a pass reads at a time."""
+
+    paths: tuple[str, ...]
+    reading: Reading
+    method: Method[Any] | None
+    params: Params | None
+    ray: OnRay | None
+    batch_rows: int = BATCH_ROWS
+
+    @property
+    def files(self) -> list[str]:
+        """The log's files, as it will read them (for the checks made before reading)."""
+        return self.reading.files(self.paths)
+
+    def open(self, reading: Reading | None = None) -> Log:
+        """The log opened (as ``reading`` says, default the job's), where the passes read it."""
+        log = (reading or self.reading).open(self.paths)
+        if self.ray is not None:
+            log.source = self.ray.place(log.source)
+        return log
+
+    def plan(self, log: Log, scorer: Scorer | None = None) -> Run:
+        """The method planned on ``log`` (its token passes run where the job runs them)."""
+        assert self.method is not None and self.params is not None, "the job runs no method"
+        measure = None
+        if self.ray is not None:
+            from advcli.on_ray import tasks
+
+            measure = tasks.measured_on_ray(self.ray.ray)
+        return plan_run(log, self.method, self.params, scorer=scorer,
+                        batch_rows=self.batch_rows, measure=measure)  # fmt: skip
+
+
+def job(
+    paths: Sequence[str],
+    *,
+    col: Sequence[str] | None = None,
+    preset: str | None = None,
+    preset_options: PresetOptions | None = None,
+    method: str | None = None,
+    convention: str | None = None,
+    params: dict[str, Any] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Job:
+    """The job of a command given these options, each checked: an unknown framework, method,
+    convention or engine, and a parameter the method does not take (or given without a
+    method), are refused here, before anything is read. The convention is the one given, else
+    the framework's own (``--from``), else advcli's."""
+    chosen_preset = presets.get(preset) if preset is not None else None
+    if convention is None and chosen_preset is not None:
+        convention = chosen_preset.convention
+    given = {name: value for name, value in (params or {}).items() if value is not None}
+    chosen: Method[Any] | None = None
+    p = None
+    if method is not None:
+        chosen = methods.get(method)
+        p = methods.resolve(chosen, convention, **given)
+    elif given:
+        name = next(iter(given))
+        flag = methods.PARAMETERS[name].flag if name in methods.PARAMETERS else name
+        raise UsageError(f"{flag} is a method's parameter: add --method (e.g. --method grpo)")
+    elif convention is not None:
+        methods.check_convention(convention)
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions())
+    ray = OnRay(ray_address, batch_rows) if engine == "ray" else None
+    return Job(tuple(paths), reading, chosen, p, ray, batch_rows)
