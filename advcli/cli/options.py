@@ -22,6 +22,7 @@ from advcli.errors import UsageError
 from advcli.methods import PARAMETERS
 from advcli.params import OPTION, OptionHelp, Param
 from advcli.presets import PRESETS, PresetOptions
+from advcli.presets.base import FROM
 
 Inputs = Annotated[
     list[str], typer.Argument(help="Parquet or JSONL files, directories or globs; - for stdin.")
@@ -196,11 +197,36 @@ def _shared_params(
     return {name: value for name, value in shared.items() if methods.takes(method, name)}
 
 
-_FROM = "Logs as a framework wrote them"
+def _preset_options() -> list[inspect.Parameter]:
+    """``--from``, then an option for every field of :class:`PresetOptions`; a list or dict
+    field is text there (``a,b``; ``a=1,b=0.5``), read by :func:`_presets`."""
+    hints = typing.get_type_hints(PresetOptions)
+    options = [
+        _keyword(
+            "from_",
+            ("--from",),
+            Optional[str],  # noqa: UP045
+            f"Read the log as this framework writes it: {', '.join(PRESETS)}.",
+        )
+    ]
+    for f in dataclasses.fields(PresetOptions):
+        shown: OptionHelp = f.metadata[OPTION]
+        kind = next(
+            (k for k in (bool, int) if k in (hints[f.name], *typing.get_args(hints[f.name]))), str
+        )
+        options.append(
+            _keyword(
+                f.name,
+                (shown.flag,) if shown.flag else (),
+                Optional[kind],  # noqa: UP045
+                shown.help,
+            )
+        )
+    return options
 
 
-def _keyword(name: str, kind: Any, decls: tuple[str, ...], help_text: str) -> inspect.Parameter:
-    option = typer.Option(*decls, rich_help_panel=_FROM, help=help_text)
+def _keyword(name: str, decls: tuple[str, ...], kind: Any, help_text: str) -> inspect.Parameter:
+    option = typer.Option(*decls, rich_help_panel=FROM, help=help_text)
     return inspect.Parameter(
         name,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -209,24 +235,7 @@ def _keyword(name: str, kind: Any, decls: tuple[str, ...], help_text: str) -> in
     )
 
 
-_PRESET_OPTIONS = [
-    _keyword("from_", Optional[str], ("--from",),  # noqa: UP045
-             f"Read the log as this framework writes it: {', '.join(PRESETS)}."),
-    _keyword("reward_columns", Optional[str], (),  # noqa: UP045
-             "trl: the reward functions' columns, comma separated (default: found from TRL's "
-             "logged advantages among the float columns after completion); gdpo: the reward "
-             "columns it normalises."),
-    _keyword("reward_weights", Optional[str], (),  # noqa: UP045
-             "trl, gdpo: their weights, e.g. acc=1,fmt=0.5 (default 1 each)."),
-    _keyword("group_size", Optional[int], (),  # noqa: UP045
-             "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
-             "advantages; no safe guess otherwise)."),
-    _keyword("reward_key", Optional[str], (),  # noqa: UP045
-             "slime, miles: the reward to take from a dict reward."),
-    _keyword("merge_repeated_prompts", Optional[bool], ("--merge-repeated-prompts",),  # noqa: UP045
-             "verl legacy: score the rows of a step that share a prompt text as one group "
-             "(verl scored each dataset row apart; its legacy dump has no uid to tell them)."),
-]  # fmt: skip
+_PRESET_OPTIONS = _preset_options()
 
 
 def _presets(values: dict[str, Any], runs_method: bool) -> dict[str, Any]:

@@ -30,20 +30,35 @@ from advcli import progress
 from advcli.errors import AdvcliError, DataError, UsageError, where
 from advcli.io import jsonl
 from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
+from advcli.params import option
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
+FROM = "Logs as a framework wrote them"
+"""The help panel of ``--from`` and its options."""
+
+
 @dataclass(frozen=True)
 class PresetOptions:
-    """What some frameworks' dumps leave out, given on the command line."""
+    """What some frameworks' dumps leave out, given on the command line (``--reward-columns
+    a,b`` and ``--reward-weights a=1,b=0.5`` as text there, a list and a dict here)."""
 
-    reward_columns: list[str] | None = None  # trl: the reward functions' columns
-    reward_weights: dict[str, float] = field(default_factory=dict)  # trl: their weights
-    group_size: int | None = None  # trl: rollouts per prompt (num_generations)
-    reward_key: str | None = None  # slime: the reward of a dict reward
-    merge_repeated_prompts: bool = False  # verl legacy: a step's rows of one prompt text are
-    # one group, even where they are several of verl's
+    reward_columns: list[str] | None = field(default=None, metadata=option(
+        "trl: the reward functions' columns, comma separated (default: found from TRL's logged "
+        "advantages among the float columns after completion); gdpo: the reward columns it "
+        "normalises.", panel=FROM))  # fmt: skip
+    reward_weights: dict[str, float] = field(default_factory=dict, metadata=option(
+        "trl, gdpo: their weights, e.g. acc=1,fmt=0.5 (default 1 each).", panel=FROM))  # fmt: skip
+    group_size: int | None = field(default=None, metadata=option(
+        "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
+        "advantages; no safe guess otherwise).", panel=FROM))  # fmt: skip
+    reward_key: str | None = field(default=None, metadata=option(
+        "slime, miles: the reward to take from a dict reward.", panel=FROM))  # fmt: skip
+    merge_repeated_prompts: bool = field(default=False, metadata=option(
+        "verl legacy: score the rows of a step that share a prompt text as one group (verl "
+        "scored each dataset row apart; its legacy dump has no uid to tell them).",
+        flag="--merge-repeated-prompts", panel=FROM))  # fmt: skip
 
 
 @dataclass
