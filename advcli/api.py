@@ -37,6 +37,7 @@ from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
 from advcli.engine import Run, Scorer, Summary
 from advcli.errors import UsageError
+from advcli.io import manifests
 from advcli.io.folders import Folder
 from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
@@ -394,6 +395,7 @@ def verify(folder: str | os.PathLike[str]) -> Verification:
     --engine ray``), re-read against its manifest; raises on the first problem."""
     from advcli.on_ray import tasks as on_ray  # imports no Ray
 
-    if Folder(os.fspath(folder)).kind(on_ray.MANIFEST) == "file":
+    read = manifests.read_json(Folder(os.fspath(folder)))
+    if read is not None and on_ray.is_parts_manifest(read[1]):
         return on_ray.verify_parts(os.fspath(folder))
     return verify_shards(folder)

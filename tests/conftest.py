@@ -141,3 +141,30 @@ METHOD_OPTIONS = {  # what a method needs besides the log (sample_with_every_inp
     "grpo-passk": {"singleton": "zero"},
     "gdpo": {"reward_columns": "acc,fmt"},
 }
+
+
+def read_manifest(folder: Path) -> dict:
+    """The manifest of a shard or parts folder (``_advcli_manifest.parquet``'s footer)."""
+    from advcli.io import manifests
+    from advcli.io.folders import Folder
+
+    found = manifests.find(Folder(str(folder)))
+    assert found is not None, f"{folder}: no manifest"
+    return orjson.loads(found.text)
+
+
+def write_manifest(folder: Path, manifest: dict, *, checksum: bool) -> None:
+    """Replace a folder's manifest text by ``manifest``; its recorded sha256 too when
+    ``checksum`` (as a careful forger would: then verify's other checks must catch it)."""
+    import hashlib
+
+    from advcli.io import manifests
+
+    path = folder / manifests.NAME
+    schema = pq.read_schema(path)
+    metadata = dict(schema.metadata)
+    text = orjson.dumps(manifest).decode()
+    metadata[manifests.TEXT_KEY.encode()] = text.encode()
+    if checksum:
+        metadata[manifests.SHA256_KEY.encode()] = hashlib.sha256(text.encode()).hexdigest().encode()
+    pq.ParquetWriter(str(path), schema.with_metadata(metadata)).close()

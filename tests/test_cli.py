@@ -57,7 +57,7 @@ def test_jsonl_and_parquet_round_trip(tmp_path):
     np.testing.assert_allclose(
         np.concatenate(first["advantages"].to_list()), np.concatenate(last["advantages"].to_list())
     )
-    assert json.loads((tmp_path / "c.jsonl.meta.json").read_text())["method"] == "rloo"
+    assert json.loads((tmp_path / ".c.jsonl.meta.json").read_text())["method"] == "rloo"
 
 
 def test_parquet_and_jsonl_samples_give_the_same_numbers(tmp_path):

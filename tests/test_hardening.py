@@ -22,7 +22,16 @@ import zstandard
 
 from advcli.errors import OutputError
 from advcli.io import outputs, writers
-from tests.conftest import SAMPLE, rollout, run, write_jsonl, write_parquet
+from advcli.io.outputs import metadata_path
+from tests.conftest import (
+    SAMPLE,
+    read_manifest,
+    rollout,
+    run,
+    write_jsonl,
+    write_manifest,
+    write_parquet,
+)
 
 
 def one_line(proc) -> str:
@@ -140,7 +149,7 @@ def test_concurrent_annotate_runs_never_both_succeed(tmp_path):
 def test_jsonl_metadata_names_the_data_it_describes(small_log, tmp_path):
     out = tmp_path / "out.jsonl"
     assert run("annotate", small_log, "--method", "grpo", "-q", "--out", str(out)).returncode == 0
-    meta = json.loads(Path(f"{out}.meta.json").read_text())
+    meta = json.loads(metadata_path(out).read_text())
     assert meta["data"] == {"bytes": out.stat().st_size, "sha256": digest(out)}
     out.write_bytes(out.read_bytes().replace(b'"a"', b'"z"'))  # as if another run's data
     proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
@@ -157,8 +166,8 @@ def test_a_kill_between_the_two_moves_of_a_jsonl_output_loses_no_metadata(small_
             run("annotate", small_log, "--method", method, "-q", "--out", str(out)).returncode == 0
         )
     shutil.copy(new, old)  # the data moved...
-    pending = tmp_path / f".old.jsonl.meta.json.advcli-{_dead_pid()}-1-0c0c.tmp"
-    shutil.copy(f"{new}.meta.json", pending)  # ...its metadata did not
+    pending = tmp_path / f"..old.jsonl.meta.json.advcli-{_dead_pid()}-1-0c0c.tmp"
+    shutil.copy(metadata_path(new), pending)  # ...its metadata did not
     assert writers.read_metadata(str(old))["method"] == "grpo"
     summary = json.loads(run("shard", str(old), "--out", str(tmp_path / "sh"), "--json").stdout)
     assert summary["method"] == "grpo"
@@ -383,10 +392,10 @@ def test_integers_beyond_64_bits(tmp_path):
 def test_malformed_metadata_of_an_annotated_log(small_log, tmp_path, meta):
     out = tmp_path / "ann.jsonl"
     assert run("annotate", small_log, "--method", "grpo", "-q", "--out", str(out)).returncode == 0
-    Path(f"{out}.meta.json").write_text(meta)
+    metadata_path(out).write_text(meta)
     proc = run("shard", str(out), "--out", str(tmp_path / "sh"))
     assert proc.returncode == 1
-    assert one_line(proc).startswith(f"advcli: error: {out}.meta.json: ")
+    assert one_line(proc).startswith(f"advcli: error: {metadata_path(out)}: ")
 
 
 def test_a_segment_index_that_is_no_number(tmp_path):
@@ -410,12 +419,9 @@ def shards(tmp_path) -> Path:
 
 
 def _edit_manifest(folder: Path, change, *, checksum: bool) -> None:
-    path = folder / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(folder)
     change(manifest)
-    path.write_text(json.dumps(manifest))
-    if checksum:  # as a careful forger would: then the other checks must catch it
-        (folder / "manifest.sha256").write_text(f"{digest(path)}  manifest.json\n")
+    write_manifest(folder, manifest, checksum=checksum)
 
 
 def _verify_fails(folder: Path, needle: str) -> None:
@@ -426,18 +432,39 @@ def _verify_fails(folder: Path, needle: str) -> None:
 
 def test_verify_checks_the_manifest_checksum(shards):
     assert run("verify", str(shards)).returncode == 0
+    original = (shards / "_advcli_manifest.parquet").read_bytes()
     for change in (
         lambda m: m.update(method="rloo"),
         lambda m: m["params"].update(eps=0.1),
         lambda m: m["inputs"][0].update(sha256="0" * 64),
         lambda m: m["shards"][0].update(split="val"),
     ):
-        original = (shards / "manifest.json").read_text()
         _edit_manifest(shards, change, checksum=False)
-        _verify_fails(shards, "manifest.json: edited after advcli wrote it")
-        (shards / "manifest.json").write_text(original)
+        _verify_fails(shards, "_advcli_manifest.parquet: edited after advcli wrote it")
+        (shards / "_advcli_manifest.parquet").write_bytes(original)
+    (shards / "_advcli_manifest.parquet").write_bytes(original[:-20])
+    _verify_fails(shards, "_advcli_manifest.parquet: not a readable manifest")
+
+
+def test_verify_and_force_read_the_manifest_of_an_earlier_version(shards):
+    """Before the manifest moved into the folder's Parquet: manifest.json with manifest.sha256
+    beside the shards."""
+    text = json.dumps(read_manifest(shards), indent=2, sort_keys=True) + "\n"
+    (shards / "_advcli_manifest.parquet").unlink()
+    (shards / "manifest.json").write_text(text)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    (shards / "manifest.sha256").write_text(f"{sha}  manifest.json\n")
+    assert run("verify", str(shards)).returncode == 0
+    (shards / "manifest.json").write_text(text.replace('"grpo"', '"rloo"'))
+    _verify_fails(shards, "manifest.json: edited after advcli wrote it")
+    (shards / "manifest.json").write_text(text)
     (shards / "manifest.sha256").unlink()
     _verify_fails(shards, "manifest.sha256: missing")
+    (shards / "manifest.sha256").write_text(f"{sha}  manifest.json\n")
+    log = read_manifest(shards)["inputs"][0]["path"]
+    again = run("shard", log, "--method", "grpo", "--force", "-q", "--out", str(shards))
+    assert again.returncode == 0, again.stderr  # --force knows the folder as advcli's
+    assert not (shards / "manifest.json").exists() and run("verify", str(shards)).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -799,7 +826,7 @@ def test_broken_roles_in_an_annotated_logs_metadata_are_the_datas_fault(tmp_path
     log = write_jsonl(tmp_path / "log.jsonl", [rollout(f"p{i % 2}", i % 3) for i in range(6)])
     out = tmp_path / "a.jsonl"
     assert run("annotate", log, "--method", "grpo", "--out", str(out)).returncode == 0
-    meta = Path(f"{out}.meta.json")
+    meta = metadata_path(out)
     record = json.loads(meta.read_text())
     record["roles"] = {"nosuchrole": "reward"}
     meta.write_text(json.dumps(record))
@@ -957,3 +984,33 @@ def test_a_folder_holding_one_log_in_two_formats_names_both_files(tmp_path):
     assert proc.returncode == 1
     assert f"{b}: line 1, column 'rollout_id': rollout 'p1-r0' is also at {a} line 3" in \
         one_line(proc)  # fmt: skip
+
+
+def test_an_annotated_jsonl_keeps_its_metadata_hidden_and_reads_an_old_sidecar(
+    small_log, tmp_path, monkeypatch
+):
+    """``.out.jsonl.meta.json``: HF datasets reads the folder's data alone (it skips hidden
+    files); polars reads it through a glob (it refuses a folder of two kinds of files, hidden
+    ones too). A metadata file beside the data (``out.jsonl.meta.json``, as advcli wrote it
+    before) still reads, and a new write replaces it."""
+    import polars as pl
+
+    folder = tmp_path / "annotated"
+    folder.mkdir()
+    out = folder / "out.jsonl"
+    assert run("annotate", small_log, "--method", "rloo", "-q", "--out", str(out)).returncode == 0
+    assert sorted(p.name for p in folder.iterdir()) == [".out.jsonl.meta.json", "out.jsonl"]
+    assert writers.read_metadata(str(out))["method"] == "rloo"
+    assert pl.read_ndjson(folder / "*.jsonl").height == 6
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = datasets.load_dataset("json", data_dir=str(folder), cache_dir=str(tmp_path / "c"))
+    assert loaded["train"].num_rows == 6 and "advantages" in loaded["train"].column_names
+    metadata_path(out).rename(folder / "out.jsonl.meta.json")  # the layout before
+    assert writers.read_metadata(str(out))["method"] == "rloo"
+    summary = json.loads(run("shard", str(out), "--out", str(tmp_path / "sh"), "--json").stdout)
+    assert summary["method"] == "rloo"
+    again = run("annotate", small_log, "--method", "grpo", "-q", "--force", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [".out.jsonl.meta.json", "out.jsonl"]
+    assert writers.read_metadata(str(out))["method"] == "grpo"

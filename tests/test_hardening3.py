@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.io.outputs import metadata_path
 from tests.conftest import rollout, run, write_jsonl, write_parquet
 
 COMMANDS = {
@@ -153,7 +154,7 @@ def test_a_nan_bound_for_jsonl_is_refused_unless_null_is_asked_for(tmp_path):
     assert proc.returncode == 1
     assert "o.jsonl: row 1 of the output, column 'extra': nan" in one_line(proc)
     assert "--nonfinite null" in one_line(proc)
-    assert not out.exists() and not Path(f"{out}.meta.json").exists()
+    assert not out.exists() and not metadata_path(out).exists()
     proc = run("annotate", path, "--method", "grpo", "--out", str(out), "--nonfinite", "null",
                "--json")  # fmt: skip
     assert proc.returncode == 0 and json.loads(proc.stdout)["nonfinite_nulls"] == 2

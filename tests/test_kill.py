@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.io.outputs import metadata_path
 from advcli.io.writers import read_metadata
 from tests.conftest import run
 
@@ -55,10 +56,11 @@ def state(out: Path) -> tuple[str, bytes] | None:
         if not out.exists():
             return None
         assert run("verify", str(out)).returncode == 0
-        manifest = (out / "manifest.json").read_bytes()
-        return str(pq.read_metadata(next(out.glob("*.parquet"))).metadata[b"advcli"]), manifest
+        manifest = (out / "_advcli_manifest.parquet").read_bytes()
+        part = next(out.glob("part-*.parquet"))
+        return str(pq.read_metadata(part).metadata[b"advcli"]), manifest
     if not out.exists():
-        assert not Path(f"{out}.meta.json").exists() or out.suffix != ".jsonl"
+        assert not metadata_path(out).exists() or out.suffix != ".jsonl"
         return None
     meta = read_metadata(str(out))  # for JSONL: the metadata of exactly these bytes
     assert meta is not None
@@ -86,7 +88,7 @@ def test_sigkill_leaves_the_old_or_the_new_output(log, tmp_path, name, force):
         else:
             shutil.copy(old, out)
             if name.endswith(".jsonl"):
-                shutil.copy(f"{old}.meta.json", f"{out}.meta.json")
+                shutil.copy(metadata_path(old), metadata_path(out))
     allowed = [references["rloo"] if force else None, references["grpo"]]
     rng = np.random.default_rng(zlib.crc32(f"{name}{force}".encode()))
     args = [sys.executable, "-m", "advcli", *command(log, out, "grpo"), *(["--force"] * force)]
@@ -99,4 +101,5 @@ def test_sigkill_leaves_the_old_or_the_new_output(log, tmp_path, name, force):
         assert state(out) in allowed  # landed after the move), without --force
     assert run(*command(log, out, "grpo"), "--force").returncode == 0
     assert state(out) == references["grpo"]
-    assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []
+    temporaries = [p for p in work.iterdir() if p.name.startswith(".") and p != metadata_path(out)]
+    assert temporaries == []

@@ -25,7 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli.methods import REGISTRY
-from tests.conftest import METHOD_OPTIONS, SAMPLE, free_port, run, sample_with_every_input
+from tests.conftest import (
+    METHOD_OPTIONS,
+    SAMPLE,
+    free_port,
+    read_manifest,
+    run,
+    sample_with_every_input,
+)
 
 pytest.importorskip("ray")
 
@@ -161,9 +168,9 @@ def test_the_command_through_ray_address(cluster, three_files, tmp_path):
     summary = json.loads(proc.stdout)
     assert (summary["engine"], summary["parts"], summary["rows_written"]) == ("ray", 3, 14)
     assert sorted(p.name for p in parts.iterdir()) == [
-        "_advcli_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"
+        "_advcli_manifest.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"
     ]  # fmt: skip
-    manifest = json.loads((parts / "_advcli_manifest.json").read_text())
+    manifest = read_manifest(parts)
     assert [p["rows"] for p in manifest["parts"]] == [5, 7, 2]
     assert [Path(p["input"]).name for p in manifest["parts"]] == ["a.parquet", "b.parquet",
                                                                   "c.parquet"]  # fmt: skip
@@ -468,7 +475,7 @@ def test_one_large_file_spreads_in_row_ranges(cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == {"gae": [True, 2, 280], "grpo": [True, 2, 280]}
-    manifest = json.loads((tmp_path / "ray-0" / "_advcli_manifest.json").read_text())
+    manifest = read_manifest(tmp_path / "ray-0")
     assert [p["input_rows"] for p in manifest["parts"]] == [[0, 128], [128, 280]]
 
 
@@ -543,7 +550,7 @@ def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
     assert proc.returncode == 0, proc.stderr
     listed = fs.get_file_info(pafs.FileSelector("logs/parts", recursive=True))
     assert sorted(i.base_name for i in listed) == [
-        "_advcli_manifest.json", "part-00000.parquet", "part-00001.parquet"
+        "_advcli_manifest.parquet", "part-00000.parquet", "part-00001.parquet"
     ]  # fmt: skip
     parts = ds.dataset("logs/parts", filesystem=fs, format="parquet").to_table()
     assert parts.replace_schema_metadata(None).equals(
@@ -552,7 +559,7 @@ def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
     checked = json.loads(advcli("verify", "s3://logs/parts", "--json", env=env).stdout)
     assert (checked["ok"], checked["parts"], checked["rows"]) == (True, 2, 14)
     assert advcli("annotate", "s3://logs/in", *args, *ray_args, env=env).returncode == 2
-    fs.delete_file("logs/parts/_advcli_manifest.json")  # as a run cut short leaves it
+    fs.delete_file("logs/parts/_advcli_manifest.parquet")  # as a run cut short leaves it
     proc = advcli("verify", "s3://logs/parts", env=env)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     proc = advcli("annotate", "s3://logs/in", *args, *ray_args, "--force", env=env)
@@ -582,7 +589,54 @@ def test_shard_on_the_cluster_writes_the_same_shards(cluster, three_files, tmp_p
     assert proc.returncode == 0, proc.stderr
     files = sorted(p.relative_to(here) for p in here.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(there) for p in there.rglob("*") if p.is_file())
-    assert len(files) >= 3
+    assert len(files) >= 2  # the manifest and the shards
     for name in files:
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
     assert json.loads(advcli("verify", str(there), "--json").stdout)["ok"]
+
+
+RAY_DATA = """
+import json, sys
+import ray, ray.data
+ray.init(address=sys.argv[1], log_to_driver=False)
+ray.data.DataContext.get_current().execution_options.preserve_order = True
+table = ray.data.read_parquet(sys.argv[2]).to_arrow_refs()
+rows = [r for t in ray.get(table) for r in t.column("rollout_id").to_pylist()]
+print(json.dumps(rows))
+"""
+
+
+def test_a_parts_folder_and_a_shard_folder_load_in_every_reader(
+    cluster, three_files, tmp_path, monkeypatch
+):
+    """pyarrow, pandas, polars, HF datasets and Ray Data's read_parquet read the folders that
+    --engine ray writes as they are, rows in order."""
+    from tests.shards.test_readers import READERS, expected, same_rows
+
+    parts, shards = tmp_path / "parts", tmp_path / "shards"
+    on_ray = ["--engine", "ray", "--ray-address", cluster]
+    for proc in (
+        advcli("annotate", str(three_files), "--method", "grpo", *on_ray, "--out", str(parts)),
+        advcli("shard", str(three_files), "--method", "grpo", "--rows-per-shard", "4",
+               *on_ray, "--out", str(shards)),
+    ):  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = {**ENV, "HF_HUB_OFFLINE": "1"}
+    for folder in (parts, shards):
+        want = expected(folder)
+        assert want.num_rows > 0 and len(list(folder.glob("part-*.parquet"))) > 1
+        for reader in READERS.values():
+            same_rows(reader(folder), want)
+        script = [sys.executable, "-c", RAY_DATA, cluster, str(folder)]
+        read = subprocess.run(script, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert read.returncode == 0, read.stderr
+        assert json.loads(read.stdout.splitlines()[-1]) == want.column("rollout_id").to_pylist()
+    # a parts folder as an earlier advcli wrote it (_advcli_manifest.json) still verifies
+    old = json.dumps(read_manifest(parts))
+    (parts / "_advcli_manifest.parquet").unlink()
+    (parts / "_advcli_manifest.json").write_text(old)
+    checked = advcli("verify", str(parts), "--json")
+    assert (
+        checked.returncode == 0 and json.loads(checked.stdout)["rows"] == expected(parts).num_rows
+    )

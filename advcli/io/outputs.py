@@ -102,21 +102,40 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def metadata_path(path: str | os.PathLike[str]) -> Path:
+    """Where a JSONL output's metadata goes: a hidden file beside it, ``.NAME.meta.json``
+    (Hugging Face ``datasets`` skips hidden files: ``load_dataset("json", data_dir=...)`` on
+    the folder reads the data alone)."""
+    data = Path(path)
+    return data.with_name(f".{data.name}.meta.json")
+
+
+def metadata_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Today's place of a JSONL output's metadata, and the one before (``NAME.meta.json``,
+    beside it and not hidden), which still reads."""
+    return metadata_path(path), Path(f"{os.fspath(path)}.meta.json")
+
+
+def existing_metadata(path: str | os.PathLike[str]) -> Path | None:
+    """The metadata file a JSONL output has, today's place first; None without one."""
+    return next((p for p in metadata_paths(path) if p.exists()), None)
+
+
 def check_output(out: str, files: list[str], *, force: bool) -> None:
     """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
     names the files it holds) or their metadata, always; one that exists, or whose
-    ``.meta.json`` (JSONL) exists, unless ``force``; and a path where no file can go."""
+    metadata file (JSONL) exists, unless ``force``; and a path where no file can go."""
     if remote.is_remote(out):
         remote.check_output(out, files, force=force)
         return
     target = Path(out)
     clean_stale(target)
-    written = [target, *([Path(f"{out}.meta.json")] if is_jsonl_output(out) else [])]
+    written = [target, *(metadata_paths(out) if is_jsonl_output(out) else [])]
     for f in files:
         if f == STDIN:
             continue
         for path in written:
-            if _same_file(path, f) or _same_file(path, f"{f}.meta.json"):
+            if any(_same_file(path, g) for g in (f, *metadata_paths(f))):
                 msg = (
                     f"{out}: this is one of the inputs; advcli never overwrites its input. "
                     "Hint: choose another --out"

@@ -174,7 +174,7 @@ def check_output(uri: str, inputs: list[str], *, force: bool) -> None:
     ``force``; and a JSONL output (its metadata would be a second object, not committed with
     it)."""
     if uri.lower().endswith((".jsonl", ".ndjson")):
-        msg = f"{uri}: JSONL outputs go to a local disk (they come with a .meta.json file)"
+        msg = f"{uri}: JSONL outputs go to a local disk (they come with a metadata file)"
         raise UsageError(f"{msg}. Hint: write Parquet to object storage")
     if uri in inputs:
         msg = f"{uri}: this is one of the inputs; advcli never overwrites its input"

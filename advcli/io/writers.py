@@ -35,8 +35,11 @@ from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.outputs import (
     atomic_path,
     create_empty,
+    existing_metadata,
     glob_escape,
     is_jsonl_output,
+    metadata_path,
+    metadata_paths,
     output_errors,
     publish,
     temporary_beside,
@@ -187,7 +190,8 @@ def write_json_to(path: Path, obj: dict[str, Any]) -> None:
 def read_metadata(path: str) -> dict[str, Any] | None:
     """The advcli metadata of an output written by advcli, or None.
 
-    A JSONL output's ``.meta.json`` records the size and sha256 of the data it describes, and
+    A JSONL output's metadata file (:func:`metadata_path`) records the size and sha256 of the
+    data it describes, and
     is written in full (under a temporary name) before the data moves into place: a run killed
     between the two moves leaves the new data with the old metadata (or none) and the new
     metadata still under its temporary name, which is then the one returned. A ``.meta.json``
@@ -196,12 +200,16 @@ def read_metadata(path: str) -> dict[str, Any] | None:
     if not is_jsonl_output(path):
         raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
         return None if raw is None else _metadata(raw, f"{path} (its advcli metadata)")
-    meta_path = Path(f"{path}.meta.json")
+    meta_path = existing_metadata(path) or metadata_path(path)
     meta = _metadata(meta_path.read_bytes(), str(meta_path)) if meta_path.exists() else None
     data = _DataDigest(path)
     if meta is not None and data.described_by(meta):
         return meta
-    pending = meta_path.parent.glob(f".{glob_escape(meta_path.name)}.advcli-*.tmp")
+    pending = [
+        candidate
+        for place in metadata_paths(path)
+        for candidate in place.parent.glob(f".{glob_escape(place.name)}.advcli-*.tmp")
+    ]
     for candidate in sorted(pending):
         with contextlib.suppress(DataError, OSError):
             found = _metadata(candidate.read_bytes(), str(candidate))
@@ -390,7 +398,7 @@ class TableWriter:
         self._sink.write(table)
 
     def commit(self) -> None:
-        """Finish the file and move it into place (a JSONL file, then its ``.meta.json``,
+        """Finish the file and move it into place (a JSONL file, then its metadata file,
         which records the data's size and sha256: see :func:`read_metadata`)."""
         if self._tmp is None:
             msg = f"{self.out}: nothing to write"
@@ -404,9 +412,11 @@ class TableWriter:
             # with the old output intact, and a kill between the two moves leaves it where
             # read_metadata() finds it.
             data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
-            with atomic_path(f"{self.out}.meta.json") as meta:
+            with atomic_path(str(metadata_path(self.out))) as meta:
                 write_json_to(meta, {**self.metadata, "data": data})
                 publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
+            # the replaced output's metadata, where advcli wrote it before: its own, stale
+            metadata_paths(self.out)[1].unlink(missing_ok=True)
 
     def _close(self) -> None:
         if self._sink is not None:

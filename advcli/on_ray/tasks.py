@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -26,7 +25,7 @@ from advcli.accounting import CountTokens, TokenCounts, token_counts
 from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
 from advcli.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
 from advcli.errors import AdvcliError, DataError, OutputError, UsageError
-from advcli.io import remote
+from advcli.io import manifests, remote
 from advcli.io.file_sources import ParquetSource
 from advcli.io.folders import Folder
 from advcli.io.outputs import output_folder
@@ -39,7 +38,6 @@ from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ra
 from advcli.results import Verification
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
-MANIFEST = "_advcli_manifest.json"  # pyarrow and polars skip names that begin with _
 RETRIES = 2  # a task whose worker dies runs again this many times (Ray's task retries)
 STORAGE_ENV = ("AWS_", "GOOGLE_", "HF_")  # settings of object stores the tasks get too
 
@@ -298,7 +296,7 @@ def _commit_parts(
     the tasks' results."""
     results, parts = [], []
     rows = tokens = 0
-    with output_folder(out, force=force, last=(MANIFEST,)) as folder:
+    with output_folder(out, force=force, last=manifests.NAMES) as folder:
         futures = [submit(unit, folder.place(PART.format(i))) for i, unit in enumerate(units)]
         for i, result in enumerate(_results(ray, futures, [u.name(log) for u in units])):
             results.append(result)
@@ -312,8 +310,7 @@ def _commit_parts(
             progress.advance(rows, tokens)
         record = {"advcli_version": __version__, "engine": "ray", "parts": parts, "rows": rows,
                   "tokens": tokens, **manifest}  # fmt: skip
-        text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-        (folder.folder / MANIFEST).write_text(text)
+        manifests.write(folder.folder, record, _schema(folder.place(PART.format(0))))
     return results
 
 
@@ -368,15 +365,26 @@ def score_parts(
     }
 
 
+def _schema(part: str) -> pa.Schema:
+    """A part's schema (the manifest file takes it)."""
+    return pq.read_schema(remote.open_input(part) if remote.is_remote(part) else part)
+
+
+def is_parts_manifest(manifest: Any) -> bool:
+    """Whether a folder's manifest is a parts folder's (not a shard folder's)."""
+    return isinstance(manifest, dict) and manifest.get("engine") == "ray"
+
+
 def listed_parts(folder: Folder) -> set[str] | None:
     """The files a parts folder's manifest names (itself too). A run cut short leaves its
     parts and no manifest (it is uploaded last): then every file, if each is a Parquet part
     carrying advcli's metadata. None where neither holds."""
-    try:
-        manifest = json.loads(folder.read_text(MANIFEST))
-        return {MANIFEST, *(str(r["part"]) for r in manifest["parts"])}
-    except (OSError, ValueError, TypeError, KeyError, AdvcliError):
-        pass
+    read = manifests.read_json(folder)
+    if read is not None and is_parts_manifest(read[1]):
+        try:
+            return {*read[0].files, *(str(r["part"]) for r in read[1]["parts"])}
+        except (TypeError, KeyError):
+            pass
     for name in folder.files():
         try:
             with folder.open(name) as fh:
@@ -392,14 +400,20 @@ def verify_parts(location: str) -> Verification:
     manifest lists is there, a plain file with the manifest's sha256 and row count; no other
     file; the totals add up."""
     folder = Folder(location)
-    mpath = folder.path(MANIFEST)
     regen = "Hint: write it again with --engine ray --force"
+    read = manifests.read_json(folder)
+    mpath = folder.path(read[0].where if read is not None else manifests.NAME)
+    if read is not None and read[0].recorded is not None and not read[0].sha256_matches():
+        raise DataError(f"{mpath}: edited after advcli wrote it (its sha256 differs). {regen}")
+    unreadable = DataError(f"{mpath}: not a manifest advcli can read. {regen}")
+    if read is None or not is_parts_manifest(read[1]):
+        raise unreadable
+    manifest = read[1]
     try:
-        manifest = json.loads(folder.read_text(MANIFEST))
         records = list(manifest["parts"])
         names = [str(r["part"]) for r in records]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DataError(f"{mpath}: not a manifest advcli can read. {regen}") from None
+    except (KeyError, TypeError):
+        raise unreadable from None
     rows = tokens = 0
     for name, rec in zip(names, records, strict=True):
         path = folder.path(name)
@@ -414,7 +428,7 @@ def verify_parts(location: str) -> Verification:
         rows += n
         tokens += int(rec.get("tokens", 0))
     for name in folder.files():
-        if name not in {MANIFEST, *names}:
+        if name not in {*read[0].files, *names}:
             raise DataError(f"{folder.path(name)}: a file the manifest does not list. {regen}")
     if rows != manifest.get("rows") or tokens != manifest.get("tokens"):
         raise DataError(f"{mpath}: the totals do not add up to the parts' counts. {regen}")

@@ -27,6 +27,7 @@ from typing import Any
 from advcli import jobs, methods, progress
 from advcli._version import __version__
 from advcli.errors import DataError, UsageError
+from advcli.io import manifests
 from advcli.io.outputs import check_output_folder, output_folder
 from advcli.logs import BATCH_ROWS, Inputs, input_paths
 from advcli.params import parse_assignments
@@ -35,9 +36,7 @@ from advcli.results import ShardResult
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
 from advcli.shards.manifest import (
-    CHECKSUM,
     FORMAT,
-    MANIFEST,
     build_manifest,
     listed,
     verify,
@@ -87,7 +86,7 @@ def write_shards(
         "loss_weights": opts.loss_weights,
     }
     reading = "annotating" if inp.run is not None else "reading rows"
-    with output_folder(out, force=force, last=(MANIFEST, CHECKSUM)) as output:
+    with output_folder(out, force=force, last=manifests.NAMES) as output:
         tmp = output.folder
         if direct:
             with (

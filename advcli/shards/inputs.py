@@ -22,6 +22,7 @@ from advcli.engine import Batch, Run
 from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
+from advcli.io.outputs import existing_metadata, metadata_path
 from advcli.io.rollouts import Rows, extract_rows, row_columns
 from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
@@ -120,7 +121,9 @@ def _recorded_roles(path: str, meta: dict[str, Any]) -> dict[str, str]:
 
 
 def _metadata_of(path: str) -> str:
-    return f"{path}.meta.json" if is_jsonl(path) else f"{path} (its advcli metadata)"
+    if is_jsonl(path):
+        return str(existing_metadata(path) or metadata_path(path))
+    return f"{path} (its advcli metadata)"
 
 
 def _columns(path: str) -> set[str] | None:

@@ -1,5 +1,5 @@
-"""The manifest of a shard folder (written last: a folder without one is incomplete), and
-``advcli verify``, which checks a folder against its manifest."""
+"""The manifest of a shard folder (written last: a folder without one is incomplete; kept as
+:mod:`advcli.io.manifests` says), and ``advcli verify``, which checks a folder against it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli._version import __version__
-from advcli.errors import AdvcliError, DataError, UsageError
-from advcli.io import remote
+from advcli.errors import DataError, UsageError
+from advcli.io import manifests, remote
 from advcli.io.checksum import file_sha256
 from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
+from advcli.io.outputs import existing_metadata
 from advcli.io.sources import Sources
 from advcli.results import Verification
 from advcli.shards.inputs import Input
@@ -27,12 +28,10 @@ from advcli.shards.plan import ShardPlan
 from advcli.shards.write import schema_list
 
 FORMAT = "advcli-shards/1"
-MANIFEST = "manifest.json"
-CHECKSUM = "manifest.sha256"
 
 
 def input_record(path: str, sources: Sources) -> dict[str, Any]:
-    """An input's size and checksum (and its ``.meta.json``'s, for an annotated JSONL log)."""
+    """An input's size and checksum (and its metadata file's, for an annotated JSONL log)."""
     if path == STDIN:
         data = sources.stdin or b""
         return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -44,8 +43,8 @@ def input_record(path: str, sources: Sources) -> dict[str, Any]:
         "bytes": os.path.getsize(path),
         "sha256": file_sha256(Path(path)),
     }
-    meta = Path(f"{path}.meta.json")
-    if is_jsonl(path) and meta.exists():
+    meta = existing_metadata(path) if is_jsonl(path) else None
+    if meta is not None:
         record["meta"] = {"path": str(meta), "sha256": file_sha256(meta)}
     return record
 
@@ -88,10 +87,10 @@ def _fail(problem: str, hint: str) -> NoReturn:
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    """``manifest.json``, then ``manifest.sha256`` (in ``sha256sum`` format), which lets
-    ``verify`` (or ``sha256sum -c manifest.sha256``) tell an edited manifest."""
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    (folder / CHECKSUM).write_text(f"{file_sha256(folder / MANIFEST)}  {MANIFEST}\n")
+    """The manifest file, with the first shard's schema and the text's sha256 (which lets
+    ``verify`` tell an edited manifest)."""
+    schema = pq.read_schema(folder / manifest["shards"][0]["path"])
+    manifests.write(folder, manifest, schema)
 
 
 # The manifest's documented schema (docs/shards.md), as ``verify`` reads it: a dict is a record
@@ -160,36 +159,49 @@ def _type_name(spec: Any) -> str:
 def listed(folder: Folder) -> set[str] | None:
     """The files a shard folder's manifest names (itself and its checksum too); None where
     the folder has no readable advcli manifest."""
+    read = manifests.read_json(folder)
+    if read is None:
+        return None
+    found, manifest = read
     try:
-        manifest = json.loads(folder.read_text(MANIFEST))
         if manifest.get("format") != FORMAT:
             return None
         paths = (PurePosixPath(s["path"]).as_posix() for s in manifest["shards"])
-        return {MANIFEST, CHECKSUM, *paths}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, AdvcliError):
+        return {*found.files, *paths}
+    except (TypeError, KeyError, AttributeError, ValueError):
         return None
 
 
-def read_manifest(folder: Folder, regen: str) -> dict[str, Any]:
-    """The folder's manifest, checked against its checksum and its schema."""
-    mpath, sums = folder.path(MANIFEST), folder.path(CHECKSUM)
-    if folder.kind(MANIFEST) != "file":
-        _fail(f"{mpath}: no manifest, so the folder is not a complete shard output", regen)
-    if folder.kind(CHECKSUM) != "file":
-        _fail(f"{sums}: missing, so the manifest cannot be checked", regen)
-    recorded = folder.read_text(CHECKSUM).split()
-    text = folder.read_text(MANIFEST)
-    if recorded[:2] != [hashlib.sha256(text.encode()).hexdigest(), MANIFEST]:
-        _fail(f"{mpath}: edited after advcli wrote it (its sha256 differs from {CHECKSUM})", regen)
+def read_manifest(folder: Folder, regen: str) -> tuple[manifests.Found, dict[str, Any]]:
+    """The folder's manifest (where it was found, and its JSON), checked against its sha256
+    and its schema."""
     try:
-        manifest: Any = json.loads(text)
+        found = manifests.find(folder)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        reason = " ".join(str(exc).split())
+        _fail(f"{folder.path(manifests.NAME)}: not a readable manifest ({reason})", regen)
+    if found is None:
+        _fail(
+            f"{folder.path(manifests.NAME)}: no manifest, so the folder is not a complete shard "
+            "output",
+            regen,
+        )
+    mpath = folder.path(found.where)
+    if found.recorded is None:
+        sums = folder.path(manifests.OLD_SHARDS_SUM)
+        _fail(f"{sums}: missing, so the manifest cannot be checked", regen)
+    if not found.sha256_matches():
+        _fail(f"{mpath}: edited after advcli wrote it (its sha256 differs from the recorded one)",
+              regen)  # fmt: skip
+    try:
+        manifest: Any = json.loads(found.text)
     except ValueError:
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         _fail(f"{mpath}: not an advcli shard manifest ({FORMAT})", regen)
     if (problem := _problem(manifest, _SCHEMA, "manifest")) is not None:
         _fail(f"{mpath}: {problem}", regen)
-    return manifest
+    return found, manifest
 
 
 def verify(location: str | os.PathLike[str]) -> Verification:
@@ -207,8 +219,8 @@ def verify(location: str | os.PathLike[str]) -> Verification:
         msg = f"{location}: no such folder. Hint: give the --out folder of advcli shard"
         raise UsageError(msg)
     regen = "write the shards again with advcli shard --force"
-    manifest = read_manifest(folder, regen)
-    mpath = folder.path(MANIFEST)
+    found, manifest = read_manifest(folder, regen)
+    mpath = folder.path(found.where)
     records = manifest["shards"]
     listed = set()
     for rec in records:
@@ -221,7 +233,7 @@ def verify(location: str | os.PathLike[str]) -> Verification:
         if folder.kind(rel) == "symlink":
             _fail(f"{folder.path(rel)}: a symlink; a shard folder holds only files advcli wrote",
                   regen)  # fmt: skip
-        if rel not in listed | {MANIFEST, CHECKSUM}:
+        if rel not in listed | found.files:
             _fail(
                 f"{folder.path(rel)}: a file the manifest does not list", "remove it, or " + regen
             )

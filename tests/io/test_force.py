@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from advcli.io.outputs import metadata_path
 from tests.conftest import run
 
 
@@ -73,4 +74,4 @@ def test_force_refuses_a_device_node(small_log, tmp_path):
     proc = run("annotate", small_log, "--method", "grpo", "--out", str(device), "--force")
     assert proc.returncode == 2 and "not a regular file" in one_line(proc)
     assert stat.S_ISCHR(device.lstat().st_mode)
-    assert not Path(f"{device}.meta.json").exists()
+    assert not metadata_path(device).exists()

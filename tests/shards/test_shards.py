@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -23,7 +22,7 @@ import pytest
 import advcli
 from advcli import shards
 from advcli.cli import runner as cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, read_manifest, write_manifest
 from tests.shards.test_plan import naive_ffd
 
 SAMPLE = ROOT / "sample_data" / "rollouts.parquet"
@@ -94,7 +93,7 @@ def reference(path: Path, method: str = "grpo") -> tuple[pa.Table, np.ndarray]:
 
 
 def shard_files(folder: Path) -> list[str]:
-    return sorted(str(p) for p in folder.glob("*.parquet"))
+    return sorted(str(p) for p in folder.glob("part-*.parquet"))
 
 
 def unpack(table: pa.Table) -> dict[str, dict]:
@@ -136,7 +135,7 @@ def test_rows_read_back_exactly_with_pyarrow_and_polars(capsys, tmp_path, log_pa
     assert frame["rollout_id"].to_list() == ref.column("rollout_id").to_pylist()
     assert frame["advantages"].to_list() == ref.column("advantages").to_pylist()
     # shard size: greedy, each shard as many whole rows as fit in 2000 tokens
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = read_manifest(out)
     tokens = [s["tokens"] for s in manifest["shards"]]
     assert all(t <= 2000 for t in tokens) and sum(tokens) == manifest["totals"]["tokens"]
     assert pq.ParquetFile(files[0]).metadata.num_row_groups >= 1
@@ -327,7 +326,7 @@ def test_pack_too_long_is_an_error_unless_truncated(capsys, tmp_path, log_path):
                  "--pack", 40, "--truncate", "--loss-weights", "seq-mean-token-mean")  # fmt: skip
     ref, _ = reference(log_path)
     lens = np.array([len(x) for x in ref.column("input_ids").to_pylist()])
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["truncated"]["rollouts"] == int((lens > 40).sum()) > 0
     assert manifest["truncated"]["tokens"] == int(np.maximum(lens - 40, 0).sum())
     assert summary["tokens"] == int(np.minimum(lens, 40).sum())
@@ -370,7 +369,7 @@ def test_drops_are_counted(capsys, tmp_path, log_path):
     ref, _ = reference(log_path)
     zv = np.array(ref["zero_variance"].to_pylist())
     single = np.array(ref["singleton"].to_pylist())
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["dropped"] == {"zero_variance": int(zv.sum()), "singleton": int(single.sum())}
     assert zv.sum() > 0 and single.sum() > 0
     kept = [
@@ -386,7 +385,7 @@ def test_split_by_prompt_hash(capsys, tmp_path, log_path):
     out = tmp_path / "s"
     summary = ok(capsys, "shard", log_path, "--method", "grpo", "--out", out,
                  "--split", "val=0.25", "--shuffle", "--pack", 100)  # fmt: skip
-    assert not list(out.glob("*.parquet")) and (out / "train").is_dir()
+    assert not list(out.glob("part-*.parquet")) and (out / "train").is_dir()
     train = pl.read_parquet(f"{out}/train/*.parquet")["prompt_id"].explode().to_list()
     val = pl.read_parquet(f"{out}/val/*.parquet")["prompt_id"].explode().to_list()
     assert set(train).isdisjoint(val) and val
@@ -395,7 +394,7 @@ def test_split_by_prompt_hash(capsys, tmp_path, log_path):
     again = tmp_path / "s2"  # the split does not depend on the seed or the order
     ok(capsys, "shard", log_path, "--method", "grpo", "--out", again, "--split", "val=0.25")
     assert set(pl.read_parquet(f"{again}/val/*.parquet")["prompt_id"]) == set(val)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = read_manifest(out)
     assert {s["path"].split("/")[0] for s in manifest["shards"]} == {"train", "val"}
 
 
@@ -427,7 +426,7 @@ def test_raw_log_needs_a_method_and_output_is_refused_unless_force(capsys, tmp_p
     assert code == 2 and "already exists" in err and "--force" in err
     summary = ok(capsys, "shard", log_path, "--method", "rloo", "--out", out, "--force")
     assert summary["method"] == "rloo"
-    assert json.loads((out / "manifest.json").read_text())["method"] == "rloo"
+    assert read_manifest(out)["method"] == "rloo"
     assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temporary folders left
     code, _, err = run(capsys, "shard", log_path, "--method", "grpo", "--out", log_path.parent)
     assert code == 2 and "holds the input" in err
@@ -456,16 +455,14 @@ def test_verify_catches_truncated_altered_and_missing_shards(capsys, tmp_path, l
     fails(f"{files[1]}: sha256")
     files[1].write_bytes(data)
     assert ok(capsys, "verify", out)["ok"]
-    manifest_path = out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
+    manifest_path = out / "_advcli_manifest.parquet"
+    manifest = read_manifest(out)
 
     def with_manifest(change) -> None:
         """Edit the manifest, and its checksum too (else verify stops at the checksum)."""
         m = json.loads(json.dumps(manifest))
         change(m)
-        manifest_path.write_text(json.dumps(m))
-        digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
-        (out / "manifest.sha256").write_text(f"{digest}  manifest.json\n")
+        write_manifest(out, m, checksum=True)
 
     with_manifest(lambda m: m["shards"][0].update(rows=m["shards"][0]["rows"] + 1))
     fails("rows, the manifest says")
@@ -502,7 +499,7 @@ def test_sigkill_leaves_no_complete_looking_output(tmp_path):
     leftovers = list(tmp_path.glob(".out.*.tmp"))
     assert leftovers and list(leftovers[0].glob("*.parquet"))  # killed while writing
     assert not out.exists()
-    assert not list(tmp_path.rglob("manifest.json"))
+    assert not list(tmp_path.rglob("_advcli_manifest.parquet"))
     # the next run is not blocked by the debris and writes a complete folder
     done = subprocess.run([*args[:-2], "--rows-per-shard", "2000"], env=env, check=True)
-    assert done.returncode == 0 and (out / "manifest.json").exists()
+    assert done.returncode == 0 and (out / "_advcli_manifest.parquet").exists()
