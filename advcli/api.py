@@ -207,8 +207,9 @@ def _annotate_on_ray(
 
 def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: bool) -> None:
     """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
-    if fmt not in (None, "parquet"):
-        raise UsageError(f"--format {fmt}: --engine ray writes Parquet parts into a folder")
+    if fmt not in (None, "parquet") or out == "-":
+        shown = f"--format {fmt}" if fmt not in (None, "parquet") else "--out -"
+        raise UsageError(f"{shown}: --engine ray writes Parquet parts into a folder")
     from advcli.on_ray import tasks as on_ray  # Ray's side is imported only when used
 
     check_output_folder(out, files, force=force, listed=on_ray.listed_parts)

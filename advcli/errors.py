@@ -80,6 +80,13 @@ class AdvantagesDiffer(AdvcliError):
     exit_code = 4
 
 
+class StdoutClosed(AdvcliError):
+    """The reader of ``--out -`` stopped (``| head``): the command stops quietly, as Unix
+    tools do, with 141 (128 + SIGPIPE)."""
+
+    exit_code = 141
+
+
 def where(
     file: str | None, row: int | None = None, column: str | None = None, *, line: bool = False
 ) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, TextIO
 
 import orjson
 import typer
@@ -25,6 +25,7 @@ from advcli.cli.options import (
     Json,
     NearTie,
     Nonfinite,
+    OutFile,
     Quiet,
     RayAddress,
     ZeroVarianceTol,
@@ -51,22 +52,25 @@ app = typer.Typer(
 )
 
 
-def _report(title: str, found: Result, *, as_json: bool, quiet: bool) -> None:
+def _report(
+    title: str, found: Result, *, as_json: bool, quiet: bool, out: str | None = None
+) -> None:
     """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
-    a summary (unless quiet) and the warnings on stderr."""
+    a summary (unless quiet) and the warnings on stderr. With ``--out -`` the output holds
+    stdout: the JSON goes to stderr."""
     result = found.as_dict()
     warnings = result.pop("warnings", [])
     if as_json:
-        _print_json({**result, "warnings": warnings})
+        _print_json({**result, "warnings": warnings}, sys.stderr if out == "-" else None)
         return
     if not quiet:
         render.summary(title, result)
     _warn(warnings)
 
 
-def _print_json(obj: object) -> None:
+def _print_json(obj: object, stream: TextIO | None = None) -> None:
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-    sys.stdout.write(orjson.dumps(obj, option=option).decode() + "\n")
+    (stream or sys.stdout).write(orjson.dumps(obj, option=option).decode() + "\n")
 
 
 def _one_line(key: object) -> str:
@@ -107,7 +111,7 @@ def schema(
 @with_method_parameters(after="convention")
 def annotate(
     inputs: Inputs,
-    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    out: OutFile,
     method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -145,7 +149,7 @@ def annotate(
             **(params or {}),
             **_shared_params(method, preset, preset_options),
         )
-    _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet)
+    _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command()
@@ -201,7 +205,7 @@ def check(
 @with_options(CriticOptions, after="out", name="critic")
 def score(
     inputs: Inputs,
-    out: Annotated[str, typer.Option("--out", "-o", help="Output .parquet or .jsonl file.")],
+    out: OutFile,
     col: Col = None,
     fmt: Format = None,
     force: Force = False,
@@ -219,7 +223,7 @@ def score(
             inputs, out, critic, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
             engine=engine, ray_address=ray_address,
         )  # fmt: skip
-    _report(f"score: {out}", result, as_json=as_json, quiet=quiet)
+    _report(f"score: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command()

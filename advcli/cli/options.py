@@ -39,11 +39,20 @@ Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on 
 
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr.")]
+OutFile = Annotated[
+    str,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Output .parquet or .jsonl file; - for standard output (JSONL, or Arrow IPC with "
+        "--format arrow).",
+    ),
+]
 
 
 Format = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--format", help="parquet or jsonl (default: from --out)."),
+    typer.Option("--format", help="parquet or jsonl (default: from --out); arrow with --out -."),
 ]
 
 

@@ -27,7 +27,7 @@ from polars.exceptions import PanicException as _Panic
 
 from advcli._malloc import tune_allocator
 from advcli.cli.commands import app
-from advcli.errors import AdvcliError, UsageError
+from advcli.errors import AdvcliError, StdoutClosed, UsageError
 from advcli.io.interrupts import STOPS, handle_termination, terminated_by
 
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
@@ -74,10 +74,13 @@ def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
 
 def main(args: list[str] | None = None) -> None:
     """Entry point: run the command line, turning every error into one line and an exit code
-    (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted).
+    (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted,
+    141 the reader of ``--out -`` stopped).
     """
     try:
         code = _run(args)
+    except StdoutClosed:  # a reader of --out - stopped early (`| head`)
+        _stdout_closed()
     except AdvcliError as exc:
         _fail(f"advcli: error: {exc}", exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
@@ -119,6 +122,14 @@ def _run(args: list[str] | None) -> Any:
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
     return command().main(args=args, prog_name="advcli", standalone_mode=False)
+
+
+def _stdout_closed() -> NoReturn:
+    """Standard output's reader went away: nothing more can be written there; leave quietly
+    with 141 (128 + SIGPIPE), stdout pointed at /dev/null so that the exit's flush is quiet."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    os._exit(141)
 
 
 def _interrupted() -> NoReturn:

@@ -24,9 +24,25 @@ from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN
 from advcli.io.remote import FolderOutput
 
+STDOUT = "-"
+"""``--out -``: standard output, for a pipe (JSONL, or Arrow IPC with ``--format arrow``)."""
+
 
 def output_format(path: str, fmt: str | None) -> str:
-    """``parquet`` or ``jsonl``, from ``--format`` or the extension."""
+    """``parquet`` or ``jsonl``, from ``--format`` or the extension; to standard output
+    (``-``), ``jsonl`` (the default) or ``arrow``."""
+    if path == STDOUT:
+        if fmt in (None, "jsonl", "arrow"):
+            return fmt or "jsonl"
+        if fmt == "parquet":
+            msg = (
+                "--out -: Parquet needs a file it can seek in, which a pipe is not. Hint: "
+                "--format jsonl or arrow for a pipe, or --out NAME.parquet"
+            )
+            raise UsageError(msg)
+        raise UsageError(f"--format {fmt!r}: expected jsonl or arrow for --out -")
+    if fmt == "arrow":
+        raise UsageError("--format arrow writes Arrow IPC to standard output: add --out -")
     if fmt:
         if fmt not in ("parquet", "jsonl"):
             msg = f"--format {fmt!r}: expected parquet or jsonl"
@@ -125,6 +141,8 @@ def check_output(out: str, files: list[str], *, force: bool) -> None:
     """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
     names the files it holds) or their metadata, always; one that exists, or whose
     metadata file (JSONL) exists, unless ``force``; and a path where no file can go."""
+    if out == STDOUT:
+        return
     if remote.is_remote(out):
         remote.check_output(out, files, force=force)
         return

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import queue
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -28,11 +29,12 @@ import pyarrow.parquet as pq
 from polars.io.plugins import register_io_source
 
 from advcli import progress
-from advcli.errors import DataError, OutputError, UsageError
+from advcli.errors import DataError, OutputError, StdoutClosed, UsageError
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.outputs import (
+    STDOUT,
     atomic_path,
     create_empty,
     existing_metadata,
@@ -80,6 +82,8 @@ def write_batches(
     infinity of the ``passed_through`` columns (the input's, as they were: :data:`NONFINITE`)
     unless ``nonfinite`` is "null"; in advcli's own columns NaN is "no value" (a critic's
     first token), written null."""
+    if out == STDOUT:
+        return _to_stdout(fmt, metadata, batches, nonfinite, set(passed_through))
     if remote.is_remote(out):
         with tempfile.TemporaryDirectory(prefix="advcli-") as folder:
             local = os.path.join(folder, "out.parquet")
@@ -100,6 +104,43 @@ def write_batches(
             progress.advance(rows, tokens)
         writer.commit()
     return Written(rows, tokens, file_sha256(out) if digest else None, nulled)
+
+
+def _to_stdout(
+    fmt: str,
+    metadata: dict[str, Any],
+    batches: Iterable[tuple[pa.Table, int]],
+    nonfinite: str,
+    checked: set[str],
+) -> Written:
+    """``--out -``: JSON lines as a file gets them, or an Arrow IPC stream whose schema carries
+    the run's metadata (key ``advcli``), each batch flushed as it comes (a reader downstream
+    starts at once). A JSONL stream has no place for the metadata."""
+    sink = sys.stdout.buffer
+    rows = tokens = nulled = 0
+    stream: pa.RecordBatchStreamWriter | None = None
+    schema: pa.Schema | None = None
+    try:
+        for table, n_tokens in batches:
+            if fmt == "jsonl":
+                nulled += _json_ready(table, "--out -", rows, nonfinite, checked)
+                sink.write(_frame(table).write_ndjson().encode())
+            else:
+                if stream is None or schema is None:
+                    kv = {METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()}
+                    schema = table.schema.with_metadata(kv)
+                    stream = pa.ipc.new_stream(sink, schema)
+                stream.write_table(table.cast(schema))
+            sink.flush()
+            rows += table.num_rows
+            tokens += n_tokens
+            progress.advance(rows, tokens)
+        if stream is not None:
+            stream.close()
+        sink.flush()
+    except BrokenPipeError:
+        raise StdoutClosed("standard output closed") from None
+    return Written(rows, tokens, None, nulled)
 
 
 def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: set[str]) -> int:
