@@ -41,7 +41,8 @@ from advcli.io import manifests
 from advcli.io.folders import Folder
 from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
-from advcli.io.sources import Sources, TableSource
+from advcli.io.sources import LogSource, Sources, TableSource
+from advcli.io.split_tokens import SplitTokens, in_users_layout, is_split
 from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
 from advcli.logs import (
     BATCH_ROWS,
@@ -151,6 +152,8 @@ def annotate(
     summary = Summary()
     with progress.stage("annotating"):
         batches = summary.counted(run.annotated())
+        if isinstance(log.source, SplitTokens):  # written in the user's layout
+            batches = in_users_layout(log.source, batches)
         written = write_batches(
             out, fmt, run.metadata(), batches, force=force, nonfinite=nonfinite,
             passed_through=_passed_through(log),
@@ -193,7 +196,11 @@ def _annotate_on_ray(
 
     assert job.ray is not None
     _check_parts_output(out, fmt, job.files, force=force)
-    log = job.open()
+    log = job.reading.open(job.paths)
+    if isinstance(log.source, SplitTokens):  # its parts would not be in the user's layout
+        msg = f"{log.files}: prompt_ids + response_ids on Ray: not yet"
+        raise UsageError(f"{msg}. Hint: annotate it without --engine ray")
+    log.source = job.ray.place(log.source)
     ray = job.ray.ray
     run = job.plan(log, _critic_scorer(log, critic, lambda *args: on_ray.WorkerCritic(ray, *args)))
     _warn_rescored(run)
@@ -227,10 +234,14 @@ def annotate_table(
     order (less any the method drops); the run's metadata is the schema's ``advcli`` key.
     Errors name rows of ``<table>``."""
     job = jobs.job([], method=method, convention=convention, params=params)
-    roles = resolve_roles(table.schema, parse_col_mapping(col), "<table>")
-    source = TableSource(table, Sources(files=["<table>"], row_counts=[table.num_rows]))
+    source: LogSource = TableSource(table, Sources(["<table>"], row_counts=[table.num_rows]))
+    if is_split(table.schema, parse_col_mapping(col)):
+        source = SplitTokens(source)
+    roles = resolve_roles(source.schema, parse_col_mapping(col), "<table>")
     run = job.plan(Log(source, roles))
     tables = [batch.table for batch in run.annotated()]
+    if isinstance(source, SplitTokens):
+        tables = [t for t, _ in in_users_layout(source, ((t, 0) for t in tables))]
     annotated = pa.concat_tables(tables) if tables else table.slice(0, 0)
     metadata = {METADATA_KEY: json.dumps(run.metadata(), sort_keys=True)}
     return annotated.replace_schema_metadata(metadata)

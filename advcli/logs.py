@@ -40,6 +40,7 @@ from advcli.io.sources import (
     is_parquet,
     nested_paths,
 )
+from advcli.io.split_tokens import SplitTokens, is_split
 from advcli.io.writers import read_metadata
 
 BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
@@ -114,6 +115,8 @@ def open_log(
         return settled
     try:
         source = _lift_nested(open_source(inputs, mapping), mapping)
+        if is_split(source.schema, mapping):  # prompt_ids + response_ids: joined
+            source = SplitTokens(source)
         roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
     except DataError as exc:  # a framework's dump read as advcli's own format
         p = presets.looks_like(first_fields(inputs))

@@ -1,0 +1,146 @@
+"""Logs whose token ids come split: ``prompt_ids`` and ``response_ids`` (a common layout of
+trainers' dumps and agent loops), with an optional ``response_mask`` over the response (1: an
+action token, 0: an observation, a tool's output).
+
+Read as advcli's schema: the sequence is their concatenation (``input_ids``), the action mask
+0 over the prompt and the response mask (all 1 without one) over the response
+(``action_mask``). Both are columns of the log as :class:`SplitTokens` presents it, never
+written: an annotated output keeps the user's layout, its per-token columns over the response
+tokens only (:func:`response_only`), as ``response_ids`` holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from advcli.core.ragged import lengths
+from advcli.errors import DataError
+from advcli.io.arrow import flat_list, is_list, list_array
+from advcli.io.sources import LogSource
+
+PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
+VIRTUAL = ("input_ids", "action_mask")
+
+
+def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
+    """Whether a log is in the split layout: ``prompt_ids`` and ``response_ids`` list columns,
+    and no sequence or mask of advcli's schema (nor ``--col`` naming them)."""
+    names = set(schema.names)
+    if {PROMPT, RESPONSE} - names or names & {*VIRTUAL, "spans"}:
+        return False
+    if set(mapping) & {*VIRTUAL, "spans"}:
+        return False
+    return all(is_list(schema.field(n).type) for n in (PROMPT, RESPONSE))
+
+
+class SplitTokens(LogSource):
+    """A split-layout log with the sequence and the action mask as columns of their own."""
+
+    def __init__(self, base: LogSource):
+        self.base = base
+        self.sources = base.sources
+        ids = base.schema.field(RESPONSE).type
+        self.schema = pa.schema([*base.schema, pa.field("input_ids", ids),
+                                 pa.field("action_mask", pa.list_(pa.int8()))])  # fmt: skip
+
+    @property
+    def n_rows(self) -> int:
+        return self.base.n_rows
+
+    def _base_names(self, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        wanted = [n for n in names if n not in VIRTUAL]
+        if "input_ids" in names:
+            wanted += [PROMPT, RESPONSE]
+        if "action_mask" in names:
+            masked = RESPONSE_MASK in self.base.schema.names
+            wanted += [PROMPT, RESPONSE, *([RESPONSE_MASK] if masked else [])]
+        return list(dict.fromkeys(wanted))
+
+    def _joined(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
+        if names is not None and not set(names) & set(VIRTUAL):
+            return table.select(names)
+        for name in (PROMPT, RESPONSE, RESPONSE_MASK):
+            if name in table.column_names and table.column(name).null_count:
+                row = row0 + int(np.flatnonzero(table.column(name).is_null().to_numpy(False))[0])
+                raise DataError(f"{self.sources.at(row, name)}: null, expected a list of tokens")
+        prompt, p_offsets = flat_list(table.column(PROMPT))
+        response, r_offsets = flat_list(table.column(RESPONSE))
+        p_len, r_len = lengths(p_offsets), lengths(r_offsets)
+        offsets = np.zeros(len(p_len) + 1, dtype=np.int64)
+        np.cumsum(p_len + r_len, out=offsets[1:])
+        in_prompt = _positions(offsets) < np.repeat(p_len, p_len + r_len)
+        ids = np.empty(int(offsets[-1]), dtype=response.type.to_pandas_dtype())
+        ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
+        ids[~in_prompt] = response.to_numpy(zero_copy_only=False)
+        mask = np.zeros(len(ids), dtype=np.int8)
+        mask[~in_prompt] = 1
+        if RESPONSE_MASK in table.column_names:
+            given, m_offsets = flat_list(table.column(RESPONSE_MASK))
+            if len(misfit := np.flatnonzero(lengths(m_offsets) != r_len)):
+                at = self.sources.at(row0 + int(misfit[0]), RESPONSE_MASK)
+                raise DataError(f"{at}: {int(lengths(m_offsets)[misfit[0]])} values for "
+                                f"{int(r_len[misfit[0]])} response tokens")  # fmt: skip
+            mask[~in_prompt] = pc.cast(given, pa.int8()).to_numpy(zero_copy_only=False)
+        joined = {"input_ids": list_array(ids, offsets), "action_mask": list_array(mask, offsets)}
+        for name, column in joined.items():
+            if names is None or name in names:
+                table = table.append_column(name, column)
+        return table if names is None else table.select(names)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return self._joined(self.base.columns(self._base_names(names) or []), names, 0)
+
+    def keep_parsed(self) -> None:
+        self.base.keep_parsed()
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        for row0, table in self.base.batches(self._base_names(names), rows):
+            yield row0, self._joined(table, names, row0)
+
+    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        row0 = 0
+        for i, table in self.base.file_batches(rows):
+            yield i, self._joined(table, None, row0)
+            row0 += table.num_rows
+
+
+def _positions(offsets: np.ndarray) -> np.ndarray:
+    """Each token's position within its row."""
+    positions: np.ndarray = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths(offsets))
+    return positions
+
+
+def in_users_layout(
+    source: SplitTokens, batches: Iterable[tuple[pa.Table, int]]
+) -> Iterator[tuple[pa.Table, int]]:
+    """Annotated ``(table, tokens)`` batches of a split-layout log as :func:`response_only`
+    writes them, with the response tokens they hold."""
+    given = set(source.base.schema.names)
+    for table, _ in batches:
+        out = response_only(table, set(table.column_names) - given)
+        yield out, int(lengths(flat_list(out.column(RESPONSE))[1]).sum())
+
+
+def response_only(table: pa.Table, written: set[str]) -> pa.Table:
+    """An annotated batch of a split-layout log in the user's layout: without the sequence
+    and mask advcli joined, each per-token column advcli wrote (``written``) over the
+    response tokens only."""
+    prompt_len = lengths(flat_list(table.column(PROMPT))[1])
+    out = table.drop_columns([n for n in VIRTUAL if n in table.column_names])
+    for name in written & set(out.column_names):
+        column = out.column(name)
+        if not is_list(column.type):
+            continue  # a per-row column
+        values, offsets = flat_list(column)
+        keep = _positions(offsets) >= np.repeat(prompt_len, lengths(offsets))
+        r_offsets = np.zeros(len(offsets), dtype=np.int64)
+        np.cumsum(lengths(offsets) - prompt_len, out=r_offsets[1:])
+        sliced = list_array(np.asarray(values)[keep], r_offsets)
+        out = out.set_column(out.schema.get_field_index(name), name, sliced.cast(column.type))
+    return out

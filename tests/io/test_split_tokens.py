@@ -1,0 +1,86 @@
+"""Logs whose tokens come split (prompt_ids + response_ids, optional response_mask): read as
+their concatenation, written back in the user's layout."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import advcli
+from tests.conftest import run
+
+
+def logs(seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """The same rollouts split, and joined as advcli's schema (some response tokens are a
+    tool's output: response_mask 0)."""
+    rng = np.random.default_rng(seed)
+    split, joined = [], []
+    for g in range(4):
+        for k in range(4):
+            prompt = rng.integers(0, 1000, 2 + g).tolist()
+            response = rng.integers(0, 1000, 3 + k).tolist()
+            mask = [1] * len(response)
+            mask[1] = 0  # an observation inside the response
+            reward = float(rng.integers(0, 2))
+            split.append({"prompt_id": f"p{g}", "prompt_ids": prompt, "response_ids": response,
+                          "response_mask": mask, "reward": reward})  # fmt: skip
+            joined.append({"prompt_id": f"p{g}", "input_ids": prompt + response,
+                           "action_mask": [0] * len(prompt) + mask, "reward": reward})  # fmt: skip
+    return split, joined
+
+
+@pytest.mark.parametrize("method", ["grpo", "rloo", "reinforce-pp", "remax"])
+def test_a_split_log_is_annotated_as_its_concatenation_in_its_own_layout(tmp_path, method):
+    split, joined = logs()
+    if method == "remax":
+        for rows in (split, joined):
+            for i, r in enumerate(rows):
+                r["baseline_reward"] = float(i % 3) / 2
+    pq.write_table(pa.Table.from_pylist(split), tmp_path / "split.parquet")
+    pq.write_table(pa.Table.from_pylist(joined), tmp_path / "joined.parquet")
+    for name in ("split", "joined"):
+        proc = run("annotate", str(tmp_path / f"{name}.parquet"), "--method", method, "-q",
+                   "--out", str(tmp_path / f"{name}.out.jsonl"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in (tmp_path / "split.out.jsonl").read_text().splitlines()]
+    want = [json.loads(line) for line in (tmp_path / "joined.out.jsonl").read_text().splitlines()]
+    assert "input_ids" not in got[0] and "action_mask" not in got[0]
+    for g, w, row in zip(got, want, split, strict=True):
+        assert g["prompt_ids"] == row["prompt_ids"] and g["response_ids"] == row["response_ids"]
+        n = len(row["prompt_ids"])
+        for column in ("advantages", "returns"):
+            if column in w:
+                assert g[column] == w[column][n:]  # over the response tokens only
+                assert len(g[column]) == len(row["response_ids"])
+        assert g["advantages"][1] == 0.0  # the observation carries no advantage
+
+
+def test_annotate_table_and_shard_read_the_split_layout(tmp_path):
+    split, joined = logs(1)
+    a = advcli.annotate_table(pa.Table.from_pylist(split), method="grpo")
+    b = advcli.annotate_table(pa.Table.from_pylist(joined), method="grpo")
+    assert a.column("advantage").to_pylist() == b.column("advantage").to_pylist()
+    pq.write_table(pa.Table.from_pylist(split), tmp_path / "split.parquet")
+    pq.write_table(pa.Table.from_pylist(joined), tmp_path / "joined.parquet")
+    for name in ("split", "joined"):  # a shard holds the whole sequence, as trainers read it
+        advcli.shard(tmp_path / f"{name}.parquet", tmp_path / f"{name}-shards", method="grpo")
+    s = pq.read_table(tmp_path / "split-shards")
+    j = pq.read_table(tmp_path / "joined-shards")
+    for column in ("input_ids", "loss_mask", "advantages"):
+        assert s.column(column).to_pylist() == j.column(column).to_pylist()
+
+
+def test_a_response_mask_that_does_not_fit_is_refused_at_its_row(tmp_path):
+    split, _ = logs()
+    split[5]["response_mask"] = split[5]["response_mask"][:-1]
+    path = tmp_path / "split.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in split))
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert f"{path}: line 6, column 'response_mask':" in err and "response tokens" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o.parquet").exists()
