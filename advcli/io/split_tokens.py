@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths
-from advcli.errors import DataError
+from advcli.errors import DataError, SchemaError
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.sources import LogSource
 
@@ -43,6 +43,13 @@ class SplitTokens(LogSource):
     def __init__(self, base: LogSource):
         self.base = base
         self.sources = base.sources
+        for name, kinds in ((PROMPT, "integer"), (RESPONSE, "integer"), (RESPONSE_MASK, "0/1")):
+            if name in base.schema.names and not _holds_ints(base.schema.field(name).type):
+                files = ", ".join(base.sources.files)
+                shown = base.schema.field(name).type
+                raise SchemaError(
+                    f"{files}: column '{name}' is {shown}, expected a list of {kinds}"
+                )
         ids = base.schema.field(RESPONSE).type
         self.schema = pa.schema([*base.schema, pa.field("input_ids", ids),
                                  pa.field("action_mask", pa.list_(pa.int8()))])  # fmt: skip
@@ -108,6 +115,14 @@ class SplitTokens(LogSource):
         for i, table in self.base.file_batches(rows):
             yield i, self._joined(table, None, row0)
             row0 += table.num_rows
+
+
+def _holds_ints(t: pa.DataType) -> bool:
+    """A list of integers or booleans (of nulls too: a null is refused at its row)."""
+    if not is_list(t):
+        return False
+    v = t.value_type
+    return bool(pa.types.is_integer(v) or pa.types.is_boolean(v) or pa.types.is_null(v))
 
 
 def _positions(offsets: np.ndarray) -> np.ndarray:

@@ -84,3 +84,16 @@ def test_a_response_mask_that_does_not_fit_is_refused_at_its_row(tmp_path):
     err = proc.stderr.decode()
     assert f"{path}: line 6, column 'response_mask':" in err and "response tokens" in err
     assert err.count("\n") == 1 and not (tmp_path / "o.parquet").exists()
+
+
+def test_token_columns_of_another_type_are_refused_naming_them(tmp_path):
+    split, _ = logs()
+    for column, value, kind in (("prompt_ids", [1.5, 2.0], "integer"),
+                                ("response_mask", [0.5] * 3, "0/1")):  # fmt: skip
+        rows = [{**r, column: value} for r in split]
+        path = tmp_path / f"{column}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.jsonl"))
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and f"column '{column}'" in err and kind in err, err
+        assert err.count("\n") == 1
