@@ -41,8 +41,8 @@ from advcli.io import manifests
 from advcli.io.folders import Folder
 from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
-from advcli.io.sources import LogSource, Sources, TableSource
-from advcli.io.split_tokens import SplitTokens, in_users_layout, is_split
+from advcli.io.sources import Sources, TableSource
+from advcli.io.split_tokens import SplitTokens, in_users_layout, joined
 from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
 from advcli.logs import (
     BATCH_ROWS,
@@ -234,14 +234,13 @@ def annotate_table(
     order (less any the method drops); the run's metadata is the schema's ``advcli`` key.
     Errors name rows of ``<table>``."""
     job = jobs.job([], method=method, convention=convention, params=params)
-    source: LogSource = TableSource(table, Sources(["<table>"], row_counts=[table.num_rows]))
-    if is_split(table.schema, parse_col_mapping(col)):
-        source = SplitTokens(source)
-    roles = resolve_roles(source.schema, parse_col_mapping(col), "<table>")
-    run = job.plan(Log(source, roles))
+    mapping = parse_col_mapping(col)
+    sources = Sources(files=["<table>"], row_counts=[table.num_rows])
+    source = joined(TableSource(table, sources), mapping)
+    run = job.plan(Log(source, resolve_roles(source.schema, mapping, "<table>")))
     tables = [batch.table for batch in run.annotated()]
-    if isinstance(source, SplitTokens):
-        tables = [t for t, _ in in_users_layout(source, ((t, 0) for t in tables))]
+    if isinstance(source, SplitTokens):  # in the user's layout
+        tables = [source.in_users_layout(t) for t in tables]
     annotated = pa.concat_tables(tables) if tables else table.slice(0, 0)
     metadata = {METADATA_KEY: json.dumps(run.metadata(), sort_keys=True)}
     return annotated.replace_schema_metadata(metadata)

@@ -40,7 +40,7 @@ from advcli.io.sources import (
     is_parquet,
     nested_paths,
 )
-from advcli.io.split_tokens import SplitTokens, is_split
+from advcli.io.split_tokens import joined
 from advcli.io.writers import read_metadata
 
 BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
@@ -114,9 +114,7 @@ def open_log(
         settled: Log = reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
         return settled
     try:
-        source = _lift_nested(open_source(inputs, mapping), mapping)
-        if is_split(source.schema, mapping):  # prompt_ids + response_ids: joined
-            source = SplitTokens(source)
+        source = joined(_lift_nested(open_source(inputs, mapping), mapping), mapping)
         roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
     except DataError as exc:  # a framework's dump read as advcli's own format
         p = presets.looks_like(first_fields(inputs))

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli.errors import AdvcliError
+from advcli.io import remote
 from advcli.io.folders import Folder
 
 NAME = "_advcli_manifest.parquet"
@@ -39,9 +40,12 @@ NAMES = (NAME, OLD_SHARDS, OLD_SHARDS_SUM, OLD_PARTS)
 """Every name a manifest has had: removed first, and written last, when a folder is replaced."""
 
 
-def write(folder: Path, manifest: dict[str, Any], schema: pa.Schema) -> None:
-    """The manifest file in ``folder``: no rows, ``schema`` (the parts'), the manifest's text
-    and its sha256 added to the schema's metadata."""
+def write(folder: Path, manifest: dict[str, Any], first_part: str) -> None:
+    """The manifest file in ``folder``: no rows, the schema of ``first_part`` (a part's path,
+    or its object in object storage), the manifest's text and its sha256 added to the
+    schema's metadata."""
+    schema = pq.read_schema(remote.open_input(first_part) if remote.is_remote(first_part)
+                            else first_part)  # fmt: skip
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     metadata = {
         **(schema.metadata or {}),

@@ -286,7 +286,46 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
                 thread.join(0.01)
 
 
-class NestedFields(LogSource):
+class DerivedColumns(LogSource):
+    """A log with columns derived from others of each batch as it is read (the base log's
+    columns stay as they are). A subclass says which base columns a set of names reads
+    (:meth:`_base_names`) and adds the derived ones to a table of them (:meth:`_derive`)."""
+
+    base: LogSource
+
+    @property
+    def n_rows(self) -> int:
+        return self.base.n_rows
+
+    def files_without(self, column: str) -> list[str]:
+        return self.base.files_without(column) if column in self.base.schema.names else []
+
+    def keep_parsed(self) -> None:
+        self.base.keep_parsed()
+
+    def _base_names(self, names: list[str] | None) -> list[str] | None:
+        raise NotImplementedError
+
+    def _derive(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
+        """``table`` (base columns of the rows from ``row0`` on) with the derived columns,
+        as ``names`` selects them (None: every column)."""
+        raise NotImplementedError
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return self._derive(self.base.columns(self._base_names(names) or []), names, 0)
+
+    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        for row0, table in self.base.batches(self._base_names(names), rows):
+            yield row0, self._derive(table, names, row0)
+
+    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        row0 = 0
+        for i, table in self.base.file_batches(rows):
+            yield i, self._derive(table, None, row0)
+            row0 += table.num_rows
+
+
+class NestedFields(DerivedColumns):
     """A log with struct fields lifted into columns of their own: ``--col prompt_id=group.id``
     names the field ``id`` of the struct column ``group``, read as a column ``group.id``."""
 
@@ -297,17 +336,13 @@ class NestedFields(LogSource):
         fields = [pa.field(name, _field_type(base.schema, path)) for name, path in paths.items()]
         self.schema = pa.schema([*base.schema, *fields])
 
-    @property
-    def n_rows(self) -> int:
-        return self.base.n_rows
-
     def _base_names(self, names: list[str] | None) -> list[str] | None:
         if names is None:
             return None
         wanted = [self.paths[n][0] if n in self.paths else n for n in names]
         return list(dict.fromkeys(wanted))
 
-    def _lift(self, table: pa.Table, names: list[str] | None) -> pa.Table:
+    def _derive(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
         for name, path in self.paths.items():
             if names is None or name in names:
                 column = table.column(path[0])
@@ -315,20 +350,6 @@ class NestedFields(LogSource):
                     column = pc.struct_field(column, field_name)
                 table = table.append_column(name, column)
         return table if names is None else table.select(names)
-
-    def columns(self, names: list[str]) -> pa.Table:
-        return self._lift(self.base.columns(self._base_names(names) or []), names)
-
-    def keep_parsed(self) -> None:
-        self.base.keep_parsed()
-
-    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        for row0, table in self.base.batches(self._base_names(names), rows):
-            yield row0, self._lift(table, names)
-
-    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        for i, table in self.base.file_batches(rows):
-            yield i, self._lift(table, None)
 
 
 def _field_type(schema: pa.Schema, path: list[str]) -> pa.DataType:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from advcli.core.ragged import lengths
 from advcli.errors import DataError, SchemaError
 from advcli.io.arrow import flat_list, is_list, list_array
-from advcli.io.sources import LogSource
+from advcli.io.sources import DerivedColumns, LogSource
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
 VIRTUAL = ("input_ids", "action_mask")
@@ -37,7 +37,7 @@ def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
     return all(is_list(schema.field(n).type) for n in (PROMPT, RESPONSE))
 
 
-class SplitTokens(LogSource):
+class SplitTokens(DerivedColumns):
     """A split-layout log with the sequence and the action mask as columns of their own."""
 
     def __init__(self, base: LogSource):
@@ -54,10 +54,6 @@ class SplitTokens(LogSource):
         self.schema = pa.schema([*base.schema, pa.field("input_ids", ids),
                                  pa.field("action_mask", pa.list_(pa.int8()))])  # fmt: skip
 
-    @property
-    def n_rows(self) -> int:
-        return self.base.n_rows
-
     def _base_names(self, names: list[str] | None) -> list[str] | None:
         if names is None:
             return None
@@ -69,7 +65,7 @@ class SplitTokens(LogSource):
             wanted += [PROMPT, RESPONSE, *([RESPONSE_MASK] if masked else [])]
         return list(dict.fromkeys(wanted))
 
-    def _joined(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
+    def _derive(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
         if names is not None and not set(names) & set(VIRTUAL):
             return table.select(names)
         for name in (PROMPT, RESPONSE, RESPONSE_MASK):
@@ -100,21 +96,14 @@ class SplitTokens(LogSource):
                 table = table.append_column(name, column)
         return table if names is None else table.select(names)
 
-    def columns(self, names: list[str]) -> pa.Table:
-        return self._joined(self.base.columns(self._base_names(names) or []), names, 0)
+    def in_users_layout(self, table: pa.Table) -> pa.Table:
+        """An annotated batch of this log as the user laid it out (:func:`response_only`)."""
+        return response_only(table, set(table.column_names) - set(self.base.schema.names))
 
-    def keep_parsed(self) -> None:
-        self.base.keep_parsed()
 
-    def batches(self, names: list[str] | None, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        for row0, table in self.base.batches(self._base_names(names), rows):
-            yield row0, self._joined(table, names, row0)
-
-    def file_batches(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
-        row0 = 0
-        for i, table in self.base.file_batches(rows):
-            yield i, self._joined(table, None, row0)
-            row0 += table.num_rows
+def joined(source: LogSource, mapping: dict[str, str]) -> LogSource:
+    """``source`` as :class:`SplitTokens` where it is in the split layout; else itself."""
+    return SplitTokens(source) if is_split(source.schema, mapping) else source
 
 
 def _holds_ints(t: pa.DataType) -> bool:
@@ -136,9 +125,8 @@ def in_users_layout(
 ) -> Iterator[tuple[pa.Table, int]]:
     """Annotated ``(table, tokens)`` batches of a split-layout log as :func:`response_only`
     writes them, with the response tokens they hold."""
-    given = set(source.base.schema.names)
     for table, _ in batches:
-        out = response_only(table, set(table.column_names) - given)
+        out = source.in_users_layout(table)
         yield out, int(lengths(flat_list(out.column(RESPONSE))[1]).sum())
 
 

@@ -310,7 +310,7 @@ def _commit_parts(
             progress.advance(rows, tokens)
         record = {"advcli_version": __version__, "engine": "ray", "parts": parts, "rows": rows,
                   "tokens": tokens, **manifest}  # fmt: skip
-        manifests.write(folder.folder, record, _schema(folder.place(PART.format(0))))
+        manifests.write(folder.folder, record, folder.place(PART.format(0)))
     return results
 
 
@@ -363,11 +363,6 @@ def score_parts(
         "tokens_per_second": round(tokens / seconds) if seconds else None,
         "truncated_rows": sum(r[5] for r in results),
     }
-
-
-def _schema(part: str) -> pa.Schema:
-    """A part's schema (the manifest file takes it)."""
-    return pq.read_schema(remote.open_input(part) if remote.is_remote(part) else part)
 
 
 def is_parts_manifest(manifest: Any) -> bool:

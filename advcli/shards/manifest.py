@@ -89,8 +89,7 @@ def _fail(problem: str, hint: str) -> NoReturn:
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """The manifest file, with the first shard's schema and the text's sha256 (which lets
     ``verify`` tell an edited manifest)."""
-    schema = pq.read_schema(folder / manifest["shards"][0]["path"])
-    manifests.write(folder, manifest, schema)
+    manifests.write(folder, manifest, str(folder / manifest["shards"][0]["path"]))
 
 
 # The manifest's documented schema (docs/shards.md), as ``verify`` reads it: a dict is a record

@@ -97,3 +97,33 @@ def test_token_columns_of_another_type_are_refused_naming_them(tmp_path):
         err = proc.stderr.decode()
         assert proc.returncode == 1 and f"column '{column}'" in err and kind in err, err
         assert err.count("\n") == 1
+
+
+def test_a_critic_scores_the_whole_sequence_of_a_split_log(tmp_path):
+    """`score` writes the joined layout (its values line up with `input_ids`); annotating
+    that equals `annotate --critic` on the split log, whose advantages cover the response."""
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=1000, dim=8, hidden=8))
+    split, _ = logs(2)
+    log = tmp_path / "split.parquet"
+    pq.write_table(pa.Table.from_pylist(split), log)
+    scored = advcli.score(log, tmp_path / "scored.parquet", str(critic))
+    table = pq.read_table(scored.output)
+    assert (
+        table.column("input_ids").to_pylist()[0]
+        == split[0]["prompt_ids"] + split[0]["response_ids"]
+    )
+    assert [len(v) for v in table.column("values").to_pylist()] == [
+        len(r["prompt_ids"]) + len(r["response_ids"]) for r in split
+    ]
+    gae = {"method": "gae", "gamma": 1.0, "lam": 0.95}
+    advcli.annotate(scored.output, tmp_path / "a.parquet", **gae)
+    advcli.annotate(log, tmp_path / "b.parquet", critic=advcli.CriticOptions(str(critic)), **gae)
+    a, b = pq.read_table(tmp_path / "a.parquet"), pq.read_table(tmp_path / "b.parquet")
+    assert "input_ids" not in b.column_names
+    for i, row in enumerate(split):
+        n = len(row["prompt_ids"])
+        assert b.column("advantages")[i].as_py() == a.column("advantages")[i].as_py()[n:]
