@@ -127,3 +127,22 @@ def test_a_critic_scores_the_whole_sequence_of_a_split_log(tmp_path):
     for i, row in enumerate(split):
         n = len(row["prompt_ids"])
         assert b.column("advantages")[i].as_py() == a.column("advantages")[i].as_py()[n:]
+
+
+def test_a_null_token_list_and_a_file_without_a_role_column_are_refused(tmp_path):
+    split, _ = logs()
+    split[3]["prompt_ids"] = None
+    path = tmp_path / "nulls.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in split))
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and f"{path}: line 4, column 'prompt_ids': null" in err, err
+    split, _ = logs()
+    pq.write_table(pa.Table.from_pylist(split[:8]), tmp_path / "a.parquet")
+    rest = [{k: v for k, v in r.items() if k != "reward"} for r in split[8:]]
+    pq.write_table(pa.Table.from_pylist(rest), tmp_path / "b.parquet")
+    proc = run("annotate", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"),
+               "--method", "grpo", "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "b.parquet: no 'reward' column (reward)" in err, err
+    assert err.count("\n") == 1
