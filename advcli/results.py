@@ -107,7 +107,8 @@ class ShardResult(Result):
     output: str
     method: str | None
     annotated_input: bool
-    layout: dict[str, Any]
+    layout: str  # rows, or packed (--pack)
+    trainer_layout: str  # --layout: advcli, verl or trl
     rows: int
     samples: int
     tokens: int

@@ -32,7 +32,7 @@ LAYERS = [
     ("advcli.on_ray",),
     ("advcli.jobs",),
     ("advcli.shards", "advcli.reports", "advcli.commands"),
-    ("advcli.api", "advcli.render"),
+    ("advcli.api", "advcli.render", "advcli.torch"),
     ("advcli.cli",),
     ("advcli.__main__",),
 ]

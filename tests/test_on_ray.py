@@ -568,11 +568,13 @@ def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
 
 
 SHARD_CASES = {  # name: shard's options
-    "gae verl, split and shuffled": ["--method", "gae", "--convention", "verl", "--shuffle",
-                                     "--split", "val=0.3", "--tokens-per-shard", "40"],
+    "gae verl, split and shuffled, verl's layout": [
+        "--method", "gae", "--convention", "verl", "--shuffle", "--split", "val=0.3",
+        "--tokens-per-shard", "40", "--layout", "verl"],
     "grpo packed, zero-variance dropped": ["--method", "grpo", "--pack", "16", "--truncate",
                                            "--drop-zero-variance", "--keep-groups"],
-    "rloo, a column kept": ["--method", "rloo", "--keep", "old_logprobs", "--rows-per-shard", "4"],
+    "rloo, a column kept, TRL's layout": ["--method", "rloo", "--keep", "old_logprobs",
+                                          "--rows-per-shard", "4", "--layout", "trl"],
 }  # fmt: skip
 
 

@@ -16,6 +16,23 @@ def row_of(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(n_rows, dtype=np.int64), lengths(offsets))
 
 
+def positions(offsets: np.ndarray) -> np.ndarray:
+    """Each element's position within its row (int64)."""
+    starts = np.repeat(offsets[:-1] - offsets[0], lengths(offsets))
+    out: np.ndarray = np.arange(int(offsets[-1] - offsets[0]), dtype=np.int64) - starts
+    return out
+
+
+def first_where(offsets: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """Per row: the position within the row of its first true flag, its length where none is."""
+    first = lengths(offsets).astype(np.int64)
+    hits = np.flatnonzero(flags)
+    if len(hits):
+        rows, at = np.unique(row_of(offsets)[hits], return_index=True)
+        first[rows] = hits[at] - (offsets[rows] - offsets[0])
+    return first
+
+
 def offsets_from_lengths(lens: np.ndarray) -> np.ndarray:
     """Offsets (int64, starting at 0) for rows of the given lengths."""
     out = np.zeros(len(lens) + 1, dtype=np.int64)

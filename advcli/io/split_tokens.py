@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from advcli.core.ragged import lengths
+from advcli.core.ragged import lengths, positions
 from advcli.errors import DataError, SchemaError
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.sources import DerivedColumns, LogSource
@@ -77,7 +77,7 @@ class SplitTokens(DerivedColumns):
         p_len, r_len = lengths(p_offsets), lengths(r_offsets)
         offsets = np.zeros(len(p_len) + 1, dtype=np.int64)
         np.cumsum(p_len + r_len, out=offsets[1:])
-        in_prompt = _positions(offsets) < np.repeat(p_len, p_len + r_len)
+        in_prompt = positions(offsets) < np.repeat(p_len, p_len + r_len)
         ids = np.empty(int(offsets[-1]), dtype=response.type.to_pandas_dtype())
         ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
         ids[~in_prompt] = response.to_numpy(zero_copy_only=False)
@@ -114,12 +114,6 @@ def _holds_ints(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(v) or pa.types.is_boolean(v) or pa.types.is_null(v))
 
 
-def _positions(offsets: np.ndarray) -> np.ndarray:
-    """Each token's position within its row."""
-    positions: np.ndarray = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths(offsets))
-    return positions
-
-
 def in_users_layout(
     source: SplitTokens, batches: Iterable[tuple[pa.Table, int]]
 ) -> Iterator[tuple[pa.Table, int]]:
@@ -141,7 +135,7 @@ def response_only(table: pa.Table, written: set[str]) -> pa.Table:
         if not is_list(column.type):
             continue  # a per-row column
         values, offsets = flat_list(column)
-        keep = _positions(offsets) >= np.repeat(prompt_len, lengths(offsets))
+        keep = positions(offsets) >= np.repeat(prompt_len, lengths(offsets))
         r_offsets = np.zeros(len(offsets), dtype=np.int64)
         np.cumsum(lengths(offsets) - prompt_len, out=r_offsets[1:])
         sliced = list_array(np.asarray(values)[keep], r_offsets)

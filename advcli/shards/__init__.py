@@ -33,6 +33,7 @@ from advcli.logs import BATCH_ROWS, Inputs, input_paths
 from advcli.params import parse_assignments
 from advcli.presets import PresetOptions
 from advcli.results import ShardResult
+from advcli.shards import trainers
 from advcli.shards.inputs import Input, Samples, check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout
 from advcli.shards.manifest import (
@@ -50,6 +51,7 @@ from advcli.shards.options import (
 )
 from advcli.shards.plan import ShardPlan, plan_shards
 from advcli.shards.route import allow_open_files, arrive_in_order, route
+from advcli.shards.trainers import LOGPROBS, SEQUENCE_ADVANTAGE, TrainerLayout
 from advcli.shards.write import PieceWriter, write_pieces
 
 __all__ = ["DEFAULT_TOKENS_PER_SHARD", "ShardOptions", "shard", "verify"]
@@ -69,6 +71,7 @@ def write_shards(
 ) -> dict[str, Any]:
     """Route and write into a temporary folder, then the manifest (last), then the rename.
     ``extra`` are the ``--keep`` columns."""
+    taken = taken_columns(inp, trainers.get(opts.layout))
     lay = layout(plan, bucket_tokens)
     # Rows that arrive in output order go straight to the shards, a bucket at a time; --keep
     # columns wait for the end (whether they are per-token is known once every row is seen).
@@ -91,20 +94,43 @@ def write_shards(
         if direct:
             with (
                 progress.stage(f"{reading} and writing shards"),
-                PieceWriter(tmp, plan, lay, opts, set(), shard_meta) as pieces,
+                PieceWriter(tmp, plan, lay, opts, {LOGPROBS} & set(taken), shard_meta) as pieces,
             ):
-                route(inp, samples, lay, extra, None, batch_rows, complete=pieces.bucket)
+                route(inp, samples, lay, extra, None, batch_rows, taken=taken,
+                      complete=pieces.bucket)  # fmt: skip
             records = pieces.records
         else:
             buckets = tmp / ".buckets"
             with progress.stage(reading):
-                per_token = route(inp, samples, lay, extra, buckets, batch_rows)
+                per_token = route(inp, samples, lay, extra, buckets, batch_rows, taken=taken)
             with progress.stage("writing shards"):
                 records = write_pieces(tmp, buckets, plan, lay, opts, per_token, shard_meta)
             buckets.rmdir()
         manifest = build_manifest(inp, plan, opts, records)
         write_manifest(tmp, manifest)
     return manifest
+
+
+def taken_columns(inp: Input, trainer: TrainerLayout) -> dict[str, str]:
+    """The log's columns a trainer layout takes besides advcli's own (its name for each: the
+    column): the logged log-probs where there are some, the method's one advantage per
+    sequence where the layout needs it (refused for a method without one)."""
+    if trainer.name == trainers.DEFAULT:
+        return {}
+    taken = {}
+    if inp.roles["logprobs"] is not None:
+        taken[LOGPROBS] = inp.roles.column("logprobs")
+    if trainer.sequence_advantage:
+        has = "advantage" in (inp.added if inp.run is not None else inp.source.schema.names)
+        if not has:
+            msg = (
+                f"--layout {trainer.name}: {trainer.name} takes one advantage per sequence, and "
+                f"method {inp.metadata.get('method')!r} gives one per token. Hint: --layout "
+                "verl or advcli, or a method with one advantage per rollout (grpo, rloo, ...)"
+            )
+            raise UsageError(msg)
+        taken[SEQUENCE_ADVANTAGE] = "advantage"
+    return taken
 
 
 def shard(
@@ -156,6 +182,7 @@ def shard(
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
+    taken_columns(inp, trainers.get(opts.layout))  # refused before reading the tokens
     with progress.stage("counting tokens"):
         samples = measure(inp, opts.pack, batch_rows, job.ray.count if job.ray else None)
     with progress.stage("planning"):
@@ -184,6 +211,7 @@ def shard(
         method=manifest["method"],
         annotated_input=manifest["annotated_input"],
         layout=manifest["layout"],
+        trainer_layout=opts.layout,
         **manifest["totals"],
         splits={k: v["samples"] for k, v in manifest["splits"].items()},
         dropped=manifest["dropped"],

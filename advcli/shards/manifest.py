@@ -9,7 +9,6 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -22,6 +21,7 @@ from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.outputs import existing_metadata
 from advcli.io.sources import Sources
 from advcli.results import Verification
+from advcli.shards import trainers
 from advcli.shards.inputs import Input
 from advcli.shards.options import ShardOptions
 from advcli.shards.plan import ShardPlan
@@ -268,7 +268,8 @@ def _verify_shard(
             pf = pq.ParquetFile(fh, page_checksum_verification=True)
             schema = pf.schema_arrow
             own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
-            cols = pf.read(columns=["input_ids", "loss_mask"])
+            trainer = trainers.get(manifest["options"].get("layout"))
+            cols = pf.read(columns=[*trainer.tokens, trainer.actions])
     except (OSError, ValueError, pa.ArrowException) as exc:
         _fail(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())})", regen)
     for key in ("method", "params"):
@@ -279,10 +280,7 @@ def _verify_shard(
         _fail(f"{path}: schema ({seen}) differs from the manifest's", regen)
     if pf.metadata.num_rows != rec["rows"]:
         _fail(f"{path}: {pf.metadata.num_rows} rows, the manifest says {rec['rows']}", regen)
-    tokens = sum(len(c.flatten()) for c in cols.column("input_ids").chunks)
-    actions = sum(
-        int(np.asarray(c.flatten()).astype(np.int64).sum()) for c in cols.column("loss_mask").chunks
-    )
+    tokens, actions = trainer.count(cols)
     if tokens != rec["tokens"] or actions != rec["action_tokens"]:
         _fail(
             f"{path}: {tokens} tokens ({actions} action tokens), the manifest says "

@@ -9,6 +9,7 @@ from typing import Any
 from advcli import methods
 from advcli.errors import UsageError
 from advcli.params import INT64, option, parse_assignments
+from advcli.shards import trainers
 
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
 LOSS_WEIGHTS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -63,6 +64,14 @@ class ShardOptions:
     loss_weights: str | None = field(
         default=None,
         metadata=option("Add loss_weight: token-mean, seq-mean-token-mean or seq-mean-token-sum."),
+    )
+    layout: str = field(
+        default="advcli",
+        metadata=option(
+            "Columns for a trainer: advcli (the sequence as one row), verl (what verl's actor "
+            "reads: prompts, responses, response_mask, ...) or trl (prompt_ids, completion_ids, "
+            "one advantage per sequence)."
+        ),
     )
     split: str | None = field(
         default=None,
@@ -125,7 +134,18 @@ def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
             "Hint: --loss-weights token-mean"
         )
         raise UsageError(msg)
-    clash = sorted(set(opts.keep) & set(OWN_COLUMNS))
+    trainer = trainers.get(opts.layout)
+    if trainer.name != trainers.DEFAULT:
+        for flag, given in (("--pack", opts.pack is not None),
+                            ("--loss-weights", opts.loss_weights is not None)):  # fmt: skip
+            if given:
+                msg = (
+                    f"--layout {trainer.name} with {flag}: packed rows and loss weights are "
+                    f"advcli's layout; {trainer.name} pads and weighs a batch itself. "
+                    f"Hint: drop {flag}, or use --layout advcli"
+                )
+                raise UsageError(msg)
+    clash = sorted(set(opts.keep) & {*OWN_COLUMNS, *trainer.columns})
     if clash:
         msg = (
             f"--keep {clash[0]}: advcli writes a column of that name itself. "

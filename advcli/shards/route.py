@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from advcli.core.ragged import lengths
+from advcli.core.ragged import first_where, lengths, ranges, row_of
 from advcli.errors import DataError, OutputError
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.sources import Sources
 from advcli.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
+from advcli.shards.trainers import LOGPROBS
 
 POSITION = "__advcli_position__"  # a bucket row's position in the output
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # buckets: fast to write and read back
@@ -52,10 +53,16 @@ def _not_per_token(
 
 
 def sample_table(
-    table: pa.Table, mask: np.ndarray, inp: Input, extra: list[str], rows: np.ndarray
+    table: pa.Table,
+    mask: np.ndarray,
+    inp: Input,
+    extra: list[str],
+    rows: np.ndarray,
+    taken: dict[str, str] | None = None,
 ) -> pa.Table:
     """A batch of annotated rows under the shards' column names, with the ``--keep`` columns
-    ``extra`` (``rows``: their input rows)."""
+    ``extra`` and the columns a trainer layout takes (``taken``: its name for each, the log's
+    column) (``rows``: their input rows)."""
     roles = inp.roles
     ids = table.column(roles.column("input_ids"))
     offsets = flat_list(ids)[1]
@@ -76,7 +83,56 @@ def sample_table(
             cols[name] = list_array(values.cast(pa.float32()), offsets)
     for name in extra:
         cols[name] = table.column(name)
+    for name, column in (taken or {}).items():
+        if name == LOGPROBS:
+            cols[name] = over_sequence(table, column, offsets, mask, inp.sources, rows)
+        else:
+            cols[name] = table.column(column)
     return pa.table(cols)
+
+
+def over_sequence(
+    table: pa.Table,
+    name: str,
+    offsets: np.ndarray,
+    mask: np.ndarray,
+    sources: Sources,
+    rows: np.ndarray,
+) -> pa.Array:
+    """A per-token column (the logged log-probs) over the whole sequence: as it is where it has
+    a value per token, with zeros before the first action token where it covers the response
+    from there (a split log's ``response_ids``). ``rows``: the input rows of ``table``'s."""
+    column = table.column(name)
+
+    def at(row: int) -> str:
+        return sources.at(int(rows[row]), name)
+
+    hint = ". Hint: one log-prob per token"
+    numeric = is_list(column.type) and (
+        pa.types.is_floating(column.type.value_type) or pa.types.is_integer(column.type.value_type)
+    )
+    if not numeric:
+        raise DataError(f"{at(0)}: expected a list of numbers, saw {column.type}{hint}")
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"{at(row)}: null, expected a list of numbers{hint}")
+    values, v_offsets = flat_list(column)
+    if values.null_count:
+        row = int(row_of(v_offsets)[np.flatnonzero(values.is_null().to_numpy(False))[0]])
+        raise DataError(f"{at(row)}: a null among its values{hint}")
+    n_tokens, count = lengths(offsets), lengths(v_offsets)
+    response = n_tokens - first_where(offsets, mask != 0)
+    if len(bad := np.flatnonzero((count != n_tokens) & (count != response))):
+        row = int(bad[0])
+        msg = (
+            f"{at(row)}: {count[row]} values, but {n_tokens[row]} tokens, "
+            f"{response[row]} of them from the first action token on"
+        )
+        raise DataError(msg + ". Hint: one log-prob per token of the sequence or of the response")
+    flat = np.zeros(int(offsets[-1]), dtype=np.float32)
+    lead = np.where(count == n_tokens, 0, n_tokens - response)  # tokens before the values
+    flat[ranges(offsets[:-1] + lead, count)] = values.cast(pa.float32()).to_numpy(False)
+    return list_array(flat, offsets)
 
 
 def allow_open_files(n_buckets: int, target: str) -> None:
@@ -125,30 +181,34 @@ def route(
     folder: Path | None,
     batch_rows: int = BATCH_ROWS,
     *,
+    taken: dict[str, str] | None = None,
     complete: Callable[[int, pa.Table], None] | None = None,
 ) -> set[str]:
-    """Append every sample, with the ``--keep`` columns ``extra``, to its bucket's file in
-    ``folder``, with its position; or, where they :func:`arrive_in_order`, hand each bucket
-    to ``complete`` (its number, its rows) as soon as it is whole, and write no file.
+    """Append every sample, with the ``--keep`` columns ``extra`` and a trainer layout's
+    ``taken`` ones, to its bucket's file in ``folder``, with its position; or, where they
+    :func:`arrive_in_order`, hand each bucket to ``complete`` (its number, its rows) as soon as
+    it is whole, and write no file.
 
-    Returns the ``--keep`` columns that are per-token: list columns without nulls whose
-    lengths equal the token counts on every row.
+    Returns the columns that are per-token: ``--keep`` columns that are lists without nulls
+    whose lengths equal the token counts on every row, and the log-probs a layout takes.
     """
     if folder is not None:
         folder.mkdir()
-    per_token_columns = set(extra)
+    taken = taken or {}
+    per_token_columns = set(extra) | ({LOGPROBS} & set(taken))
     starts = lay.bucket_positions[:-1]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     held: list[pa.Table] = []  # the rows of bucket ``holding`` so far (``complete``)
     holding = 0
     done = 0
     with contextlib.ExitStack() as stack:
-        for table, mask in inp.annotated_batches(extra, batch_rows):
+        read = list(dict.fromkeys([*extra, *taken.values()]))
+        for table, mask in inp.annotated_batches(read, batch_rows):
             n = table.num_rows
             rows = samples.source_row[done : done + n]
             position = lay.position[done : done + n]
             done += n
-            batch = sample_table(table, mask, inp, extra, rows)
+            batch = sample_table(table, mask, inp, extra, rows, taken)
             n_tokens = lengths(flat_list(batch.column("input_ids"))[1])
             per_token_columns -= {
                 k for k in per_token_columns if per_token(batch.column(k), n_tokens) is None

@@ -14,14 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli import progress
-from advcli.core.ragged import offsets_from_lengths, ranges
+from advcli.core.ragged import offsets_from_lengths, positions, ranges
 from advcli.io.arrow import flat_list, list_array, narrow
 from advcli.io.checksum import file_sha256
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options
+from advcli.shards import trainers
 from advcli.shards.layout import Layout
 from advcli.shards.options import OWN_COLUMNS, ShardOptions
 from advcli.shards.plan import ShardPlan
 from advcli.shards.route import POSITION, bucket_path
+from advcli.shards.trainers import TrainerLayout
 
 
 def piece_table(
@@ -34,11 +36,12 @@ def piece_table(
     packed: bool,
     large_tokens: bool,
     large_samples: bool,
+    trainer: TrainerLayout = trainers.LAYOUTS[trainers.DEFAULT],
 ) -> pa.Table:
-    """Output rows of one piece. ``t`` holds its samples in order (as routed), output row r
-    holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens`` tokens each; ``per_token``:
-    the ``--keep`` columns with a value per token; ``large_*``: whether the shard needs large
-    lists."""
+    """Output rows of one piece, in the ``trainer``'s layout. ``t`` holds its samples in order
+    (as routed), output row r holds samples ``[row_offsets[r], row_offsets[r + 1])``, ``lens``
+    tokens each; ``per_token``: the routed extra columns with a value per token; ``large_*``:
+    whether the shard needs large lists."""
 
     def column(name: str) -> pa.Array:
         return t.column(name).combine_chunks()
@@ -63,7 +66,7 @@ def piece_table(
             cols[name] = per_row(name)
     cols["input_ids"] = tokens("input_ids")
     if packed:
-        pos = np.arange(len(mask), dtype=np.int64) - np.repeat(sample_offsets[:-1], lens)
+        pos = positions(sample_offsets)
         cols["position_ids"] = list_array(pos.astype(np.int32), tok_offsets, large=large_tokens)
         cols["seq_lens"] = list_array(lens.astype(np.int32), row_offsets, large=large_samples)
     cols["loss_mask"] = list_array(mask, tok_offsets, large=large_tokens)
@@ -80,7 +83,7 @@ def piece_table(
     for name in extra:
         if name not in per_token:
             cols[name] = per_row(name)
-    return pa.table(cols)
+    return pa.table(trainer.convert(cols, per_token, large_tokens))
 
 
 def schema_list(schema: pa.Schema) -> list[list[str]]:
@@ -95,8 +98,11 @@ class ShardFiles:
 
     PENDING = 2
 
-    def __init__(self, folder: Path, plan: ShardPlan, metadata: dict[str, Any]):
+    def __init__(
+        self, folder: Path, plan: ShardPlan, metadata: dict[str, Any], trainer: TrainerLayout
+    ):
         self.folder = folder
+        self.trainer = trainer
         self.plan = plan
         self.metadata = json.dumps(metadata, sort_keys=True)
         self.named = len(plan.splits) > 1
@@ -119,11 +125,11 @@ class ShardFiles:
         self._pending.append(
             self._pool.submit(self._writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
         )
-        mask = table.column("loss_mask").chunk(0).values
+        tokens, actions = self.trainer.count(table)
         self._record.update(
             rows=self._record["rows"] + table.num_rows,
-            tokens=self._record["tokens"] + len(mask),
-            action_tokens=self._record["action_tokens"] + int(np.asarray(mask).sum()),
+            tokens=self._record["tokens"] + tokens,
+            action_tokens=self._record["action_tokens"] + actions,
         )
 
     def _open(self, split: int, shard: int, schema: pa.Schema) -> pq.ParquetWriter:
@@ -206,7 +212,8 @@ class PieceWriter:
         metadata: dict[str, Any],
     ):
         self.plan, self.lay, self.opts, self.per_token = plan, lay, opts, per_token
-        self.files = ShardFiles(folder, plan, metadata)
+        self.trainer = trainers.get(opts.layout)
+        self.files = ShardFiles(folder, plan, metadata, self.trainer)
         self.totals = shard_totals(plan)
 
     def bucket(self, j: int, bucket: pa.Table) -> None:
@@ -230,6 +237,7 @@ class PieceWriter:
                 packed=self.opts.pack is not None,
                 large_tokens=n_tokens >= 2**31,
                 large_samples=n_samples >= 2**31,
+                trainer=self.trainer,
             )
             self.files.write(k, s, table)
 

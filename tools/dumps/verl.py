@@ -169,6 +169,7 @@ CASES = [
     "v1",
     "v1_compaction",
     "validation",
+    "actor_batch",
 ]
 
 
@@ -279,6 +280,7 @@ def make_config(
     score_fn="compute_score_float",
     agent_loop="single_turn_agent",
     adv="grpo",
+    response_length=16,
 ):
     import verl
     from omegaconf import OmegaConf, open_dict
@@ -296,7 +298,7 @@ def make_config(
         r.name = "vllm"
         r.n = n
         r.prompt_length = 40
-        r.response_length = 16
+        r.response_length = response_length
         r.calculate_log_probs = False
         r.agent.num_workers = 2
         r.agent.default_agent_loop = agent_loop
@@ -307,7 +309,7 @@ def make_config(
         d.train_files = None
         d.val_files = None
         d.max_prompt_length = 40
-        d.max_response_length = 16
+        d.max_response_length = response_length
         d.train_batch_size = train_bs
         d.shuffle = shuffle
         d.seed = SEED
@@ -367,9 +369,10 @@ class ScriptedLLM:
     came before in this step, and the seed, so reruns give the same file.
     """
 
-    def __init__(self, tokenizer, seed):
+    def __init__(self, tokenizer, seed, log_probs=False):
         self.tokenizer = tokenizer
         self.seed = seed
+        self.log_probs = log_probs  # also return a (scripted) log-prob per token
         self.counts = {}
         self.step = 0
 
@@ -403,7 +406,13 @@ class ScriptedLLM:
         self.counts[text] = k + 1
         ids = self.tokenizer.encode(self._answer(text, k), add_special_tokens=False)
         ids = ids + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=0)
+        log_probs = None
+        if self.log_probs:
+            rng = random.Random(f"{self.seed}|{self.step}|{text}|{k}|logprobs")
+            log_probs = [round(-3.0 * rng.random(), 4) for _ in ids]
+        return TokenOutput(
+            token_ids=ids, log_probs=log_probs, stop_reason="completed", num_preempted=0
+        )
 
 
 def build_workers(cfg, llm, worker_cls=None):
@@ -503,8 +512,9 @@ def _row_scalar(adv, mask):
     return [float(v) for v in vals]
 
 
-async def legacy_step(tr, dataloader_iter, llm, step, rollout_dir):
-    """The body of RayPPOTrainer.fit for one step, up to the rollout dump (no actor/critic)."""
+async def legacy_batch(tr, dataloader_iter, llm, step):
+    """The body of RayPPOTrainer.fit for one step, up to the reward (no actor/critic): the
+    batch, its reward extras, the timings and the uid order before _balance_batch."""
     import torch
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_response_mask, extract_reward
@@ -538,7 +548,15 @@ async def legacy_step(tr, dataloader_iter, llm, step, rollout_dir):
     if reward_extra_infos_dict:
         batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos_dict.items()})
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-    adv = grpo_and_rloo(batch, cfg)
+    return batch, reward_extra_infos_dict, timing_raw, order_before
+
+
+async def legacy_step(tr, dataloader_iter, llm, step, rollout_dir):
+    """The body of RayPPOTrainer.fit for one step, up to the rollout dump (no actor/critic)."""
+    batch, reward_extra_infos_dict, timing_raw, order_before = await legacy_batch(
+        tr, dataloader_iter, llm, step
+    )
+    adv = grpo_and_rloo(batch, tr.config)
     tr._log_rollout_data(batch, reward_extra_infos_dict, timing_raw, rollout_dir)
     tr._shutdown_dump_executor()
     tr._init_dump_executor()
@@ -1113,11 +1131,110 @@ CASE_SPECS = {
             compute_advantage applied to the validation batch grouped by its uid."""
         ),
     ),
+    "actor_batch": dict(
+        kind="actor_batch",
+        description=_d(
+            """The batch the legacy trainer's actor update reads, after verl's
+            compute_advantage (GRPO, epsilon 1e-6, std-normalised, grouped by uid): one step of
+            4 prompts x n=4, balance_batch=True, rollout.response_length=10 so the longer
+            answers are cut, and a scripted log-prob per response token (the agent loop pads
+            them into rollout_log_probs). batch.npz holds verl's tensors as numpy arrays
+            (prompts left-padded to rollout.prompt_length=40 with the tokenizer's pad id,
+            responses right-padded to 10; input_ids, attention_mask, position_ids,
+            response_mask, advantages, returns, rollout_log_probs), their torch dtypes in
+            'dtypes'. rollouts.jsonl holds the same rows in the same order, unpadded, as our
+            script took them out of the batch (verl writes no token ids in its dumps)."""
+        ),
+    ),
 }
+
+
+ACTOR_KEYS = (
+    "prompts",
+    "responses",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "response_mask",
+    "advantages",
+    "returns",
+    "rollout_log_probs",
+)
+
+
+def run_actor_batch_case(case, work, seed):
+    """One legacy-trainer step up to verl's compute_advantage (GRPO): the batch's tensors as
+    the actor update reads them (batch.npz) and the same rows, unpadded, as a split-layout log
+    (rollouts.jsonl: uid, prompt_ids, response_ids, response_mask, rollout_log_probs, reward)."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    response_length = 10
+    loop, cfg, tokenizer, llm = setup(case, work, seed, n=4, train_bs=4,
+                                      response_length=response_length)  # fmt: skip
+    llm.log_probs = True
+    reward_handles, workers = build_workers(cfg, llm)
+    mgr = make_rollout_manager(cfg, llm, reward_handles, workers)
+    dl = make_dataloader(cfg, make_rows(QUESTIONS, "train"), tokenizer, work, "train")
+    tr = legacy_trainer(cfg, tokenizer, mgr)
+    batch, _, _, _ = loop.run_until_complete(legacy_batch(tr, iter(dl), llm, 1))
+    loop.close()
+    batch = compute_advantage(
+        batch,
+        adv_estimator="grpo",
+        gamma=cfg.algorithm.gamma,
+        lam=cfg.algorithm.lam,
+        num_repeat=cfg.actor_rollout_ref.rollout.n,
+        norm_adv_by_std_in_grpo=True,
+        config=cfg.algorithm,
+    )
+    tensors = {k: batch.batch[k] for k in ACTOR_KEYS}
+    out_dir = os.path.join(work, "out")
+    os.makedirs(out_dir)
+    np.savez(os.path.join(out_dir, "batch.npz"), **{k: v.numpy() for k, v in tensors.items()})
+    prompt_length = cfg.actor_rollout_ref.rollout.prompt_length
+    with open(os.path.join(out_dir, "rollouts.jsonl"), "w") as fh:
+        for i, uid in enumerate(batch.non_tensor_batch["uid"]):
+            real = tensors["attention_mask"][i].bool()
+            in_response = real[prompt_length:]
+            row = {
+                "uid": str(uid),
+                "prompt_ids": tensors["prompts"][i][real[:prompt_length]].tolist(),
+                "response_ids": tensors["responses"][i][in_response].tolist(),
+                "response_mask": tensors["response_mask"][i][in_response].tolist(),
+                "rollout_log_probs": tensors["rollout_log_probs"][i][in_response].tolist(),
+                "reward": float(batch.batch["token_level_scores"][i].sum()),
+            }
+            fh.write(json.dumps(row) + "\n")
+    truth = {
+        "made_by": "tools/dumps/verl.py",
+        "framework": "verl 0.9.1",
+        "versions": versions(),
+        "case": case,
+        "description": CASE_SPECS[case]["description"],
+        "settings": {
+            **COMMON,
+            "trainer": "legacy",
+            "n": 4,
+            "train_batch_size": 4,
+            "steps": 1,
+            "balance_batch": True,
+            "response_length": response_length,
+            "reward_fn": "compute_score_float",
+        },
+        "seed": seed,
+        "pad_token_id": tokenizer.pad_token_id,
+        "prompt_length": prompt_length,
+        "response_length": response_length,
+        "dtypes": {k: str(v.dtype) for k, v in tensors.items()},
+        "files": {"rollouts.jsonl": {"lines": len(batch)}, "batch.npz": {"lines": 0}},
+    }
+    return out_dir, truth
 
 
 def run_case(case, work, seed):
     spec = CASE_SPECS[case]
+    if spec["kind"] == "actor_batch":
+        return run_actor_batch_case(case, work, seed)
     if spec["kind"] == "legacy":
         cfg, out_dir, rows, extras = run_legacy_case(
             case,

@@ -1,0 +1,119 @@
+"""``shard --layout verl|trl``: the columns each trainer's update reads, on a worked example with
+an observation inside the response, from an annotated log, and the refusals."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import run, write_jsonl
+
+# One prompt of two rollouts, rewards 1 and 0: GRPO gives +-0.5 / (0.5 + 1e-6) (advcli's
+# default: the population std, epsilon 1e-6). Each: 2 prompt tokens, 2 action tokens, a tool's
+# output, one more action token and a closing observation.
+MASK = [0, 0, 1, 1, 0, 1, 0]
+LOGPROBS = [0.0, 0.0, -0.5, -1.0, 0.0, -2.0, 0.0]
+A = 0.5 / (0.5 + 1e-6)
+
+
+def rows() -> list[dict]:
+    return [
+        {"prompt_id": "p", "input_ids": [1, 2, 3, 4, 5, 6, 7], "action_mask": MASK,
+         "old_logprobs": LOGPROBS, "reward": reward}
+        for reward in (1.0, 0.0)
+    ]  # fmt: skip
+
+
+def shard(tmp_path, layout: str, *extra: str, log: str | None = None) -> list[dict]:
+    log = log or write_jsonl(tmp_path / "log.jsonl", rows())
+    out = tmp_path / f"shards-{layout}"
+    done = run("shard", log, "--method", "grpo", "--layout", layout, "--out", str(out), *extra)
+    assert done.returncode == 0, done.stderr.decode()
+    assert run("verify", str(out)).returncode == 0
+    return pq.read_table(out).to_pylist()
+
+
+def test_verl_splits_at_the_first_action_and_keeps_the_rest_response_long(tmp_path):
+    first, second = shard(tmp_path, "verl")
+    assert first["prompts"] == [1, 2]
+    assert first["responses"] == [3, 4, 5, 6, 7]
+    assert first["response_mask"] == [1, 1, 0, 1, 0]
+    assert first["attention_mask"] == [1] * 7
+    assert first["position_ids"] == list(range(7))
+    assert first["advantages"] == pytest.approx([A, A, 0, A, 0], rel=1e-6)
+    assert second["advantages"] == pytest.approx([-A, -A, 0, -A, 0], rel=1e-6)
+    assert first["returns"] == first["advantages"]  # GRPO: verl returns the advantages
+    assert first["old_log_probs"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    assert first["prompt_id"] == "p"
+    assert "input_ids" not in first and "loss_mask" not in first
+
+
+def test_trl_writes_one_advantage_per_sequence_and_the_action_mask_as_tool_mask(tmp_path):
+    first, second = shard(tmp_path, "trl")
+    assert first["prompt_ids"] == [1, 2]
+    assert first["completion_ids"] == [3, 4, 5, 6, 7]
+    assert first["completion_mask"] == [1] * 5
+    assert first["tool_mask"] == [1, 1, 0, 1, 0]
+    assert first["advantages"] == pytest.approx(A, rel=1e-6)
+    assert second["advantages"] == pytest.approx(-A, rel=1e-6)
+    assert first["old_per_token_logps"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+
+
+def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
+    split = [
+        {"prompt_id": "p", "prompt_ids": [1, 2], "response_ids": [3, 4, 5],
+         "response_mask": [1, 0, 1], "rollout_log_probs": [-0.25, 0.0, -0.75], "reward": r}
+        for r in (1.0, 0.0)
+    ]  # fmt: skip
+    log = write_jsonl(tmp_path / "split.jsonl", split)
+    first, _ = shard(tmp_path, "verl", log=log)
+    assert first["prompts"] == [1, 2] and first["responses"] == [3, 4, 5]
+    assert first["response_mask"] == [1, 0, 1]
+    assert first["old_log_probs"] == [-0.25, 0.0, -0.75]
+
+
+def test_a_kept_per_token_column_covers_the_response(tmp_path):
+    log = [dict(r, entropy=[9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 5.0], step=7) for r in rows()]
+    path = write_jsonl(tmp_path / "kept.jsonl", log)
+    first, _ = shard(tmp_path, "verl", "--keep", "entropy", "--keep", "step", log=path)
+    assert first["entropy"] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert first["step"] == 7
+
+
+def test_an_annotated_log_shards_in_the_trl_layout(tmp_path):
+    raw = write_jsonl(tmp_path / "log.jsonl", rows())
+    annotated = tmp_path / "annotated.parquet"
+    done = run("annotate", raw, "--method", "grpo", "--out", str(annotated))
+    assert done.returncode == 0, done.stderr.decode()
+    first, _ = shard(tmp_path, "trl", log=str(annotated))
+    assert first["advantages"] == pytest.approx(A, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--layout", "trl", "--method", "reinforce-pp"], "takes one advantage per sequence"),
+        (["--layout", "verl", "--method", "grpo", "--pack", "64"], "--layout verl with --pack"),
+        (["--layout", "trl", "--method", "grpo", "--loss-weights", "token-mean"], "loss weights"),
+        (["--layout", "verl", "--method", "grpo", "--keep", "responses"], "--keep responses"),
+        (["--layout", "megatron", "--method", "grpo"], "expected one of advcli, verl, trl"),
+    ],
+)
+def test_what_a_layout_cannot_take_is_refused_in_one_line(tmp_path, args, said):
+    log = write_jsonl(tmp_path / "log.jsonl", rows())
+    done = run("shard", log, "--out", str(tmp_path / "out"), *args)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_log_probs_of_another_length_are_refused_at_their_row(tmp_path):
+    log = rows()
+    log[1]["old_logprobs"] = [-1.0, -1.0]
+    path = write_jsonl(tmp_path / "log.jsonl", log)
+    done = run("shard", path, "--method", "grpo", "--layout", "verl", "--out", str(tmp_path / "o"))
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert "line 2" in err and "old_logprobs" in err and "2 values, but 7 tokens" in err, err
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,159 @@
+"""``advcli.torch.collate``: shard rows padded as each trainer pads them. The verl layout against
+the batch verl 0.9.1's own code built for the same rows; one real optimizer step per layout
+through ``DataLoader(load_dataset(...))`` (CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import advcli
+from advcli.errors import UsageError
+from tests.conftest import ROOT, run
+
+torch = pytest.importorskip("torch")
+datasets = pytest.importorskip("datasets")
+collate = pytest.importorskip("advcli.torch").collate
+
+VERL = ROOT / "tests" / "fixtures" / "real" / "verl" / "actor_batch"
+SAMPLE = ROOT / "sample_data" / "rollouts.parquet"
+
+
+def load(folder: Path):
+    """The shard folder as HF ``datasets`` loads it (its cache beside it, not in ~/.cache)."""
+    return datasets.load_dataset("parquet", data_dir=str(folder), split="train",
+                                 cache_dir=str(folder.parent / ".hf-cache"))  # fmt: skip
+
+
+def test_the_verl_layout_collates_to_the_batch_verls_own_code_built(tmp_path):
+    truth = json.loads((VERL / "truth.json").read_text())
+    verl = np.load(VERL / "batch.npz")
+    out = tmp_path / "shards"
+    done = run("shard", str(VERL / "rollouts.jsonl"), "--method", "grpo", "--convention", "verl",
+               "--layout", "verl", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    rows = load(out)
+    pad = collate(
+        layout="verl",
+        pad_token_id=truth["pad_token_id"],
+        prompt_length=truth["prompt_length"],
+        response_length=truth["response_length"],
+    )
+    batch = next(iter(torch.utils.data.DataLoader(rows, batch_size=len(rows), collate_fn=pad)))
+    # What verl's rollout calls rollout_log_probs, its actor reads as old_log_probs where no
+    # actor recomputes them (rollout_corr_helper.py: bypass mode).
+    names = {"rollout_log_probs": "old_log_probs"}
+    for key, dtype in truth["dtypes"].items():
+        ours = batch[names.get(key, key)]
+        assert str(ours.dtype) == dtype, key
+        assert ours.shape == verl[key].shape, key
+        if key in ("advantages", "returns"):  # ours from float64, verl's in float32
+            np.testing.assert_allclose(ours.numpy(), verl[key], rtol=0, atol=1e-6, err_msg=key)
+        else:
+            np.testing.assert_array_equal(ours.numpy(), verl[key], err_msg=key)
+    assert batch["advantages"].abs().max() > 0.5  # groups with signal are in the fixture
+
+
+class Tiny(torch.nn.Module):
+    """Next-token logits from an embedding and a linear layer."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 8)
+        self.out = torch.nn.Linear(8, vocab)
+
+    def forward(self, ids):
+        return self.out(self.embed(ids))
+
+
+def token_logps(model, ids, targets):
+    """log p(target_t | ids up to t) for every position of ``targets`` (ids ends where they do)."""
+    logits = model(ids)[:, -targets.shape[1] - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def policy_loss(layout: str, model, batch):
+    """Each trainer's policy-gradient loss (token mean over the loss mask), as it reads a batch."""
+    if layout == "verl":
+        logp = token_logps(model, batch["input_ids"], batch["responses"])
+        ratio = torch.exp(logp - batch["old_log_probs"])
+        mask = batch["response_mask"]
+        return -(batch["advantages"] * ratio * mask).sum() / mask.sum()
+    if layout == "trl":
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        logp = token_logps(model, ids, batch["completion_ids"])
+        ratio = torch.exp(logp - batch["old_per_token_logps"])
+        mask = batch["completion_mask"] * batch["tool_mask"]
+        return -(batch["advantages"].unsqueeze(1) * ratio * mask).sum() / mask.sum()
+    logp = token_logps(model, batch["input_ids"], batch["input_ids"][:, 1:])
+    mask = batch["loss_mask"][:, 1:]
+    return -(batch["advantages"][:, 1:] * logp * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("layout", ["advcli", "verl", "trl"])
+def test_a_shard_folder_trains_one_optimizer_step(tmp_path, layout):
+    out = tmp_path / "shards"
+    advcli.shard(SAMPLE, out, advcli.ShardOptions(layout=layout), method="grpo")
+    rows = load(out)
+    loader = torch.utils.data.DataLoader(rows, batch_size=8, shuffle=False,
+                                         collate_fn=collate(layout=layout))  # fmt: skip
+    torch.manual_seed(0)
+    model = Tiny(vocab=1 << 15)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    batch = next(iter(loader))
+    loss = policy_loss(layout, model, batch)
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+    moved = [not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)]
+    assert all(moved)
+
+
+def test_prompts_are_padded_on_the_left_and_completions_on_the_right():
+    rows = [
+        {"prompt_ids": [5, 6, 7], "completion_ids": [8], "completion_mask": [1],
+         "tool_mask": [1], "advantages": 0.5, "prompt_id": "a"},
+        {"prompt_ids": [9], "completion_ids": [10, 11, 12], "completion_mask": [1, 1, 1],
+         "tool_mask": [1, 0, 1], "advantages": -0.5, "prompt_id": "b"},
+    ]  # fmt: skip
+    batch = collate(layout="trl", pad_token_id=0)(rows)
+    assert batch["prompt_ids"].tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert batch["prompt_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert batch["completion_ids"].tolist() == [[8, 0, 0], [10, 11, 12]]
+    assert batch["completion_mask"].tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert batch["tool_mask"].tolist() == [[1, 1, 1], [1, 0, 1]]  # TRL pads it with 1
+    assert batch["advantages"].tolist() == [0.5, -0.5]
+    assert batch["advantages"].dtype == torch.float32
+    assert batch["prompt_id"] == ["a", "b"]
+
+
+def test_an_advcli_row_pads_on_the_right_with_positions_from_the_mask():
+    rows = [
+        {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "advantages": [0.0, 1.0, 1.0]},
+        {"input_ids": [4], "loss_mask": [0], "advantages": [0.0]},
+    ]
+    batch = collate(pad_token_id=99)(rows)
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 99, 99]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1], [0, 0, 0]]
+    assert batch["advantages"].tolist() == [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("make", "rows", "said"),
+    [
+        (lambda: collate(layout="megatron"), [], "expected one of advcli, verl, trl"),
+        (lambda: collate(layout="verl", prompt_length=1),
+         [{"prompts": [1, 2], "responses": [3]}], "2 prompts tokens, more than prompt_length=1"),
+        (lambda: collate(layout="verl"), [{"input_ids": [1]}], "no 'prompts' column"),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_padded_is_refused_with_a_hint(make, rows, said):
+    with pytest.raises(UsageError, match="Hint") as raised:
+        make()(rows)
+    assert said in str(raised.value)
