@@ -50,6 +50,7 @@ from advcli.io.sources import (
     Sources,
     prefetch,
 )
+from advcli.io.split_tokens import stored_roles
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import Method, Plan, TokenPass, sum_rows
@@ -278,7 +279,7 @@ class Run:
             "method": self.params.method,
             "params": self.params.as_dict(),
             "inputs": self.sources.files,
-            "roles": {k: v for k, v in self.roles.columns.items() if v},
+            "roles": stored_roles(self.source, self.roles.columns),
         }
         if self.scorer is not None and self.method.reads_values:
             meta.update(self.scorer.metadata)

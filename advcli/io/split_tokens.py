@@ -17,13 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from advcli.core.ragged import lengths, positions
+from advcli.core.ragged import lengths, offsets_from_lengths, positions, ranges, row_of
 from advcli.errors import DataError, SchemaError
 from advcli.io.arrow import flat_list, is_list, list_array
+from advcli.io.schema import ROLES
 from advcli.io.sources import DerivedColumns, LogSource
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
 VIRTUAL = ("input_ids", "action_mask")
+OUTPUTS = ("advantages", "returns")  # advcli's per-token outputs
 
 
 def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
@@ -40,8 +42,9 @@ def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
 class SplitTokens(DerivedColumns):
     """A split-layout log with the sequence and the action mask as columns of their own."""
 
-    def __init__(self, base: LogSource):
+    def __init__(self, base: LogSource, per_token: tuple[str, ...] = ()):
         self.base = base
+        self.per_token = per_token  # read over the sequence
         self.sources = base.sources
         for name, kinds in ((PROMPT, "integer"), (RESPONSE, "integer"), (RESPONSE_MASK, "0/1")):
             if name in base.schema.names and not _holds_ints(base.schema.field(name).type):
@@ -58,6 +61,8 @@ class SplitTokens(DerivedColumns):
         if names is None:
             return None
         wanted = [n for n in names if n not in VIRTUAL]
+        if set(names) & set(self.per_token):
+            wanted += [PROMPT, RESPONSE]
         if "input_ids" in names:
             wanted += [PROMPT, RESPONSE]
         if "action_mask" in names:
@@ -66,7 +71,8 @@ class SplitTokens(DerivedColumns):
         return list(dict.fromkeys(wanted))
 
     def _derive(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
-        if names is not None and not set(names) & set(VIRTUAL):
+        over = [n for n in self.per_token if names is None or n in names]
+        if names is not None and not set(names) & set(VIRTUAL) and not over:
             return table.select(names)
         for name in (PROMPT, RESPONSE, RESPONSE_MASK):
             if name in table.column_names and table.column(name).null_count:
@@ -78,6 +84,11 @@ class SplitTokens(DerivedColumns):
         offsets = np.zeros(len(p_len) + 1, dtype=np.int64)
         np.cumsum(p_len + r_len, out=offsets[1:])
         in_prompt = positions(offsets) < np.repeat(p_len, p_len + r_len)
+        for name in over:
+            column = self._over_sequence(table.column(name), name, p_len, r_len, row0)
+            table = table.set_column(table.schema.get_field_index(name), name, column)
+        if names is not None and not set(names) & set(VIRTUAL):
+            return table.select(names)
         ids = np.empty(int(offsets[-1]), dtype=response.type.to_pandas_dtype())
         ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
         ids[~in_prompt] = response.to_numpy(zero_copy_only=False)
@@ -96,14 +107,60 @@ class SplitTokens(DerivedColumns):
                 table = table.append_column(name, column)
         return table if names is None else table.select(names)
 
+    def _over_sequence(
+        self, column: pa.ChunkedArray, name: str, p_len: np.ndarray, r_len: np.ndarray, row0: int
+    ) -> pa.Array:
+        """A per-token column over the sequence: a row with a value per response token gets 0
+        over the prompt, one with a value per token stays as it is, a null row null."""
+        values, v_offsets = flat_list(column)
+        count = lengths(v_offsets)
+        null = column.is_null().to_numpy(zero_copy_only=False)
+        if len(misfit := np.flatnonzero(~null & (count != r_len) & (count != p_len + r_len))):
+            row = int(misfit[0])
+            raise DataError(
+                f"{self.sources.at(row0 + row, name)}: {int(count[row])} values for "
+                f"{int(r_len[row])} response tokens ({int(p_len[row] + r_len[row])} with the "
+                "prompt). Hint: one value per response token"
+            )
+        short = count != p_len + r_len  # over the response only
+        out = offsets_from_lengths(np.where(null, 0, p_len + r_len))
+        of = row_of(out)
+        prompt = short[of] & (positions(out) < p_len[of])
+        flat = np.zeros(int(out[-1]), dtype=values.type.to_pandas_dtype())
+        kept = ranges(v_offsets[:-1][~null], count[~null])
+        flat[~prompt] = values.take(pa.array(kept)).to_numpy(zero_copy_only=False)
+        lists = pa.LargeListArray if out[-1] >= 2**31 else pa.ListArray
+        return lists.from_arrays(pa.array(out), pa.array(flat), mask=pa.array(null)).cast(
+            column.type
+        )
+
     def in_users_layout(self, table: pa.Table) -> pa.Table:
         """An annotated batch of this log as the user laid it out (:func:`response_only`)."""
         return response_only(table, set(table.column_names) - set(self.base.schema.names))
 
 
+def stored_roles(source: LogSource, roles: dict[str, str | None]) -> dict[str, str]:
+    """The roles played by columns the log stores (a split log's joined sequence and mask are
+    not: an annotated copy records the layout that reads them again)."""
+    virtual = VIRTUAL if isinstance(source, SplitTokens) else ()
+    return {role: column for role, column in roles.items() if column and column not in virtual}
+
+
 def joined(source: LogSource, mapping: dict[str, str]) -> LogSource:
     """``source`` as :class:`SplitTokens` where it is in the split layout; else itself."""
-    return SplitTokens(source) if is_split(source.schema, mapping) else source
+    if not is_split(source.schema, mapping):
+        return source
+    return SplitTokens(source, per_token_columns(source.schema, mapping))
+
+
+def per_token_columns(schema: pa.Schema, mapping: dict[str, str]) -> tuple[str, ...]:
+    """The list columns of a split log with a value per response token: advcli's outputs and
+    the columns of the per-token roles (values, log-probs, token rewards)."""
+    names = set(OUTPUTS)
+    for role, (kind, aliases) in ROLES.items():
+        if kind == "nums":
+            names |= {mapping[role]} if role in mapping else {role, *aliases}
+    return tuple(n for n in schema.names if n in names and is_list(schema.field(n).type))
 
 
 def _holds_ints(t: pa.DataType) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from advcli.core.ragged import first_where, lengths, ranges, row_of
+from advcli.core.ragged import lengths
 from advcli.errors import DataError, OutputError
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.sources import Sources
@@ -34,20 +34,27 @@ def per_token(column: pa.ChunkedArray, n_tokens: np.ndarray) -> pa.Array | None:
 
 
 def _not_per_token(
-    column: pa.ChunkedArray, name: str, n_tokens: np.ndarray, rows: np.ndarray, sources: Sources
+    column: pa.ChunkedArray,
+    name: str,
+    n_tokens: np.ndarray,
+    rows: np.ndarray,
+    sources: Sources,
+    hint: str = "an annotated log has one value per token",
 ) -> DataError:
-    """The error for an ``advantages`` or ``returns`` column :func:`per_token` refused."""
+    """The error for a column :func:`per_token` refused (``advantages``, ``returns``, the
+    log-probs)."""
     if is_list(column.type) and not column.null_count:
         count = lengths(flat_list(column)[1])
         row = int(np.flatnonzero(count != n_tokens)[0])
         msg = (
             f"{sources.at(int(rows[row]), name)}: {count[row]} values but {n_tokens[row]} "
-            "tokens. Hint: an annotated log has one value per token"
+            f"tokens. Hint: {hint}"
         )
         return DataError(msg)
+    at = 0 if not column.null_count else int(np.flatnonzero(column.is_null().to_numpy(False))[0])
     msg = (
-        f"{sources.at(0, name)}: expected a list of numbers without nulls, saw "
-        f"{column.type}. Hint: annotate the raw log again"
+        f"{sources.at(int(rows[at]), name)}: expected a list of numbers without nulls, saw "
+        f"{column.type}. Hint: {hint}"
     )
     return DataError(msg)
 
@@ -85,54 +92,15 @@ def sample_table(
         cols[name] = table.column(name)
     for name, column in (taken or {}).items():
         if name == LOGPROBS:
-            cols[name] = over_sequence(table, column, offsets, mask, inp.sources, rows)
+            values = per_token(table.column(column), n_tokens)
+            if values is None:
+                hint = "one log-prob per token (of the response in a prompt_ids + response_ids log)"
+                raise _not_per_token(table.column(column), column, n_tokens, rows, inp.sources,
+                                     hint)  # fmt: skip
+            cols[name] = list_array(values.cast(pa.float32()), offsets)
         else:
             cols[name] = table.column(column)
     return pa.table(cols)
-
-
-def over_sequence(
-    table: pa.Table,
-    name: str,
-    offsets: np.ndarray,
-    mask: np.ndarray,
-    sources: Sources,
-    rows: np.ndarray,
-) -> pa.Array:
-    """A per-token column (the logged log-probs) over the whole sequence: as it is where it has
-    a value per token, with zeros before the first action token where it covers the response
-    from there (a split log's ``response_ids``). ``rows``: the input rows of ``table``'s."""
-    column = table.column(name)
-
-    def at(row: int) -> str:
-        return sources.at(int(rows[row]), name)
-
-    hint = ". Hint: one log-prob per token"
-    numeric = is_list(column.type) and (
-        pa.types.is_floating(column.type.value_type) or pa.types.is_integer(column.type.value_type)
-    )
-    if not numeric:
-        raise DataError(f"{at(0)}: expected a list of numbers, saw {column.type}{hint}")
-    if column.null_count:
-        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"{at(row)}: null, expected a list of numbers{hint}")
-    values, v_offsets = flat_list(column)
-    if values.null_count:
-        row = int(row_of(v_offsets)[np.flatnonzero(values.is_null().to_numpy(False))[0]])
-        raise DataError(f"{at(row)}: a null among its values{hint}")
-    n_tokens, count = lengths(offsets), lengths(v_offsets)
-    response = n_tokens - first_where(offsets, mask != 0)
-    if len(bad := np.flatnonzero((count != n_tokens) & (count != response))):
-        row = int(bad[0])
-        msg = (
-            f"{at(row)}: {count[row]} values, but {n_tokens[row]} tokens, "
-            f"{response[row]} of them from the first action token on"
-        )
-        raise DataError(msg + ". Hint: one log-prob per token of the sequence or of the response")
-    flat = np.zeros(int(offsets[-1]), dtype=np.float32)
-    lead = np.where(count == n_tokens, 0, n_tokens - response)  # tokens before the values
-    flat[ranges(offsets[:-1] + lead, count)] = values.cast(pa.float32()).to_numpy(False)
-    return list_array(flat, offsets)
 
 
 def allow_open_files(n_buckets: int, target: str) -> None:

@@ -146,3 +146,47 @@ def test_a_null_token_list_and_a_file_without_a_role_column_are_refused(tmp_path
     err = proc.stderr.decode()
     assert proc.returncode == 1 and "b.parquet: no 'reward' column (reward)" in err, err
     assert err.count("\n") == 1
+
+
+def test_per_token_columns_cover_the_response_and_an_annotated_split_log_shards(tmp_path):
+    """GAE with values over the response equals GAE on the joined log with 0 over the prompt;
+    the annotated copy (the user's layout) shards to the same rows as the raw log."""
+    split, joined = logs(1)
+    rng = np.random.default_rng(2)
+    for s, j in zip(split, joined, strict=True):
+        values = rng.normal(size=len(s["response_ids"])).round(3).tolist()
+        s["values"] = values
+        j["values"] = [0.0] * len(s["prompt_ids"]) + values
+    pq.write_table(pa.Table.from_pylist(split), tmp_path / "split.parquet")
+    pq.write_table(pa.Table.from_pylist(joined), tmp_path / "joined.parquet")
+    for name in ("split", "joined"):
+        proc = run("annotate", str(tmp_path / f"{name}.parquet"), "--method", "gae", "-q",
+                   "--out", str(tmp_path / f"{name}.out.parquet"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    got = pq.read_table(tmp_path / "split.out.parquet").to_pylist()
+    want = pq.read_table(tmp_path / "joined.out.parquet").to_pylist()
+    for g, w, row in zip(got, want, split, strict=True):
+        assert g["advantages"] == w["advantages"][len(row["prompt_ids"]) :]
+    for name in ("split.parquet", "split.out.parquet"):
+        proc = run("shard", str(tmp_path / name), *(["--method", "gae"] * (name == "split.parquet")),
+                   "--out", str(tmp_path / f"shards-{name}"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    raw, annotated = (pq.read_table(tmp_path / f"shards-{n}")
+                      for n in ("split.parquet", "split.out.parquet"))  # fmt: skip
+    assert raw.select(["input_ids", "loss_mask", "advantages", "returns"]).equals(
+        annotated.select(["input_ids", "loss_mask", "advantages", "returns"])
+    )
+
+
+def test_a_per_token_column_of_neither_length_is_refused_at_its_row(tmp_path):
+    split, _ = logs()
+    for r in split:
+        r["values"] = [0.0] * len(r["response_ids"])
+    split[5]["values"] = [0.0]
+    pq.write_table(pa.Table.from_pylist(split), tmp_path / "split.parquet")
+    proc = run("annotate", str(tmp_path / "split.parquet"), "--method", "gae",
+               "--out", str(tmp_path / "out.parquet"))  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert "row 5, column 'values': 1 values for 4 response tokens" in err, err
+    assert len(err.strip().splitlines()) == 1
