@@ -168,8 +168,10 @@ def test_per_token_columns_cover_the_response_and_an_annotated_split_log_shards(
     for g, w, row in zip(got, want, split, strict=True):
         assert g["advantages"] == w["advantages"][len(row["prompt_ids"]) :]
     for name in ("split.parquet", "split.out.parquet"):
-        proc = run("shard", str(tmp_path / name), *(["--method", "gae"] * (name == "split.parquet")),
-                   "--out", str(tmp_path / f"shards-{name}"))  # fmt: skip
+        method = ["--method", "gae"] if name == "split.parquet" else []
+        proc = run(
+            "shard", str(tmp_path / name), *method, "--out", str(tmp_path / f"shards-{name}")
+        )
         assert proc.returncode == 0, proc.stderr
     raw, annotated = (pq.read_table(tmp_path / f"shards-{n}")
                       for n in ("split.parquet", "split.out.parquet"))  # fmt: skip
