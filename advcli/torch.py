@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from advcli.core.ragged import offsets_from_lengths, row_of
+from advcli.core.ragged import positions as positions_in_row
 from advcli.errors import UsageError
 
 LAYOUTS = ("advcli", "verl", "trl")
@@ -198,9 +200,8 @@ class Padded:
         return Padded(name, values, self.length, left=self.left)
 
     def _where(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = np.repeat(np.arange(len(self.lens)), self.lens)
-        starts = np.cumsum(self.lens) - self.lens
-        cols = np.arange(int(self.lens.sum())) - np.repeat(starts, self.lens)
+        offsets = offsets_from_lengths(self.lens)
+        rows, cols = row_of(offsets), positions_in_row(offsets)
         if self.left:
             cols += np.repeat(self.length - self.lens, self.lens)
         return rows, cols

@@ -151,6 +151,11 @@ def test_an_advcli_row_pads_on_the_right_with_positions_from_the_mask():
         (lambda: collate(layout="verl", prompt_length=1),
          [{"prompts": [1, 2], "responses": [3]}], "2 prompts tokens, more than prompt_length=1"),
         (lambda: collate(layout="verl"), [{"input_ids": [1]}], "no 'prompts' column"),
+        (lambda: collate(prompt_length=4), [], "the advcli layout has no prompt"),
+        (lambda: collate(layout="trl"),
+         [{"prompt_ids": [1], "completion_ids": [2, 3], "tool_mask": [1]}],
+         "column 'tool_mask' does not have one value per completion_ids token"),
+        (lambda: collate(), [], "an empty batch"),
     ],
 )  # fmt: skip
 def test_what_cannot_be_padded_is_refused_with_a_hint(make, rows, said):

@@ -39,22 +39,22 @@ def _not_per_token(
     n_tokens: np.ndarray,
     rows: np.ndarray,
     sources: Sources,
-    hint: str = "an annotated log has one value per token",
+    hint: str | None = None,
 ) -> DataError:
     """The error for a column :func:`per_token` refused (``advantages``, ``returns``, the
-    log-probs)."""
+    log-probs); ``hint`` replaces the hints for an annotated log's columns."""
     if is_list(column.type) and not column.null_count:
         count = lengths(flat_list(column)[1])
         row = int(np.flatnonzero(count != n_tokens)[0])
         msg = (
             f"{sources.at(int(rows[row]), name)}: {count[row]} values but {n_tokens[row]} "
-            f"tokens. Hint: {hint}"
+            f"tokens. Hint: {hint or 'an annotated log has one value per token'}"
         )
         return DataError(msg)
     at = 0 if not column.null_count else int(np.flatnonzero(column.is_null().to_numpy(False))[0])
     msg = (
         f"{sources.at(int(rows[at]), name)}: expected a list of numbers without nulls, saw "
-        f"{column.type}. Hint: {hint}"
+        f"{column.type}. Hint: {hint or 'annotate the raw log again'}"
     )
     return DataError(msg)
 
@@ -163,7 +163,7 @@ def route(
     if folder is not None:
         folder.mkdir()
     taken = taken or {}
-    per_token_columns = set(extra) | ({LOGPROBS} & set(taken))
+    per_token_columns = set(extra)
     starts = lay.bucket_positions[:-1]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     held: list[pa.Table] = []  # the rows of bucket ``holding`` so far (``complete``)
@@ -206,4 +206,4 @@ def route(
                 writers[j].write_table(batch.slice(a, b - a))
     if complete is not None and held:
         complete(holding, pa.concat_tables(held))
-    return per_token_columns
+    return per_token_columns | ({LOGPROBS} & set(taken))  # checked per token as it was read
