@@ -21,7 +21,10 @@ What TRL 1.16 does, and so this preset (``trl/trainer/grpo_trainer.py``):
   evaluation's rows (groups of ``num_generations_eval``) come last and push out the first
   training rows, so the file's first group may be cut. A cut group's advantages came from
   rollouts the file lacks: its rows are skipped (a warning counts them). Evaluation rows (runs
-  that are not whole groups) are groups of their own and a batch of their own.
+  that are not whole groups) are groups of their own and a batch of their own; a warning
+  names the steps whose file holds them (TRL writes no mode column).
+- TRL's DistillationTrainer writes the same files with no reward columns: refused in one
+  line, as there is no reward to take advantages of.
 - The batch (``scale_rewards="batch"``, ``normalize_then_sum``) is one step's generation
   batch: the ``batch`` column is the step.
 - One generation serves ``steps_per_generation`` micro-batches; with gradient accumulation it
@@ -92,6 +95,13 @@ class Trl(Preset):
             **{k: v.alias(k) for k, v in canonical.items()}
         )
         warnings = []
+        if groups.evaluation.any():
+            warnings.append(
+                f"{path}: step {_steps(step, groups.evaluation)}: rows "
+                f"{_spans(groups.evaluation)} are evaluation rows (runs of one prompt that are "
+                f"not whole groups of {options.group_size}): TRL's evaluation log wrote this "
+                "step's file again, over its training rows, and marks no row as eval"
+            )
         if groups.cut.any():
             table = table.filter(pl.Series(~groups.cut))
             warnings.append(
@@ -201,6 +211,14 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
             raise UsageError(msg)
         return list(options.reward_columns)
     found = float_run(df.columns, lambda n: df[n].dtype.is_float())
+    if not found and "advantage" not in df.columns:
+        msg = (
+            f"{path}: no reward columns (columns: {', '.join(df.columns)}): TRL's "
+            "DistillationTrainer writes its completions files without rewards, so there is no "
+            "reward to take advantages of. Hint: give a GRPO run's completions, or name the "
+            "reward columns with --reward-columns"
+        )
+        raise DataError(msg)
     if not found:
         msg = (
             f"{path}: no float column between 'completion' and 'advantage' to take as a "
@@ -249,6 +267,11 @@ def blocks(prompt: np.ndarray, group_size: int | None) -> Blocks:
     block = np.where(whole | first_run, shifted // group_size, 0)
     key = np.char.add(np.char.add(run.astype(str), "."), block.astype(str))
     return Blocks(key.astype(object), cut, evaluation)
+
+
+def _steps(step: pl.Series, flags: np.ndarray) -> str:
+    """The steps of the flagged rows, as ``1, 3``."""
+    return ", ".join(str(s) for s in sorted(set(step.filter(pl.Series(flags)).to_list())))
 
 
 def _spans(flags: np.ndarray) -> str:

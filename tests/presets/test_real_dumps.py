@@ -95,10 +95,14 @@ def test_trl_unscorable_rows_get_zero_and_stay_out_of_the_baseline(tmp_path: Pat
 
 def test_trl_eval_rows_and_cut_groups(tmp_path: Path) -> None:
     """Evaluation rows are groups of num_generations_eval; the group the buffer cut is
-    skipped, and said so."""
+    skipped, and said so; each step whose file holds evaluation rows is named (TRL's eval log
+    writes over the step's file and marks no row)."""
     summary, out = annotate(tmp_path, TRL / "eval")
     assert pq.read_table(out).num_rows == 3 * 22
     assert any("skipped rows 0-1" in w for w in summary["warnings"])
+    named = [w for w in summary["warnings"] if "are evaluation rows" in w]
+    assert [w.split(": ")[1] for w in named] == ["step 1", "step 2", "step 3"]
+    assert all("rows 18-23 are evaluation rows" in w for w in named)
 
 
 def test_trl_a_setting_that_differs_is_named(tmp_path: Path) -> None:
