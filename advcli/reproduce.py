@@ -194,6 +194,39 @@ Opener = Callable[[presets.PresetOptions], Any]
 """Opens the log with these preset options (a :class:`advcli.engine.Log`)."""
 
 
+def _fits(preset: presets.Preset, log: Any) -> bool:
+    """Whether one of the preset's settings gives the logged advantages on ``log``."""
+    try:
+        rows, logged, names = _rows(log)
+    except DataError:
+        return False
+    for setting in _settings(preset, log.options, names):
+        got = _advantages(_with_rewards(rows, preset, setting), setting.params)
+        if got is not None and compare(got[0], logged, got[1], "").reproduces:
+            return True
+    return False
+
+
+def _regrouped(
+    preset: presets.Preset, options: presets.PresetOptions, open_with: Opener, log: Any
+) -> Any:
+    """``log`` grouped in blocks of ``--group-size`` rows where its logged advantages call
+    for it (NeMo-RL's rollout-identity groups) and its own grouping misses them; ``log`` as it
+    is otherwise."""
+    sizes = preset.group_sizes(log)
+    if not sizes or preset.logged not in log.source.schema.names or _fits(preset, log):
+        return log
+    for size in sizes:
+        trial = open_with(replace(options, group_size=size))
+        if _fits(preset, trial):
+            trial.settled = (
+                f"--group-size {size} (found from {preset.framework}'s logged advantages: "
+                f"its groups are blocks of {size} rows, not the rows of one prompt)"
+            )
+            return trial
+    return log
+
+
 def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Opener) -> Any:
     """The log opened with what the preset's dump leaves out filled in from its logged
     advantages (TRL: ``--group-size`` and ``--reward-columns``); the log as ``options`` open it
@@ -201,6 +234,8 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
     log = open_with(options)
     if not preset.leaves_out(options):
         return log
+    if not preset.needs_group_size():
+        return _regrouped(preset, options, open_with, log)
     if preset.logged is None or preset.logged not in log.source.schema.names:
         if options.group_size is not None:
             return log

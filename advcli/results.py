@@ -136,6 +136,7 @@ class CheckResult(Result):
     worst: list[dict[str, Any]]
     ok: bool
     reproduced_by: str | None  # the flags that give the logged advantages, if ours differ
+    found: str | None = optional()  # settings found from the logged advantages (Log.settled)
     warnings: list[str] = field(default_factory=list)
 
 

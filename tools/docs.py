@@ -79,8 +79,9 @@ def convention_table() -> str:
     singleton = {"zero": "0, flagged", "raw": "raw reward", "error": "error", "drop": "dropped"}
     rows = [
         "| name | grpo baseline | grpo scale | std ddof | eps | eps placement | singleton | "
-        "observations | whitening of mc/td/gae | zero-variance also when |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "observations | whitening of mc/td/gae | zero-variance: max − min ≤ | "
+        "zero-variance also when | std of equal rewards |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(CONVENTIONS.values()):
         name = f"`{c.name}`" + (" (default without --from; was `seed`)" if i == 0 else "")
@@ -90,7 +91,9 @@ def convention_table() -> str:
             f"{f'{c.eps:.0e}'.replace('e-0', 'e-')} | "
             f"{placement[c.eps_placement]} | "
             f"{singleton[c.singleton]} | {c.observations} | {whiten} | "
+            f"{f'{c.zero_variance_tol:.0e}'.replace('e-0', 'e-') if c.zero_variance_tol else 0} | "
             + (f"std ≤ {c.zero_std:.0e} |".replace("e-0", "e-") if c.zero_std else "— |")
+            + (" 0 |" if c.tied_std == "zero" else " float32 noise (NeMo-RL before #4158) |")
         )
     return "\n".join(rows) + "\n"
 

@@ -105,6 +105,7 @@ def check(
         ],
         ok=not beyond.any(),
         reproduced_by=run.reproduced_by,
+        found=run.settled or None,
         warnings=run.warnings,
     )
 

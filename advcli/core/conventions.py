@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from advcli.core.group import ZERO_VARIANCE_TOL
+
 Baseline = Literal["group", "leave-one-out", "batch", "none"]
 Scale = Literal["group", "batch", "none", "leave-one-out"]
 EpsPlacement = Literal["add", "max"]
 Singleton = Literal["zero", "raw", "error", "drop"]
 Observations = Literal["skip", "step"]
 Whiten = Literal["none", "batch"]
+TiedStd = Literal["zero", "float32"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class Convention:
     ``temporal_whiten`` is the whitening the framework applies to GAE/MC/TD advantages;
     ``whiten_ddof`` the ddof of that whitening (REINFORCE++ always whitens). ``zero_std``: a
     group whose std is at most this gets advantage 0, as a zero-variance group (0: off).
+    ``tied_std``: the std of equal rewards, 0 (``"zero"``), or the rounding noise NeMo-RL's
+    float32 moments left of it before its PR #4158 (``"float32"``,
+    :func:`advcli.core.group.nemo_float32_stats`). ``zero_variance_tol``: a group whose
+    rewards span at most this is zero-variance (advantage 0).
     """
 
     name: str
@@ -38,6 +45,8 @@ class Convention:
     temporal_whiten: Whiten
     whiten_ddof: int
     zero_std: float = 0.0
+    tied_std: TiedStd = "zero"
+    zero_variance_tol: float = ZERO_VARIANCE_TOL
 
 
 CONVENTIONS: dict[str, Convention] = {
@@ -48,9 +57,35 @@ CONVENTIONS: dict[str, Convention] = {
         Convention("trl", "group", "group", 1, 1e-4, "add", "zero", "skip", "none", 1),
         Convention("openrlhf", "group", "group", 1, 1e-9, "add", "error", "step", "batch", 0),
         Convention("torchrl", "group", "group", 1, 1e-6, "max", "error", "skip", "none", 1),
-        # nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt; grpo.py
+        # nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt; grpo.py. Since
+        # PR #4158 (Sept 2026) equal rewards are not divided by their std: that is exact
+        # arithmetic's std of 0. Before it, NeMo-RL divided by its float32 rounding noise.
         Convention(
-            "nemo-rl", "leave-one-out", "leave-one-out", 1, 1e-6, "add", "zero", "skip", "none", 1
+            "nemo-rl",
+            "leave-one-out",
+            "leave-one-out",
+            1,
+            1e-6,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            zero_variance_tol=0.0,
+        ),
+        Convention(
+            "nemo-rl-pre-4158",
+            "leave-one-out",
+            "leave-one-out",
+            1,
+            1e-6,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            tied_std="float32",
+            zero_variance_tol=0.0,
         ),  # fmt: skip
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),

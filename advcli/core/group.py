@@ -98,6 +98,7 @@ def grpo(
     batch_std: np.ndarray | None = None,
     batch_mean: np.ndarray | None = None,
     singleton: str = "zero",
+    tied_std: str = "zero",
 ) -> np.ndarray:
     """GRPO advantages (float64, one per rollout).
 
@@ -111,6 +112,11 @@ def grpo(
     scale): 0, or with ``singleton="raw"`` a group mean of 0 and std of 1, as verl.
     Rewards [1, 1, 3, 0] in groups a a b b, batch baseline (mean 1.25), no scale:
     A = [-0.25, -0.25, 1.75, -1.25].
+
+    ``tied_std="float32"`` (NeMo-RL before its PR #4158): where the rewards a rollout's std
+    is taken over are all equal, the std is not 0 but what NeMo-RL's float32 arithmetic
+    leaves of it (:func:`nemo_float32_stats`), and the advantage is NeMo-RL's
+    (R − baseline) / (std + eps) from those; zero-variance groups keep that value too.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     raw = singleton == "raw"
@@ -141,7 +147,46 @@ def grpo(
             adv = centred / _denominator(std, eps, eps_placement)
     if relative:
         adv = np.where(stats.zero_variance[codes], 0.0, adv)
+    if tied_std == "float32" and scale in ("group", "leave-one-out"):
+        exact_std = loo_std if scale == "leave-one-out" else stats.std[codes]
+        tied = np.flatnonzero(~single & ((exact_std == 0) | stats.zero_variance[codes]))
+        if len(tied):
+            base32, std32 = nemo_float32_stats(rewards, codes, tied, scale == "leave-one-out")
+            r32 = rewards[tied].astype(np.float32) - base32
+            with np.errstate(invalid="ignore", divide="ignore"):
+                adv[tied] = np.where(std32 > 0, r32 / (std32 + np.float32(eps)), r32)
     return adv if raw else np.where(single, 0.0, adv)
+
+
+def nemo_float32_stats(
+    rewards: np.ndarray, codes: np.ndarray, rows: np.ndarray, leave_one_out: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """For ``rows``, their group's baseline and std as NeMo-RL's
+    ``calculate_baseline_and_std_per_prompt`` computes them (float32 throughout): with m the
+    members counted (the others, or the whole group), b = Σ R / m and
+    std = sqrt((Σ R² / m − b²) · m / (m − 1)), 0 where that is not a number; the sums run
+    over the group in row order (as its matrix product does on a CPU). On equal rewards that
+    are not 0 or 1 the one-pass moments leave rounding noise: for [0, 0.11, 0.11, 0.11] the
+    first rollout's others give b = 0.10999999, std = 5.2858e-05 (not 0), and NeMo-RL's
+    advantage (0 − b) / (std + 1e-6) = -2042.4 (its PR #4158 stopped dividing there)."""
+    x = np.asarray(rewards, dtype=np.float64).astype(np.float32)
+    order = np.argsort(codes, kind="stable")
+    size = np.bincount(codes)[codes[rows]]
+    start = np.searchsorted(codes[order], codes[rows])
+    total = np.zeros(len(rows), dtype=np.float32)
+    squares = np.zeros(len(rows), dtype=np.float32)
+    for k in range(int(size.max(initial=0))):
+        live = np.flatnonzero(k < size)
+        member = order[start[live] + k]
+        counted = member != rows[live] if leave_one_out else np.ones(len(live), dtype=bool)
+        value = np.where(counted, x[member], np.float32(0))
+        total[live] += value
+        squares[live] += value * value
+    m = (size - int(leave_one_out)).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        base = total / m
+        std = np.sqrt((squares / m - base * base) * (m / (m - np.float32(1))))
+    return base, np.nan_to_num(std, nan=0.0).astype(np.float32)
 
 
 LOO_PAIRS = 1 << 23  # (rollout, other member) pairs held at once by leave_one_out

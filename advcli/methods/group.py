@@ -16,7 +16,7 @@ from typing import Any, ClassVar, get_args
 import numpy as np
 
 from advcli.core import group as G
-from advcli.core.conventions import Convention, EpsPlacement, Singleton
+from advcli.core.conventions import Convention, EpsPlacement, Singleton, TiedStd
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows
@@ -80,6 +80,16 @@ SINGLETON = Param(
     choices=get_args(Singleton),
     conventional=True,
 )
+TIED_STD = Param(
+    "tied_std",
+    str,
+    None,
+    "grpo: the std of equal rewards: zero, or float32 (NeMo-RL before its PR #4158 divided "
+    "by the rounding noise its float32 moments left).",
+    PANEL,
+    choices=get_args(TiedStd),
+    conventional=True,
+)
 ZERO_VARIANCE = Param(
     "zero_variance",
     str,
@@ -92,8 +102,10 @@ ZERO_VARIANCE_TOL = Param(
     "zero_variance_tol",
     float,
     G.ZERO_VARIANCE_TOL,
-    "A group is zero-variance when max - min <= this.",
+    f"A group is zero-variance when max - min <= this (default {G.ZERO_VARIANCE_TOL:g}; "
+    "nemo-rl: 0, as NeMo-RL normalises any spread).",
     PANEL,
+    conventional=True,
 )
 ZERO_STD = Param(
     "zero_std",
@@ -312,7 +324,7 @@ class Grpo(GroupBaseline):
         "`--scale batch` divides by the batch's std; `--baseline leave-one-out` and `--scale "
         "leave-one-out` use the other rollouts' mean and std (NeMo-RL)"
     )
-    parameters = (BASELINE, SCALE, EPS, EPS_PLACEMENT, BATCH_SIZE, *GROUP_RULES)
+    parameters = (BASELINE, SCALE, EPS, EPS_PLACEMENT, TIED_STD, BATCH_SIZE, *GROUP_RULES)
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
@@ -332,6 +344,7 @@ class Grpo(GroupBaseline):
             batch_std=batch_std,
             batch_mean=batch_mean,
             singleton=_singleton(p),
+            tied_std=p.tied_std,
         )
 
 

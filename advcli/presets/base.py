@@ -52,7 +52,9 @@ class PresetOptions:
         "trl, gdpo: their weights, e.g. acc=1,fmt=0.5 (default 1 each).", panel=FROM))  # fmt: skip
     group_size: int | None = field(default=None, metadata=option(
         "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
-        "advantages; no safe guess otherwise).", panel=FROM))  # fmt: skip
+        "advantages; no safe guess otherwise); nemo-rl: groups are blocks of this many lines, "
+        "num_generations_per_prompt (rollout identity, NeMo-RL PR #3882; default: equal prompt "
+        "tokens, unless the logged advantages say otherwise).", panel=FROM))  # fmt: skip
     reward_key: str | None = field(default=None, metadata=option(
         "slime, miles: the reward to take from a dict reward.", panel=FROM))  # fmt: skip
     merge_repeated_prompts: bool = field(default=False, metadata=option(
@@ -150,6 +152,11 @@ class Preset(ABC):
         """Whether the dump leaves out a setting that shapes the numbers and the options do
         not give it (TRL's group size), to be found from the logged advantages."""
         return False
+
+    def needs_group_size(self) -> bool:
+        """Whether rows cannot be grouped without the group size the dump leaves out (TRL);
+        else it is an alternative grouping the logged advantages may call for (NeMo-RL)."""
+        return True
 
     def group_sizes(self, log: Any) -> list[int]:
         """Group sizes to try when the dump does not say (:meth:`leaves_out`)."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.presets.base import Converted, Preset, PresetOptions, json_frame, need, step_of
 
@@ -62,7 +63,32 @@ class NemoRl(Preset):
             ("--scale none (normalize_rewards false)", "grpo", {"scale": "none"}),
             ("--baseline group --scale group (use_leave_one_out_baseline false)", "grpo",
              {"baseline": "group", "scale": "group"}),
+            (f"--convention nemo-rl-pre-4158 ({BEFORE_4158})", "grpo", {"tied_std": "float32"}),
+            (f"--convention nemo-rl-pre-4158 --baseline group --scale group ({BEFORE_4158}, "
+             "use_leave_one_out_baseline false)", "grpo",
+             {"tied_std": "float32", "baseline": "group", "scale": "group"}),
         ]  # fmt: skip
+
+    def leaves_out(self, options: PresetOptions) -> bool:
+        """Whether groups are blocks of lines (rollout identity) or equal prompt tokens is not
+        in the dump: the logged advantages tell, where the prompt tokens' groups miss them."""
+        return options.group_size is None
+
+    def needs_group_size(self) -> bool:
+        return False
+
+    def group_sizes(self, log: Any) -> list[int]:
+        """Where a prompt's rows are more than the runs of consecutive rows with one prompt
+        have in common (a prompt sampled twice: two groups under rollout identity), the
+        divisors of that, largest first; none where each prompt is one such block."""
+        keys = log.source.columns([log.roles.column("prompt_id")]).column(0).to_numpy(False)
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        runs = np.diff(np.r_[starts, len(keys)])
+        common = int(np.gcd.reduce(runs)) if len(runs) else 0
+        largest = int(np.unique(keys, return_counts=True)[1].max(initial=0))
+        if largest <= common:
+            return []
+        return [g for g in range(common, 1, -1) if common % g == 0]
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         df, lines = json_frame(path, train_fields)
@@ -80,7 +106,8 @@ class NemoRl(Preset):
             # the prompt ends at the first generated token, also in a sample NeMo-RL's overlong
             # filter dropped (sample_loss_mask 0): it stays in its prompt's baseline
             generated = canonical.pop("generated")
-            canonical["prompt_id"] = step + prompt_hashes(canonical["input_ids"], generated)
+            prompts = prompt_hashes(canonical["input_ids"], generated)
+            canonical["prompt_id"] = step + groups(path, df, prompts, lines, options.group_size)
         else:
             need(path, set(df.columns), ["content"], self.framework)
             canonical["prompt_id"] = step + pl.Series(
@@ -91,6 +118,10 @@ class NemoRl(Preset):
         table = table.with_columns(**{k: v.alias(k) for k, v in canonical.items()})
         return Converted(table.to_arrow(), lines)
 
+
+BEFORE_4158 = (
+    "NeMo-RL before its PR #4158 divided equal rewards by the rounding noise of their float32 std"
+)
 
 PER_TOKEN = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 
@@ -136,6 +167,40 @@ def tokens(df: pl.DataFrame) -> dict[str, pl.Series]:
             exprs[name] = pl.col(name).list.head(n).cast(pl.List(pl.Float32))
     out = df.select(**exprs)
     return {name: out[name] for name in out.columns}
+
+
+def groups(
+    path: str, df: pl.DataFrame, prompts: pl.Series, lines: np.ndarray, size: int | None
+) -> pl.Series:
+    """Each row's group: NeMo-Gym's ``_ng_group_id`` (and ``_ng_group_attempt``) where the
+    rows carry it; else, with ``size``, blocks of ``size`` consecutive rows (NeMo-RL's
+    rollout-identity groups, PR #3882: ``num_generations_per_prompt`` rows sampled together);
+    else the prompt tokens (NeMo-RL until then: equal prompts are one group)."""
+    if "_ng_group_id" in df.columns:
+        key = pl.lit("g") + df["_ng_group_id"].cast(pl.String)
+        if "_ng_group_attempt" in df.columns:
+            key = key + pl.lit(".") + df["_ng_group_attempt"].cast(pl.String)
+        return df.select(key.alias("group"))["group"]
+    if size is None:
+        return prompts
+    if len(prompts) % size:
+        msg = (
+            f"{path}: {len(prompts)} rows are not whole groups of --group-size {size}. Hint: "
+            "give NeMo-RL's num_generations_per_prompt"
+        )
+        raise DataError(msg)
+    block = np.arange(len(prompts)) // size
+    keys = prompts.to_numpy()
+    mixed = np.flatnonzero((keys[1:] != keys[:-1]) & (block[1:] == block[:-1]))
+    if len(mixed):
+        first = int(block[mixed[0]]) * size
+        msg = (
+            f"{path}: lines {lines[first]}-{lines[first + size - 1]} hold two prompts, so "
+            f"blocks of --group-size {size} lines are not NeMo-RL's groups. Hint: give "
+            "num_generations_per_prompt, or leave --group-size out to group by prompt tokens"
+        )
+        raise DataError(msg)
+    return pl.Series([f"b{b}" for b in block.tolist()], dtype=pl.String)
 
 
 def prompt_hashes(ids: pl.Series, mask: pl.Series) -> pl.Series:

@@ -67,6 +67,18 @@ Stand-ins (not NeMo code):
   <eos> <bos> <unk> <|user|> <|assistant|>`, a two-line chat template, and a randomly initialised
   2-layer Qwen2 (seed 0). Nothing is downloaded.
 
+Later NeMo-RL changes (not in the 7ea279a snapshot, nor in the stored source index), rebuilt from
+the pull requests' own text and used only by the cases `rollout_identity` and `near_constant`:
+- `build_rollout_group_ids` (#3882, open on main; on branch super-v3.5-posttraining via #3959 at
+  fc1a3c193357ee7a64374141a7a0c5ec8e597ed0): GRPO groups = sampling groups, ids
+  arange(num_groups).repeat_interleave(num_generations_per_prompt), handed to 7ea279a's unchanged
+  `calculate_baseline_and_std_per_prompt`/`GRPOAdvantageEstimator` as one-column rows;
+- `is_trivial_distribution` and `normalize_mask = (std > 0) & ~is_trivial_distribution` (#4158,
+  merged; utils.py/advantage_estimator.py @ 3d2a8a64df19a86f858ce2a99895e156a1576e00).
+Their truth.json also holds 7ea279a's own advantages for the same rollouts, for contrast; see
+each case's `notes` and `later_prs`. The dump itself carries no group id in either case.
+Besides the packages named above, importing the extracted tree needs requests, pillow, datasets.
+
 Settings start from examples/configs/grpo_math_1B.yaml (resolved with omegaconf and validated with
 NeMo's own `GRPOConfig`), changed only where a case says so: num_prompts_per_step 3,
 num_generations_per_prompt 4, max_total_sequence_length 64, max_new_tokens 12,
@@ -441,6 +453,85 @@ def load_nemo(root: Path) -> types.ModuleType:
 
 
 # --------------------------------------------------------------------------------------------------
+# Later NeMo-RL changes that the fetched snapshot (7ea279a, 2026-08-22) does not have. Their code is
+# not in the snapshot nor in the stored source index (nemo_rl/algorithms/utils.py and
+# advantage_estimator.py are stored only at older commits), so they are NOT NeMo's code: they are
+# rebuilt here from the pull requests' own text (diff hunks quoted in review threads), as noted at
+# each one, and used only by the cases that name them (`grouping`, `adv_rule`).
+
+
+# PR #3882 "fix(grpo): group advantages by rollout identity" (open on main; backported to branch
+# super-v3.5-posttraining by #3959 from source head fc1a3c193357ee7a64374141a7a0c5ec8e597ed0).
+# nemo_rl/algorithms/utils.py @ fc1a3c19 (~L115-128, hunk quoted in the PR's review thread of
+# 2026-08-31): the argument checks below are the hunk's; its last line is cut in the quote after
+# `return torch.arange(`, and the reviewer states it returns
+# `arange(start, start + num_groups).repeat_interleave(group_size)`.
+def build_rollout_group_ids(batch_size: int, group_size: int, start_group_id: int = 0):
+    if group_size <= 0:
+        raise ValueError(f"group_size must be positive, got {group_size}")
+    if batch_size < 0 or batch_size % group_size != 0:
+        raise ValueError(
+            f"batch_size={batch_size} must be non-negative and divisible by group_size={group_size}"
+        )
+    if start_group_id < 0:
+        raise ValueError(f"start_group_id must be non-negative, got {start_group_id}")
+    num_groups = batch_size // group_size
+    return torch.arange(start_group_id, start_group_id + num_groups).repeat_interleave(group_size)
+
+
+# PR #4158 "fix(LOO-Norm-Advantage): Fix spike in LOO normed advantage." (merged to main).
+# calculate_baseline_and_std_per_prompt gains a third return value `is_trivial_distribution`
+# (utils.py @ 3d2a8a64df19a86f858ce2a99895e156a1576e00 L111-221; triviality L196-207): per sample,
+# True when the rewards feeding that sample's std (its leave-one-out peers, or the whole group
+# without LOO) are all one value, by exact equality (computed on `std_rewards`); it stays True for
+# a group with fewer than two valid samples (the early branch never writes it). The PR's test:
+# rewards [0.0] + [0.95] * 7 -> is_trivial == [True] + [False] * 7. Rebuilt from that text:
+def is_trivial_distribution_4158(
+    prompts, rewards, valid_mask, leave_one_out_baseline=True, std_rewards=None
+):
+    if std_rewards is None:
+        std_rewards = rewards
+    flag = torch.ones(len(rewards), dtype=torch.bool)
+    for row in torch.unique(prompts, dim=0):
+        idx = torch.arange(len(prompts))[(prompts == row).all(1)]
+        if valid_mask[idx].sum() <= 1:
+            continue
+        for i in idx.tolist():
+            keep = (valid_mask[idx] > 0) & ((idx != i) if leave_one_out_baseline else True)
+            peers = std_rewards[idx[keep]]
+            flag[i] = bool((peers == peers[0]).all())
+    return flag
+
+
+# advantage_estimator.py GRPOAdvantageEstimator.compute_advantage after #4158 (hunk @ L117-124
+# quoted in the review thread of 2026-09-19):
+#     normalize_mask = (std > 0) & ~is_trivial_distribution
+# replaces `non_zero_std_mask = std > 0`; the rest is 7ea279a's compute_advantage, and baseline and
+# std come from 7ea279a's calculate_baseline_and_std_per_prompt (NeMo's code, as extracted).
+def grpo_advantage_4158(nemo, estimator, prompt_ids, rewards, mask):
+    baseline, std = nemo.calculate_baseline_and_std_per_prompt(
+        prompt_ids,
+        rewards,
+        torch.ones_like(rewards),
+        leave_one_out_baseline=estimator.use_leave_one_out_baseline,
+    )
+    is_trivial_distribution = is_trivial_distribution_4158(
+        prompt_ids,
+        rewards,
+        torch.ones_like(rewards),
+        leave_one_out_baseline=estimator.use_leave_one_out_baseline,
+    )
+    advantages = (rewards - baseline).unsqueeze(-1)
+    if estimator.normalize_rewards:
+        epsilon = 1e-6
+        normalize_mask = (std > 0) & ~is_trivial_distribution
+        advantages[normalize_mask] = advantages[normalize_mask] / (
+            std.unsqueeze(-1)[normalize_mask] + epsilon
+        )
+    return advantages.expand(mask.shape), is_trivial_distribution, baseline, std
+
+
+# --------------------------------------------------------------------------------------------------
 # Tokenizer, policy, generation and environment stand-ins
 
 
@@ -565,9 +656,11 @@ def policy_get_logprobs(model, input_ids: torch.Tensor, input_lengths: torch.Ten
 class MathEnvStandIn:
     """Shaped like MathEnvironment.step (environments/math_environment.py L527-545)."""
 
-    def __init__(self, EnvironmentReturn):
+    def __init__(self, EnvironmentReturn, scripted_rewards: list[float] | None = None):
         self.EnvironmentReturn = EnvironmentReturn
         self.step = types.SimpleNamespace(remote=lambda *a: _ObjectRef(self._step(*a)))
+        # a case may script the rewards (row order) instead of verifying \boxed{X}
+        self.scripted_rewards = list(scripted_rewards) if scripted_rewards is not None else None
 
     @staticmethod
     def verify(response: str, truth: str) -> float:
@@ -579,6 +672,10 @@ class MathEnvStandIn:
         for log, info in zip(message_log_batch, metadata, strict=True):
             response = "".join(m["content"] for m in log if m["role"] == "assistant")
             results.append(self.verify(response, info["ground_truth"]))
+        if self.scripted_rewards is not None:
+            assert len(self.scripted_rewards) >= len(results)
+            results = self.scripted_rewards[: len(results)]
+            self.scripted_rewards = self.scripted_rewards[len(results) :]
         observations = [
             {
                 "role": "environment",
@@ -647,12 +744,30 @@ def make_datum(nemo, tokenizer, task_spec, max_seq_len: int, idx: int) -> dict:
     return nemo.math_hf_data_processor(datum, task_spec, tokenizer, max_seq_len, idx)
 
 
-def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps: int) -> dict:
-    """One grpo_train step (grpo.py L2845-3323, L3633-3655) up to the train-data log."""
+def train_step(
+    nemo,
+    mc,
+    env,
+    gen,
+    model,
+    tokenizer,
+    logger,
+    batch,
+    total_steps: int,
+    grouping: str = "prompt_tokens",
+    adv_rule: str = "7ea279a",
+    responses: list[list[str]] | None = None,
+) -> dict:
+    """One grpo_train step (grpo.py L2845-3323, L3633-3655) up to the train-data log.
+
+    grouping "rollout_identity" and adv_rule "4158" follow the later PRs rebuilt above."""
     ns = nemo.__dict__
     # responses for the repeated batch, prompt-contiguous: prompt p's generations 0..n-1
     n = mc.grpo.num_generations_per_prompt
-    gen.queue = [PROBLEMS[i][2][j] for i in batch["idx"] for j in range(n)]
+    if responses is None:
+        gen.queue = [PROBLEMS[i][2][j] for i in batch["idx"] for j in range(n)]
+    else:
+        gen.queue = [r for group in responses for r in group]
 
     repeated_batch = batch.repeat_interleave(n)
     batched_flat, input_lengths = ns["batched_message_log_to_flat_message"](
@@ -671,8 +786,15 @@ def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps:
     repeated_batch = nemo.scale_rewards(repeated_batch, mc.grpo.reward_scaling)
     assert not mc.grpo.reward_shaping.enabled
     rewards = repeated_batch["total_reward"]
+    if grouping == "rollout_identity":
+        # #3882: the sampling group itself is the GRPO identity (ids as one-column rows, the
+        # form 7ea279a's calculate_baseline_and_std_per_prompt compares row by row)
+        rollout_group_ids = build_rollout_group_ids(repeated_batch.size, n, start_group_id=0)
+        group_key = rollout_group_ids.unsqueeze(-1)
+    else:
+        group_key = input_ids
     baseline, std = nemo.calculate_baseline_and_std_per_prompt(
-        input_ids,
+        group_key,
         rewards,
         torch.ones_like(rewards),
         leave_one_out_baseline=mc.grpo.use_leave_one_out_baseline,
@@ -690,6 +812,9 @@ def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps:
         initial_prompt_message_logs, pad_value_dict={"token_ids": tokenizer.pad_token_id}
     )
     prompt_ids_for_adv = prompt_batched_flat["token_ids"]
+    prompt_token_ids = prompt_ids_for_adv
+    if grouping == "rollout_identity":
+        prompt_ids_for_adv = rollout_group_ids.unsqueeze(-1)
 
     # grpo_train's own overlong-filtering statements
     scope = nemo.exec_block(
@@ -724,14 +849,37 @@ def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps:
     sample_mask = train_data["sample_mask"]
     mask = token_mask * sample_mask.unsqueeze(-1)
     adv_estimator = nemo.GRPOAdvantageEstimator(mc.grpo.adv_estimator, mc.loss_fn)
-    train_data["advantages"] = adv_estimator.compute_advantage(
-        prompt_ids=prompt_ids_for_adv,
+    # 7ea279a's own estimator; in the later-PR cases it gives the contrast recorded in truth.json
+    advantages_7ea279a = adv_estimator.compute_advantage(
+        prompt_ids=prompt_ids_for_adv if adv_rule == "7ea279a" else prompt_token_ids,
         rewards=rewards,
         mask=mask,
         repeated_batch=repeated_batch,
         logprobs_policy=train_data["prev_logprobs"],
         logprobs_reference=None,
     )
+    extra: dict[str, list] = {}
+    if grouping == "rollout_identity":
+        extra["rollout_group_id"] = rollout_group_ids.tolist()
+        extra["advantage_if_grouped_by_prompt_tokens"] = adv_estimator.compute_advantage(
+            prompt_ids=prompt_token_ids,
+            rewards=rewards,
+            mask=mask,
+            repeated_batch=repeated_batch,
+            logprobs_policy=train_data["prev_logprobs"],
+            logprobs_reference=None,
+        )[:, 0].tolist()
+    if adv_rule == "4158":
+        adv_4158, trivial, base, sd = grpo_advantage_4158(
+            nemo, adv_estimator, prompt_ids_for_adv, rewards, mask
+        )
+        train_data["advantages"] = adv_4158
+        extra["advantage_before_4158"] = advantages_7ea279a[:, 0].tolist()
+        extra["is_trivial_distribution"] = [bool(t) for t in trivial]
+        extra["baseline"] = base.tolist()
+        extra["std"] = sd.tolist()
+    else:
+        train_data["advantages"] = advantages_7ea279a
     assert mc.grpo.invalid_tool_call_advantage is None
     assert mc.grpo.malformed_thinking_advantage is None
     train_data["advantages"] = nemo._clip_grpo_advantages(train_data["advantages"], mc.grpo)
@@ -762,6 +910,7 @@ def train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, total_steps:
         "sample_loss_mask": train_data["sample_mask"].tolist(),
         "truncated": [bool(t) for t in repeated_batch["truncated"]],
         "groups": groups,
+        "extra": extra,
         "dataset_idx": list(repeated_batch["idx"]),
     }
 
@@ -818,6 +967,116 @@ CASES: dict[str, dict] = {
         "overrides": {"grpo.val_period": 1, "grpo.val_batch_size": 2, "grpo.max_val_samples": 2},
         "val": True,
     },
+    # ---- cases for NeMo-RL changes after 7ea279a, rebuilt from PR text (see the section above)
+    "rollout_identity": {
+        "description": (
+            "1 GRPO step whose batch holds dataset row 0 twice (two independent sampling groups "
+            "with identical prompt tokens, as two images or environment states with the same text "
+            "would be) and row 2: group A (lines 0-3) all wrong, rewards [0,0,0,0]; group B (lines "
+            "4-7) rewards [1,1,0,1]; group C (lines 8-11) [0,0,1,0]. Advantages grouped by "
+            "rollout identity as PR #3882 does (open on main; on branch super-v3.5-posttraining "
+            "via #3959): group ids arange(3).repeat_interleave(4), one per sampling group, so A "
+            "gets advantage 0. Grouping by equal prompt tokens (7ea279a, advcli today) would merge "
+            "A and B into one 8-sample group; those advantages are kept as "
+            "advantage_if_grouped_by_prompt_tokens."
+        ),
+        "steps": 1,
+        "overrides": {},
+        "val": False,
+        "batches": [[0, 0, 2]],
+        "responses": [
+            [
+                [
+                    "2 plus 3 is 6 so \\boxed{6}",
+                    "\\boxed{6}",
+                    "\\boxed{3}",
+                    "\\boxed{7}",
+                ],
+                [
+                    "2 plus 3 is 5 so \\boxed{5}",
+                    "\\boxed{5}",
+                    "\\boxed{6}",
+                    "so \\boxed{5}",
+                ],
+                PROBLEMS[2][2],
+            ]
+        ],
+        "grouping": "rollout_identity",
+        "notes": (
+            "The train_data_step jsonl carries NO group field: grpo_train's 'Log training data' "
+            "block writes a fixed key list (agent_ref when present, content, rewards, "
+            "[filtered_rewards], input_lengths, token_ids, token_loss_mask, sample_loss_mask, "
+            "advantages, generation_logprobs, prev_logprobs); #3882 pops its rollout_group_ids "
+            "from the batch before that (prompt_ids_for_adv = repeated_batch.pop("
+            "'rollout_group_ids')), and the NeMo-Gym coordinates of #3861 (_ng_group_id, "
+            "_ng_group_attempt, _ng_rollout_index) go to Gym in the rollout request rows, not to "
+            "this file. With #3882 a group is therefore a block of num_generations_per_prompt "
+            "consecutive lines (line // n within the file; dynamic sampling keeps the blocks). "
+            "group = rollout_group_id here; rollout_index = line % n and group_attempt = 0 are "
+            "the coordinates a Gym row would carry (written by this script, not read from NeMo). "
+            "advantage = the rollout-identity advantage that NeMo with #3882 writes (7ea279a's "
+            "calculate_baseline_and_std_per_prompt and GRPOAdvantageEstimator, unchanged, fed the "
+            "group ids as one-column rows); advantage_if_grouped_by_prompt_tokens = 7ea279a's "
+            "own result on the same rollouts. Rewards from the math stand-in on scripted "
+            "responses; logprobs from the random tiny Qwen2 as in the other cases."
+        ),
+        "later_prs": {
+            "3882": "open on main; build_rollout_group_ids rebuilt from the hunk of "
+            "nemo_rl/algorithms/utils.py @ fc1a3c193357ee7a64374141a7a0c5ec8e597ed0 quoted in "
+            "the PR's review thread (2026-08-31) and the reviewer's statement of its return value",
+            "3959": "merged 2026-09-02 into branch super-v3.5-posttraining: backport of #3882 at "
+            "fc1a3c19",
+            "3861": "merged 2026-08-27: Gym rows carry _ng_group_id/_ng_group_attempt/"
+            "_ng_rollout_index (for GenRM cohorts); not written to train_data_step*.jsonl",
+        },
+    },
+    "near_constant": {
+        "description": (
+            "1 GRPO step, 4 prompts x 4 generations (num_prompts_per_step=4), leave-one-out "
+            "baseline and std normalisation on, rewards scripted (python floats, float32 in the "
+            "reward tensor as NeMo's environments give them): group 0 exactly constant "
+            "[0.11]*4, where 7ea279a's float32 std is 5.3e-5, not 0, so its estimator divides a "
+            "1-ulp residue by it (advantage ~1.4e-4); group 1 'nearly constant' [0.11, "
+            "0.11+1e-9, 0.11, 0.11+1e-9], which is the same float32 value four times (1e-9 is "
+            "below half an ulp of 0.11), so it is group 0 again; group 2 [0, 1e-9, 0, 1e-9] "
+            "(distinct in float32: a real, tiny std, normalised with epsilon 1e-6); group 3 "
+            "[0, 0.11, 0.11, 0.11], PR #4158's spike case: line 12's leave-one-out peers are "
+            "identical but their float32 std is 5.3e-5, so 7ea279a gives it about -2042. "
+            "advantage = NeMo after #4158 (merged): normalise only where std > 0 and the sample's "
+            "std comparison set is not one exact value; otherwise keep reward - baseline "
+            "(-0.11 for line 12, the 1-ulp residue for groups 0-1). advantage_before_4158 = "
+            "7ea279a's estimator."
+        ),
+        "steps": 1,
+        "overrides": {"grpo.num_prompts_per_step": 4},
+        "val": False,
+        "scripted_rewards": (
+            [0.11, 0.11, 0.11, 0.11]
+            + [0.11, 0.11 + 1e-9, 0.11, 0.11 + 1e-9]
+            + [0.0, 1e-9, 0.0, 1e-9]
+            + [0.0, 0.11, 0.11, 0.11]
+        ),
+        "adv_rule": "4158",
+        "notes": (
+            "group = NeMo's own group (identical prompt-token rows, 7ea279a). reward = the "
+            "float32 reward as logged; reward_scripted = the value the environment stand-in "
+            "returned. advantage = NeMo's advantage after PR #4158, rebuilt from the PR's text "
+            "(is_trivial_distribution: per sample, its leave-one-out peers, or the whole group "
+            "without LOO, all exactly equal; True too for groups with < 2 valid samples; "
+            "normalize_mask = (std > 0) & ~is_trivial_distribution; epsilon 1e-6 unchanged; no "
+            "config key), with baseline and std from 7ea279a's calculate_baseline_and_std_per_"
+            "prompt, which is NeMo's code. advantage_before_4158 = 7ea279a's "
+            "GRPOAdvantageEstimator on the same rollouts. baseline, std, is_trivial_distribution "
+            "per line as used. The file broadcasts the advantage over every token position."
+        ),
+        "later_prs": {
+            "4158": "merged to main; rule from the PR description and the hunks quoted in its "
+            "review threads: advantage_estimator.py L117-124 (normalize_mask), utils.py @ "
+            "3d2a8a64df19a86f858ce2a99895e156a1576e00 L111-221 (third return value), the PR's "
+            "test test_calculate_baseline_and_std_per_prompt_marks_trivial_leave_one_out_set",
+            "4161": "closed, not merged: a 1e-3 STD_FLOOR instead (not used here)",
+        },
+    },
 }
 
 
@@ -828,7 +1087,7 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
     task_spec = nemo.TaskDataSpec(task_name="math", prompt_file=str(prompt_file))
     tokenizer, model = build_tokenizer_and_model(task_spec.prompt)
     gen = GenerationStandIn(tokenizer, model, mc.policy["generation"]["max_new_tokens"])
-    env = nemo.MathEnvStandIn(nemo.EnvironmentReturn)
+    env = nemo.MathEnvStandIn(nemo.EnvironmentReturn, spec.get("scripted_rewards"))
 
     base = outdir / name / "logs"
     if base.exists():
@@ -845,21 +1104,45 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
     p = mc.grpo.num_prompts_per_step
     rows = []
     for step in range(spec["steps"]):
-        batch = nemo.rl_collate_fn(data[step * p : (step + 1) * p])
-        info = train_step(nemo, mc, env, gen, model, tokenizer, logger, batch, step)
+        if "batches" in spec:  # a case's own dataset rows for the step (a row may repeat)
+            batch = nemo.rl_collate_fn([copy.deepcopy(data[i]) for i in spec["batches"][step]])
+        else:
+            batch = nemo.rl_collate_fn(data[step * p : (step + 1) * p])
+        info = train_step(
+            nemo,
+            mc,
+            env,
+            gen,
+            model,
+            tokenizer,
+            logger,
+            batch,
+            step,
+            grouping=spec.get("grouping", "prompt_tokens"),
+            adv_rule=spec.get("adv_rule", "7ea279a"),
+            responses=spec["responses"][step] if "responses" in spec else None,
+        )
+        n = mc.grpo.num_generations_per_prompt
         for line, g in enumerate(info["groups"]):
-            rows.append(
-                {
-                    "file": f"{Path(log_dir).name}/{info['file']}",
-                    "line": line,
-                    "group": g,
-                    "dataset_idx": info["dataset_idx"][line],
-                    "reward": info["rewards"][line],
-                    "advantage": info["advantage"][line],
-                    "sample_loss_mask": info["sample_loss_mask"][line],
-                    "truncated": info["truncated"][line],
-                }
-            )
+            row = {
+                "file": f"{Path(log_dir).name}/{info['file']}",
+                "line": line,
+                "group": g,
+                "dataset_idx": info["dataset_idx"][line],
+                "reward": info["rewards"][line],
+                "advantage": info["advantage"][line],
+                "sample_loss_mask": info["sample_loss_mask"][line],
+                "truncated": info["truncated"][line],
+            }
+            if "scripted_rewards" in spec:
+                row["reward_scripted"] = spec["scripted_rewards"][step * len(info["groups"]) + line]
+            if spec.get("grouping") == "rollout_identity":
+                # the coordinates a NeMo-Gym row would carry (#3861); the dump has none of them
+                row["rollout_index"] = line % n
+                row["group_attempt"] = 0
+            for key, values in info["extra"].items():
+                row[key] = values[line]
+            rows.append(row)
         if spec["val"]:
             val_data = [make_datum(nemo, tokenizer, task_spec, max_seq, i) for i in (6, 7)]
             val_batches = [nemo.rl_collate_fn(val_data)]
@@ -929,6 +1212,9 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
         "source_lines": SOURCE_LINES,
         "rows": rows,
     }
+    if "later_prs" in spec:  # only the later-PR cases: what is rebuilt from PR text, not run
+        truth["notes"] = spec["notes"]
+        truth["later_prs"] = spec["later_prs"]
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return dest
 
