@@ -310,3 +310,16 @@ def test_trl_reward_columns_the_advantages_cannot_tell_apart_are_asked_for(tmp_p
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "fit more than one set of reward columns" in proc.stderr
     assert "Hint: name the reward functions' columns with --reward-columns" in proc.stderr
+
+
+def test_trl_distillation_files_without_rewards_are_refused(tmp_path: Path) -> None:
+    """TRL's DistillationTrainer (#6613) writes the same completions files with only step,
+    prompt and completion: nothing to compute advantages from, said in one line."""
+    folder = _edited_copy(tmp_path, lambda t: t.select(["step", "prompt", "completion"]))
+    proc = run("annotate", str(folder), "--from", "trl", "--method", "grpo", "--group-size", "4",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "completions_00001.parquet: no reward columns (columns: step, prompt, completion): " in (
+        proc.stderr
+    )
+    assert "DistillationTrainer" in proc.stderr
