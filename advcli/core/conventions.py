@@ -89,6 +89,9 @@ CONVENTIONS: dict[str, Convention] = {
         ),  # fmt: skip
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
+        # tinker-cookbook 0.6.1 tinker_cookbook/rl/data_processing.py compute_advantages:
+        # the total reward minus the group's mean
+        Convention("tinker", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
         # AReaL@4aef98d areal/api/cli_args.py NormConfig (std_unbiased since v0.3.4, eps 1e-5),
         # areal/utils/data.py Normalization, as the GRPO examples set reward_norm; one: 0
         Convention("areal", "group", "group", 1, 1e-5, "add", "zero", "skip", "none", 1),

@@ -22,6 +22,7 @@ from advcli.presets.prime_rl import PrimeRl
 from advcli.presets.roll import Roll
 from advcli.presets.slime import Miles, Slime
 from advcli.presets.text import Areal, OpenRlhf, SkyRl
+from advcli.presets.tinker import Tinker
 from advcli.presets.trl import Trl
 from advcli.presets.verl import Verl
 
@@ -38,6 +39,7 @@ PRESETS: dict[str, Preset] = {
         PrimeRl(),
         SkyRl(),
         Roll(),
+        Tinker(),
     )  # fmt: skip
 }
 """Every preset, by the name ``--from`` takes."""
