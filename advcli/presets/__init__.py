@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from advcli.errors import UsageError
 from advcli.presets.base import Preset, PresetOptions, PresetSource
+from advcli.presets.nemo_gym import NemoGym
 from advcli.presets.nemo_rl import NemoRl
 from advcli.presets.prime_rl import PrimeRl
 from advcli.presets.roll import Roll
@@ -40,6 +41,7 @@ PRESETS: dict[str, Preset] = {
         SkyRl(),
         Roll(),
         Tinker(),
+        NemoGym(),
     )  # fmt: skip
 }
 """Every preset, by the name ``--from`` takes."""

@@ -1,0 +1,95 @@
+"""NeMo-Gym's rollout collection (``ng_collect_rollouts``, ``output_jsonl_fpath``) →
+``rollouts.jsonl``, one line per rollout in the order they finished.
+
+A line has ``_ng_task_index`` (one task = one distinct input row: the group),
+``_ng_rollout_index`` (its repeat, from 0), ``reward`` and the Responses API ``response``. With
+the training model server (``return_token_id_information: true``) each generated message of
+``response.output`` carries ``prompt_token_ids`` (the whole context before it),
+``generation_token_ids`` and ``generation_log_probs``: a rollout is the first context, then per
+message the context it adds (observation tokens) and its generation (action tokens). NeMo-Gym
+computes no advantages; NeMo-RL trains on these rollouts, so the convention is ``nemo-rl``.
+The files written beside it (``rollouts_materialized_inputs.jsonl``, ``..._failures.jsonl``,
+``..._reward_profiling.jsonl``) are not rollouts and are not read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+
+from advcli.errors import DataError
+from advcli.presets.base import Converted, Preset, PresetOptions, frame, json_records, need, number
+
+
+class NemoGym(Preset):
+    name = "nemo-gym"
+    framework = "NeMo-Gym"
+    switch = "ng_collect_rollouts +output_jsonl_fpath=..."
+    writes = "OUTPUT_JSONL_FPATH (rollouts.jsonl)"
+    patterns = ("rollouts.jsonl", "*/rollouts.jsonl")
+    marks = (frozenset({"_ng_task_index", "_ng_rollout_index", "reward"}),)
+    convention = "nemo-rl"
+
+    def convert(self, path: str, options: PresetOptions) -> Converted:
+        records, lines = json_records(path)
+        df = frame([{k: v for k, v in r.items() if k not in NESTED} for r in records])
+        need(path, set(df.columns), ["_ng_task_index", "_ng_rollout_index", "reward"],
+             self.framework)  # fmt: skip
+        scope = Path(path).parent.name + "/"
+        task = scope + df["_ng_task_index"].cast(pl.String)
+        canonical: dict[str, pl.Series] = {
+            "prompt_id": task,
+            "rollout_id": task + ":" + df["_ng_rollout_index"].cast(pl.String),
+            "reward": number(df, "reward", path, lines),
+        }
+        sequences = [sequence(path, int(line), r.get("response")) for r, line in
+                     zip(records, lines.tolist(), strict=True)]  # fmt: skip
+        if all(s is not None for s in sequences):
+            for name, dtype in (("input_ids", pl.Int32), ("action_mask", pl.Int8),
+                                ("logprobs", pl.Float32)):  # fmt: skip
+                canonical[name] = pl.Series([s[name] for s in sequences if s is not None],
+                                            dtype=pl.List(dtype))  # fmt: skip
+        nested = {n: pl.Series([_text(r.get(n)) for r in records], dtype=pl.String)
+                  for n in NESTED if any(n in r for r in records)}  # fmt: skip
+        table = df.drop([c for c in canonical if c in df.columns])
+        table = table.with_columns(**nested, **{k: v.alias(k) for k, v in canonical.items()})
+        return Converted(table.to_arrow(), lines)
+
+
+NESTED = ("responses_create_params", "response", "agent_ref")
+"""Fields kept as JSON text: the request, the Responses API object (the tokens are read from
+it) and the agent, nested objects of any shape."""
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None:
+    """A rollout's tokens from its response's generated messages; None where no message
+    carries token ids (a model server without ``return_token_id_information``)."""
+    messages = [m for m in (response or {}).get("output") or []
+                if isinstance(m, dict) and m.get("generation_token_ids") is not None]  # fmt: skip
+    if not messages:
+        return None
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    for m in messages:
+        context = list(m.get("prompt_token_ids") or [])
+        if context[: len(ids)] != ids:
+            msg = (
+                f"{path}: line {line}, column 'response': a message's prompt_token_ids do not "
+                "begin with the tokens before it, so its rollout is not one sequence"
+            )
+            raise DataError(msg)
+        added, generated = context[len(ids) :], list(m["generation_token_ids"])
+        given = m.get("generation_log_probs") or [np.nan] * len(generated)
+        ids += added + generated
+        mask += [0] * len(added) + [1] * len(generated)
+        logprobs += [np.nan] * len(added) + [float(x) for x in given]
+    return {"input_ids": ids, "action_mask": mask, "logprobs": logprobs}

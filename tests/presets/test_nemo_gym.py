@@ -1,0 +1,56 @@
+"""``--from nemo-gym`` on ``rollouts.jsonl`` written by NeMo-Gym 0.7.0's own rollout collection
+(``tools/dumps/nemo_gym.py``: its servers in-process, the model stood in)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.presets.test_real_dumps import REAL, run
+
+GYM = REAL / "nemo-gym"
+
+
+def _annotated(tmp_path: Path, case: str) -> list[dict]:
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(GYM / case), "--from", "nemo-gym", "--method", "grpo",
+               "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return pq.read_table(out).to_pylist()
+
+
+def _leave_one_out(rewards: list[float]) -> list[float]:
+    """NeMo-RL's GRPO (the trainer of Gym rollouts): R minus the others' mean, over the
+    others' std (ddof 1) + 1e-6 where that std is not 0; a float64 loop."""
+    out = []
+    for i, r in enumerate(rewards):
+        others = np.array(rewards[:i] + rewards[i + 1 :])
+        std = others.std(ddof=1) if len(others) > 1 else 0.0
+        out.append((r - others.mean()) / (std + 1e-6) if std > 0 else r - others.mean())
+    return out
+
+
+@pytest.mark.parametrize("case", ["default", "duplicate-rows"])
+def test_nemo_gym_groups_by_task(tmp_path: Path, case: str) -> None:
+    """Rows in the order rollouts finished; a group is the task (identical input rows are one
+    task: 8 rollouts in duplicate-rows); tokens from the response's generated messages."""
+    rows = _annotated(tmp_path, case)
+    truth = json.loads((GYM / case / "truth.json").read_text())["rows"]
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"], r["reward"]) for r in rows] == [
+        (t["task_index"], t["rollout_index"], t["reward"]) for t in truth
+    ]
+    by_task: dict[int, list[int]] = {}
+    for i, t in enumerate(truth):
+        by_task.setdefault(t["task_index"], []).append(i)
+    want = np.zeros(len(rows))
+    for members in by_task.values():
+        want[members] = _leave_one_out([truth[i]["reward"] for i in members])
+    assert [r["advantage"] for r in rows] == pytest.approx(want.tolist(), abs=1e-6)
+    assert [sum(r["action_mask"]) for r in rows] == [t["n_generation_tokens"] for t in truth]
+    response = json.loads(rows[0]["response"])["output"][0]
+    assert rows[0]["input_ids"] == response["prompt_token_ids"] + response["generation_token_ids"]
+    assert max(len(v) for v in by_task.values()) == (8 if case == "duplicate-rows" else 4)
