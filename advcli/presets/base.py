@@ -282,7 +282,7 @@ def frame(records: list[dict[str, Any]]) -> pl.DataFrame:
         try:
             columns[key] = pl.Series(key, values)
         except (pl.exceptions.PolarsError, TypeError, ValueError):
-            columns[key] = pl.Series(key, [_dumps(v) for v in values], pl.String)
+            columns[key] = pl.Series(key, [json_text(v) for v in values], pl.String)
     return pl.DataFrame(columns)
 
 
@@ -318,6 +318,13 @@ def number(df: pl.DataFrame, column: str, path: str, lines: np.ndarray | None) -
     return numbers
 
 
+def with_canonical(df: pl.DataFrame, canonical: dict[str, pl.Series]) -> pl.DataFrame:
+    """The file's fields with advcli's columns (replacing fields of the same name)."""
+    return df.drop([c for c in canonical if c in df.columns]).with_columns(
+        **{k: v.alias(k) for k, v in canonical.items()}
+    )
+
+
 def to_json_text(df: pl.DataFrame) -> pl.DataFrame:
     """Nested columns whose values differ in shape (dicts of any keys) as JSON text, so every
     file converts to a plain table."""
@@ -325,11 +332,12 @@ def to_json_text(df: pl.DataFrame) -> pl.DataFrame:
     for name in df.columns:
         dtype = df[name].dtype
         if dtype == pl.Object:
-            out[name] = pl.Series(name, [_dumps(v) for v in df[name].to_list()], pl.String)
+            out[name] = pl.Series(name, [json_text(v) for v in df[name].to_list()], pl.String)
     return df.with_columns(**out) if out else df
 
 
-def _dumps(value: Any) -> str | None:
+def json_text(value: Any) -> str | None:
+    """A value as JSON text (None stays None)."""
     return (
         None if value is None else orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
     )

@@ -18,11 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import polars as pl
 
 from advcli.errors import DataError
-from advcli.presets.base import Converted, Preset, PresetOptions, frame, json_records, need, number
+from advcli.presets.base import (
+    Converted,
+    Preset,
+    PresetOptions,
+    frame,
+    json_records,
+    json_text,
+    need,
+    number,
+    with_canonical,
+)
 
 
 class NemoGym(Preset):
@@ -48,25 +57,28 @@ class NemoGym(Preset):
         }
         sequences = [sequence(path, int(line), r.get("response")) for r, line in
                      zip(records, lines.tolist(), strict=True)]  # fmt: skip
-        if all(s is not None for s in sequences):
+        have = [s is not None for s in sequences]
+        if any(have) and not all(have):
+            msg = (
+                f"{path}: line {lines[have.index(False)]}, column 'response': no token ids, which "
+                f"line {lines[have.index(True)]} has (a model server with "
+                "return_token_id_information writes them for every rollout). Hint: read the "
+                "files of one server setting together"
+            )
+            raise DataError(msg)
+        if all(have):
             for name, dtype in (("input_ids", pl.Int32), ("action_mask", pl.Int8),
                                 ("logprobs", pl.Float32)):  # fmt: skip
                 canonical[name] = pl.Series([s[name] for s in sequences if s is not None],
                                             dtype=pl.List(dtype))  # fmt: skip
-        nested = {n: pl.Series([_text(r.get(n)) for r in records], dtype=pl.String)
+        nested = {n: pl.Series([json_text(r.get(n)) for r in records], dtype=pl.String)
                   for n in NESTED if any(n in r for r in records)}  # fmt: skip
-        table = df.drop([c for c in canonical if c in df.columns])
-        table = table.with_columns(**nested, **{k: v.alias(k) for k, v in canonical.items()})
-        return Converted(table.to_arrow(), lines)
+        return Converted(with_canonical(df.with_columns(**nested), canonical).to_arrow(), lines)
 
 
 NESTED = ("responses_create_params", "response", "agent_ref")
 """Fields kept as JSON text: the request, the Responses API object (the tokens are read from
 it) and the agent, nested objects of any shape."""
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
 
 
 def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None:
@@ -89,7 +101,21 @@ def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None
             raise DataError(msg)
         added, generated = context[len(ids) :], list(m["generation_token_ids"])
         given = m.get("generation_log_probs") or [np.nan] * len(generated)
+        if len(given) != len(generated):
+            msg = (
+                f"{path}: line {line}, column 'response': a message has {len(generated)} "
+                f"generation_token_ids and {len(given)} generation_log_probs"
+            )
+            raise DataError(msg)
+        try:
+            values = [np.nan if x is None else float(x) for x in given]
+        except (TypeError, ValueError):
+            msg = (
+                f"{path}: line {line}, column 'response': a generation_log_probs value is not "
+                "a number"
+            )
+            raise DataError(msg) from None
         ids += added + generated
         mask += [0] * len(added) + [1] * len(generated)
-        logprobs += [np.nan] * len(added) + [float(x) for x in given]
+        logprobs += [np.nan] * len(added) + values
     return {"input_ids": ids, "action_mask": mask, "logprobs": logprobs}

@@ -19,14 +19,8 @@ from advcli.presets.base import (
     number,
     step_of,
     to_json_text,
+    with_canonical,
 )
-
-
-def _table(df: pl.DataFrame, canonical: dict[str, pl.Series]) -> pl.DataFrame:
-    """The file's fields with advcli's columns (replacing fields of the same name)."""
-    return df.drop([c for c in canonical if c in df.columns]).with_columns(
-        **{k: v.alias(k) for k, v in canonical.items()}
-    )
 
 
 class OpenRlhf(Preset):
@@ -53,7 +47,7 @@ class OpenRlhf(Preset):
         }
         if "reward" in df.columns:
             canonical["reward"] = number(df, "reward", path, lines)
-        return Converted(_table(df, canonical).to_arrow(), lines)
+        return Converted(with_canonical(df, canonical).to_arrow(), lines)
 
 
 class Areal(Preset):
@@ -80,7 +74,7 @@ class Areal(Preset):
             "rollout_id": task + "-" + df["sample_idx"].cast(pl.String),
             "reward": number(df, "reward", path, lines),
         }
-        return Converted(_table(df, canonical).to_arrow(), lines, [AREAL_TRAINS])
+        return Converted(with_canonical(df, canonical).to_arrow(), lines, [AREAL_TRAINS])
 
 
 AREAL_TRAINS = (
@@ -126,4 +120,4 @@ class SkyRl(Preset):
             "rollout_id": f"{scope}{Path(path).name}:" + pl.Series(lines).cast(pl.String),
             "reward": reward,
         }
-        return Converted(_table(df, canonical).to_arrow(), lines)
+        return Converted(with_canonical(df, canonical).to_arrow(), lines)

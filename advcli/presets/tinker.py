@@ -13,17 +13,19 @@ the ``train`` files; an ``eval_*`` file is read when named.
 
 from __future__ import annotations
 
-import orjson
 import polars as pl
 
+from advcli.errors import DataError
 from advcli.presets.base import (
     Converted,
     Preset,
     PresetOptions,
     frame,
     json_records,
+    json_text,
     need,
     number,
+    with_canonical,
 )
 
 STEP_REWARDS = (
@@ -61,14 +63,30 @@ class Tinker(Preset):
         }
         warnings = []
         if "steps" in df.columns:
-            rewards = [[s.get("reward") for s in r.get("steps") or []] for r in records]
+            rewards = [step_rewards(path, int(line), r.get("steps")) for r, line in
+                       zip(records, lines.tolist(), strict=True)]  # fmt: skip
             canonical["step_rewards"] = pl.Series(rewards, dtype=pl.List(pl.Float64))
             warnings.append(STEP_REWARDS)
         nested = [n for n in ("trajectory_metrics", "steps") if n in df.columns]  # as JSON text:
         df = df.with_columns(**{  # a dict with no keys is a struct Parquet cannot write
-            n: pl.Series([orjson.dumps(r.get(n)).decode() for r in records], dtype=pl.String)
-            for n in nested
+            n: pl.Series([json_text(r.get(n)) for r in records], dtype=pl.String) for n in nested
         })  # fmt: skip
-        table = df.drop([c for c in canonical if c in df.columns])
-        table = table.with_columns(**{k: v.alias(k) for k, v in canonical.items()})
-        return Converted(table.to_arrow(), lines, warnings)
+        return Converted(with_canonical(df, canonical).to_arrow(), lines, warnings)
+
+
+def step_rewards(path: str, line: int, steps: object) -> list[float | None]:
+    """The ``reward`` of each of a trajectory's steps (None where a step has none)."""
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise DataError(f"{path}: line {line}, column 'steps': expected a list of steps")
+    out: list[float | None] = []
+    for s in steps:
+        reward = s.get("reward")
+        if reward is not None and (isinstance(reward, bool) or
+                                   not isinstance(reward, int | float)):  # fmt: skip
+            msg = (
+                f"{path}: line {line}, column 'steps': step {s.get('step_idx')}'s reward "
+                f"{reward!r} is not a number"
+            )
+            raise DataError(msg)
+        out.append(None if reward is None else float(reward))
+    return out

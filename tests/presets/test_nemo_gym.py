@@ -54,3 +54,41 @@ def test_nemo_gym_groups_by_task(tmp_path: Path, case: str) -> None:
     response = json.loads(rows[0]["response"])["output"][0]
     assert rows[0]["input_ids"] == response["prompt_token_ids"] + response["generation_token_ids"]
     assert max(len(v) for v in by_task.values()) == (8 if case == "duplicate-rows" else 4)
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    """The default case's rollouts.jsonl with each line edited by ``edit(index, record)``."""
+    lines = (GYM / "default" / "rollouts.jsonl").read_text().splitlines()
+    folder = tmp_path / "run"
+    folder.mkdir(parents=True)
+    records = [edit(i, json.loads(line)) for i, line in enumerate(lines)]
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def _refused(folder: Path, tmp_path: Path) -> str:
+    proc = run("annotate", str(folder), "--from", "nemo-gym", "--method", "grpo", "--out",
+               str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr
+
+
+def _strip_tokens(record: dict) -> dict:
+    for message in record["response"]["output"]:
+        message.pop("generation_token_ids", None)
+    return record
+
+
+def test_nemo_gym_bad_responses_are_named(tmp_path: Path) -> None:
+    mixed = _edited(tmp_path / "a", lambda i, r: _strip_tokens(r) if i == 2 else r)
+    assert "rollouts.jsonl: line 3, column 'response': no token ids, which line 1 has" in (
+        _refused(mixed, tmp_path)
+    )
+
+    def short(i: int, r: dict) -> dict:
+        r["response"]["output"][0]["generation_log_probs"] = [-0.5]
+        return r
+
+    assert "rollouts.jsonl: line 1, column 'response': a message has 11 generation_token_ids " in (
+        _refused(_edited(tmp_path / "b", short), tmp_path)
+    )

@@ -61,3 +61,19 @@ def test_tinker_constant_groups_dropped_as_tinker_does(tmp_path: Path) -> None:
     audit = json.loads(run("audit", str(TINKER / "remove-constant"), "--from", "tinker",
                            "--json").stdout)  # fmt: skip
     assert audit["zero_variance_groups"] == 1
+
+
+def test_tinker_a_step_reward_that_is_not_a_number_is_named(tmp_path: Path) -> None:
+    source = TINKER / "default" / "iteration_000000" / "train_rollout_summaries.jsonl"
+    records = [json.loads(line) for line in source.read_text().splitlines()]
+    records[1]["steps"][1]["reward"] = "high"
+    path = tmp_path / "iteration_000000" / "train_rollout_summaries.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = run("annotate", str(path), "--from", "tinker", "--method", "grpo", "--out",
+               str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.endswith(
+        "train_rollout_summaries.jsonl: line 2, column 'steps': step 1's reward 'high' is not a "
+        "number\n"
+    )
