@@ -385,7 +385,8 @@ class PresetSource(LogSource):
             converted = _convert(preset, path, options)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
             progress.read(sum(counts), (i + 1) / len(files))
-            if not converted.table.num_rows:  # TRL writes one when no step ran
+            if not converted.table.num_rows:  # TRL writes one when no step ran; a stream
+                # chunk may hold only groups left out
                 empty.append(path)
                 continue
             if previous is not None and preset.repeats(previous, converted.table):
@@ -405,7 +406,8 @@ class PresetSource(LogSource):
             counts.append(converted.table.num_rows)
         if empty and kept:
             self.warnings.append(
-                f"skipped {len(empty)} empty file{'s' if len(empty) > 1 else ''} ({_listed(empty)})"
+                f"skipped {len(empty)} file{'s' if len(empty) > 1 else ''} with no rows to read "
+                f"({_listed(empty)})"
             )
         if repeated:
             self.warnings.append(

@@ -1,18 +1,42 @@
-"""prime-rl: the orchestrator's file monitor (on by default) →
-``{output_dir}/rollouts/step_{N}/{train,eval}/{all,effective}/traces.jsonl``.
+"""prime-rl: the orchestrator's file monitor (on by default), in either of its layouts.
 
-A line is one verifiers episode: its ``id``, its ``group`` (``group.id`` is the GRPO group) and
-its ``traces``. A trace has ``rewards`` (``{name: {score, weight}}``: the reward is the sum of
+**Step files** (until PR #3444) →
+``{output_dir}/rollouts/step_{N}/{train,eval}/{all,effective}/traces.jsonl``. A line is one
+verifiers episode: its ``id``, its ``group`` (``group.id`` is the GRPO group) and its
+``traces``. A trace has ``rewards`` (``{name: {score, weight}}``: the reward is the sum of
 score × weight) and a tree of message ``nodes`` (``parent``, ``token_ids``, ``mask``, and over
 the sampled tokens ``logprobs`` and ``advantages``). Every path from the root to a leaf is one
 rollout of the group: its nodes' tokens and masks, concatenated; the node advantages, placed on
 the sampled tokens, are kept as ``source_advantages``. ``effective`` holds what was trained on
 (with advantages); ``all`` holds every episode, errors too: a folder is searched for the
 ``train/effective`` files only, and a file under ``all`` is read only when named.
+
+**The trace stream** (PRs #3444, #3465) → ``{output_dir}/monitors/file/traces/``. Every
+episode is written once, on arrival, to an arrival-ordered stream of numbered chunks,
+``stream/NNNNN.jsonl`` (older ones sealed as ``NNNNN.jsonl.zst``; mid-seal both forms exist and
+the plain one is read). What the trained cohort adds comes later, as update records under
+``annotations/<producer>/`` (chunked the same way): ``{trace_id, info, branches: [{index,
+<stream>: [...]}]}``. They are folded onto the episode's traces by trace id as prime-rl's own
+reader folds them: producers in name order, each in write order, newest wins; ``info`` is
+deep-merged; a branch's stream (``advantages``: one value per token of the branch's
+root-to-leaf path) is cut along the path by each node's token count, and its values at the
+sampled positions replace the node's. ``stream.index.jsonl`` (one row per episode: its group,
+trace ids and reward) gives the groups without reading the chunks twice.
+
+Which stream rollouts are read: the stream holds every arrival, trained or not. A group is
+read when one of its traces was shipped (``info.effective``), or when it is complete (as many
+episodes as the smallest trained group) with one reward for all (prime-rl drops such a group,
+every advantage 0, from the batch). Groups still in flight, or not yet shipped, are left out,
+said in a warning. A trace of a read group that was never annotated had advantage 0 (prime-rl
+ships only traces with a non-zero advantage), so 0 is its logged advantage. The orchestrator
+writes advantages unrounded; the episode's log-probabilities are rounded to 4 decimals.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +44,50 @@ import numpy as np
 import pyarrow as pa
 
 from advcli.errors import DataError, where
+from advcli.io import jsonl
 from advcli.io.arrow import list_array
 from advcli.presets.base import Converted, Preset, PresetOptions, json_records, step_of
 from advcli.presets.slime import passthrough
+
+STREAM_PATTERNS = (
+    "monitors/file/traces/stream/*.jsonl*",
+    "traces/stream/*.jsonl*",
+    "stream/*.jsonl*",
+)
+"""The chunks of a run's stream, in the folders a user may give: the run's output folder,
+its ``monitors/file`` folder, or its ``traces`` folder."""
+
+UNTRAINED = (
+    "prime-rl's trace stream: left out {groups} group(s) ({episodes} episode(s)) that were "
+    "still in flight or not yet trained on (no trace shipped, and not complete with one reward)"
+)
 
 
 class PrimeRl(Preset):
     name = "prime-rl"
     framework = "prime-rl"
     switch = "the orchestrator's file monitor (on by default)"
-    writes = "OUTPUT_DIR/rollouts/step_{N}/train/effective/traces.jsonl"
+    writes = (
+        "OUTPUT_DIR/monitors/file/traces/ (the trace stream), or, before PR #3444, "
+        "OUTPUT_DIR/rollouts/step_{N}/train/effective/traces.jsonl"
+    )
     patterns = (
         "step_*/train/effective/traces.jsonl",
         "rollouts/step_*/train/effective/traces.jsonl",
         "train/effective/traces.jsonl",
         "effective/traces.jsonl",
+        *STREAM_PATTERNS,
     )
     marks = (frozenset({"group", "traces"}),)
     convention = "prime-rl"
     logged = "source_advantages"
 
+    def files(self, inputs: list[str]) -> list[str]:
+        return without_sealed_twins(super().files(inputs))
+
     def convert(self, path: str, options: PresetOptions) -> Converted:
+        if is_stream_chunk(path):
+            return stream_chunk(path)
         records, lines = json_records(path)
         rows: list[dict[str, Any]] = []
         row_lines: list[int] = []
@@ -78,9 +125,10 @@ def _logs_advantages(records: list[dict[str, Any]]) -> bool:
 
 
 def episode_rows(
-    path: str, line: int, episode: dict[str, Any], step: int | None
+    path: str, line: int, episode: dict[str, Any], step: int | None, *, stream: bool = False
 ) -> list[dict[str, Any]]:
-    """One row per root-to-leaf path of every trace of an episode."""
+    """One row per root-to-leaf path of every trace of an episode; from the stream, also
+    whether the trace was trained on (``effective``), and its step the one it shipped at."""
     group = episode.get("group")
     if not isinstance(group, dict) or group.get("id") is None:
         msg = f"{where(path, line, 'group', line=True)}: no group.id, which a prime-rl episode has"
@@ -88,29 +136,64 @@ def episode_rows(
     work = (episode.get("run") or {}).get("work") or {}
     out = []
     for t, trace in enumerate(episode.get("traces") or []):
-        rewards = trace.get("rewards") or {}
-        reward = sum(float(r.get("score", 0.0)) * float(r.get("weight", 1.0))
-                     for r in rewards.values())  # fmt: skip
         nodes = trace.get("nodes") or []
         if not nodes and episode.get("ok") is False:  # an episode that failed: no tokens
             continue
+        info = trace.get("info") or {}
+        shipped = (info.get("ship") or {}).get("step")
         for leaf, branch in tree_paths(path, line, t, nodes):
             path_nodes = [nodes[i] for i in branch]
             ids, mask, logprobs, advantages = concatenate(path, line, path_nodes)
-            out.append({
+            row = {
                 "prompt_id": str(group["id"]),
                 "rollout_id": f"{episode.get('id')}/{t}/{leaf}",
                 "input_ids": ids,
                 "action_mask": mask,
-                "reward": reward,
+                "reward": trace_reward(trace),
                 "logprobs": logprobs,
                 "source_advantages": advantages,
-                "step": work.get("step", step),
+                "step": shipped if shipped is not None else work.get("step", step),
                 "ok": episode.get("ok"),
                 "env": (episode.get("env") or {}).get("name"),
                 "task": (episode.get("task") or {}).get("key"),
-            })  # fmt: skip
+            }
+            if stream:
+                row["effective"] = info.get("effective") is True
+            out.append(row)
     return out
+
+
+def trace_reward(trace: dict[str, Any]) -> float:
+    """A trace's reward: the sum of its rewards' score × weight."""
+    rewards = trace.get("rewards") or {}
+    return sum(float(r.get("score", 0.0)) * float(r.get("weight", 1.0)) for r in rewards.values())
+
+
+def stream_chunk(path: str) -> Converted:
+    """One chunk of a trace stream, its traces folded with the run's annotations; the rows of
+    groups the run has not trained on left out (:func:`stream_run`)."""
+    run = stream_run(str(Path(path).parent.parent))
+    records, lines, torn = chunk_records(path)
+    rows: list[dict[str, Any]] = []
+    row_lines: list[int] = []
+    for episode, line in zip(records, lines.tolist(), strict=True):
+        if str((episode.get("group") or {}).get("id")) not in run.kept_groups:
+            continue
+        run.fold(path, line, episode)
+        found = episode_rows(path, line, episode, None, stream=True)
+        rows += found
+        row_lines += [line] * len(found)
+    warnings = []
+    if torn:
+        warnings.append(f"{path}: its last line is cut short (the run was writing it): left out")
+    if run.left_out[0]:
+        warnings.append(UNTRAINED.format(groups=run.left_out[0], episodes=run.left_out[1]))
+    if not rows:
+        return Converted(pa.table({}), np.zeros(0, np.int64), warnings)
+    if not run.annotated:  # nothing shipped yet: no advantages to compare with, not zeros
+        for row in rows:
+            del row["source_advantages"]
+    return Converted(rollout_table(rows), np.array(row_lines), warnings)
 
 
 EXPANDED_TOKENS = 1 << 25
@@ -221,3 +304,180 @@ def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
             columns[name] = passthrough(values)
     columns["reward"] = pa.array([r["reward"] for r in rows], pa.float64())
     return pa.table(columns)
+
+
+# --------------------------------------------------------------------------- the stream
+def is_stream_chunk(path: str) -> bool:
+    """Whether ``path`` is a chunk of a trace stream (``traces/stream/NNNNN.jsonl[.zst]``)."""
+    p = Path(path)
+    return (
+        p.parent.name == "stream"
+        and p.parent.parent.name == "traces"
+        and re.fullmatch(r"\d+\.jsonl(\.zst)?", p.name) is not None
+    )
+
+
+def without_sealed_twins(paths: list[str]) -> list[str]:
+    """``paths`` less each ``.jsonl.zst`` chunk whose plain twin is there too (a chunk caught
+    mid-seal: prime-rl reads the plain one)."""
+    plain = set(paths)
+    return [p for p in paths if not (p.endswith(".jsonl.zst") and p[: -len(".zst")] in plain)]
+
+
+def chunks(folder: Path) -> list[Path]:
+    """A folder's chunks in number order, the plain form where both exist."""
+    by_number: dict[int, Path] = {}
+    for p in folder.iterdir():
+        match = re.fullmatch(r"(\d+)\.jsonl(\.zst)?", p.name)
+        if match and (int(match[1]) not in by_number or not match[2]):
+            by_number[int(match[1])] = p
+    return [by_number[n] for n in sorted(by_number)]
+
+
+def chunk_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray, bool]:
+    """A chunk's records and their lines, and whether its last line was cut short: the live
+    chunk of a running job may end inside a line, which is left out."""
+    try:
+        records, lines = json_records(path)
+        return records, lines, False
+    except DataError:
+        data = Path(path).read_bytes() if path.endswith(".jsonl") else b""
+        if not data or data.endswith(b"\n"):
+            raise
+    whole = data[: data.rfind(b"\n") + 1].splitlines()
+    kept = [(n, line) for n, line in enumerate(whole, start=1) if line.strip()]
+    records = [jsonl.parse_line(path, n, line, nan=True) for n, line in kept]
+    return records, np.array([n for n, _ in kept], dtype=np.int64), True
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    """``update`` deep-merged into ``into``: nested objects merged, anything else replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """What the whole run says about each chunk's traces."""
+
+    updates: dict[str, list[dict[str, Any]]]  # per trace id, in fold order
+    kept_groups: frozenset[str]
+    left_out: tuple[int, int]  # groups, episodes
+    annotated: bool  # some update carries advantages
+
+    def fold(self, path: str, line: int, episode: dict[str, Any]) -> None:
+        """The updates of each of the episode's traces folded onto it, in place."""
+        for t, trace in enumerate(episode.get("traces") or []):
+            for update in self.updates.get(str(trace.get("id")), []):
+                info = update.get("info")
+                if isinstance(info, dict):
+                    _merge(trace.setdefault("info", {}), info)
+                for branch in update.get("branches") or []:
+                    if isinstance(branch, dict) and branch.get("advantages") is not None:
+                        _fold_advantages(path, line, t, trace, branch)
+
+
+def _fold_advantages(
+    path: str, line: int, t: int, trace: dict[str, Any], branch: dict[str, Any]
+) -> None:
+    """A branch's advantages (one per token of its root-to-leaf path) cut along the path onto
+    its nodes: each node's sampled values replace its own, unless one of them is null. (The
+    trainer's streams, log-probabilities and entropies, are not read.)"""
+    nodes = trace.get("nodes") or []
+    if not nodes:
+        return
+    at = where(path, line, "traces", line=True)
+    paths = tree_paths(path, line, t, nodes)
+    index, values = branch.get("index"), branch["advantages"]
+    if type(index) is not int or not 0 <= index < len(paths):
+        msg = (
+            f"{at}: trace {trace.get('id')}'s annotation names branch {index!r}, which the "
+            f"trace does not have (0 to {len(paths) - 1}). Hint: check the annotations folder"
+        )
+        raise DataError(msg)
+    order = paths[index][1]
+    sizes = [len(nodes[i].get("token_ids") or []) for i in order]
+    if not isinstance(values, list) or len(values) != sum(sizes):
+        count = len(values) if isinstance(values, list) else "no list of"
+        msg = (
+            f"{at}: trace {trace.get('id')}'s annotation gives {count} advantages for a "
+            f"branch of {sum(sizes)} tokens. Hint: check the annotations folder"
+        )
+        raise DataError(msg)
+    start = 0
+    for i, size in zip(order, sizes, strict=True):
+        mask = nodes[i].get("mask") or [False] * size
+        sampled = [v for v, m in zip(values[start : start + size], mask, strict=False) if m]
+        if sampled and all(v is not None for v in sampled):
+            nodes[i]["advantages"] = sampled
+        start += size
+
+
+@functools.lru_cache(maxsize=4)
+def stream_run(traces_dir: str) -> StreamRun:
+    """The folded annotations and the groups to read of the run whose ``traces`` folder this
+    is (read once per folder)."""
+    traces = Path(traces_dir)
+    updates: dict[str, list[dict[str, Any]]] = {}
+    annotations = traces / "annotations"
+    producers = (
+        sorted(p for p in annotations.iterdir() if p.is_dir()) if annotations.is_dir() else []
+    )
+    for producer in producers:
+        for chunk in chunks(producer):
+            for record in chunk_records(str(chunk))[0]:
+                updates.setdefault(str(record.get("trace_id")), []).append(record)
+    effective = set()
+    annotated = False
+    for trace_id, records in updates.items():
+        info: dict[str, Any] = {}
+        for record in records:
+            _merge(info, record.get("info") or {})
+            annotated |= any("advantages" in b for b in record.get("branches") or [])
+        if info.get("effective") is True:
+            effective.add(trace_id)
+    groups = _groups(traces)
+    trained = {g for g, episodes in groups.items() if any(effective & set(t) for t, _ in episodes)}
+    sizes = [len(groups[g]) for g in trained] or [len(e) for e in groups.values()] or [0]
+    complete = min(sizes) if trained else max(sizes)
+    kept = set(trained)
+    for g, episodes in groups.items():
+        rewards = {r for _, r in episodes}
+        if (
+            g not in trained
+            and len(episodes) >= complete
+            and len(rewards) == 1
+            and None not in rewards
+        ):
+            kept.add(g)
+    left = [g for g in groups if g not in kept]
+    return StreamRun(
+        updates=updates,
+        kept_groups=frozenset(kept),
+        left_out=(len(left), sum(len(groups[g]) for g in left)),
+        annotated=annotated,
+    )
+
+
+def _groups(traces: Path) -> dict[str, list[tuple[list[str], float | None]]]:
+    """Each group's episodes: their trace ids and their one reward (None when the episode
+    failed or its traces differ), from the index where there is one, else from the chunks."""
+    groups: dict[str, list[tuple[list[str], float | None]]] = {}
+    index = traces / "stream.index.jsonl"
+    if index.is_file():
+        for row in json_records(str(index))[0]:
+            ids = [str(t) for t in row.get("trace_ids") or []]
+            reward = row.get("reward") if row.get("ok") and len(ids) == 1 else None
+            groups.setdefault(str(row.get("group")), []).append((ids, reward))
+        return groups
+    for chunk in chunks(traces / "stream"):
+        for episode in chunk_records(str(chunk))[0]:
+            found = episode.get("traces") or []
+            rewards = {trace_reward(t) for t in found}
+            reward = rewards.pop() if episode.get("ok") and len(rewards) == 1 else None
+            group = (episode.get("group") or {}).get("id")
+            groups.setdefault(str(group), []).append(([str(t.get("id")) for t in found], reward))
+    return groups

@@ -129,7 +129,7 @@ def test_trl_empty_file_in_a_folder_is_skipped(tmp_path: Path) -> None:
     shutil.copytree(TRL / "default" / "completions", folder)
     shutil.copy(TRL / "empty_step" / "completions" / "completions_00000.parquet", folder)
     summary, _ = annotate(tmp_path, folder)
-    assert any("skipped 1 empty file" in w for w in summary["warnings"])
+    assert any("skipped 1 file with no rows to read" in w for w in summary["warnings"])
     assert summary["rows"] == 72
 
 

@@ -1,0 +1,111 @@
+"""``--from prime-rl`` on the trace stream (PRs #3444, #3465) as prime-rl's own file-monitor
+code wrote it (``tools/dumps/prime_rl_stream.py``): chunks plain and sealed, annotations folded
+by trace id, newest wins; against the advantages prime-rl's GRPO gave each trace."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.presets.test_real_dumps import REAL, run
+
+PRIME = REAL / "prime-rl"
+
+
+def _annotated(tmp_path: Path, inputs: Path) -> tuple[list[dict], dict]:
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(inputs), "--from", "prime-rl", "--method", "grpo",
+               "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return pq.read_table(out).to_pylist(), json.loads(proc.stdout)
+
+
+def _truth(case: str) -> list[dict]:
+    return json.loads((PRIME / case / "truth.json").read_text())["rows"]
+
+
+def _sampled(row: dict) -> list[float]:
+    return [a for a, m in zip(row["source_advantages"], row["action_mask"], strict=True) if m]
+
+
+def test_check_on_the_stream_reproduces_prime_rls_advantages() -> None:
+    """Groups with a shipped trace, and the complete group of one reward prime-rl never
+    shipped, are read (24 of 26 traces); the step-3 group still in flight is left out, said."""
+    proc = run("check", str(PRIME / "stream"), "--from", "prime-rl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["rows"] == 24 and result["max_abs_difference"] <= 1e-6
+    assert any("left out 1 group(s) (2 episode(s))" in w for w in result["warnings"])
+    in_flight = {t["group_id"] for t in _truth("stream") if t["arrival_step"] == 3}
+    assert len(in_flight) == 1
+
+
+def test_the_stream_reads_each_trace_with_its_folded_advantages(tmp_path: Path) -> None:
+    rows, _ = _annotated(tmp_path, PRIME / "stream")
+    truth = {(t["episode_id"], t["trace_index"]): t for t in _truth("stream")}
+    assert len(rows) == 24
+    for row in rows:
+        episode, trace, _leaf = row["rollout_id"].split("/")
+        expected = truth[(episode, int(trace))]["computed"]
+        assert row["prompt_id"] == truth[(episode, int(trace))]["group_id"]
+        assert _sampled(row) == pytest.approx(
+            [a for k in sorted(expected["node_advantages"], key=int)
+             for a in expected["node_advantages"][k]], abs=1e-7)  # fmt: skip
+        assert row["effective"] == (not expected["zero_advantage"])
+
+
+def test_annotations_fold_newest_wins(tmp_path: Path) -> None:
+    """Two producers (orchestrator, trainer), one trace stamped twice: its second stamp's
+    advantages and step are read; an info-only update keeps the first per-token values."""
+    rows, _ = _annotated(tmp_path, PRIME / "stream_multi_annotation")
+    by_trace = {(t["episode_id"], t["trace_index"]): t["folded"]
+                for t in _truth("stream_multi_annotation")}  # fmt: skip
+    restamped = 0
+    for row in rows:
+        episode, trace, _leaf = row["rollout_id"].split("/")
+        folded = by_trace[(episode, int(trace))]
+        nodes = folded["node_advantages"]
+        assert _sampled(row) == [a for k in sorted(nodes, key=int) for a in nodes[k]]
+        assert row["step"] == folded["ship_step"]
+        restamped += folded["ship_step"] == 2
+    assert restamped == 1 and len(rows) == 7  # the failed trace has no tokens
+
+
+def test_a_chunk_caught_mid_seal_is_read_once(tmp_path: Path) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    stream = run_dir / "monitors" / "file" / "traces" / "stream"
+    sealed = (stream / "00000.jsonl.zst").read_bytes()
+    plain = zstandard.ZstdDecompressor().decompressobj().decompress(sealed)
+    (stream / "00000.jsonl").write_bytes(plain)
+    rows, _ = _annotated(tmp_path, run_dir)
+    assert len(rows) == 24 and len({r["rollout_id"] for r in rows}) == 24
+
+
+def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    live = run_dir / "monitors" / "file" / "traces" / "stream" / "00004.jsonl"
+    live.write_bytes(live.read_bytes() + b'{"id": "torn", "traces": [{"no')
+    rows, summary = _annotated(tmp_path, run_dir / "monitors" / "file")
+    assert len(rows) == 24
+    assert any("00004.jsonl: its last line is cut short" in w for w in summary["warnings"])
+
+
+def test_an_annotation_for_a_branch_the_trace_lacks_is_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    orch = run_dir / "monitors" / "file" / "traces" / "annotations" / "orch" / "00000.jsonl"
+    first, *rest = orch.read_text().splitlines(keepends=True)
+    update = json.loads(first)
+    update["branches"][0]["index"] = 3
+    orch.write_text(json.dumps(update) + "\n" + "".join(rest))
+    proc = run("annotate", str(run_dir), "--from", "prime-rl", "--method", "grpo",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert f"{update['trace_id']}'s annotation names branch 3" in proc.stderr
