@@ -19,7 +19,16 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("zstd", "onnx", "report", "ray")
 # What the suite needs from the dev extra
-TEST_TOOLS = ("pytest", "hypothesis", "onnx", "moto", "setuptools", "wheel", "pytest-xdist")
+TEST_TOOLS = (
+    "pytest",
+    "hypothesis",
+    "onnx",
+    "moto",
+    "setuptools",
+    "wheel",
+    "pytest-xdist",
+    "pytest-timeout",
+)
 
 
 def pins() -> list[str]:
