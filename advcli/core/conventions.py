@@ -92,6 +92,22 @@ CONVENTIONS: dict[str, Convention] = {
         # tinker-cookbook 0.6.1 tinker_cookbook/rl/data_processing.py compute_advantages:
         # the total reward minus the group's mean
         Convention("tinker", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
+        # open-instruct@e6c3044 open_instruct/data_loader.py _data_preparation_loop: centered
+        # R - mean (the default), or standard (R - mean) / (np.std + 1e-8) (--scale group);
+        # only groups whose np.std is exactly 0 are dropped before it
+        Convention(
+            "open-instruct",
+            "group",
+            "none",
+            0,
+            1e-8,
+            "add",
+            "zero",
+            "skip",
+            "none",
+            1,
+            zero_variance_tol=0.0,
+        ),  # fmt: skip
         # AReaL@4aef98d areal/api/cli_args.py NormConfig (std_unbiased since v0.3.4, eps 1e-5),
         # areal/utils/data.py Normalization, as the GRPO examples set reward_norm; one: 0
         Convention("areal", "group", "group", 1, 1e-5, "add", "zero", "skip", "none", 1),

@@ -8,6 +8,9 @@ One preset per framework dump format, each in its own module:
 - :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens);
 - :mod:`~advcli.presets.prime_rl` (prime-rl's episode traces, with tokens);
 - :mod:`~advcli.presets.roll` (ROLL's columnar step dump);
+- :mod:`~advcli.presets.tinker` (tinker-cookbook's rollout summaries, per-step rewards);
+- :mod:`~advcli.presets.nemo_gym` (NeMo-Gym's rollouts.jsonl, with tokens);
+- :mod:`~advcli.presets.open_instruct` (open-instruct's rollout traces, with tokens);
 - :mod:`~advcli.presets.text` (OpenRLHF, AReaL and SkyRL text dumps).
 
 :mod:`~advcli.presets.base` holds the protocol and the log source that reads through a preset.
@@ -19,6 +22,7 @@ from advcli.errors import UsageError
 from advcli.presets.base import Preset, PresetOptions, PresetSource
 from advcli.presets.nemo_gym import NemoGym
 from advcli.presets.nemo_rl import NemoRl
+from advcli.presets.open_instruct import OpenInstruct
 from advcli.presets.prime_rl import PrimeRl
 from advcli.presets.roll import Roll
 from advcli.presets.slime import Miles, Slime
@@ -42,6 +46,7 @@ PRESETS: dict[str, Preset] = {
         Roll(),
         Tinker(),
         NemoGym(),
+        OpenInstruct(),
     )  # fmt: skip
 }
 """Every preset, by the name ``--from`` takes."""

@@ -5,14 +5,28 @@ Each sample is a dict of plain values (read without torch and without running co
 file: :mod:`advcli.presets.torch_file`): ``group_index`` (the group), ``index``, ``tokens``
 (prompt and response ids), ``response_length``, ``loss_mask`` (over the response only: it is
 aligned to the end of ``tokens``), ``reward`` (a number, or a dict: ``--reward-key`` picks one),
-``status`` (``truncated`` when cut), ``rollout_log_probs`` and ``teacher_log_probs`` (over the
+``status`` (``truncated`` when cut at the length limit, which slime ends as any sample: no
+value after it, so advcli's ``truncated`` is not set), ``rollout_log_probs`` and ``teacher_log_probs`` (over the
 response: advcli's ``logprobs`` and ``teacher_logprobs``, 0 over the prompt, for ``--kl-coef``,
 ``--opd-coef`` and ``opd``), and more, which passes through. Samples sharing a ``rollout_id``
 are segments of one rollout, in ``index`` order.
+
+**The train dump** (slime ``--save-debug-train-data`` or ``--dump-details DIR`` →
+``train_data/{rollout_id}.pt``, format_version 2, slime@624b824
+``slime/observability/train_data_utils.py``): what the trainer used, per sample
+(``rollout_position``: its place in the rollout dump's ``samples``; ``tokens``; over the
+response, ``advantages``, ``returns``, ``log_probs``, ``ref_log_probs``, ``entropy``, ``kl``,
+``loss_masks``), every rank's samples gathered in one file. Beside a rollout dump of the same
+number (``DIR/rollout_data/N.pt`` with ``DIR/train_data/N.pt``) it is joined to it: the trainer's
+advantages (on the loss mask: its loss reads no other) and returns become ``source_advantages``
+and ``source_returns`` (what ``check`` compares), its log-probabilities ``logprobs`` (what its KL used; the sampler's become
+``rollout_logprobs``), ``ref_logprobs``, ``entropies`` and ``source_kl``. A train dump named on
+its own is read through its rollout dump.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,9 +54,11 @@ class Slime(Preset):
     writes = "DIR/rollout_data/{rollout_id}.pt"
     patterns = ("[0-9]*.pt", "rollout_data/[0-9]*.pt")
     suffixes = (".pt",)
+    logged = "source_advantages"  # where a train dump is joined
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
         refuse_pickle(path)
+        train_path, path = _train_and_rollout(path)
         dump = torch_file.load(path)
         if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
             msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
@@ -51,6 +67,8 @@ class Slime(Preset):
         if not samples:
             raise DataError(f"{path}: the input has no rows. Hint: check the file")
         table = samples_table(path, samples, options)
+        if train_path is not None:
+            table = with_train_dump(train_path, samples, table)
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
             return Converted(table)
@@ -68,6 +86,85 @@ class Miles(Slime):
     framework = "miles"
 
 
+TRAIN_PER_TOKEN = {
+    "advantages": "source_advantages",
+    "returns": "source_returns",
+    "log_probs": "logprobs",
+    "ref_log_probs": "ref_logprobs",
+    "entropy": "entropies",
+    "kl": "source_kl",
+}
+"""Per-response-token fields of the train dump, and the advcli column each becomes."""
+
+
+def _train_and_rollout(path: str) -> tuple[str | None, str]:
+    """The train dump of the same rollouts (None where there is none) and the rollout dump,
+    for a file of either folder."""
+    p = Path(path)
+    if p.parent.name == "train_data":
+        rollout = p.parent.parent / "rollout_data" / p.name
+        if not rollout.is_file():
+            msg = (
+                f"{path}: a slime train dump is read with the rollout dump of the same number "
+                f"(its rewards and groups), and {rollout} is not there. Hint: give the "
+                "--dump-details folder, or put the rollout dump beside it"
+            )
+            raise DataError(msg)
+        return path, str(rollout)
+    train = p.parent.parent / "train_data" / p.name
+    return (str(train) if p.parent.name == "rollout_data" and train.is_file() else None), path
+
+
+def with_train_dump(path: str, samples: list[dict[str, Any]], table: pa.Table) -> pa.Table:
+    """``table`` (a rollout dump's samples, in order) with the train dump's per-token values,
+    placed on each sample's response (0 over the prompt)."""
+    dump = torch_file.load(path)
+    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
+        msg = f"{path}: no 'samples' list, which a slime train dump has"
+        raise DataError(msg + ". Hint: check the file")
+    by_position: dict[int, dict[str, Any]] = {}
+    for row, s in enumerate(dump["samples"]):
+        position = s.get("rollout_position") if isinstance(s, dict) else None
+        if position is None or not 0 <= int(position) < len(samples):
+            problem = f"rollout_position {position!r} is not a sample of the rollout dump"
+            raise _fail(path, row, "rollout_position", problem)
+        if not np.array_equal(
+            np.asarray(s.get("tokens")), np.asarray(samples[int(position)]["tokens"])
+        ):
+            problem = f"its tokens are not those of the rollout dump's sample {int(position)}"
+            raise _fail(path, row, "tokens", problem)
+        by_position[int(position)] = s
+    missing = sorted(set(range(len(samples))) - set(by_position))
+    if missing:
+        msg = (
+            f"{path}: the train dump holds no sample for rollout_position "
+            f"{', '.join(map(str, missing[:5]))}{', ...' if len(missing) > 5 else ''} of the "
+            f"rollout dump's {len(samples)}. Hint: read the rollout dump alone"
+        )
+        raise DataError(msg)
+    offsets = np.r_[0, np.cumsum([len(s["tokens"]) for s in samples])].astype(np.int64)
+    if "logprobs" in table.column_names:
+        table = table.rename_columns(
+            ["rollout_logprobs" if n == "logprobs" else n for n in table.column_names]
+        )
+    for name, column in TRAIN_PER_TOKEN.items():
+        if not all(name in by_position[i] for i in range(len(samples))):
+            continue
+        values = []
+        for i, sample in enumerate(samples):
+            given = np.asarray(by_position[i][name], dtype=np.float64).ravel()
+            n_resp = int(sample["response_length"])
+            if len(given) != n_resp:
+                problem = f"{name} has {len(given)} entries for {n_resp} response tokens"
+                raise _fail(path, i, name, problem)
+            if name == "advantages":  # the trainer's loss reads them on the loss mask only
+                given = np.where(np.asarray(sample.get("loss_mask", given)) != 0, given, 0.0)
+            values.append(np.concatenate([np.zeros(len(sample["tokens"]) - n_resp), given]))
+        flat = np.concatenate(values).astype(np.float32)
+        table = table.append_column(column, list_array(flat, offsets))
+    return table
+
+
 def _fail(path: str, row: int, field: str, problem: str) -> DataError:
     return DataError(f"{where(path, row, field)}: {problem}. Hint: check the file")
 
@@ -75,7 +172,7 @@ def _fail(path: str, row: int, field: str, problem: str) -> DataError:
 def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptions) -> pa.Table:
     ids, masks, lengths = [], [], []
     per_token: dict[str, list[np.ndarray | None]] = {name: [] for name in PER_TOKEN}
-    rewards, groups, rollouts, truncated = [], [], [], []
+    rewards, groups, rollouts = [], [], []
     for row, s in enumerate(samples):
         for name in ("group_index", "index", "tokens", "response_length", "reward"):
             if s.get(name) is None:
@@ -104,7 +201,6 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         groups.append(int(s["group_index"]))
         rid = s.get("rollout_id")
         rollouts.append(f"rollout {rid}" if rid is not None else f"sample {s['index']}")
-        truncated.append(s.get("status") == "truncated")
     offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
     columns: dict[str, pa.Array] = {
         "prompt_id": pa.array(groups, pa.int64()),
@@ -112,7 +208,6 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         "input_ids": list_array(np.concatenate(ids), offsets),
         "action_mask": list_array(np.concatenate(masks).astype(np.int8), offsets),
         "reward": pa.array(rewards, pa.float64()),
-        "truncated": pa.array(truncated, pa.bool_()),
     }
     for name, kept in per_token.items():
         given = [lp for lp in kept if lp is not None]

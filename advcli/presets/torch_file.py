@@ -2,11 +2,14 @@
 from the file.
 
 ``torch.save`` writes a zip archive whose ``<name>/data.pkl`` is a pickle of the object, tensors
-stored beside it. slime and miles save their rollouts as a dict of plain types (numbers, text,
-lists, dicts), so that pickle needs no class at all. The unpickler here refuses every class but
-numpy's array rebuilders (data, no code: miles stores numpy arrays) and every tensor reference.
-With torch installed, a file holding tensors is read by ``torch.load(weights_only=True)``, which
-is safe as well.
+stored beside it (``<name>/data/<key>``: each storage's raw bytes, in the byte order
+``<name>/byteorder`` names). slime and miles save their rollouts as a dict of plain types
+(numbers, text, lists, dicts), and slime's train dumps add dense CPU tensors. The unpickler here
+takes numpy's array rebuilders (data, no code: miles stores numpy arrays), and torch's dense
+tensors, rebuilt as numpy arrays from their storage, offset, shape and strides (as
+``torch._utils._rebuild_tensor_v2`` does); it refuses every other class. A file with another
+kind of tensor (sparse, quantized, bfloat16 ...) is read by ``torch.load(weights_only=True)``
+where torch is installed, which is safe as well.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import io
 import pickle
 import zipfile
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from advcli.errors import DataError
 
@@ -31,20 +36,74 @@ SAFE_GLOBALS = {
 }
 
 
+STORAGES = {
+    "DoubleStorage": np.float64,
+    "FloatStorage": np.float32,
+    "HalfStorage": np.float16,
+    "LongStorage": np.int64,
+    "IntStorage": np.int32,
+    "ShortStorage": np.int16,
+    "CharStorage": np.int8,
+    "ByteStorage": np.uint8,
+    "BoolStorage": np.bool_,
+}
+"""torch's typed storages of dense tensors, and the numpy type of their elements."""
+
+
 class _Tensors(Exception):
-    """The file holds tensors: only torch can read them."""
+    """The file holds tensors of a kind only torch can read."""
+
+
+def _rebuild_tensor(
+    storage: np.ndarray, offset: int, size: tuple[int, ...], stride: tuple[int, ...], *_: Any
+) -> np.ndarray:
+    """``torch._utils._rebuild_tensor_v2``'s tensor, as a numpy array of its own."""
+    if not size:
+        return np.array(storage[offset])
+    extent = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1
+    if min(size) > 0 and (offset < 0 or min(stride) < 0 or extent > len(storage)):
+        raise pickle.UnpicklingError("a tensor reaches past its storage")
+    view = np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=size, strides=[s * storage.itemsize for s in stride]
+    )
+    return np.array(view)
 
 
 class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(data))
+        self._archive, self._prefix = archive, prefix
+        self._storages: dict[str, np.ndarray] = {}
+        order = f"{prefix}byteorder"
+        little = order not in archive.namelist() or archive.read(order).strip() == b"little"
+        self._order: Literal["<", ">"] = "<" if little else ">"
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in SAFE_GLOBALS:
             return super().find_class(module, name)
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if module == "torch" and name in STORAGES:
+            return np.dtype(STORAGES[name])
         if module.startswith("torch"):
             raise _Tensors(f"{module}.{name}")
         raise pickle.UnpicklingError(f"refused to load {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise _Tensors("a tensor storage")
+        """A storage, ``("storage", its type, key, device, size)``: the bytes of
+        ``data/<key>`` as a numpy array, read once however many tensors share it."""
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise _Tensors("a storage of another kind")
+        _, dtype, key, _, numel = pid
+        if not isinstance(dtype, np.dtype):
+            raise _Tensors("an untyped storage")
+        if str(key) not in self._storages:
+            raw = self._archive.read(f"{self._prefix}data/{key}")
+            values = np.frombuffer(raw, dtype=dtype.newbyteorder(self._order))
+            if len(values) < int(numel):
+                raise pickle.UnpicklingError(f"storage {key} is shorter than it says")
+            self._storages[str(key)] = values.astype(dtype)
+        return self._storages[str(key)]
 
 
 def load(path: str) -> Any:
@@ -55,17 +114,18 @@ def load(path: str) -> Any:
             if not names:
                 msg = f"{path}: not a torch.save file (no data.pkl in the archive)"
                 raise DataError(msg + ". Hint: check the file")
-            data = archive.read(names[0])
+            prefix = names[0][: -len("data.pkl")]
+            try:
+                return _Unpickler(archive.read(names[0]), archive, prefix).load()
+            except _Tensors as exc:
+                return _with_torch(path, str(exc))
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError) as exc:
+                msg = f"{path}: cannot read the rollouts safely ({exc})"
+                hint = ". Hint: advcli reads .pt files of plain values and dense tensors only"
+                raise DataError(msg + hint) from None
     except zipfile.BadZipFile:
         msg = f"{path}: not a torch.save zip archive (a legacy torch file?)"
         raise DataError(msg + ". Hint: check the file is complete") from None
-    try:
-        return _Unpickler(io.BytesIO(data)).load()
-    except _Tensors as exc:
-        return _with_torch(path, str(exc))
-    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-        msg = f"{path}: cannot read the rollouts safely ({exc})"
-        raise DataError(msg + ". Hint: advcli reads .pt files of plain values only") from None
 
 
 def _with_torch(path: str, what: str) -> Any:

@@ -95,15 +95,11 @@ def test_a_preset_gives_the_advantages_of_the_same_rollouts_in_advclis_schema(
 def test_token_presets_run_the_per_token_methods(tmp_path, case):
     writer, preset, options, _ = CASES[case]
     dump = writer(tmp_path / "dump", RS) or tmp_path / "dump"
-    args = ("--from", preset, "--method", "reinforce-pp-baseline", "--gamma", "0.9", *options)
-    if preset == "slime":  # its truncated samples need the value after their last token
-        proc = run("annotate", str(dump), "--out", str(tmp_path / "o.parquet"), *args)
-        assert proc.returncode == 1 and "truncated" in proc.stderr.decode()
-        return
-    rows = annotated(dump, tmp_path / "out.parquet", *args)
+    method = ("--method", "reinforce-pp-baseline", "--gamma", "0.9")
+    rows = annotated(dump, tmp_path / "out.parquet", "--from", preset, *method, *options)
     want = {}
     ref = fw.reference_log(tmp_path / "reference.parquet", RS, tokens=True, key="step")
-    for r, row in zip(RS, annotated(ref, tmp_path / "ref.parquet", *args[2:]), strict=True):
+    for r, row in zip(RS, annotated(ref, tmp_path / "ref.parquet", *method), strict=True):
         want[(r.step, r.prompt, r.sample)] = row["advantages"]
     for row in rows:
         assert row["advantages"] == pytest.approx(want[KEYS[preset](row)], rel=1e-5, abs=1e-6)
@@ -148,7 +144,7 @@ def test_slime_reads_a_torch_file_without_torch_and_refuses_code(tmp_path):
     assert proc.returncode == 2 and "--reward-key" in proc.stderr.decode()
     rows = annotated(dump, tmp_path / "o.parquet", "--from", "slime", "--reward-key", "acc",
                      "--method", "grpo")  # fmt: skip
-    assert sum(r["truncated"] for r in rows) == 6 and rows[0]["status"] == "completed"
+    assert sum(r["status"] == "truncated" for r in rows) == 6 and "truncated" not in rows[0]
     assert rows[0]["logprobs"][: len(RS[0].prompt_ids)] == [0.0] * len(RS[0].prompt_ids)
     distilled = annotated(dump, tmp_path / "opd.parquet", "--from", "slime", "--reward-key",
                           "acc", "--method", "opd")  # fmt: skip
