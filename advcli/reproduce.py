@@ -132,6 +132,8 @@ def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray] | None:
     cannot run on them (a missing column, a refused singleton)."""
     method = methods.get(p.method)
     try:
+        if not set(method.named_columns(p)) <= set(rows.named):  # the log lacks one
+            return None
         plan = method.plan(rows, p)
     except (DataError, UsageError, ValueError):
         return None
@@ -171,10 +173,20 @@ def _rows(log: Any) -> tuple[Rows, np.ndarray, list[str]]:
     logged advantage of each, and those columns."""
     preset = log.preset
     names = preset.reward_components(log.source.schema, log.options)
-    wanted = [n for n in names if n in log.source.schema.names]
+    read = [n for s in _settings(preset, log.options, names)
+            for n in _named(s.params)]  # fmt: skip
+    wanted = [n for n in dict.fromkeys([*names, *read]) if n in log.source.schema.names]
     table = log.source.columns(list(dict.fromkeys([*row_columns(log.roles), *wanted])))
     rows = extract_rows(table, log.roles, log.source.sources, named=tuple(wanted))
     return rows, logged_per_row(log.source, log.roles, preset.logged), wanted
+
+
+def _named(p: Params) -> tuple[str, ...]:
+    """The columns a setting's method reads by name (none where its options are wrong)."""
+    try:
+        return methods.get(p.method).named_columns(p)
+    except UsageError:
+        return ()
 
 
 def _with_rewards(rows: Rows, preset: presets.Preset, setting: Setting) -> Rows:

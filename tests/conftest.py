@@ -120,7 +120,8 @@ def s3():
 
 def sample_with_every_input():
     """The sample log with the columns only some methods read: a greedy rollout's reward,
-    process rewards, log-probabilities of the policy and of a teacher, two reward columns."""
+    process rewards, log-probabilities of the policy and of a teacher, two reward columns, the
+    token and turn counts of grpo-length."""
     table = pq.read_table(SAMPLE / "rollouts.parquet")
     ids = table.column("input_ids").to_pylist()
     rng = np.random.default_rng(0)
@@ -134,6 +135,9 @@ def sample_with_every_input():
         .append_column("ref_logprobs", pa.array([[x + 0.2 for x in r] for r in logprobs]))
         .append_column("acc", table.column("reward"))
         .append_column("fmt", pa.array(rng.integers(0, 2, table.num_rows).astype(float)))
+        .append_column("num_output_tokens", pa.array([len(row) for row in ids]))
+        .append_column("num_input_tokens", pa.array(rng.integers(10, 50, table.num_rows)))
+        .append_column("num_turns", pa.array(rng.integers(1, 4, table.num_rows)))
     )
 
 

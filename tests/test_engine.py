@@ -40,7 +40,8 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "completion_time": float(rng.uniform(0, 10)),
                     "truncated": truncated and s == n_seg - 1,
                     "bootstrap_value": 0.3,
-                    # what only some methods read (kl, opd, remax, grpo-process, gdpo)
+                    # what only some methods read (kl, opd, remax, grpo-process, gdpo,
+                    # grpo-length)
                     "logprobs": (-more.uniform(0, 2, n)).tolist(),
                     "ref_logprobs": (-more.uniform(0, 2, n)).tolist(),
                     "teacher_logprobs": (-more.uniform(0, 2, n)).tolist(),
@@ -49,6 +50,9 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "step_ends": [n // 2, n - 1],
                     "acc": float(more.integers(0, 2)),
                     "fmt": float(more.integers(0, 2)),
+                    "num_output_tokens": int(more.integers(1, 100)),
+                    "num_input_tokens": int(more.integers(1, 100)),
+                    "num_turns": int(more.integers(1, 5)),
                 }
             )
     order = rng.permutation(len(rows))

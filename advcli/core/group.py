@@ -493,3 +493,30 @@ def nan_group_zscore(
         std = np.where(count > ddof, np.sqrt(m2 / (count - ddof)), np.nan)
         scaled: np.ndarray = (x - mean[codes]) / (std[codes] + eps)
         return scaled
+
+
+def length_penalized(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    n_groups: int,
+    costs: list[tuple[np.ndarray, float]],
+) -> np.ndarray:
+    """prime-rl's GRPO length penalty (``algo/grpo.py score_group``, linear, PRs #2901 and
+    #3297): each rollout's reward less the group's mean reward times its relative cost,
+
+        P_i = Σ_k w_k · c_ik / max(max_{j ∈ g} c_jk, 1),    S_i = R_i − mean_g(R) · P_i,
+
+    over the costs ``(c_k, w_k)`` (output tokens, input tokens, turns). GRPO then centres S in
+    its group. A group of wrong answers (mean 0) is left as it is; longer right answers lose."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    mean = np.bincount(codes, weights=rewards, minlength=n_groups) / np.maximum(
+        np.bincount(codes, minlength=n_groups), 1
+    )
+    penalty = np.zeros(len(rewards))
+    for values, weight in costs:
+        c = np.asarray(values, dtype=np.float64)
+        most = np.full(n_groups, -np.inf)
+        np.maximum.at(most, codes, c)
+        penalty += weight * c / np.maximum(most, 1.0)[codes]
+    shaped: np.ndarray = rewards - mean[codes] * penalty
+    return shaped

@@ -324,7 +324,15 @@ class Grpo(GroupBaseline):
         "`--scale batch` divides by the batch's std; `--baseline leave-one-out` and `--scale "
         "leave-one-out` use the other rollouts' mean and std (NeMo-RL)"
     )
-    parameters = (BASELINE, SCALE, EPS, EPS_PLACEMENT, TIED_STD, BATCH_SIZE, *GROUP_RULES)
+    parameters: ClassVar[tuple[Param, ...]] = (
+        BASELINE,
+        SCALE,
+        EPS,
+        EPS_PLACEMENT,
+        TIED_STD,
+        BATCH_SIZE,
+        *GROUP_RULES,
+    )
 
     def from_group(
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params

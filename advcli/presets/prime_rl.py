@@ -85,6 +85,15 @@ class PrimeRl(Preset):
     def files(self, inputs: list[str]) -> list[str]:
         return without_sealed_twins(super().files(inputs))
 
+    def settings(
+        self, reward_columns: list[str], weights: dict[str, float]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            ("", "grpo", {}),
+            ("--method grpo-length ([orchestrator.algo.length_penalty] type linear, its "
+             "default weights)", "grpo-length", {}),
+        ]  # fmt: skip
+
     def convert(self, path: str, options: PresetOptions) -> Converted:
         if is_stream_chunk(path):
             return stream_chunk(path)
@@ -156,11 +165,24 @@ def episode_rows(
                 "ok": episode.get("ok"),
                 "env": (episode.get("env") or {}).get("name"),
                 "task": (episode.get("task") or {}).get("key"),
+                **trace_costs(trace, nodes),
             }
             if stream:
                 row["effective"] = info.get("effective") is True
             out.append(row)
     return out
+
+
+def trace_costs(trace: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, int | None]:
+    """What prime-rl's length penalty weighs (``score_group``): the trace's output tokens, its
+    input tokens (total less output) and its turns (sampled nodes); None where not logged."""
+    out, total = trace.get("num_output_tokens"), trace.get("num_total_tokens")
+    numbers = isinstance(out, int) and isinstance(total, int)
+    return {
+        "num_output_tokens": out if numbers else None,
+        "num_input_tokens": total - out if numbers else None,  # type: ignore[operator]
+        "num_turns": sum(1 for node in nodes if isinstance(node, dict) and node.get("sampled")),
+    }
 
 
 def trace_reward(trace: dict[str, Any]) -> float:

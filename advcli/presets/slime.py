@@ -6,9 +6,10 @@ file: :mod:`advcli.presets.torch_file`): ``group_index`` (the group), ``index``,
 (prompt and response ids), ``response_length``, ``loss_mask`` (over the response only: it is
 aligned to the end of ``tokens``), ``reward`` (a number, or a dict: ``--reward-key`` picks one),
 ``status`` (``truncated`` when cut at the length limit, which slime ends as any sample: no
-value after it, so advcli's ``truncated`` is not set), ``rollout_log_probs`` and ``teacher_log_probs`` (over the
-response: advcli's ``logprobs`` and ``teacher_logprobs``, 0 over the prompt, for ``--kl-coef``,
-``--opd-coef`` and ``opd``), and more, which passes through. Samples sharing a ``rollout_id``
+value after it, so advcli's ``truncated`` is not set), ``rollout_log_probs`` and
+``teacher_log_probs`` (over the response: advcli's ``logprobs`` and ``teacher_logprobs``, 0
+over the prompt, for ``--kl-coef``, ``--opd-coef`` and ``opd``), and more, which passes
+through. Samples sharing a ``rollout_id``
 are segments of one rollout, in ``index`` order.
 
 **The train dump** (slime ``--save-debug-train-data`` or ``--dump-details DIR`` →
@@ -19,9 +20,9 @@ response, ``advantages``, ``returns``, ``log_probs``, ``ref_log_probs``, ``entro
 ``loss_masks``), every rank's samples gathered in one file. Beside a rollout dump of the same
 number (``DIR/rollout_data/N.pt`` with ``DIR/train_data/N.pt``) it is joined to it: the trainer's
 advantages (on the loss mask: its loss reads no other) and returns become ``source_advantages``
-and ``source_returns`` (what ``check`` compares), its log-probabilities ``logprobs`` (what its KL used; the sampler's become
-``rollout_logprobs``), ``ref_logprobs``, ``entropies`` and ``source_kl``. A train dump named on
-its own is read through its rollout dump.
+and ``source_returns`` (what ``check`` compares), its log-probabilities ``logprobs`` (what its
+KL used; the sampler's become ``rollout_logprobs``), ``ref_logprobs``, ``entropies`` and
+``source_kl``. A train dump named on its own is read through its rollout dump.
 """
 
 from __future__ import annotations

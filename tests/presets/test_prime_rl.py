@@ -109,3 +109,37 @@ def test_an_annotation_for_a_branch_the_trace_lacks_is_one_line(tmp_path: Path) 
                "--out", str(tmp_path / "o.parquet"))  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert f"{update['trace_id']}'s annotation names branch 3" in proc.stderr
+
+
+def test_grpo_length_is_prime_rls_linear_length_penalty(tmp_path: Path) -> None:
+    """prime-rl@559b447's own score_group (run unchanged, tools/dumps/prime_rl_length.py) on
+    two groups of rollouts with their token and turn counts: its weights and none."""
+    groups = json.loads((PRIME / "length_penalty" / "rollouts.json").read_text())["groups"]
+    rollouts = [(g["example_id"], r) for g in groups for r in g["rollouts"]]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({
+        "prompt_id": g, "reward": r["reward"], "num_output_tokens": r["completion_tokens"],
+        "num_input_tokens": r["num_total_tokens"] - r["completion_tokens"],
+        "num_turns": r["turns"]}) + "\n" for g, r in rollouts))  # fmt: skip
+    cases = {
+        "linear@559b4477/defaults(0.25,0.1,0.1)": [],
+        "linear@559b4477/none": ["--output-tokens-weight", "0", "--input-tokens-weight", "0",
+                                 "--turns-weight", "0"],
+    }  # fmt: skip
+    for case, options in cases.items():
+        out = tmp_path / "out.parquet"
+        proc = run("annotate", str(log), "--method", "grpo-length", "--convention", "prime-rl",
+                   *options, "--out", str(out), "--force")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        got = pq.read_table(out).column("advantage").to_pylist()
+        assert got == pytest.approx([r["advantage"][case] for _, r in rollouts], abs=1e-6)
+
+
+def test_the_stream_gives_grpo_length_its_costs(tmp_path: Path) -> None:
+    rows, _ = _annotated(tmp_path, PRIME / "stream")
+    truth = {(t["episode_id"], t["trace_index"]): t for t in _truth("stream")}
+    for row in rows:
+        episode, trace, _leaf = row["rollout_id"].split("/")
+        sampled = truth[(episode, int(trace))]["sampled_nodes"]
+        assert row["num_turns"] == len(sampled) and row["num_output_tokens"] > 0
+        assert row["num_input_tokens"] > 0
