@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from advcli.presets.base import (
@@ -74,7 +75,12 @@ class Areal(Preset):
             "rollout_id": task + "-" + df["sample_idx"].cast(pl.String),
             "reward": number(df, "reward", path, lines),
         }
-        return Converted(with_canonical(df, canonical).to_arrow(), lines, [AREAL_TRAINS])
+        warnings = [AREAL_TRAINS]
+        if "original_reward" in df.columns:
+            before = number(df, "original_reward", path, lines).to_numpy()
+            if (np.abs(canonical["reward"].to_numpy() - before) > 1e-12).any():
+                warnings.append(AREAL_NORMALISED)
+        return Converted(with_canonical(df, canonical).to_arrow(), lines, warnings)
 
 
 AREAL_TRAINS = (
@@ -82,6 +88,13 @@ AREAL_TRAINS = (
     "rewards (reward_scaling, reward_bias, reward_clip) before the group norm and whitens the "
     "advantages over the batch's tokens (adv_norm), settings of its config; advcli's areal "
     "convention is the group norm alone (AReaL's reward_norm, to eps / reward_scaling)"
+)
+
+AREAL_NORMALISED = (
+    "AReaL's workflow normalised these rewards in their group already (reward_normalization: "
+    "reward = (original_reward - mean) / (std + 1e-8), the raw reward kept as "
+    "original_reward), and its actor trains on reward as it is: --scale none gives that; the "
+    "areal convention's group norm would normalise them twice"
 )
 
 STEP = r"global_step_(\d+)"  # SkyRL's folder of a step's evaluation

@@ -323,3 +323,24 @@ def test_trl_distillation_files_without_rewards_are_refused(tmp_path: Path) -> N
         proc.stderr
     )
     assert "DistillationTrainer" in proc.stderr
+
+
+def test_areal_v2_fields_are_kept_and_normalised_rewards_said(tmp_path: Path) -> None:
+    """AReaL main @cbff54d6's own _dump_trajectory (tools/dumps/areal_v2.py): version_rle,
+    segments of a multi-turn sample, original_reward beside the reward its workflow had
+    normalised in the group, which its actor trains on as it is (--scale none)."""
+    case = REAL / "areal" / "v2_fields"
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(case), "--from", "areal", "--method", "grpo", "--scale", "none",
+               "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert any("normalised these rewards in their group already" in w
+               for w in json.loads(proc.stdout)["warnings"])  # fmt: skip
+    rows = pq.read_table(out).to_pylist()
+    truth = json.loads((case / "truth.json").read_text())["rows"]
+    assert [r["reward"] for r in rows] == [t["reward"] for t in truth]
+    assert [r["original_reward"] for r in rows] == [t["original_reward"] for t in truth]
+    assert [r["version_rle"] for r in rows] == [t["version_rle"] for t in truth]
+    assert [r["segments"] is not None for r in rows] == [t["has_segments"] for t in truth]
+    assert [r["advantage"] for r in rows] == pytest.approx([t["reward"] for t in truth],
+                                                           abs=1e-6)  # fmt: skip
