@@ -336,6 +336,15 @@ def to_json_text(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(**out) if out else df
 
 
+def floats(values: list[Any], what: str) -> list[float]:
+    """``values`` as floats (null as NaN); one that is not a number is a :class:`DataError`
+    saying ``what`` (the file, line and column, and which value) is not."""
+    try:
+        return [np.nan if x is None else float(x) for x in values]
+    except (TypeError, ValueError):
+        raise DataError(f"{what} is not a number") from None
+
+
 def json_text(value: Any) -> str | None:
     """A value as JSON text (None stays None)."""
     return (

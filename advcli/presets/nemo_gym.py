@@ -25,6 +25,7 @@ from advcli.presets.base import (
     Converted,
     Preset,
     PresetOptions,
+    floats,
     frame,
     json_records,
     json_text,
@@ -107,14 +108,9 @@ def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None
                 f"generation_token_ids and {len(given)} generation_log_probs"
             )
             raise DataError(msg)
-        try:
-            values = [np.nan if x is None else float(x) for x in given]
-        except (TypeError, ValueError):
-            msg = (
-                f"{path}: line {line}, column 'response': a generation_log_probs value is not "
-                "a number"
-            )
-            raise DataError(msg) from None
+        values = floats(
+            given, f"{path}: line {line}, column 'response': a generation_log_probs value"
+        )
         ids += added + generated
         mask += [0] * len(added) + [1] * len(generated)
         logprobs += [np.nan] * len(added) + values

@@ -33,6 +33,7 @@ from advcli.presets.base import (
     Converted,
     Preset,
     PresetOptions,
+    floats,
     frame,
     json_records,
     json_text,
@@ -137,11 +138,7 @@ def tokens(path: str, records: list[dict[str, Any]], lines: np.ndarray) -> dict[
                 f"{len(response)} response tokens. Hint: check the file"
             )
             raise DataError(msg)
-        try:
-            values = [np.nan if x is None else float(x) for x in given]
-        except (TypeError, ValueError):
-            msg = f"{path}: line {line}, column 'logprobs': a value is not a number"
-            raise DataError(msg) from None
+        values = floats(given, f"{path}: line {line}, column 'logprobs': a value")
         ids.append(prompt + response)
         masks.append([0] * len(prompt) + [1] * len(response))
         logprobs.append([np.nan] * len(prompt) + values)

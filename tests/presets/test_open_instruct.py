@@ -85,3 +85,17 @@ def test_a_resumed_run_logging_a_step_again_reads_the_later_lines(tmp_path: Path
     for row in rows:
         if row["step"] == 1:
             assert row["source_advantage"] == flipped[row["sample_idx"]]["advantage"]
+
+
+def test_a_log_probability_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    shutil.copytree(OPEN_INSTRUCT / "default", folder)
+    shard = next(folder.glob("*_rollouts_000000.jsonl"))
+    first, *rest = shard.read_text().splitlines(keepends=True)
+    record = json.loads(first)
+    record["logprobs"][0] = "x"
+    shard.write_text(json.dumps(record) + "\n" + "".join(rest))
+    proc = run("annotate", str(folder), "--from", "open-instruct", "--method", "grpo",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert f"{shard}: line 1, column 'logprobs': a value is not a number" in proc.stderr
