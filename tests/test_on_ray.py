@@ -38,7 +38,6 @@ pytest.importorskip("ray")
 
 RAY = str(Path(sys.executable).with_name("ray"))
 TIMEOUT = 180  # seconds for any one command: a saturated pool once hung
-OBJECT_STORE = str(200 << 20)  # bytes of each node's object store
 # A home of the tests' own: a local ray.init() leaves a token in ~/.ray (Ray 2.5x), which a
 # cluster started later with `ray start` would then half use.
 ENV_HOME = {"RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
@@ -73,16 +72,12 @@ def cluster():
     address = f"127.0.0.1:{port}"
     home = tempfile.mkdtemp(prefix="advray-", dir="/tmp")  # short: Ray's sockets live there
     try:
-        # Each node's object store is kept small: by default Ray reserves 30% of the machine's
-        # memory per node, which two nodes and the suite's other processes can run out of
         ray_cmd("start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                "--num-cpus", "1", "--include-dashboard", "false", "--temp-dir", home,
-                "--object-store-memory", OBJECT_STORE)  # fmt: skip
+                "--num-cpus", "1", "--include-dashboard", "false", "--temp-dir", home)  # fmt: skip
         # The second node declares a GPU (Ray schedules by the resources declared): `score`
         # then runs its tasks there, with ONNX Runtime's CPU provider on this machine.
         ray_cmd("start", "--address", address, "--node-ip-address", "127.0.0.1",
-                "--num-cpus", "1", "--num-gpus", "1",
-                "--object-store-memory", OBJECT_STORE)  # fmt: skip
+                "--num-cpus", "1", "--num-gpus", "1")  # fmt: skip
         yield address
     finally:
         stop_processes_of(home)
