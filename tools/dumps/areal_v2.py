@@ -12,7 +12,7 @@ their real dotted names.
 Run (framework venv, never part of CI):
 
     /tmp/fw/areal-new/venv/bin/python tools/dumps/areal_v2.py [OUTDIR] \
-        [--areal-git-dir /work/.mirror/areal-project+AReaL/repo]
+        [--areal-git-dir PATH]  (a bare clone of github.com/areal-project/AReaL; default $AREAL_GIT)
 
 OUTDIR defaults to tests/fixtures/real/areal/v2_fields and is wiped first (AReaL appends). The venv:
 `python3.11 -m venv /tmp/fw/areal-new/venv && .../pip install torch transformers tokenizers
@@ -81,7 +81,7 @@ from typing import Any
 
 AREAL_REPO = "github.com/areal-project/AReaL"
 AREAL_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
-DEFAULT_GIT_DIR = "/work/.mirror/areal-project+AReaL/repo"
+DEFAULT_GIT_DIR = os.environ.get("AREAL_GIT", "AReaL.git")
 DEFAULT_OUT = "tests/fixtures/real/areal/v2_fields"
 EXPERIMENT = "areal-new-fixture"
 TRIAL = "trial0"

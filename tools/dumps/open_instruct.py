@@ -80,9 +80,9 @@ CASES (one folder each under --out; each holds only the files open-instruct wrot
 RERUN
     python3 -m venv /tmp/fw/open-instruct/venv &&
         /tmp/fw/open-instruct/venv/bin/pip install numpy==2.2.6 tqdm
-    # bare clone: the `fetch` tool's github:allenai/open-instruct, or `git clone --bare`.
+    # a bare clone: `git clone --bare https://github.com/allenai/open-instruct`
     /tmp/fw/open-instruct/venv/bin/python open_instruct.py \
-        --git-dir /work/.mirror/allenai+open-instruct/repo \
+        --git-dir PATH/TO/open-instruct.git \
         --commit e6c3044aa6201c8bfa4573c1b03142af599e730d --out tests/fixtures/real/open-instruct
     Output is byte-identical across reruns (case folders are deleted and rewritten).
 """
@@ -104,7 +104,7 @@ import textwrap
 import types
 from concurrent.futures import ThreadPoolExecutor
 
-DEFAULT_GIT_DIR = "/work/.mirror/allenai+open-instruct/repo"
+DEFAULT_GIT_DIR = os.environ.get("OPEN_INSTRUCT_GIT", "open-instruct.git")
 DEFAULT_COMMIT = "e6c3044aa6201c8bfa4573c1b03142af599e730d"
 FIXED_TIMESTAMP = _real_datetime.datetime(2026, 1, 1, 0, 0, 0, tzinfo=_real_datetime.timezone.utc)
 REAL_IMPORT_OK = {"numpy", "tqdm"}  # plus the standard library

@@ -34,7 +34,7 @@ Stand-ins (plumbing only, documented in truth.json):
 
 Usage:
   /tmp/fw/prime-len/venv/bin/python prime_rl_length.py \
-      --git-dir /work/.mirror/PrimeIntellect-ai+prime-rl/repo \
+      --git-dir PATH/TO/prime-rl.git \
       --out tests/fixtures/real/prime-rl/length_penalty
 """
 
@@ -45,6 +45,7 @@ import ast
 import asyncio
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -246,7 +247,7 @@ def rollout_output(spec: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--git-dir", default="/work/.mirror/PrimeIntellect-ai+prime-rl/repo")
+    ap.add_argument("--git-dir", default=os.environ.get("PRIME_RL_GIT", "prime-rl.git"))
     ap.add_argument("--out", default="tests/fixtures/real/prime-rl/length_penalty")
     args = ap.parse_args()
 

@@ -10,7 +10,7 @@ its `slime/` package is extracted from the bare git dir that the search tool's
 Run (framework venv, never part of CI):
 
     /tmp/fw/slime-train/venv/bin/python tools/dumps/slime_train.py OUTDIR \
-        --slime-src /work/.mirror/THUDM+slime/repo [--scratch DIR] [CASE..]
+        --slime-src PATH/TO/slime.git [--scratch DIR] [CASE..]
 
 The venv: `python3.11 -m venv /tmp/fw/slime-train/venv && .../pip install torch numpy pyyaml httpx
 requests packaging` (CPU torch). Takes ~1 min on 2 cores (the second case compiles slime's
