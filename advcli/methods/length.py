@@ -25,7 +25,9 @@ def _weight(flag: str) -> Param:
         f"most (prime-rl's num_{flag}_weight; 0: not read).",
         PANEL,
         check=lambda value, _: (
-            None if np.isfinite(value) and value >= 0 else f"expected a number >= 0, saw {value}"
+            None
+            if np.isfinite(value) and value >= 0
+            else f"--{flag.replace('_', '-')}-weight {value}: expected a number >= 0"
         ),
     )
 

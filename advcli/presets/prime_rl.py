@@ -194,7 +194,8 @@ def trace_reward(trace: dict[str, Any]) -> float:
 def stream_chunk(path: str) -> Converted:
     """One chunk of a trace stream, its traces folded with the run's annotations; the rows of
     groups the run has not trained on left out (:func:`stream_run`)."""
-    run = stream_run(str(Path(path).parent.parent))
+    traces = Path(path).parent.parent
+    run = stream_run(str(traces), _written(traces))
     records, lines, torn = chunk_records(path)
     rows: list[dict[str, Any]] = []
     row_lines: list[int] = []
@@ -438,10 +439,18 @@ def _fold_advantages(
         start += size
 
 
+def _written(traces: Path) -> tuple[tuple[str, int, int], ...]:
+    """Name, size and time of each file of a run's index and annotations: a run still being
+    written is read again when they change."""
+    found = [traces / "stream.index.jsonl", *(traces / "annotations").glob("**/*")]
+    return tuple(sorted((str(f), s.st_size, s.st_mtime_ns) for f in found
+                        if f.is_file() and (s := f.stat())))  # fmt: skip
+
+
 @functools.lru_cache(maxsize=4)
-def stream_run(traces_dir: str) -> StreamRun:
+def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> StreamRun:
     """The folded annotations and the groups to read of the run whose ``traces`` folder this
-    is (read once per folder)."""
+    is: read once per folder and state of its files (``written``, :func:`_written`)."""
     traces = Path(traces_dir)
     updates: dict[str, list[dict[str, Any]]] = {}
     annotations = traces / "annotations"

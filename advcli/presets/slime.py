@@ -159,7 +159,8 @@ def with_train_dump(path: str, samples: list[dict[str, Any]], table: pa.Table) -
                 problem = f"{name} has {len(given)} entries for {n_resp} response tokens"
                 raise _fail(path, i, name, problem)
             if name == "advantages":  # the trainer's loss reads them on the loss mask only
-                given = np.where(np.asarray(sample.get("loss_mask", given)) != 0, given, 0.0)
+                mask = sample.get("loss_mask")
+                given = given if mask is None else np.where(np.asarray(mask) != 0, given, 0.0)
             values.append(np.concatenate([np.zeros(len(sample["tokens"]) - n_resp), given]))
         flat = np.concatenate(values).astype(np.float32)
         table = table.append_column(column, list_array(flat, offsets))

@@ -99,3 +99,19 @@ def test_a_log_probability_that_is_not_a_number_is_one_line(tmp_path: Path) -> N
                "--out", str(tmp_path / "o.parquet"))  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert f"{shard}: line 1, column 'logprobs': a value is not a number" in proc.stderr
+
+
+def test_log_probabilities_of_the_wrong_count_are_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    shutil.copytree(OPEN_INSTRUCT / "default", folder)
+    shard = next(folder.glob("*_rollouts_000000.jsonl"))
+    first, *rest = shard.read_text().splitlines(keepends=True)
+    record = json.loads(first)
+    record["logprobs"].append(-0.5)
+    shard.write_text(json.dumps(record) + "\n" + "".join(rest))
+    proc = run("annotate", str(folder), "--from", "open-instruct", "--method", "grpo",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    n = len(record["response_tokens"])
+    assert (f"{shard}: line 1, column 'logprobs': {n + 1} log-probabilities for {n} response "
+            "tokens") in proc.stderr  # fmt: skip

@@ -143,3 +143,34 @@ def test_the_stream_gives_grpo_length_its_costs(tmp_path: Path) -> None:
         sampled = truth[(episode, int(trace))]["sampled_nodes"]
         assert row["num_turns"] == len(sampled) and row["num_output_tokens"] > 0
         assert row["num_input_tokens"] > 0
+
+
+def test_an_annotation_of_the_wrong_length_is_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    orch = run_dir / "monitors" / "file" / "traces" / "annotations" / "orch" / "00000.jsonl"
+    first, *rest = orch.read_text().splitlines(keepends=True)
+    update = json.loads(first)
+    tokens = len(update["branches"][0]["advantages"])
+    update["branches"][0]["advantages"].pop()
+    orch.write_text(json.dumps(update) + "\n" + "".join(rest))
+    proc = run("annotate", str(run_dir), "--from", "prime-rl", "--method", "grpo",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert (f"{update['trace_id']}'s annotation gives {tokens - 1} advantages for a branch of "
+            f"{tokens} tokens") in proc.stderr  # fmt: skip
+
+
+def test_grpo_length_names_a_missing_count_and_a_negative_weight(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"prompt_id": 0, "reward": float(i), "num_output_tokens":
+                   None if i == 2 else 10, "num_input_tokens": 5, "num_turns": 1}) + "\n"
+                   for i in range(4)))  # fmt: skip
+    out = str(tmp_path / "o.parquet")
+    proc = run("annotate", str(log), "--method", "grpo-length", "--out", out)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert f"{log}: line 3, column 'num_output_tokens': expected a count >= 0" in proc.stderr
+    proc = run("annotate", str(log), "--method", "grpo-length", "--turns-weight", "-1",
+               "--out", out)  # fmt: skip
+    assert proc.returncode == 2
+    assert "--turns-weight -1.0: expected a number >= 0" in proc.stderr

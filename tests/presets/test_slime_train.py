@@ -76,3 +76,27 @@ def test_a_train_dump_without_its_rollout_dump_is_one_line(tmp_path: Path) -> No
     proc = run("check", str(tmp_path / "train_data" / "0.pt"), "--from", "slime")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "is read with the rollout dump of the same number" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.update(rollout_position=99),
+         "row 0, column 'rollout_position': rollout_position 99 is not a sample of the rollout"),
+        (lambda s: s.update(tokens=s["tokens"].flip(0)),
+         "row 0, column 'tokens': its tokens are not those of the rollout dump's sample 0"),
+    ],
+)  # fmt: skip
+def test_a_train_dump_that_does_not_fit_its_rollout_dump_is_one_line(
+    tmp_path: Path, edit, message: str
+) -> None:
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "dump"
+    shutil.copytree(SLIME / "default", folder)
+    train = folder / "train_data" / "0.pt"
+    dump = torch.load(train, weights_only=True)
+    edit(next(s for s in dump["samples"] if s["rollout_position"] == 0))
+    torch.save(dump, train)
+    proc = run("check", str(folder), "--from", "slime")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert message in proc.stderr
