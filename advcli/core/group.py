@@ -430,6 +430,48 @@ def maxrl(rewards: np.ndarray, codes: np.ndarray, stats: GroupStats) -> np.ndarr
     return _apply_flags(adv, codes, stats, raw=False)
 
 
+def group_quantile(x: np.ndarray, codes: np.ndarray, n_groups: int, q: float) -> np.ndarray:
+    """The ``q``-quantile of ``x`` in each group (NaN for an empty group), interpolated
+    linearly between order statistics, as ``numpy.quantile`` and ``torch.quantile`` do by
+    default: with the group's n values sorted, x_(0) ≤ … ≤ x_(n−1), and h = q·(n − 1),
+
+        Q_q = x_(⌊h⌋) + (h − ⌊h⌋)·(x_(⌊h⌋+1) − x_(⌊h⌋))
+
+    Values [0, 0, 1, 1, 1], q = 0.4: h = 1.6, Q = 0 + 0.6·(1 − 0) = 0.6.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    order = np.lexsort((x, codes))
+    sorted_x = x[order]
+    size = np.bincount(codes, minlength=n_groups)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    h = q * (size - 1)
+    lo = np.floor(h).astype(np.int64)
+    have = size > 0
+    out = np.full(n_groups, np.nan)
+    below = sorted_x[(start + lo)[have]]
+    above = sorted_x[(start + np.minimum(lo + 1, size - 1))[have]]
+    out[have] = below + (h - lo)[have] * (above - below)
+    return out
+
+
+def quantile_baseline(
+    rewards: np.ndarray, codes: np.ndarray, stats: GroupStats, *, q: float, singleton: str
+) -> np.ndarray:
+    """QAE (Wu et al. 2025, "Quantile Advantage Estimation for Entropy-Safe Reasoning"):
+    A_i = R_i − Q_q(R of the group), :func:`group_quantile`'s linear interpolation. With 0/1
+    rewards and success share p, a hard prompt (p ≤ 1 − q) gives its successes 1 − Q and its
+    failures 0; an easy one its failures −Q and its successes 0.
+
+    Rewards [1, 0, 0, 0, 0], q = 0.4: Q = 0, A = [1, 0, 0, 0, 0]. A singleton kept ``raw``
+    has the baseline 0 (A = R), as GRPO's has mean 0.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    adv = rewards - group_quantile(rewards, codes, len(stats.size), q)[codes]
+    raw = singleton == "raw"
+    adv = np.where(stats.singleton[codes] & raw, rewards, adv)
+    return _apply_flags(adv, codes, stats, raw=raw)
+
+
 def soft_mean(
     rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, beta: float
 ) -> np.ndarray:

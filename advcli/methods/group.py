@@ -351,12 +351,12 @@ class Grpo(GroupBaseline):
             scale=p.scale,
             batch_std=batch_std,
             batch_mean=batch_mean,
-            singleton=_singleton(p),
+            singleton=kept_singleton(p),
             tied_std=p.tied_std,
         )
 
 
-def _singleton(p: Params) -> str:
+def kept_singleton(p: Params) -> str:
     """What the core does with a singleton that is kept: its raw reward, or 0."""
     return "raw" if p.singleton == "raw" else "zero"
 
@@ -403,7 +403,7 @@ class Opo(GroupBaseline):
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
     ) -> np.ndarray:
         lengths = np.bincount(rows.rollout_codes, weights=rows.sums["actions"])
-        return G.opo(rewards, codes, stats, lengths, singleton=_singleton(p))
+        return G.opo(rewards, codes, stats, lengths, singleton=kept_singleton(p))
 
 
 class GrpoPassk(GroupBaseline):
@@ -427,7 +427,7 @@ class GrpoPassk(GroupBaseline):
             msg = f"--scale {p.scale}: grpo-passk divides by the group's std (group) or not (none)"
             raise UsageError(msg)
         return G.grpo_passk(rewards, codes, stats, eps=p.eps, eps_placement=p.eps_placement,
-                            scale=p.scale == "group", singleton=_singleton(p))  # fmt: skip
+                            scale=p.scale == "group", singleton=kept_singleton(p))  # fmt: skip
 
 
 class Gpg(GroupBaseline):
@@ -446,7 +446,7 @@ class Gpg(GroupBaseline):
     ) -> np.ndarray:
         batch_id, _, n_batches = completion_batches(rows, p.batch_size)
         adv, _ = G.gpg(rewards, codes, stats, batch_id, n_batches, f_norm=p.f_norm,
-                       singleton=_singleton(p))  # fmt: skip
+                       singleton=kept_singleton(p))  # fmt: skip
         return adv
 
 
