@@ -7,6 +7,8 @@
 
 - On-policy distillation (NeMo-RL's OPD estimator): A_t = log pi_teacher(a_t) - log pi(a_t);
   slime's form on any estimator: A_t -= c (log pi(a_t) - log pi_teacher(a_t)).
+- Entropy shaping (Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective"):
+  A_t + min(alpha H_t, |A_t| / kappa) (:func:`entropy_shaped`).
 """
 
 from __future__ import annotations
@@ -38,3 +40,24 @@ def kl_penalty(
         return 0.5 * d * d
     c = np.clip(-d, -K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
     return np.clip(np.exp(c) - c - 1.0, -K3_CLAMP, K3_CLAMP)
+
+
+def entropy_shaped(
+    advantages: np.ndarray, entropies: np.ndarray, *, coef: float, kappa: float
+) -> np.ndarray:
+    """Advantages with the entropy bonus of Cheng et al. (2025), float64:
+
+        A_t + min(alpha H_t, |A_t| / kappa)       (alpha = ``coef``, H_t the token's entropy)
+
+    The clip keeps the bonus below |A_t| / kappa, so with kappa > 1 it never flips an
+    advantage's sign, and a token of advantage 0 (a zero-variance group) stays 0. The paper
+    computes H_t under the sampling policy and stops its gradient; here it is the logged value.
+
+    >>> entropy_shaped(np.array([1.0, -1.0, 0.0, 0.2]), np.array([0.5, 2.0, 3.0, 1.0]),
+    ...                coef=0.4, kappa=2.0).tolist()
+    [1.2, -0.5, 0.0, 0.30000000000000004]
+    """
+    a = np.asarray(advantages, dtype=np.float64)
+    bonus = np.minimum(coef * np.asarray(entropies, dtype=np.float64), np.abs(a) / kappa)
+    out: np.ndarray = a + bonus
+    return out

@@ -46,6 +46,8 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "logprobs": ("nums", ("old_logprobs", "rollout_log_probs", "generation_logprobs")),
     "ref_logprobs": ("nums", ("ref_log_probs", "ref_log_prob")),
     "teacher_logprobs": ("nums", ("teacher_log_probs",)),
+    # Per-token entropy of the sampling policy (--entropy-coef)
+    "entropies": ("nums", ("entropy", "token_entropies")),
 }
 
 SPAN_KINDS = ("prompt", "action", "observation")

@@ -146,14 +146,20 @@ class Method(ABC, Generic[PlanT]):
         options that add a sum over its tokens."""
         if "input_ids" in self.roles:
             return self.name
-        on = (("--kl-coef", signals.kl_coef(p)), ("--opd-coef", p.opd_coef))
+        on = (
+            ("--kl-coef", signals.kl_coef(p)),
+            ("--opd-coef", p.opd_coef),
+            ("--entropy-coef", p.entropy_coef),
+        )
         flags = [flag for flag, coef in on if coef]
         return f"{self.name} with {' and '.join(flags)}" if flags else self.name
 
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
-        """:meth:`apply`, then the distillation term of ``--opd-coef``."""
+        """:meth:`apply`, then the entropy bonus of ``--entropy-coef`` and the distillation
+        term of ``--opd-coef``."""
         columns = self.apply(plan, tokens, row0, p)
-        columns["advantages"] = signals.distill(columns["advantages"], tokens, p)
+        shaped = signals.entropy_bonus(columns["advantages"], tokens, p)
+        columns["advantages"] = signals.distill(shaped, tokens, p)
         return columns
 
     @abstractmethod

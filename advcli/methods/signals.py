@@ -1,5 +1,6 @@
-"""Signals every method can take besides its own: a KL penalty in the reward (``--kl-coef``)
-and an on-policy distillation term in the advantage (``--opd-coef``).
+"""Signals every method can take besides its own: a KL penalty in the reward (``--kl-coef``),
+an on-policy distillation term in the advantage (``--opd-coef``) and an entropy bonus
+(``--entropy-coef``).
 
 - ``--kl-coef beta --kl-estimator k1|k2|k3|abs`` (verl ``apply_kl_penalty``): temporal methods
   subtract beta * kl_t from each action token's reward; outcome methods subtract
@@ -7,6 +8,9 @@ and an on-policy distillation term in the advantage (``--opd-coef``).
   and before the zero-variance test; only action tokens count.
 - ``--opd-coef c`` (slime): after the method, A_t -= c * (log pi(a_t) - log pi_teacher(a_t)) on
   every action token.
+- ``--entropy-coef alpha --entropy-kappa kappa`` (Cheng et al. 2025): after the method and
+  before the distillation term, A_t += min(alpha * H_t, |A_t| / kappa) on every action token,
+  H_t the log's per-token ``entropies``.
 
 The formulas are in :mod:`advcli.core.signals`.
 """
@@ -18,7 +22,7 @@ from typing import Any, get_args
 import numpy as np
 
 from advcli.core.ragged import row_of
-from advcli.core.signals import KlEstimator, kl_penalty
+from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
 from advcli.params import Param, Params
@@ -58,12 +62,40 @@ OPD_COEF = Param(
     check=_finite("--opd-coef"),
 )
 
-PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF)
+ENTROPY_COEF = Param(
+    "entropy_coef",
+    float,
+    0.0,
+    "alpha: A_t += min(alpha * entropies_t, |A_t| / kappa) on action tokens, after any "
+    "method (Cheng et al. 2025's entropy-shaped advantage; 0: off).",
+    PANEL,
+    check=lambda value, _: (
+        None
+        if np.isfinite(value) and value >= 0
+        else f"--entropy-coef {value}: expected a number >= 0"
+    ),
+)
+ENTROPY_KAPPA = Param(
+    "entropy_kappa",
+    float,
+    2.0,
+    "kappa: the entropy bonus is at most |A_t| / kappa (the paper's 2; > 1 keeps every "
+    "advantage's sign).",
+    PANEL,
+    check=lambda value, _: (
+        None
+        if np.isfinite(value) and value > 0
+        else f"--entropy-kappa {value}: expected a number > 0"
+    ),
+)
+
+PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA)
 """The modifiers every method accepts unless it declares fewer (``Method.shared``)."""
-WITHOUT_KL = (OPD_COEF,)
+WITHOUT_KL = (OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA)
 """What a method that puts no reward on the tokens accepts (gdpo, grpo-process, opd)."""
 KL_ROLES = ("logprobs", "ref_logprobs")
 OPD_ROLES = ("logprobs", "teacher_logprobs")
+ENTROPY_ROLES = ("entropies",)
 
 
 def kl_coef(p: Params) -> float:
@@ -73,7 +105,11 @@ def kl_coef(p: Params) -> float:
 
 def token_roles(p: Params) -> tuple[str, ...]:
     """The per-token columns the signals of a run read."""
-    roles = (*(KL_ROLES if kl_coef(p) else ()), *(OPD_ROLES if p.opd_coef else ()))
+    roles = (
+        *(KL_ROLES if kl_coef(p) else ()),
+        *(OPD_ROLES if p.opd_coef else ()),
+        *(ENTROPY_ROLES if p.entropy_coef else ()),
+    )
     return tuple(dict.fromkeys(roles))
 
 
@@ -110,6 +146,19 @@ def kl_stats(rows: Rows, p: Params) -> dict[str, Any]:
             "mean_per_rollout": total / rows.n_rollouts if rows.n_rollouts else 0.0,
         }
     }
+
+
+def entropy_bonus(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
+    """The advantages with the entropy bonus of ``--entropy-coef``, float32 (as given without
+    one): :func:`advcli.core.signals.entropy_shaped` on action tokens."""
+    if not p.entropy_coef:
+        return advantages
+    m = tokens.mask
+    out: np.ndarray = advantages.copy()
+    shaped = entropy_shaped(advantages[m], tokens.extra["entropies"][m],
+                            coef=p.entropy_coef, kappa=p.entropy_kappa)  # fmt: skip
+    out[m] = shaped.astype(np.float32)
+    return out
 
 
 def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
