@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +40,12 @@ def write_parquet(path: Path, rows: list[dict], schema: pa.Schema | None = None)
 
 
 def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None, env: dict | None = None):
-    """Run ``python -m advcli ARGS``; returns the CompletedProcess (bytes)."""
+    """Run ``python -m advcli ARGS``; returns the CompletedProcess (bytes). The command is a
+    child of this worker's fork server (:mod:`tests.cli_server`) where that cannot change
+    what it does, else a fresh process."""
+    server = _fork_server()
+    if server is not None and server.fits(env):
+        return server.run([str(a) for a in args], stdin, cwd)
     return subprocess.run(
         [sys.executable, "-m", "advcli", *args],
         input=stdin,
@@ -43,6 +54,86 @@ def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None, env: di
         env=env,
         check=False,
     )
+
+
+class _ForkServer:
+    """This process's :mod:`tests.cli_server`, and the connection to it."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="advcli-fork-")
+        path = os.path.join(self.folder, "socket")
+        self.env = dict(os.environ)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli_server", path],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError("the CLI fork server did not start")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        atexit.register(self.close)
+
+    def fits(self, env: dict | None) -> bool:
+        """Whether a child of the server would see the environment a fresh process would."""
+        wanted = dict(os.environ if env is None else env)
+        return _without_test_name(wanted) == _without_test_name(self.env)
+
+    def run(self, args: list[str], stdin: bytes | None, cwd: Path | None):
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin is not None else (0, None)
+        request = {"args": args, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ)}
+        payload = orjson.dumps(request)
+        socket.send_fds(
+            self.sock, [struct.pack("!I", len(payload)) + payload], [in_r, out_w, err_w]
+        )
+        for fd in (out_w, err_w, *((in_r,) if in_w is not None else ())):
+            os.close(fd)
+        streams: dict[int, bytes] = {}
+
+        def drain(fd: int) -> None:
+            with os.fdopen(fd, "rb") as f:
+                streams[fd] = f.read()
+
+        readers = [threading.Thread(target=drain, args=(fd,)) for fd in (out_r, err_r)]
+        for reader in readers:
+            reader.start()
+        if in_w is not None:
+            with os.fdopen(in_w, "wb") as f, contextlib.suppress(BrokenPipeError):
+                f.write(stdin or b"")
+        for reader in readers:
+            reader.join()
+        status = b""
+        while len(status) < 4:
+            chunk = self.sock.recv(4 - len(status))
+            if not chunk:
+                raise RuntimeError("the CLI fork server stopped")
+            status += chunk
+        (code,) = struct.unpack("!i", status)
+        return subprocess.CompletedProcess(
+            [sys.executable, "-m", "advcli", *args], code, streams[out_r], streams[err_r]
+        )
+
+    def close(self) -> None:
+        self.sock.close()
+        self.process.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _without_test_name(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+_SERVER: list[_ForkServer | None] = []
+
+
+def _fork_server() -> _ForkServer | None:
+    """This process's fork server, started on first use (None: ``ADVCLI_TEST_FORK=0``)."""
+    if not _SERVER:
+        on = os.environ.get("ADVCLI_TEST_FORK", "1") != "0" and hasattr(socket, "send_fds")
+        _SERVER.append(_ForkServer() if on else None)
+    return _SERVER[0]
 
 
 def annotate_in_memory(paths: list, **params) -> pa.Table:
