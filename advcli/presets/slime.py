@@ -57,9 +57,15 @@ class Slime(Preset):
     suffixes = (".pt",)
     logged = "source_advantages"  # where a train dump is joined
 
+    def files(self, inputs: list[str]) -> list[str]:
+        """The rollout dumps: a train dump named (or found in a folder) stands for its rollout
+        dump, read once however many ranks' train dumps name it."""
+        found = [_train_and_rollout(path)[1] for path in super().files(inputs)]
+        return list(dict.fromkeys(found))
+
     def convert(self, path: str, options: PresetOptions) -> Converted:
         refuse_pickle(path)
-        train_path, path = _train_and_rollout(path)
+        train_paths, path = _train_and_rollout(path)
         dump = torch_file.load(path)
         if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
             msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
@@ -68,8 +74,8 @@ class Slime(Preset):
         if not samples:
             raise DataError(f"{path}: the input has no rows. Hint: check the file")
         table = samples_table(path, samples, options)
-        if train_path is not None:
-            table = with_train_dump(train_path, samples, table)
+        if train_paths:
+            table = with_train_dump(train_paths, samples, table)
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
             return Converted(table)
@@ -98,58 +104,54 @@ TRAIN_PER_TOKEN = {
 """Per-response-token fields of the train dump, and the advcli column each becomes."""
 
 
-def _train_and_rollout(path: str) -> tuple[str | None, str]:
-    """The train dump of the same rollouts (None where there is none) and the rollout dump,
-    for a file of either folder."""
+def _train_and_rollout(path: str) -> tuple[list[str], str]:
+    """The train dumps of the same rollouts (slime's one file, or miles' one per rank; none
+    where there are none) and the rollout dump, for a file of either folder."""
     p = Path(path)
     if p.parent.name == "train_data":
-        rollout = p.parent.parent / "rollout_data" / p.name
+        rollout = p.parent.parent / "rollout_data" / f"{p.stem.split('_')[0]}.pt"
         if not rollout.is_file():
             msg = (
-                f"{path}: a slime train dump is read with the rollout dump of the same number "
-                f"(its rewards and groups), and {rollout} is not there. Hint: give the "
+                f"{path}: a slime or miles train dump is read with the rollout dump of the same "
+                f"number (its rewards and groups), and {rollout} is not there. Hint: give the "
                 "--dump-details folder, or put the rollout dump beside it"
             )
             raise DataError(msg)
-        return path, str(rollout)
-    train = p.parent.parent / "train_data" / p.name
-    return (str(train) if p.parent.name == "rollout_data" and train.is_file() else None), path
+        return train_dumps(rollout), str(rollout)
+    return (train_dumps(p) if p.parent.name == "rollout_data" else []), path
 
 
-def with_train_dump(path: str, samples: list[dict[str, Any]], table: pa.Table) -> pa.Table:
+def train_dumps(rollout: Path) -> list[str]:
+    """The train dumps beside the rollout dump ``DIR/rollout_data/N.pt``: slime's
+    ``DIR/train_data/N.pt``, or miles' ``DIR/train_data/N_{rank}.pt`` in rank order."""
+    folder = rollout.parent.parent / "train_data"
+    if (folder / rollout.name).is_file():
+        return [str(folder / rollout.name)]
+    ranks = [q for q in folder.glob(f"{rollout.stem}_*.pt") if q.stem.split("_")[1].isdigit()]
+    return [str(q) for q in sorted(ranks, key=lambda q: int(q.stem.split("_")[1]))]
+
+
+def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.Table) -> pa.Table:
     """``table`` (a rollout dump's samples, in order) with the train dump's per-token values,
     placed on each sample's response (0 over the prompt)."""
-    dump = torch_file.load(path)
-    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
-        msg = f"{path}: no 'samples' list, which a slime train dump has"
-        raise DataError(msg + ". Hint: check the file")
-    by_position: dict[int, dict[str, Any]] = {}
-    for row, s in enumerate(dump["samples"]):
-        position = s.get("rollout_position") if isinstance(s, dict) else None
-        if position is None or not 0 <= int(position) < len(samples):
-            problem = f"rollout_position {position!r} is not a sample of the rollout dump"
-            raise _fail(path, row, "rollout_position", problem)
-        if not np.array_equal(
-            np.asarray(s.get("tokens")), np.asarray(samples[int(position)]["tokens"])
-        ):
-            problem = f"its tokens are not those of the rollout dump's sample {int(position)}"
-            raise _fail(path, row, "tokens", problem)
-        by_position[int(position)] = s
-    missing = sorted(set(range(len(samples))) - set(by_position))
-    if missing:
+    first = torch_file.load(paths[0])
+    if isinstance(first, dict) and isinstance(first.get("rollout_data"), dict):
+        by_position = miles_train_samples(paths, [first], samples)
+    elif isinstance(first, dict) and isinstance(first.get("samples"), list):
+        by_position = slime_train_samples(paths[0], first["samples"], samples)
+    else:
         msg = (
-            f"{path}: the train dump holds no sample for rollout_position "
-            f"{', '.join(map(str, missing[:5]))}{', ...' if len(missing) > 5 else ''} of the "
-            f"rollout dump's {len(samples)}. Hint: read the rollout dump alone"
+            f"{paths[0]}: neither a 'samples' list (a slime train dump) nor a 'rollout_data' "
+            "dict (a miles one)"
         )
-        raise DataError(msg)
+        raise DataError(msg + ". Hint: check the file")
     offsets = np.r_[0, np.cumsum([len(s["tokens"]) for s in samples])].astype(np.int64)
     if "logprobs" in table.column_names:
         table = table.rename_columns(
             ["rollout_logprobs" if n == "logprobs" else n for n in table.column_names]
         )
     for name, column in TRAIN_PER_TOKEN.items():
-        if not all(name in by_position[i] for i in range(len(samples))):
+        if not all(by_position[i].get(name) is not None for i in range(len(samples))):
             continue
         values = []
         for i, sample in enumerate(samples):
@@ -157,14 +159,165 @@ def with_train_dump(path: str, samples: list[dict[str, Any]], table: pa.Table) -
             n_resp = int(sample["response_length"])
             if len(given) != n_resp:
                 problem = f"{name} has {len(given)} entries for {n_resp} response tokens"
-                raise _fail(path, i, name, problem)
+                raise _fail(by_position[i]["path"], by_position[i]["row"], name, problem)
             if name == "advantages":  # the trainer's loss reads them on the loss mask only
-                mask = sample.get("loss_mask")
+                mask = by_position[i].get("loss_masks", sample.get("loss_mask"))
                 given = given if mask is None else np.where(np.asarray(mask) != 0, given, 0.0)
             values.append(np.concatenate([np.zeros(len(sample["tokens"]) - n_resp), given]))
         flat = np.concatenate(values).astype(np.float32)
         table = table.append_column(column, list_array(flat, offsets))
     return table
+
+
+def slime_train_samples(
+    path: str, train: list[Any], samples: list[dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """slime's train dump: each sample's values, by its place in the rollout dump
+    (``rollout_position``), with where it was read (``path``, ``row``)."""
+    by_position: dict[int, dict[str, Any]] = {}
+    for row, s in enumerate(train):
+        position = s.get("rollout_position") if isinstance(s, dict) else None
+        if position is None or not 0 <= int(position) < len(samples):
+            problem = f"rollout_position {position!r} is not a sample of the rollout dump"
+            raise _fail(path, row, "rollout_position", problem)
+        _same_tokens(path, row, s.get("tokens"), samples[int(position)], int(position))
+        by_position[int(position)] = {**s, "path": path, "row": row}
+    _all_there(path, "rollout_position", set(by_position), samples)
+    return by_position
+
+
+MILES_PER_TOKEN = ("advantages", "returns", "log_probs", "ref_log_probs", "entropy")
+"""The per-token fields of a miles train dump, stored as each rank's context-parallel slice."""
+
+
+def miles_train_samples(
+    paths: list[str], loaded: list[Any], samples: list[dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """miles' train dumps (one per rank, each its data-parallel shard: ``rollout_data`` holds a
+    list per field, ``sample_indices`` naming each entry's sample): each sample's values, by its
+    place in the rollout dump, as miles@31f1ca9 ``dashboard/dump_reader.py`` joins them.
+
+    Several ranks hold a sample where tensor or context parallelism split its work: each
+    per-token field is taken from the ranks that hold it (pipeline stages without it hold
+    none), one per context-parallel rank (``cp_rank``, the lowest rank first), and its slices
+    put back in response order (:func:`cp_response_slices`)."""
+    position = {int(s["index"]): i for i, s in enumerate(samples)}
+    held: dict[int, list[tuple[str, dict[str, Any], int]]] = {}
+    for n, path in enumerate(paths):
+        pack = loaded[n] if n < len(loaded) else torch_file.load(path)
+        columns = pack.get("rollout_data") if isinstance(pack, dict) else None
+        if not isinstance(columns, dict) or columns.get("sample_indices") is None:
+            msg = f"{path}: no 'rollout_data' with 'sample_indices', which a miles train dump has"
+            raise DataError(msg + ". Hint: check the file")
+        for row, index in enumerate(columns["sample_indices"]):
+            if int(index) not in position:
+                problem = f"sample_index {int(index)} is not a sample of the rollout dump"
+                raise _fail(path, row, "sample_indices", problem)
+            _same_tokens(path, row, columns["tokens"][row], samples[position[int(index)]],
+                         position[int(index)])  # fmt: skip
+            held.setdefault(position[int(index)], []).append((path, pack, row))
+    _all_there(paths[0], "sample_indices", set(held), samples)
+    return {i: _miles_sample(i, holders, samples[i]) for i, holders in held.items()}
+
+
+def _miles_sample(
+    i: int, holders: list[tuple[str, dict[str, Any], int]], sample: dict[str, Any]
+) -> dict[str, Any]:
+    path, pack, row = holders[0]
+    columns = pack["rollout_data"]
+    total, n_resp = int(columns["total_lengths"][row]), int(columns["response_lengths"][row])
+    if n_resp != int(sample["response_length"]) or total != len(sample["tokens"]):
+        problem = (
+            f"total and response lengths {total}, {n_resp} are not those of the rollout "
+            f"dump's sample {i} ({len(sample['tokens'])}, {int(sample['response_length'])})"
+        )
+        raise _fail(path, row, "response_lengths", problem)
+    values: dict[str, Any] = {"path": path, "row": row}
+    if columns.get("loss_masks") is not None:
+        values["loss_masks"] = np.asarray(columns["loss_masks"][row])
+    cp_size = int(pack.get("cp_size") or 1)
+    # thd cuts the sequence itself into chunks, bshd its padded length
+    cut = total if pack.get("qkv_format", "thd") == "thd" else int(columns["max_seq_lens"][row])
+    for field in MILES_PER_TOKEN:
+        slices: dict[int, np.ndarray] = {}
+        for _, other, other_row in holders:
+            if other["rollout_data"].get(field) is not None:
+                rank = int(other.get("cp_rank") or 0)
+                slices.setdefault(rank, np.asarray(other["rollout_data"][field][other_row]))
+        if not slices:
+            continue
+        if sorted(slices) != list(range(cp_size)):
+            problem = (
+                f"{field} is held by context-parallel ranks {sorted(slices)} of {cp_size}: "
+                "its slices cannot be put together"
+            )
+            raise _fail(path, row, field, problem + ". Hint: give every rank's train dump")
+        values[field] = cp_joined(slices, (cut, total, n_resp), cp_size, (path, row, field))
+    return values
+
+
+def cp_response_slices(
+    cut: int, total: int, response: int, cp_rank: int, cp_size: int
+) -> list[tuple[int, int]]:
+    """The response positions ``[start, stop)`` whose per-token values a context-parallel rank
+    holds, in the order it holds them (miles' ``get_logits_and_tokens_offset_with_cp``).
+
+    A sequence of ``cut`` tokens (``total``, or the padded length in the ``bshd`` layout) is cut
+    into ``2·cp_size`` chunks of ``c = ⌈cut / (2·cp_size)⌉``; rank ``r`` holds chunks ``r`` and
+    ``2·cp_size − 1 − r``.
+    A response token ``t`` is predicted from the logits at ``prompt + t − 1``, so a chunk
+    ``[a, b)`` holds the response positions ``[max(a, p−1), min(b, total−1)) − (p−1)``."""
+    chunk = -(-cut // (2 * cp_size))
+    start = total - response - 1
+    spans = []
+    for first in (cp_rank, 2 * cp_size - cp_rank - 1):
+        lo, hi = max(first * chunk, start), min((first + 1) * chunk, total - 1)
+        if lo < hi:
+            spans.append((lo - start, hi - start))
+    return spans
+
+
+def cp_joined(
+    slices: dict[int, np.ndarray], lengths: tuple[int, int, int], cp_size: int,
+    at: tuple[str, int, str],
+) -> np.ndarray:  # fmt: skip
+    """One response's per-token values from its context-parallel ranks' slices; ``lengths``
+    are the chunked, total and response lengths, ``at`` the file, row and field read."""
+    if cp_size == 1:
+        return slices[0]
+    path, row, field = at
+    response = lengths[2]
+    out = np.zeros(response, dtype=np.float64)
+    for rank, values in slices.items():
+        taken = 0
+        for lo, hi in cp_response_slices(*lengths, rank, cp_size):
+            out[lo:hi] = values.ravel()[taken : taken + hi - lo]
+            taken += hi - lo
+        if taken != values.size:
+            problem = (
+                f"context-parallel rank {rank} holds {values.size} values of {field}, and its "
+                f"share of a {response}-token response is {taken}"
+            )
+            raise _fail(path, row, field, problem)
+    return out
+
+
+def _same_tokens(path: str, row: int, tokens: Any, sample: dict[str, Any], at: int) -> None:
+    if not np.array_equal(np.asarray(tokens), np.asarray(sample["tokens"])):
+        problem = f"its tokens are not those of the rollout dump's sample {at}"
+        raise _fail(path, row, "tokens", problem)
+
+
+def _all_there(path: str, key: str, found: set[int], samples: list[dict[str, Any]]) -> None:
+    missing = sorted(set(range(len(samples))) - found)
+    if missing:
+        msg = (
+            f"{path}: the train dump holds no sample for rollout dump positions "
+            f"{', '.join(map(str, missing[:5]))}{', ...' if len(missing) > 5 else ''} of "
+            f"{len(samples)} ({key}). Hint: give every rank's train dump, or read the rollout "
+            "dump alone"
+        )
+        raise DataError(msg)
 
 
 def _fail(path: str, row: int, field: str, problem: str) -> DataError:
