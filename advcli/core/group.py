@@ -472,6 +472,17 @@ def quantile_baseline(
     return _apply_flags(adv, codes, stats, raw=raw)
 
 
+def focal_weight(mean: np.ndarray, *, gamma: float, correct: float, wrong: float) -> np.ndarray:
+    """F-GRPO's weight per group: (1 − μ̂)^γ with μ̂ = clamp((mean − wrong)/(correct − wrong),
+    0, 1), the group's success rate read from its mean reward.
+
+    Means [0.25, 1.0, 0.0], γ = 2: μ̂ = [0.25, 1, 0], weights [0.5625, 0, 1].
+    """
+    rate = np.clip((np.asarray(mean, dtype=np.float64) - wrong) / (correct - wrong), 0.0, 1.0)
+    weight: np.ndarray = (1.0 - rate) ** gamma
+    return weight
+
+
 def soft_mean(
     rewards: np.ndarray, batch_codes: np.ndarray, n_batches: int, *, beta: float
 ) -> np.ndarray:

@@ -5,6 +5,7 @@ Each family lives in one module and declares its methods and the parameters they
 - :mod:`advcli.methods.group`: outcome baselines (grpo, rloo, opo, gpg, sppo, batch-mean, ...);
 - :mod:`advcli.methods.gdpo`: several reward columns, normalised apart and summed (gdpo);
 - :mod:`advcli.methods.quantile`: the quantile baseline (quantile, QAE);
+- :mod:`advcli.methods.focal`: GRPO weighted by the group's success rate (focal-grpo, F-GRPO);
 - :mod:`advcli.methods.length`: GRPO with prime-rl's length penalty (grpo-length);
 - :mod:`advcli.methods.process`: step rewards (grpo-process);
 - :mod:`advcli.methods.temporal`: per-token estimators (mc, td, gae, reinforce-pp, remax, ...);
@@ -28,7 +29,17 @@ from typing import Any
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
 from advcli.errors import PluginError, UsageError
 from advcli.io.schema import Roles
-from advcli.methods import distill, gdpo, group, length, process, quantile, signals, temporal
+from advcli.methods import (
+    distill,
+    focal,
+    gdpo,
+    group,
+    length,
+    process,
+    quantile,
+    signals,
+    temporal,
+)
 from advcli.methods.base import Method, Plan, TokenPass, sum_rows
 from advcli.params import Param, Params
 
@@ -78,8 +89,8 @@ def register(method: Method[Any]) -> None:
 PARAMETERS.update(
     {p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS, *signals.PARAMETERS)}
 )
-for _method in (*group.METHODS, *quantile.METHODS, *gdpo.METHODS, *length.METHODS,
-                *process.METHODS, *temporal.METHODS, *distill.METHODS):  # fmt: skip
+FAMILIES = (group, quantile, focal, gdpo, length, process, temporal, distill)
+for _method in (m for family in FAMILIES for m in family.METHODS):
     register(_method)
 
 PLUGINS = "advcli.methods"
