@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 .PHONY: demo test test-min docs bench clean
 
 # One pytest worker per core; a test file stays on one worker, so a module's fixtures (the Ray
-# cluster, Chromium, the S3 server) start once.
-PYTEST_PARALLEL := -n auto --dist loadfile
+# cluster, Chromium, the S3 server) start once. A worker that dies ends the run, naming its test
+# (xdist's restarted worker can wait forever for the crashed file's tests).
+PYTEST_PARALLEL := -n auto --dist loadfile --max-worker-restart 0
 
 $(BIN)/advcli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
