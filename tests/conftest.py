@@ -212,7 +212,7 @@ def s3():
 def sample_with_every_input():
     """The sample log with the columns only some methods read: a greedy rollout's reward,
     process rewards, log-probabilities of the policy and of a teacher, two reward columns, the
-    token and turn counts of grpo-length."""
+    token and turn counts of grpo-length, an agent role and an episode."""
     table = pq.read_table(SAMPLE / "rollouts.parquet")
     ids = table.column("input_ids").to_pylist()
     rng = np.random.default_rng(0)
@@ -229,6 +229,11 @@ def sample_with_every_input():
         .append_column("num_output_tokens", pa.array([len(row) for row in ids]))
         .append_column("num_input_tokens", pa.array(rng.integers(10, 50, table.num_rows)))
         .append_column("num_turns", pa.array(rng.integers(1, 4, table.num_rows)))
+        .append_column(
+            "agent",
+            pa.array(["proposer" if i % 3 == 0 else "solver" for i in range(table.num_rows)]),
+        )
+        .append_column("episode", pa.array([f"e{i // 4}" for i in range(table.num_rows)]))
     )
 
 

@@ -41,7 +41,7 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "truncated": truncated and s == n_seg - 1,
                     "bootstrap_value": 0.3,
                     # what only some methods read (kl, opd, remax, grpo-process, gdpo,
-                    # grpo-length)
+                    # grpo-length, hierarchical-grpo, rae)
                     "logprobs": (-more.uniform(0, 2, n)).tolist(),
                     "ref_logprobs": (-more.uniform(0, 2, n)).tolist(),
                     "teacher_logprobs": (-more.uniform(0, 2, n)).tolist(),
@@ -53,6 +53,8 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "num_output_tokens": int(more.integers(1, 100)),
                     "num_input_tokens": int(more.integers(1, 100)),
                     "num_turns": int(more.integers(1, 5)),
+                    "agent": ("proposer", "solver")[r % 2],  # hierarchical-grpo, rae
+                    "episode": f"e{r // 4}",
                 }
             )
     order = rng.permutation(len(rows))

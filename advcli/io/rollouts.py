@@ -14,6 +14,7 @@ and column, what was seen, and a hint. Nothing here computes an estimator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +55,9 @@ class Rows:
     unscored: np.ndarray | None = None  # bool per row: its rollout has no reward (left out of
     # the statistics, advantage 0)
     batch_codes: np.ndarray | None = None  # int64 per row: the batch (a framework's step)
+    labels: dict[str, np.ndarray] = field(default_factory=dict)  # int64 codes per row of the
+    # key roles of multi-agent logs the log has (LABEL_ROLES: agent, episode); -1: null
+    label_keys: dict[str, pa.Array] = field(default_factory=dict)  # the value of each code
 
     def unscored_rollouts(self) -> np.ndarray | None:
         """Per rollout: it has no reward (None: every rollout has one)."""
@@ -101,6 +105,8 @@ class Rows:
             named={k: v[keep] for k, v in self.named.items()},
             sums={k: v[keep] for k, v in self.sums.items()},
             batch_codes=cut(self.batch_codes),
+            labels={k: v[keep] for k, v in self.labels.items()},
+            label_keys=self.label_keys,
         )
 
     @property
@@ -124,6 +130,11 @@ class Rows:
         assert self.reward is not None, "the log has no reward column"
         rewards: np.ndarray = self.reward[self.last_segment_row()]
         return rewards
+
+    def rollout_labels(self, role: str) -> np.ndarray:
+        """The code of each rollout's ``role`` (a :data:`LABEL_ROLES` role the log has)."""
+        codes: np.ndarray = self.labels[role][self.last_segment_row()]
+        return codes
 
     def rollout_groups(self) -> np.ndarray:
         """The group code of each rollout."""
@@ -273,6 +284,8 @@ def require(
 
 
 ROW_ROLES = (
+    "agent",
+    "episode",
     "prompt_id",
     "rollout_id",
     "segment_index",
@@ -399,7 +412,25 @@ def extract_rows(
         named=named_columns,
         unscored=unscored,
         batch_codes=_codes(table.column(roles["batch"]))[0] if roles["batch"] else None,
+        **_labels(check, roles, table),
     )
+
+
+LABEL_ROLES = ("agent", "episode")
+"""Key roles read as codes per row (``Rows.labels``) where the log has them."""
+
+
+def _labels(check: Checker, roles: Roles, table: pa.Table) -> dict[str, Any]:
+    """``Rows.labels`` and ``Rows.label_keys`` of the label roles the log has: codes, -1 where
+    null (the methods that read a label refuse a null)."""
+    labels, keys = {}, {}
+    for role in LABEL_ROLES:
+        if (col := roles[role]) is not None:
+            check.utf8(col)
+            encoded = table.column(col).combine_chunks().dictionary_encode()
+            labels[role] = pc.fill_null(encoded.indices, -1).to_numpy().astype(np.int64)
+            keys[role] = encoded.dictionary
+    return {"labels": labels, "label_keys": keys}
 
 
 def _step_rewards(check: Checker, roles: Roles) -> StepRewards:

@@ -46,6 +46,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "logprobs": ("nums", ("old_logprobs", "rollout_log_probs", "generation_logprobs")),
     "ref_logprobs": ("nums", ("ref_log_probs", "ref_log_prob")),
     "teacher_logprobs": ("nums", ("teacher_log_probs",)),
+    # Multi-agent logs: the role that wrote a rollout, and the episode it took part in
+    "agent": ("key", ("agent_name", "agent_role")),
+    "episode": ("key", ()),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
 }

@@ -221,7 +221,8 @@ class OutcomeMethod(Method[OutcomePlan]):
                 drop |= flagged
                 dropped[reason] = int(flagged[codes].sum())
         zero_var = r.zero_variance
-        if p.zero_variance == "drop" and zero_var.any():
+        if zero_var.any() and p.zero_variance == "drop":  # (a method without such groups
+            # takes no --zero-variance)
             drop |= zero_var
             dropped["zero_variance"] = int(zero_var[codes].sum())
         stats = {**r.stats, **signals.kl_stats(rows, p)}

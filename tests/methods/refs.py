@@ -22,9 +22,11 @@ def cases(source: str, function: str) -> list[dict[str, Any]]:
     out = []
     for case in fixture["cases"]:
         rows = [{COLUMNS.get(k, k): v for k, v in row.items()} for row in case["rows"]]
-        for row in rows:  # a fixture without tokens: one action token per row
-            row.setdefault("input_ids", [1])
+        for row in rows:  # a fixture without tokens: one per mask entry, else one action token
+            row.setdefault("input_ids", [1] * len(row.get("action_mask", [1])))
             row.setdefault("action_mask", [1] * len(row["input_ids"]))
+        keys = list(dict.fromkeys(k for row in rows for k in row))  # from_pylist reads the first
+        rows = [{k: row.get(k) for k in keys} for row in rows]
         out.append({**case, "table": pa.Table.from_pylist(rows)})
     return out
 
