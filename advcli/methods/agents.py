@@ -29,7 +29,7 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core.scan import linear_scan
-from advcli.errors import RowError
+from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows
 from advcli.methods.group import (
     PANEL,
@@ -93,7 +93,14 @@ class HierarchicalGrpo(OutcomeMethod):
         scope = rows.rollout_groups()
         if scoped_names:
             episodes = agent_codes(rows, "episode")
-            names = rows.label_keys["agent"].to_pylist()
+            names = [str(name) for name in rows.label_keys["agent"].to_pylist()]
+            unknown = sorted(scoped_names - set(names))
+            if unknown:
+                msg = (
+                    f"--episode-agents: no rollout of agent {', '.join(map(repr, unknown))} in "
+                    f"the log. Hint: its agents are {', '.join(sorted(set(names)))}"
+                )
+                raise UsageError(msg)
             scoped = np.isin(agents, [i for i, name in enumerate(names) if name in scoped_names])
             scope = np.where(scoped, episodes + len(rows.group_keys), scope)
         _, peers = np.unique(np.c_[agents, scope], axis=0, return_inverse=True)

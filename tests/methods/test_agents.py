@@ -93,3 +93,14 @@ def test_worked_examples_and_the_command(tmp_path) -> None:
     proc = run("annotate", no_agent, "--method", "rae", "--out", str(tmp_path / "x.parquet"))
     assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1
     assert b"no 'agent' column" in proc.stderr
+
+
+def test_an_unknown_episode_agent_is_one_line(tmp_path) -> None:
+    rows = [{"prompt_id": "t", "episode": "e0", "agent": a, "reward": r, "input_ids": [1],
+             "action_mask": [1]} for a, r in (("solver", 1.0), ("solver", 0.0))]  # fmt: skip
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", log, "--method", "hierarchical-grpo", "--episode-agents", "solvr",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == (b"advcli: error: --episode-agents: no rollout of agent 'solvr' in the "
+                           b"log. Hint: its agents are solver\n")  # fmt: skip
