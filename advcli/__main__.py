@@ -47,6 +47,9 @@ def main() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if held:
             _interrupted()
+    from advcli.io.interrupts import arm_for_the_process
+
+    arm_for_the_process()
     run()
 
 

@@ -28,7 +28,7 @@ from polars.exceptions import PanicException as _Panic
 from advcli._malloc import tune_allocator
 from advcli.cli.commands import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
-from advcli.io.interrupts import STOPS, handle_termination, terminated_by
+from advcli.io.interrupts import STOPS, terminated_by, termination_handled
 
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
 
@@ -118,10 +118,10 @@ def _run(args: list[str] | None) -> Any:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
         # Python's own handler, again after the imports: a native one may have replaced it
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    handle_termination()
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
-    return command().main(args=args, prog_name="advcli", standalone_mode=False)
+    with termination_handled():
+        return command().main(args=args, prog_name="advcli", standalone_mode=False)
 
 
 def _stdout_closed() -> NoReturn:

@@ -46,16 +46,47 @@ leaves anyway: Python runs its handlers between bytecodes, so a call stuck in na
 network read) would otherwise never see the signal."""
 
 
-def handle_termination() -> None:
-    """SIGTERM and SIGHUP raise :class:`Terminated` (main thread), unless the parent ignores
-    them (``nohup`` ignores SIGHUP: it stays ignored); and a watchdog ends the process
-    :data:`GRACE_SECONDS` after any stop the main thread has not acted on."""
+@contextlib.contextmanager
+def termination_handled() -> Iterator[None]:
+    """Over one run: SIGTERM and SIGHUP raise :class:`Terminated` (main thread), unless the
+    parent ignores them (``nohup`` ignores SIGHUP: it stays ignored); and a watchdog ends the
+    process :data:`GRACE_SECONDS` after any stop the run has not acted on. After the run the
+    handlers are the ones before it, and the watchdog lets later stops be (the command line
+    may run in-process, in a test or a notebook, which a stop there must not end)."""
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    for signum in STOPS:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
+    before = {signum: signal.getsignal(signum) for signum in STOPS}
+    for signum, handler in before.items():
+        if handler is not signal.SIG_IGN:
             signal.signal(signum, _terminate)
-    if _watching:  # one watchdog a process (the command line may run in-process many times)
+    _watch()
+    run = object()
+    _armed.append(run)
+    try:
+        yield
+    finally:
+        _armed.remove(run)
+        for signum, handler in before.items():
+            if handler is not None:  # None: a handler not installed from Python
+                signal.signal(signum, handler)
+
+
+_armed: list[object] = []  # the runs in progress, which a stop ends
+
+
+def arm_for_the_process() -> None:
+    """The process is one run (the ``advcli`` command): a stop not acted on ends it, even
+    after the command's own run (a hang in an exit handler)."""
+    _armed.append(arm_for_the_process)
+
+
+_watching: list[bool] = []
+
+
+def _watch() -> None:
+    """The watchdog thread, started once a process."""
+    if _watching:
         return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
@@ -67,21 +98,21 @@ def handle_termination() -> None:
     _watching.append(True)
 
 
-_watching: list[bool] = []
-
-
 def _watchdog(reader: socket.socket, _writer: socket.socket) -> None:
     """Wait for a stop's byte on the wakeup socket (written by Python's C-level handler, from
-    any thread, even while the main thread is stuck), then for :data:`GRACE_SECONDS`; if the
-    process is still there, leave with the stop's exit status. (``_writer``: the socket's other
-    end, kept open while the watchdog runs.)"""
+    any thread, even while the main thread is stuck), then for :data:`GRACE_SECONDS`; if a run
+    that was going when the stop came still is, leave with the stop's exit status.
+    (``_writer``: the socket's other end, kept open while the watchdog runs.)"""
     while True:
         data = reader.recv(1)
         if not data:
             return
         signum = data[0]
-        if signum in (signal.SIGINT, *STOPS):
+        going = list(_armed)
+        if going and signum in (signal.SIGINT, *STOPS):
             time.sleep(GRACE_SECONDS)
+            if not any(run in _armed for run in going):
+                continue  # the run unwound: the stop was acted on
             word = b"interrupted" if signum == signal.SIGINT else b"terminated"
             os.write(2, b"advcli: " + word + b" (it did not stop in time)\n")
             os._exit(128 + signum)

@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -45,3 +47,23 @@ def test_off_the_main_thread_it_changes_nothing():
     thread.start()
     thread.join()
     assert seen == [signal.default_int_handler]
+
+
+def test_a_stop_after_an_in_process_run_leaves_the_process_alone():
+    """The command line run in-process (a test, a notebook), then a Ctrl-C the caller handles:
+    the run's watchdog lets the process be (it used to end it, 10 s later, with exit 130)."""
+    code = (
+        "import os, signal, sys, time\n"
+        "from advcli.io import interrupts\n"
+        "from advcli.cli import runner\n"
+        "interrupts.GRACE_SECONDS = 0.2\n"
+        "try:\n    runner.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "try:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n"
+        "except KeyboardInterrupt:\n    pass\n"
+        "time.sleep(1.0)\nprint('alive')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("alive\n") and "did not stop in time" not in proc.stderr
