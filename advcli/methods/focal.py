@@ -5,9 +5,10 @@ the F-GRPO branch at 5b98636, RFC verl#5256):
     μ̂ = clamp((mean_g − R_wrong) / (R_correct − R_wrong), 0, 1)     (the group's success rate)
     A_i = (1 − μ̂)^γ · A_GRPO,i
 
-A_GRPO is :mod:`advcli.methods.group`'s GRPO under the run's convention (``--scale none``
-is verl's ``norm_adv_by_std_in_grpo: false``). A singleton kept ``raw`` has mean 0 (as verl
-sets it), which is also the mean its weight reads. With γ = 0 it is GRPO.
+The tests run the function from PR #5334's head (644e540), whose ``core_algos.py`` is the text
+of 5b98636. A_GRPO is :mod:`advcli.methods.group`'s GRPO under the run's convention
+(``--scale none`` is verl's ``norm_adv_by_std_in_grpo: false``). A singleton kept ``raw`` has
+mean 0 (as verl sets it), which is also the mean its weight reads. With γ = 0 it is GRPO.
 
 Rewards [1, 0, 0, 0] (verl: ddof 1, eps 1e-6): A_GRPO = [1.5, −0.5, −0.5, −0.5], μ̂ = 0.25,
 weight 0.75, A = [1.125, −0.375, −0.375, −0.375].
