@@ -15,6 +15,7 @@ user gave it, and dropped when only a convention or a preset has a value for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -103,6 +104,20 @@ def in_unit_interval(flag: str, suffix: str = "") -> Check:
     def check(value: Any, _: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) or not 0.0 <= value <= 1.0:
             return f"{flag} {value}: expected a number in [0, 1]{suffix}"
+        return None
+
+    return check
+
+
+def finite(flag: str, minimum: float | None = None, *, above: bool = False) -> Check:
+    """A check that a number is finite and, with ``minimum``, at least it (``above``: more)."""
+
+    def check(value: Any, _: Mapping[str, Any]) -> str | None:
+        low = minimum is not None and (value <= minimum if above else value < minimum)
+        if isinstance(value, str) or not math.isfinite(value) or low:
+            what = "a finite number" if minimum is None else (
+                f"a number {'>' if above else '>='} {minimum:g}")  # fmt: skip
+            return f"{flag} {value}: expected {what}"
         return None
 
     return check

@@ -157,11 +157,10 @@ class Rae(OutcomeMethod):
     outputs = ("advantages", "advantage", "baseline")
 
     def advantages(self, rows: Rows, rewards: np.ndarray, p: Params) -> RolloutAdvantages:
-        order = rows.completion_order()
+        order, agents = rows.completion_order(), agent_codes(rows)
         baseline = np.empty(rows.n_rollouts)
-        baseline[order] = moving_baselines(rewards[order], agent_codes(rows)[order],
-                                           p.baseline_decay)  # fmt: skip
-        stats: dict[str, Any] = {"agents": len(np.unique(agent_codes(rows)))}
+        baseline[order] = moving_baselines(rewards[order], agents[order], p.baseline_decay)
+        stats: dict[str, Any] = {"agents": len(np.unique(agents))}
         return RolloutAdvantages(
             advantage=rewards - baseline,
             columns={"baseline": baseline},

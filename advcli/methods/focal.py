@@ -24,33 +24,22 @@ from advcli.core import group as G
 from advcli.errors import UsageError
 from advcli.io.rollouts import Rows
 from advcli.methods.group import PANEL, Grpo
-from advcli.params import Check, Param, Params
-
-
-def _finite(flag: str, minimum: float | None = None) -> Check:
-    def check(value: float, _: object) -> str | None:
-        if not np.isfinite(value) or (minimum is not None and value < minimum):
-            bound = f" >= {minimum:g}" if minimum is not None else ""
-            return f"{flag} {value}: expected a finite number{bound}"
-        return None
-
-    return check
-
+from advcli.params import Param, Params, finite
 
 FOCAL_GAMMA = Param(
     "focal_gamma", float, 1.0,
     "focal-grpo: γ, the power of the focal weight (1 − μ̂)^γ (verl's f_grpo_gamma; 0: grpo).",
-    PANEL, check=_finite("--focal-gamma", 0.0),
+    PANEL, check=finite("--focal-gamma", 0.0),
 )  # fmt: skip
 REWARD_CORRECT = Param(
     "reward_correct", float, 1.0,
     "focal-grpo: a right answer's reward, where the success rate is 1 (f_grpo_reward_correct).",
-    PANEL, check=_finite("--reward-correct"),
+    PANEL, check=finite("--reward-correct"),
 )  # fmt: skip
 REWARD_WRONG = Param(
     "reward_wrong", float, 0.0,
     "focal-grpo: a wrong answer's reward, where the success rate is 0 (f_grpo_reward_wrong).",
-    PANEL, check=_finite("--reward-wrong"),
+    PANEL, check=finite("--reward-wrong"),
 )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from advcli.core import group as G
 from advcli.errors import RowError
 from advcli.io.rollouts import Rows
 from advcli.methods.group import PANEL, Grpo
-from advcli.params import Param, Params
+from advcli.params import Param, Params, finite
 
 
 def _weight(flag: str) -> Param:
@@ -24,11 +24,7 @@ def _weight(flag: str) -> Param:
         f"grpo-length: the weight of the rollout's {flag.replace('_', ' ')} over the group's "
         f"most (prime-rl's num_{flag}_weight; 0: not read).",
         PANEL,
-        check=lambda value, _: (
-            None
-            if np.isfinite(value) and value >= 0
-            else f"--{flag.replace('_', '-')}-weight {value}: expected a number >= 0"
-        ),
+        check=finite(f"--{flag.replace('_', '-')}-weight", 0.0),
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from advcli.core import group as G
 from advcli.io.rollouts import Rows
 from advcli.methods.group import GROUP_RULES, PANEL, GroupBaseline, kept_singleton
-from advcli.params import Param, Params
+from advcli.params import Param, Params, in_unit_interval
 
 QUANTILE = Param(
     "quantile",
@@ -28,9 +28,7 @@ QUANTILE = Param(
     "quantile: K, the quantile of the group's rewards taken as the baseline (0.5, the "
     "default: the median; the paper tunes K per task).",
     PANEL,
-    check=lambda value, _: (
-        None if 0 <= value <= 1 else f"--quantile {value}: expected a number from 0 to 1"
-    ),
+    check=in_unit_interval("--quantile"),
 )
 
 

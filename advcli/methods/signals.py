@@ -25,16 +25,9 @@ from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
-from advcli.params import Param, Params
+from advcli.params import Param, Params, finite
 
 PANEL = "KL and distillation"
-
-
-def _finite(flag: str) -> Any:
-    def check(value: Any, _: object) -> str | None:
-        return None if np.isfinite(value) else f"{flag} {value}: expected a finite number"
-
-    return check
 
 
 KL_COEF = Param(
@@ -43,7 +36,7 @@ KL_COEF = Param(
     0.0,
     "beta: subtract beta * KL(logprobs || ref_logprobs) from the rewards (0: off).",
     PANEL,
-    check=_finite("--kl-coef"),
+    check=finite("--kl-coef"),
 )
 KL_ESTIMATOR = Param(
     "kl_estimator",
@@ -59,7 +52,7 @@ OPD_COEF = Param(
     0.0,
     "c: A_t -= c * (logprobs - teacher_logprobs) on action tokens, after any method (slime).",
     PANEL,
-    check=_finite("--opd-coef"),
+    check=finite("--opd-coef"),
 )
 
 ENTROPY_COEF = Param(
@@ -69,11 +62,7 @@ ENTROPY_COEF = Param(
     "alpha: A_t += min(alpha * entropies_t, |A_t| / kappa) on action tokens, after any "
     "method (Cheng et al. 2025's entropy-shaped advantage; 0: off).",
     PANEL,
-    check=lambda value, _: (
-        None
-        if np.isfinite(value) and value >= 0
-        else f"--entropy-coef {value}: expected a number >= 0"
-    ),
+    check=finite("--entropy-coef", 0.0),
 )
 ENTROPY_KAPPA = Param(
     "entropy_kappa",
@@ -82,11 +71,7 @@ ENTROPY_KAPPA = Param(
     "kappa: the entropy bonus is at most |A_t| / kappa (the paper's 2; > 1 keeps every "
     "advantage's sign).",
     PANEL,
-    check=lambda value, _: (
-        None
-        if np.isfinite(value) and value > 0
-        else f"--entropy-kappa {value}: expected a number > 0"
-    ),
+    check=finite("--entropy-kappa", 0.0, above=True),
 )
 
 PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA)

@@ -84,4 +84,4 @@ def test_cli_writes_the_quantile_advantage(tmp_path) -> None:
     assert orjson.loads(proc.stdout)["singleton_groups"] == 1
     bad = run("annotate", log, "--method", "quantile", "--quantile", "1.5", "--out", str(out))
     assert bad.returncode == 2
-    assert b"--quantile 1.5: expected a number from 0 to 1" in bad.stderr
+    assert b"--quantile 1.5: expected a number in [0, 1]" in bad.stderr
