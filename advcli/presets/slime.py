@@ -240,10 +240,20 @@ def _miles_sample(
     cut = total if pack.get("qkv_format", "thd") == "thd" else int(columns["max_seq_lens"][row])
     for field in MILES_PER_TOKEN:
         slices: dict[int, np.ndarray] = {}
-        for _, other, other_row in holders:
-            if other["rollout_data"].get(field) is not None:
-                rank = int(other.get("cp_rank") or 0)
-                slices.setdefault(rank, np.asarray(other["rollout_data"][field][other_row]))
+        for other_path, other, other_row in holders:
+            rank = int(other.get("cp_rank") or 0)
+            if other["rollout_data"].get(field) is None or rank in slices:
+                continue
+            held = np.asarray(other["rollout_data"][field][other_row]).ravel()
+            spans = cp_response_slices(cut, total, n_resp, rank, cp_size)
+            share = sum(hi - lo for lo, hi in spans)
+            if cp_size > 1 and held.size != share:
+                problem = (
+                    f"context-parallel rank {rank} holds {held.size} values of {field}, and its "
+                    f"share of a {n_resp}-token response is {share}"
+                )
+                raise _fail(other_path, other_row, field, problem)
+            slices[rank] = held
         if not slices:
             continue
         if sorted(slices) != list(range(cp_size)):
@@ -252,7 +262,7 @@ def _miles_sample(
                 "its slices cannot be put together"
             )
             raise _fail(path, row, field, problem + ". Hint: give every rank's train dump")
-        values[field] = cp_joined(slices, (cut, total, n_resp), cp_size, (path, row, field))
+        values[field] = cp_joined(slices, (cut, total, n_resp), cp_size)
     return values
 
 
@@ -278,27 +288,19 @@ def cp_response_slices(
 
 
 def cp_joined(
-    slices: dict[int, np.ndarray], lengths: tuple[int, int, int], cp_size: int,
-    at: tuple[str, int, str],
-) -> np.ndarray:  # fmt: skip
-    """One response's per-token values from its context-parallel ranks' slices; ``lengths``
-    are the chunked, total and response lengths, ``at`` the file, row and field read."""
+    slices: dict[int, np.ndarray], lengths: tuple[int, int, int], cp_size: int
+) -> np.ndarray:
+    """One response's per-token values from its context-parallel ranks' slices (each of the
+    size :func:`cp_response_slices` gives it); ``lengths`` are the chunked, total and response
+    lengths."""
     if cp_size == 1:
         return slices[0]
-    path, row, field = at
-    response = lengths[2]
-    out = np.zeros(response, dtype=np.float64)
+    out = np.zeros(lengths[2], dtype=np.float64)
     for rank, values in slices.items():
         taken = 0
         for lo, hi in cp_response_slices(*lengths, rank, cp_size):
-            out[lo:hi] = values.ravel()[taken : taken + hi - lo]
+            out[lo:hi] = values[taken : taken + hi - lo]
             taken += hi - lo
-        if taken != values.size:
-            problem = (
-                f"context-parallel rank {rank} holds {values.size} values of {field}, and its "
-                f"share of a {response}-token response is {taken}"
-            )
-            raise _fail(path, row, field, problem)
     return out
 
 

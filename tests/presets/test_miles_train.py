@@ -74,3 +74,29 @@ def test_a_missing_data_parallel_shard_is_one_line(tmp_path: Path) -> None:
     proc = run("check", str(folder), "--from", "miles")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "the train dump holds no sample for rollout dump positions" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "edit", "message"),
+    [
+        ("default", lambda d: d["response_lengths"].__setitem__(0, 99),
+         "total and response lengths"),
+        ("context_parallel", lambda d: d["advantages"].__setitem__(0, d["advantages"][0][:-1]),
+         "holds"),
+        ("default", lambda d: d["sample_indices"].__setitem__(0, 99),
+         "column 'sample_indices': sample_index 99 is not a sample of the rollout dump"),
+    ],
+)  # fmt: skip
+def test_a_rank_file_that_does_not_fit_its_rollout_dump_is_one_line(
+    tmp_path: Path, case: str, edit, message: str
+) -> None:
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "dump"
+    shutil.copytree(MILES / case, folder)
+    rank = folder / "train_data" / "0_1.pt"
+    dump = torch.load(rank, weights_only=True)
+    edit(dump["rollout_data"])
+    torch.save(dump, rank)
+    proc = run("check", str(folder), "--from", "miles")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{rank}: row 0" in proc.stderr and message in proc.stderr
