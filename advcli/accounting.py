@@ -5,7 +5,7 @@ columns and one validating pass that counts each row's tokens and action tokens 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from advcli import progress
 from advcli.core import group as G
-from advcli.core.audit import AuditReport
+from advcli.core import steps as S
+from advcli.core.audit import AuditReport, audit_steps
 from advcli.core.audit import audit as audit_groups
 from advcli.errors import (
     SchemaError,
@@ -33,6 +34,7 @@ from advcli.io.sources import (
 )
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.logs import BATCH_ROWS, Log, group_warnings
+from advcli.methods import steps
 
 
 class CountTokens(Protocol):
@@ -120,6 +122,15 @@ class Audit:
         return out | {"files": self.files, "warnings": self.warnings}
 
 
+def step_signal(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's return (γ = 1) and anchor-state group, as ``gigpo``'s defaults make them
+    (verl-agent: equal states within the episode group)."""
+    assert rows.group_codes is not None
+    rewards = steps.step_rewards(rows)
+    returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, 1.0)
+    return returns, S.anchor_groups(rows.group_codes, rows.labels["state"], within=True)
+
+
 def audit_log(
     log: Log,
     *,
@@ -154,5 +165,7 @@ def audit_log(
     codes = rows.rollout_groups()
     stats = G.group_stats(rewards, codes, len(rows.group_keys), ddof=0, tol=tol)
     report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
+    if "state" in rows.labels:
+        report = replace(report, **audit_steps(*step_signal(rows), tol))
     warnings = [*log.warnings, *group_warnings(rows, roles)]
     return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)

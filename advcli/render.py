@@ -115,7 +115,7 @@ def audit_report(name: str, report: AuditReport) -> None:
     t.add_column(style="bold")
     t.add_column(justify="right")
     no_tokens = "n/a (no token ids)"
-    rows = [
+    rows: list[tuple[str, object]] = [
         ("groups", report.groups),
         ("rollouts", report.rollouts),
         ("action tokens", no_tokens if report.action_tokens is None else report.action_tokens),
@@ -134,6 +134,14 @@ def audit_report(name: str, report: AuditReport) -> None:
             else f"{report.no_signal_action_token_share:.1%}",
         ),
     ]
+    if report.no_signal_step_share is not None:
+        rows += [
+            ("agent steps", report.steps),
+            ("state groups", report.state_groups),
+            ("  singletons", report.singleton_state_groups),
+            ("  tied returns", report.tied_state_groups),
+            ("steps with no signal", f"{report.no_signal_step_share:.1%}"),
+        ]
     for key, value in rows:
         t.add_row(key, _fmt(value))
     stdout.print(t)

@@ -212,7 +212,8 @@ def s3():
 def sample_with_every_input():
     """The sample log with the columns only some methods read: a greedy rollout's reward,
     process rewards, log-probabilities of the policy and of a teacher, two reward columns, the
-    token and turn counts of grpo-length, an agent role and an episode."""
+    token and turn counts of grpo-length, an agent role and an episode, an agent step's state
+    and reward."""
     table = pq.read_table(SAMPLE / "rollouts.parquet")
     ids = table.column("input_ids").to_pylist()
     rng = np.random.default_rng(0)
@@ -234,6 +235,8 @@ def sample_with_every_input():
             pa.array(["proposer" if i % 3 == 0 else "solver" for i in range(table.num_rows)]),
         )
         .append_column("episode", pa.array([f"e{i // 4}" for i in range(table.num_rows)]))
+        .append_column("state", pa.array([f"s{i % 3}" for i in range(table.num_rows)]))
+        .append_column("step_reward", pa.array(rng.random(table.num_rows)))
     )
 
 

@@ -55,6 +55,8 @@ def segmented_log(tmp_path, n_rollouts=40, seed=0):
                     "num_turns": int(more.integers(1, 5)),
                     "agent": ("proposer", "solver")[r % 2],  # hierarchical-grpo, rae
                     "episode": f"e{r // 4}",
+                    "state": f"s{s}-{r % 3}",  # gigpo: agent steps' states and rewards
+                    "step_reward": float(more.integers(0, 2)),
                 }
             )
     order = rng.permutation(len(rows))

@@ -11,15 +11,21 @@ A *near-tie* is a group of n >= 2 that is not zero-variance but whose rewards ba
 population standard deviation is below a threshold (default 5% of the log's reward range,
 ``NEAR_TIE_SHARE`` × (highest − lowest)). Its advantages exist, but come from differences
 that may be noise (a judge's rounding, a length penalty); the audit counts them apart.
+
+Agent steps have a signal of their own (GiGPO's step term): a step whose anchor-state group
+(the steps of its episode group with the same ``state``) is itself alone, or whose members'
+returns are equal, gets no step advantage (:func:`audit_steps`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from advcli.core.group import GroupStats
+from advcli.core.steps import tied
 
 NEAR_TIE_SHARE = 0.05  # the default near-tie threshold, as a share of the log's reward range
 
@@ -49,6 +55,31 @@ class AuditReport:
     near_tie_std_below: float  # the threshold used
     group_sizes: dict[int, int] = field(default_factory=dict)
     reward_histogram: list[tuple[float, float, int]] = field(default_factory=list)
+    # agent steps (a log with a ``state`` column, :func:`audit_steps`); None: no states
+    steps: int | None = None
+    state_groups: int | None = None
+    singleton_state_groups: int | None = None
+    tied_state_groups: int | None = None
+    steps_without_signal: int | None = None
+    no_signal_step_share: float | None = None
+
+
+def audit_steps(returns: np.ndarray, anchors: np.ndarray, tol: float) -> dict[str, Any]:
+    """The step signal of GiGPO's anchor-state groups (``anchors``, one code per step, and
+    each step's return): a group of one step, or of steps whose returns span at most ``tol``,
+    gives those steps no step advantage. The :class:`AuditReport` fields of steps."""
+    n = int(anchors.max()) + 1 if len(anchors) else 0
+    size = np.bincount(anchors, minlength=n)
+    tied_groups = tied(returns, anchors, n, tol)
+    no_signal = ((size == 1) | tied_groups)[anchors]
+    return {
+        "steps": len(anchors),
+        "state_groups": n,
+        "singleton_state_groups": int((size == 1).sum()),
+        "tied_state_groups": int(tied_groups.sum()),
+        "steps_without_signal": int(no_signal.sum()),
+        "no_signal_step_share": float(no_signal.mean()) if len(anchors) else 0.0,
+    }
 
 
 def audit(

@@ -55,8 +55,10 @@ class Rows:
     unscored: np.ndarray | None = None  # bool per row: its rollout has no reward (left out of
     # the statistics, advantage 0)
     batch_codes: np.ndarray | None = None  # int64 per row: the batch (a framework's step)
+    step_reward: np.ndarray | None = None  # float64 per row: the agent step's own reward, NaN
+    # where null (the methods that read it take a null as 0)
     labels: dict[str, np.ndarray] = field(default_factory=dict)  # int64 codes per row of the
-    # key roles of multi-agent logs the log has (LABEL_ROLES: agent, episode); -1: null
+    # key roles the log has (LABEL_ROLES: agent, episode, state); -1: null
     label_keys: dict[str, pa.Array] = field(default_factory=dict)  # the value of each code
 
     def unscored_rollouts(self) -> np.ndarray | None:
@@ -105,6 +107,7 @@ class Rows:
             named={k: v[keep] for k, v in self.named.items()},
             sums={k: v[keep] for k, v in self.sums.items()},
             batch_codes=cut(self.batch_codes),
+            step_reward=cut(self.step_reward),
             labels={k: v[keep] for k, v in self.labels.items()},
             label_keys=self.label_keys,
         )
@@ -286,6 +289,8 @@ def require(
 ROW_ROLES = (
     "agent",
     "episode",
+    "state",
+    "step_reward",
     "prompt_id",
     "rollout_id",
     "segment_index",
@@ -381,6 +386,13 @@ def extract_rows(
     if (col := roles["baseline_reward"]) is not None:
         baseline = numeric(table.column(col).combine_chunks())
 
+    step_reward = None
+    if (col := roles["step_reward"]) is not None:
+        values = table.column(col).combine_chunks()
+        step_reward = numeric(values)
+        null = values.is_null().to_numpy(zero_copy_only=False)
+        check.finite(col, np.where(null, 0.0, step_reward))  # a NaN in the file is an error
+
     named_columns: dict[str, np.ndarray] = {}
     for name in named:
         values = table.column(name).combine_chunks()
@@ -412,11 +424,12 @@ def extract_rows(
         named=named_columns,
         unscored=unscored,
         batch_codes=_codes(table.column(roles["batch"]))[0] if roles["batch"] else None,
+        step_reward=step_reward,
         **_labels(check, roles, table),
     )
 
 
-LABEL_ROLES = ("agent", "episode")
+LABEL_ROLES = ("agent", "episode", "state")
 """Key roles read as codes per row (``Rows.labels``) where the log has them."""
 
 

@@ -49,6 +49,10 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # Multi-agent logs: the role that wrote a rollout, and the episode it took part in
     "agent": ("key", ("agent_name", "agent_role")),
     "episode": ("key", ()),
+    # Agent steps (a rollout's segments): the reward of the step, and the observation it acted
+    # on (text or a hash), which makes steps of one episode group comparable (GiGPO)
+    "step_reward": ("num", ("step_score",)),
+    "state": ("key", ("state_hash", "anchor_obs", "env_state_hash")),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
 }

@@ -7,6 +7,7 @@ Each family lives in one module and declares its methods and the parameters they
 - :mod:`advcli.methods.quantile`: the quantile baseline (quantile, QAE);
 - :mod:`advcli.methods.focal`: GRPO weighted by the group's success rate (focal-grpo, F-GRPO);
 - :mod:`advcli.methods.agents`: baselines scoped by agent role (hierarchical-grpo, rae);
+- :mod:`advcli.methods.steps`: per-step credit for agents (gigpo, step-reinforce, ...);
 - :mod:`advcli.methods.length`: GRPO with prime-rl's length penalty (grpo-length);
 - :mod:`advcli.methods.process`: step rewards (grpo-process);
 - :mod:`advcli.methods.temporal`: per-token estimators (mc, td, gae, reinforce-pp, remax, ...);
@@ -40,6 +41,7 @@ from advcli.methods import (
     process,
     quantile,
     signals,
+    steps,
     temporal,
 )
 from advcli.methods.base import Method, Plan, TokenPass, sum_rows
@@ -91,7 +93,7 @@ def register(method: Method[Any]) -> None:
 PARAMETERS.update(
     {p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS, *signals.PARAMETERS)}
 )
-FAMILIES = (group, quantile, focal, agents, gdpo, length, process, temporal, distill)
+FAMILIES = (group, quantile, focal, agents, steps, gdpo, length, process, temporal, distill)
 for _method in (m for family in FAMILIES for m in family.METHODS):
     register(_method)
 

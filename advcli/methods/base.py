@@ -22,6 +22,7 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core.conventions import Convention
+from advcli.core.steps import turn_counts
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
 from advcli.methods import signals
@@ -125,7 +126,9 @@ class Method(ABC, Generic[PlanT]):
 
     def row_sums(self, p: Params) -> tuple[str, ...]:
         """The per-row sums of token columns :meth:`plan` reads from ``rows.sums``:
-        ``"actions"`` (action tokens) and ``"kl"`` (sum of kl_t over them, with --kl-coef).
+        ``"actions"`` (action tokens), ``"turns"`` (action spans, with ``"ends_on_action"``:
+        whether the row's last token is one) and ``"kl"`` (sum of kl_t over them, with
+        --kl-coef).
         The engine makes one pass for them before planning."""
         return ("actions", "kl") if signals.kl_coef(p) else ()
 
@@ -178,6 +181,8 @@ class Method(ABC, Generic[PlanT]):
 def sum_rows(tokens: Tokens, wanted: tuple[str, ...], p: Params) -> dict[str, np.ndarray]:
     """The per-row sums of :meth:`Method.row_sums` over one batch of rows."""
     sums = {"actions": tokens.action_counts()}
+    if "turns" in wanted:
+        sums["turns"], sums["ends_on_action"] = turn_counts(tokens.mask, tokens.offsets)
     if "kl" in wanted:
         sums["kl"] = signals.row_kl(tokens, p)
     return sums

@@ -241,10 +241,16 @@ class OutcomeMethod(Method[OutcomePlan]):
         self, plan: OutcomePlan, tokens: Tokens, row0: int, p: Params
     ) -> dict[str, np.ndarray]:
         """Each row's advantage on its action tokens, exactly 0 elsewhere."""
-        per_row = plan.advantage[row0 : row0 + len(tokens.offsets) - 1].astype(np.float32)
-        adv = np.repeat(per_row, lengths(tokens.offsets))
-        adv[~tokens.mask] = 0.0
-        return {"advantages": adv}
+        return {"advantages": on_actions(plan.advantage, tokens, row0)}
+
+
+def on_actions(per_row: np.ndarray, tokens: Tokens, row0: int) -> np.ndarray:
+    """The float32 advantage of each row of the batch starting at ``row0`` on its action
+    tokens, exactly 0 elsewhere."""
+    rows = per_row[row0 : row0 + len(tokens.offsets) - 1].astype(np.float32)
+    adv = np.repeat(rows, lengths(tokens.offsets))
+    adv[~tokens.mask] = 0.0
+    return adv
 
 
 def refuse_singletons(rows: Rows, single: np.ndarray, p: Params) -> None:

@@ -1,0 +1,522 @@
+"""Per-step credit for agents: each row is one step of a trajectory (a segment: ``rollout_id``
++ ``segment_index``), with its own reward (role ``step_reward``) and, for GiGPO, the observation
+it acted on (role ``state``). The trajectory's ``reward`` stays its outcome: the episode return.
+A null step reward counts 0; a trajectory without any step reward has its reward on its last
+step (Trinity-RFT's sparse fallback). Every step gets one advantage, on its action tokens.
+
+With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajectory (``--step-gamma``
+γ) and R the trajectory's return (its ``reward``; without that column, the sum of its steps'):
+
+- ``gigpo`` (GiGPO, Feng et al. 2025; verl-agent ``gigpo/core_gigpo.py``): A = A^E + ω·A^S.
+  A^E normalises R over the episode group (the prompt's trajectories); A^S normalises G over
+  the step's anchor-state group (the steps of the episode group whose ``state`` is the same),
+  0 where that group is one step. ``--step-norm mean``: x − mean; ``std``: (x − mean)/(std + eps).
+  ``--implementation`` picks whose details (the default verl-agent; ``trinity``, ``roll``):
+
+  ============  ===========================  ==========================  =====================
+  \\             verl-agent                   Trinity-RFT                 ROLL
+  ============  ===========================  ==========================  =====================
+  A^E over      the group's step rows        the group's trajectories    step rows, group or
+                                                                         batch (--norm-scope)
+  lone group    mean 0, std 1 (A^E = R)      mean 0, std 1               0 (or R − batch mean)
+  mean norm     x − mean                     (x − mean)/(1 + eps)        x − mean
+  state groups  within the episode group     across the batch            across the batch
+  ============  ===========================  ==========================  =====================
+
+  ROLL's ``--step-norm none`` (its default, method ``identity``) adds the raw terms; it zeroes a
+  group of one or of std ≤ 1e-6 under ``std``, and weighs the terms with ``--episode-weight``.
+
+  Two trajectories of one group, steps (state, r): [(s0, 0), (s1, 1)] and [(s0, 0), (s2, 0)],
+  rewards 1 and 0, γ = 1, verl-agent ``mean``: A^E = 1 − 0.5 = 0.5 and −0.5; the s0 steps have
+  G = 1 and 0, so A^S = ±0.5; s1 and s2 are alone (A^S = 0). A = [1, 0.5] and [−1, −0.5].
+- ``step-reinforce`` (ROLL ``step_reinforce``): A_t = G_t normalised (``--step-norm``, over the
+  group or the batch, ``--norm-scope``), the same on every token of the step.
+- ``agentic-reinforce`` (ROLL ``agentic_reinforce``): s = R normalised as above (over the
+  trajectories), and each action span (turn) k turns before the trajectory's last gets γ^k·s
+  (``--step-gamma``; ROLL's ``gamma``): the discount is per turn, not per token; the turns of
+  later segments count. A trajectory whose last token is not an action gets 0 (ROLL's reward
+  lands on that token and is masked away).
+- ``step-grpo`` (Trinity-RFT ``step_wise_grpo``): the trajectory's GRPO advantage
+  (R − mean)/(std + eps) over its group (a lone one: R/(1 + eps)) on every step, divided by
+  its number of steps with ``--divide-by-steps``; ``--std-threshold`` leaves out the groups of
+  one trajectory or of std ≤ it.
+
+``--reward-clip`` and ``--advantage-clip`` (ROLL) clip the step's scalar to ±c before and after
+(there is no token-level whitening here). Statistics are float64 (std ddof 1, as ``torch.std``).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from advcli.core import steps as S
+from advcli.core.conventions import Convention
+from advcli.errors import SchemaError, UsageError
+from advcli.io.rollouts import Rows
+from advcli.io.tokens import Tokens
+from advcli.methods.base import Method
+from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
+from advcli.params import Param, Params, finite, in_unit_interval
+
+PANEL = "Agent steps"
+
+IMPLEMENTATIONS = ("verl-agent", "trinity", "roll")
+
+
+def _clip(flag: str) -> Any:
+    check = finite(flag, 0.0, above=True)
+    return lambda value, values: None if value is None else check(value, values)
+
+
+STEP_GAMMA = Param(
+    "step_gamma",
+    float,
+    None,
+    "γ per agent step: G_t = r_t + γ·G_{t+1} (verl-agent, Trinity-RFT: 1; ROLL: 0.95); "
+    "agentic-reinforce: the discount per turn (ROLL's gamma, 1).",
+    PANEL,
+    conventional=True,
+    check=in_unit_interval("--step-gamma"),
+)
+STEP_NORM = Param(
+    "step_norm",
+    str,
+    None,
+    "Normalisation of the episode and step terms: none, mean (x − mean) or std ((x − mean) / "
+    "(std + eps)). gigpo: verl-agent's mode (mean_norm: mean); ROLL's method (identity: none).",
+    PANEL,
+    choices=("none", "mean", "std"),
+    conventional=True,
+)
+IMPLEMENTATION = Param(
+    "implementation",
+    str,
+    None,
+    "gigpo: whose GiGPO (verl-agent, trinity or roll); --convention roll picks roll.",
+    PANEL,
+    choices=IMPLEMENTATIONS,
+    conventional=True,
+)
+STEP_WEIGHT = Param(
+    "step_weight",
+    float,
+    1.0,
+    "gigpo: ω, the weight of the step term (verl-agent's step_advantage_w).",
+    PANEL,
+    check=finite("--step-weight"),
+)
+EPISODE_WEIGHT = Param(
+    "episode_weight",
+    float,
+    1.0,
+    "gigpo (roll): the weight of the episode term (ROLL's episode_reward_weight).",
+    PANEL,
+    check=finite("--episode-weight"),
+)
+SIMILARITY = Param(
+    "similarity",
+    float,
+    0.0,
+    "gigpo (verl-agent): text states of one group whose SequenceMatcher ratio to a state group's "
+    "first state is at least this join it (verl-agent's similarity_thresh); 0: equal states.",
+    PANEL,
+    check=lambda value, values: (
+        f"--similarity {value}: expected a number in [0, 1)"
+        if not 0 <= value < 1
+        else "--similarity applies to --implementation verl-agent"
+        if value and values.get("implementation") != "verl-agent"
+        else None
+    ),
+)
+NORM_SCOPE = Param(
+    "norm_scope",
+    str,
+    "group",
+    "The rows normalised together: the episode group (ROLL's grouping traj_group_id) or the "
+    "batch; step-grpo: the std's (Trinity-RFT's std_cal_level).",
+    PANEL,
+    choices=("group", "batch"),
+)
+REWARD_CLIP = Param(
+    "reward_clip",
+    float,
+    None,
+    "roll: clip the step's scalar to ±this before it goes on the tokens (ROLL's reward_clip).",
+    PANEL,
+    check=_clip("--reward-clip"),
+)
+ADVANTAGE_CLIP = Param(
+    "advantage_clip",
+    float,
+    None,
+    "roll: clip the advantages to ±this (ROLL's advantage_clip).",
+    PANEL,
+    check=_clip("--advantage-clip"),
+)
+DIVIDE_BY_STEPS = Param(
+    "divide_by_steps",
+    bool,
+    False,
+    "step-grpo: divide by the trajectory's number of steps (Trinity-RFT's enable_step_norm).",
+    PANEL,
+)
+STD_THRESHOLD = Param(
+    "std_threshold",
+    float,
+    None,
+    "step-grpo: leave out the groups of one trajectory or of std ≤ this (Trinity-RFT).",
+    PANEL,
+    check=lambda value, values: None if value is None else finite("--std-threshold", 0.0)(
+        value, values),
+)  # fmt: skip
+
+PARAMETERS = (
+    IMPLEMENTATION,
+    STEP_GAMMA,
+    STEP_NORM,
+    STEP_WEIGHT,
+    EPISODE_WEIGHT,
+    SIMILARITY,
+    NORM_SCOPE,
+    REWARD_CLIP,
+    ADVANTAGE_CLIP,
+    DIVIDE_BY_STEPS,
+    STD_THRESHOLD,
+)
+
+
+@dataclass
+class StepAdvantages:
+    """What a step method computes per row (step)."""
+
+    advantage: np.ndarray  # float64
+    columns: dict[str, np.ndarray]  # output columns, per row
+    drop: dict[str, np.ndarray] = field(default_factory=dict)  # reason -> bool per row
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def step_rewards(rows: Rows) -> np.ndarray:
+    """Each step's reward: its ``step_reward`` (null: 0), or, in a trajectory without any, its
+    ``reward`` on the last step."""
+    last = rows.is_last_segment()
+    given = rows.step_reward
+    have = np.zeros(rows.n_rows, dtype=bool) if given is None else ~np.isnan(given)
+    r = np.where(have, given if given is not None else 0.0, 0.0)
+    sparse = ~(np.bincount(rows.rollout_codes, weights=have, minlength=rows.n_rollouts) > 0)
+    at_end = sparse[rows.rollout_codes] & last
+    if at_end.any():
+        if rows.reward is None:
+            raise SchemaError("the log has neither a step_reward nor a reward column")
+        r = np.where(at_end, rows.reward, r)
+    return r
+
+
+def episode_returns(rows: Rows, rewards: np.ndarray) -> np.ndarray:
+    """Each trajectory's return: its ``reward``, or the sum of its step rewards."""
+    if rows.reward is not None:
+        return rows.rollout_rewards()
+    out: np.ndarray = np.bincount(rows.rollout_codes, weights=rewards, minlength=rows.n_rollouts)
+    return out
+
+
+def centre_scale(norm: str) -> tuple[S.Centre, S.StepScale]:
+    """ROLL's normalisation types of a method (identity, mean, mean_std)."""
+    types: dict[str, tuple[S.Centre, S.StepScale]] = {
+        "none": ("none", "none"), "mean": ("group", "none"), "std": ("group", "group")}  # fmt: skip
+    return types[norm]
+
+
+def roll_normalise(x: np.ndarray, codes: np.ndarray, n: int, norm: str, eps: float) -> np.ndarray:
+    """ROLL's ``agentic_reward_norm``: x − mean, or (x − mean)/(std + eps) where the group has
+    two rows or more and std > 1e-6 (else 0)."""
+    centre, scale = centre_scale(norm)
+    return S.normalise(x, codes, n, centre=centre, scale=scale, eps=eps, lone="keep",
+                       min_std=1e-6 if scale != "none" else None)  # fmt: skip
+
+
+def scope_codes(rows: Rows, per_row_groups: np.ndarray, p: Params) -> tuple[np.ndarray, int]:
+    """The groups ROLL normalises over: the episode groups, or the batch as one."""
+    if p.norm_scope == "batch":
+        return np.zeros(len(per_row_groups), dtype=np.int64), 1
+    n = int(per_row_groups.max()) + 1 if len(per_row_groups) else 0
+    return per_row_groups, n
+
+
+def clipped(x: np.ndarray, clip: float | None) -> np.ndarray:
+    return x if clip is None else np.clip(x, -clip, clip)
+
+
+class StepMethod(Method[OutcomePlan]):
+    """A method that gives each step (row) one advantage."""
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        roll = convention.name == "roll"
+        return {"step_gamma": 0.95 if roll else 1.0, "step_norm": "none" if roll else "mean",
+                "implementation": "roll" if roll else "verl-agent"}  # fmt: skip
+
+    @abstractmethod
+    def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
+        """Per row: the advantage and the output columns (rows of unscored rollouts left out)."""
+
+    def plan(self, rows: Rows, p: Params) -> OutcomePlan:
+        r = self.step_advantages(rows.scored(), p)
+        keep = np.ones(rows.n_rows, dtype=bool) if rows.unscored is None else ~rows.unscored
+
+        def full(x: np.ndarray) -> np.ndarray:
+            out = np.full(rows.n_rows, np.nan if x.dtype.kind == "f" else 0, dtype=x.dtype)
+            out[keep] = x
+            return out
+
+        advantage = np.where(keep, full(r.advantage), 0.0)
+        drop = np.zeros(rows.n_rows, dtype=bool)
+        dropped = {}
+        for reason, flags in r.drop.items():
+            if flags.any():
+                drop |= full(flags)
+                dropped[reason] = int(flags.sum())
+        stats = {**r.stats}
+        if not keep.all():
+            stats["unscored_steps"] = int((~keep).sum())
+        columns = {"advantage": advantage.astype(np.float32)}
+        columns.update({name: full(values) for name, values in r.columns.items()})
+        return OutcomePlan(columns=columns, kept=None if not drop.any() else ~drop,
+                           dropped=dropped, stats=stats, advantage=advantage)  # fmt: skip
+
+    def apply(
+        self, plan: OutcomePlan, tokens: Tokens, row0: int, p: Params
+    ) -> dict[str, np.ndarray]:
+        return {"advantages": on_actions(plan.advantage, tokens, row0)}
+
+
+def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
+    """Each step's anchor-state group: equal ``state`` (within the episode group for
+    verl-agent, across the batch otherwise), or similar text (``--similarity``); a step
+    without a state is alone."""
+    states = rows.labels["state"]
+    if p.similarity:  # a Python loop over each group's distinct states, as verl-agent's
+        texts = [str(t) for t in rows.label_keys["state"].to_pylist()]
+        pairs, first, inverse = np.unique(np.c_[groups, states], axis=0, return_index=True,
+                                          return_inverse=True)  # fmt: skip
+        cluster = np.full(len(pairs), -1, dtype=np.int64)
+        order = np.lexsort((first, pairs[:, 0]))  # by group, then first appearance
+        order = order[pairs[order, 1] >= 0]  # a step without a state stays alone
+        for mine in np.split(order, np.flatnonzero(np.diff(pairs[order, 0])) + 1):
+            cluster[mine] = S.similar_states([texts[s] for s in pairs[mine, 1]], p.similarity)
+        states = np.where(states < 0, -1, cluster[inverse.ravel()])
+    return S.anchor_groups(groups, states, within=p.implementation == "verl-agent")
+
+
+class Gigpo(StepMethod):
+    """A = A^E + ω·A^S: the trajectory's return over its group, and the step's discounted
+    return over its anchor-state group (GiGPO; verl-agent ``compute_gigpo_outcome_advantage``)."""
+
+    name = "gigpo"
+    summary = (
+        "A^E + ω·A^S: the trajectory's return normalised over its group plus the step's "
+        "discounted return over the steps of the group with the same `state` (verl-agent "
+        "`core_gigpo.py`; `--implementation trinity` or `roll`)"
+    )
+    roles: ClassVar[tuple[str, ...]] = ("prompt_id", "state")
+    parameters = (
+        IMPLEMENTATION,
+        STEP_GAMMA,
+        STEP_NORM,
+        STEP_WEIGHT,
+        EPISODE_WEIGHT,
+        SIMILARITY,
+        NORM_SCOPE,
+        REWARD_CLIP,
+        ADVANTAGE_CLIP,
+        EPS,
+        ZERO_VARIANCE_TOL,
+    )
+    outputs = ("advantages", "advantage", "episode_advantage", "step_advantage", "step_return",
+               "state_group_size", "zero_variance", "no_step_signal")  # fmt: skip
+
+    def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
+        assert rows.group_codes is not None and rows.group_keys is not None
+        if p.implementation != "roll" and (p.episode_weight != 1.0 or p.norm_scope != "group"
+                                           or p.reward_clip or p.advantage_clip):  # fmt: skip
+            msg = ("--episode-weight, --norm-scope, --reward-clip and --advantage-clip apply "
+                   "to gigpo --implementation roll")  # fmt: skip
+            raise UsageError(msg)
+        rewards = step_rewards(rows)
+        returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, p.step_gamma)
+        R = episode_returns(rows, rewards)
+        groups, n_groups = rows.group_codes, len(rows.group_keys)
+        anchors = state_groups(rows, groups, p)
+        n_anchors = int(anchors.max()) + 1 if len(anchors) else 0
+        scale: S.StepScale = "group" if p.step_norm == "std" else "none"
+        if p.implementation == "verl-agent":
+            episode = S.normalise(R[rows.rollout_codes], groups, n_groups, centre="group",
+                                  scale=scale, eps=p.eps, lone="raw")  # fmt: skip
+            step = S.normalise(returns, anchors, n_anchors, centre="group", scale=scale,
+                               eps=p.eps, lone="zero")  # fmt: skip
+            advantage = episode + p.step_weight * step
+        elif p.implementation == "trinity":
+            scale = "group" if p.step_norm == "std" else "one"
+            by_trajectory = S.normalise(R, rows.rollout_groups(), n_groups, centre="group",
+                                        scale=scale, eps=p.eps, lone="raw")  # fmt: skip
+            episode = by_trajectory[rows.rollout_codes]
+            step = S.normalise(returns, anchors, n_anchors, centre="group", scale=scale,
+                               eps=p.eps, lone="zero")  # fmt: skip
+            advantage = episode + p.step_weight * step
+        else:
+            scope, n_scope = scope_codes(rows, groups, p)
+            episode = roll_normalise(R[rows.rollout_codes], scope, n_scope, p.step_norm, p.eps)
+            step = roll_normalise(returns, anchors, n_anchors, p.step_norm, p.eps)
+            combined = p.episode_weight * episode + p.step_weight * step
+            advantage = clipped(clipped(combined, p.reward_clip), p.advantage_clip)
+        size = np.bincount(anchors, minlength=n_anchors)
+        no_signal = (size == 1) | S.tied(returns, anchors, n_anchors, p.zero_variance_tol)
+        zero_variance = S.tied(R[rows.rollout_codes], groups, n_groups, p.zero_variance_tol)
+        return StepAdvantages(
+            advantage=advantage,
+            columns={
+                "episode_advantage": episode,
+                "step_advantage": step,
+                "step_return": returns,
+                "state_group_size": size[anchors],
+                "zero_variance": zero_variance[groups],
+                "no_step_signal": no_signal[anchors],
+            },
+            stats={
+                "state_groups": n_anchors,
+                "singleton_state_groups": int((size == 1).sum()),
+                "tied_state_groups": int(
+                    S.tied(returns, anchors, n_anchors, p.zero_variance_tol).sum()
+                ),  # fmt: skip
+                "steps_with_no_signal": int(no_signal[anchors].sum()),
+            },
+        )
+
+
+class StepReinforce(StepMethod):
+    """A_t = G_t, normalised over the group or the batch (ROLL ``step_reinforce``)."""
+
+    name = "step-reinforce"
+    summary = (
+        "the step's discounted return G_t = r_t + γ·G_{t+1}, normalised over the group or the "
+        "batch (`--step-norm`, `--norm-scope`; ROLL `step_reinforce`)"
+    )
+    roles: ClassVar[tuple[str, ...]] = ("step_reward",)
+    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, REWARD_CLIP, ADVANTAGE_CLIP, EPS)
+    outputs = ("advantages", "advantage", "step_return")
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {**super().defaults(convention), "step_gamma": 0.95, "step_norm": "none"}
+
+    def needs(self, p: Params) -> set[str]:
+        grouped = p.norm_scope == "group" and p.step_norm != "none"
+        return super().needs(p) | ({"prompt_id"} if grouped else set())
+
+    def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
+        rewards = step_rewards(rows)
+        returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, p.step_gamma)
+        groups = rows.group_codes if rows.group_codes is not None else np.zeros(rows.n_rows, int)
+        scope, n_scope = scope_codes(rows, groups, p)
+        scalar = clipped(roll_normalise(returns, scope, n_scope, p.step_norm, p.eps),
+                         p.reward_clip)  # fmt: skip
+        return StepAdvantages(
+            advantage=clipped(scalar, p.advantage_clip), columns={"step_return": returns}
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnPlan(OutcomePlan):
+    later_turns: np.ndarray  # per row: the turns of its rollout's later segments
+
+
+class AgenticReinforce(StepMethod):
+    """γ^k·s on the turn k turns before the rollout's last, s the trajectory's normalised
+    return (ROLL ``agentic_reinforce``)."""
+
+    name = "agentic-reinforce"
+    summary = (
+        "the trajectory's normalised return s, discounted per turn: γ^k·s on the action span "
+        "k turns before the last (ROLL `agentic_reinforce`)"
+    )
+    roles: ClassVar[tuple[str, ...]] = ("input_ids", "reward")
+    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, REWARD_CLIP, ADVANTAGE_CLIP, EPS)
+    outputs = ("advantages", "advantage", "turns")
+
+    def defaults(self, convention: Convention) -> dict[str, Any]:
+        return {**super().defaults(convention), "step_gamma": 1.0, "step_norm": "none"}
+
+    def needs(self, p: Params) -> set[str]:
+        grouped = p.norm_scope == "group" and p.step_norm != "none"
+        return super().needs(p) | ({"prompt_id"} if grouped else set())
+
+    def row_sums(self, p: Params) -> tuple[str, ...]:
+        return ("turns", *super().row_sums(p))
+
+    def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
+        groups = rows.rollout_groups() if rows.group_codes is not None else (
+            np.zeros(rows.n_rollouts, dtype=np.int64))  # fmt: skip
+        scope, n_scope = scope_codes(rows, groups, p)
+        scalar = roll_normalise(rows.rollout_rewards(), scope, n_scope, p.step_norm, p.eps)
+        # ROLL puts s on the trajectory's last token: masked away unless it is an action
+        lands = rows.sums["ends_on_action"][rows.last_segment_row()] > 0
+        scalar = np.where(lands, clipped(scalar, p.reward_clip), 0.0)
+        turns = np.bincount(rows.rollout_codes, weights=rows.sums["turns"],
+                            minlength=rows.n_rollouts).astype(np.int64)  # fmt: skip
+        return StepAdvantages(
+            advantage=scalar[rows.rollout_codes],
+            columns={"turns": turns[rows.rollout_codes]},
+            stats={"rollouts_ending_off_actions": int((~lands).sum())},
+        )
+
+    def plan(self, rows: Rows, p: Params) -> TurnPlan:
+        plan = super().plan(rows, p)
+        later = S.later_turns(rows.sums["turns"], rows.rollout_codes, rows.segment_rank)
+        return TurnPlan(**{**plan.__dict__, "later_turns": later})
+
+    def apply(  # type: ignore[override]
+        self, plan: TurnPlan, tokens: Tokens, row0: int, p: Params
+    ) -> dict[str, np.ndarray]:
+        n, lengths = len(tokens.offsets) - 1, np.diff(tokens.offsets)
+        scalar = np.repeat(plan.advantage[row0 : row0 + n], lengths)
+        turns = S.turns_left(tokens.mask, tokens.offsets)
+        turns += np.repeat(plan.later_turns[row0 : row0 + n], lengths)
+        adv = clipped(scalar * p.step_gamma**turns, p.advantage_clip).astype(np.float32)
+        adv[~tokens.mask] = 0.0
+        return {"advantages": adv}
+
+
+class StepGrpo(StepMethod):
+    """The trajectory's GRPO advantage on each of its steps (Trinity-RFT ``step_wise_grpo``)."""
+
+    name = "step-grpo"
+    summary = (
+        "the trajectory's (R − mean)/(std + eps) over its group on every step, optionally "
+        "÷ its steps (Trinity-RFT `step_wise_grpo`)"
+    )
+    roles: ClassVar[tuple[str, ...]] = ("prompt_id", "reward")
+    parameters = (DIVIDE_BY_STEPS, STD_THRESHOLD, NORM_SCOPE, EPS)
+    outputs = ("advantages", "advantage", "steps")
+
+    def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
+        assert rows.group_keys is not None
+        R, groups, n = rows.rollout_rewards(), rows.rollout_groups(), len(rows.group_keys)
+        scale: S.StepScale = "batch" if p.norm_scope == "batch" else "group"
+        per_trajectory = S.normalise(R, groups, n, centre="group", scale=scale, eps=p.eps,
+                                     lone="raw")  # fmt: skip
+        steps = np.bincount(rows.rollout_codes, minlength=rows.n_rollouts)
+        if p.divide_by_steps:
+            per_trajectory = per_trajectory / steps
+        drop = {}
+        if p.std_threshold is not None:
+            quiet = ~(S.mean_std(R, groups, n)[1] > p.std_threshold)  # a group of one: NaN
+            drop["std_threshold"] = quiet[groups][rows.rollout_codes]
+        return StepAdvantages(
+            advantage=per_trajectory[rows.rollout_codes],
+            columns={"steps": steps[rows.rollout_codes]},
+            drop=drop,
+        )
+
+
+METHODS = (Gigpo(), StepReinforce(), AgenticReinforce(), StepGrpo())
