@@ -75,6 +75,9 @@ ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log wit
 }  # fmt: skip
 
 
+AGENT_STEPS = ("grpo", "gigpo")  # on a log of 8-step trajectories: gigpo's cost over grpo's
+
+
 def tokens_in(path: Path) -> int:
     table = pq.read_table(path, columns=["action_mask"])
     return int(sum(len(chunk.values) for chunk in table.column(0).chunks))
@@ -88,6 +91,10 @@ def main() -> None:
     parser.add_argument(
         "--extras-tokens", type=float, default=20e6, help="size of the log for the estimators "
         "that read more columns (log-probabilities, process rewards, ...)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps-tokens", type=float, default=50e6, help="size of the log of 8-step agent "
+        "trajectories (gigpo against grpo)"
     )  # fmt: skip
     parser.add_argument("--workdir", default=str(ROOT / "bench_out"))
     parser.add_argument("--skip-core", action="store_true", help="only the end-to-end runs")
@@ -136,6 +143,15 @@ def main() -> None:
             *advcli, "annotate", str(extras), *options, "--out", out, "--force", "-q",
         ]  # fmt: skip
     steps["x: I/O floor (advcli)"] = extras_floor
+    agent = work / f"log-steps-{args.steps_tokens:.0f}.parquet"
+    if not agent.exists():
+        print(f"generating {agent} …", file=sys.stderr)
+        generate(str(agent), args.steps_tokens, group_size=64, agent_steps=8)
+    for name in AGENT_STEPS:
+        out = str(work / f"s-{name}.parquet")
+        steps[f"s: annotate {name}"] = [
+            *advcli, "annotate", str(agent), "--method", name, "--out", out, "--force", "-q",
+        ]  # fmt: skip
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
     if not jsonl.exists():
@@ -174,7 +190,7 @@ def main() -> None:
         f"{'peak MB':>10}"
     )
     for name, seconds, peak in results:
-        if name.startswith(("x: ", "JSONL")):
+        if name.startswith(("x: ", "s: ", "JSONL")):
             continue
         rate = n_tokens / seconds / 1e6
         compared = name.startswith(("annotate", "shard"))
@@ -201,6 +217,13 @@ def main() -> None:
                 f"{name[3:]:<36}{seconds:>9.2f}{rate:>12.1f}{x_floor / seconds:>12.2f}{peak:>10.0f}"
             )
 
+    grpo_s, gigpo_s = (floors[f"s: annotate {name}"] for name in AGENT_STEPS)
+    lines.append(
+        f"agent steps ({agent.name}, {tokens_in(agent):,} tokens in trajectories of 8 steps, "
+        f"8 per group): annotate grpo {grpo_s:.2f} s ({peak_mb['s: annotate grpo']:.0f} MB), "
+        f"gigpo {gigpo_s:.2f} s ({peak_mb['s: annotate gigpo']:.0f} MB): gigpo/grpo "
+        f"{gigpo_s / grpo_s:.2f}"
+    )
     lines.append(
         f"JSONL ({jsonl.name}, {jsonl.stat().st_size / 2**20:,.0f} MiB): polars read_ndjson + "
         f"Parquet write {floors['JSONL floor']:.2f} s ({peak_mb['JSONL floor']:.0f} MB), "

@@ -27,11 +27,19 @@ def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def chunk(
-    rng: np.random.Generator, first_row: int, n_rows: int, group_size: int, extras: bool = False
+    rng: np.random.Generator,
+    first_row: int,
+    n_rows: int,
+    group_size: int,
+    extras: bool = False,
+    agent_steps: int = 0,
 ) -> pa.Table:
     """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups); ``extras``: the
     columns only some methods read (log-probabilities of the policy, a reference and a teacher,
-    a greedy rollout's reward, four process rewards per row, a second reward column)."""
+    a greedy rollout's reward, four process rewards per row, a second reward column);
+    ``agent_steps``: rows are the steps of trajectories of that many steps (segments), with a
+    ``state`` (one of four per step number, so states repeat across a group's trajectories)
+    and a ``step_reward``."""
     n_tok = lengths(rng, n_rows)
     offsets = offsets_from_lengths(n_tok)
     total = int(offsets[-1])
@@ -74,21 +82,32 @@ def chunk(
         )
         columns["step_ends"] = pa.ListArray.from_arrays(step_offsets, pa.array(ends))
         columns["format_reward"] = pa.array(rng.integers(0, 2, n_rows).astype(np.float64))
+    if agent_steps:
+        row = first_row + np.arange(n_rows)
+        columns["rollout_id"] = pa.array(row // agent_steps)
+        columns["segment_index"] = pa.array(row % agent_steps)
+        columns["state"] = pa.array((row % agent_steps) * 4 + rng.integers(0, 4, n_rows))
+        columns["step_reward"] = pa.array(rng.integers(0, 2, n_rows).astype(np.float64) / 4)
     return pa.table(columns)
 
 
 def generate(
-    out: str, tokens: float, group_size: int = 16, seed: int = 0, extras: bool = False
+    out: str,
+    tokens: float,
+    group_size: int = 16,
+    seed: int = 0,
+    extras: bool = False,
+    agent_steps: int = 0,
 ) -> tuple[int, int]:
-    """Write about ``tokens`` tokens to ``out`` (``extras``: see :func:`chunk`); returns (rows,
-    tokens) written."""
+    """Write about ``tokens`` tokens to ``out`` (``extras``, ``agent_steps``: see
+    :func:`chunk`; ``group_size`` counts rows); returns (rows, tokens) written."""
     rng = np.random.default_rng(seed)
     rows_per_chunk = group_size * (ROW_GROUP_ROWS // group_size)
     written_rows = written_tokens = 0
     writer = None
     try:
         while written_tokens < tokens:
-            table = chunk(rng, written_rows, rows_per_chunk, group_size, extras)
+            table = chunk(rng, written_rows, rows_per_chunk, group_size, extras, agent_steps)
             if out.endswith(".jsonl"):
                 import polars as pl
 
