@@ -273,3 +273,20 @@ def test_audit_counts_the_steps_with_no_signal(tmp_path) -> None:
     assert report["steps_without_signal"] == 2 and report["no_signal_step_share"] == 0.5
     shown = run("audit", log)
     assert b"steps with no signal" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"method": "gigpo"}, [1.0, 0.5, -1.0, -0.5]),
+        ({"method": "gigpo", "convention": "roll"}, [1.95, 2.0, 0.0, 0.0]),
+        ({"method": "gigpo", "implementation": "trinity"}, [1 / 1.000001, 0.5 / 1.000001,
+                                                            -1 / 1.000001, -0.5 / 1.000001]),
+        ({"method": "step-reinforce", "convention": "roll"}, [0.95, 1.0, 0.0, 0.0]),
+        ({"method": "step-grpo"}, [0.5**0.5] * 2 + [-(0.5**0.5)] * 2),
+        ({"method": "step-grpo", "divide_by_steps": True}, [0.5**1.5] * 2 + [-(0.5**1.5)] * 2),
+    ],
+)  # fmt: skip
+def test_the_readme_worked_examples(options, expected) -> None:
+    out = advcli.annotate_table(pa.Table.from_pylist(_worked_rows()), **options)
+    np.testing.assert_allclose(out["advantage"].to_numpy(), expected, rtol=0, atol=2e-6)
