@@ -493,6 +493,8 @@ class _Walk:
                 "segments": len(its_rows),
                 "text": {k: v for r in its_rows for k, v in self.text.get(r, {}).items()},
             }
+            if self.run is not None and rows.segmented:  # each step's (segment's) own
+                entry["steps"] = self.run.plan.columns["advantage"][its_rows].tolist()
             if self.tokens:
                 entry["tokens"] = self._token_view([self.tokens[r] for r in its_rows])
             out.setdefault(str(int(codes[rollout])), []).append(entry)

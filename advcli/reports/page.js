@@ -32,6 +32,9 @@ const OVERVIEW = [
   ["zero_variance_rollout_share", "zero-variance share of rollouts", fmtShare, true],
   ["no_signal_rollout_share", "rollouts without signal", fmtShare, true],
   ["no_signal_action_token_share", "action tokens without signal", fmtShare, true],
+  ["steps", "agent steps", fmtInt], ["state_groups", "state groups", fmtInt],
+  ["singleton_state_groups", "  singletons", fmtInt], ["tied_state_groups", "  tied returns", fmtInt],
+  ["no_signal_step_share", "steps with no signal", fmtShare, true],
 ];
 
 function drawOverview() {
@@ -169,6 +172,9 @@ function showTokens(r) {
   const view = document.getElementById("token-view");
   view.hidden = false;
   document.getElementById("token-title").textContent = "Rollout " + r.id;
+  const steps = document.getElementById("token-steps");
+  steps.hidden = !r.steps;
+  steps.textContent = r.steps ? "advantage of each step: " + r.steps.map(fmtNum).join(" · ") : "";
   const text = document.getElementById("token-text");
   text.replaceChildren();
   for (const [name, value] of Object.entries(r.text || {})) {

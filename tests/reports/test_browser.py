@@ -105,6 +105,23 @@ def test_a_group_opens_and_a_rollout_shows_its_tokens(page_of_sample):
     assert errors == []
 
 
+def test_a_step_rollout_shows_each_steps_advantage(tmp_path, chromium):
+    from tests.methods.test_steps import _worked_rows
+
+    out = tmp_path / "steps.html"
+    log = write_jsonl(tmp_path / "steps.jsonl", _worked_rows())
+    proc = run("report", log, "--method", "gigpo", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    assert page.locator("[data-key=no_signal_step_share]").inner_text() == "50.0%"
+    page.locator("#group-table tbody tr").first.click()
+    page.locator("#rollout-table tbody tr", has_text="a").first.click()
+    assert page.locator("#token-steps").inner_text() == "advantage of each step: 1 · 0.5"
+    assert errors == []
+
+
 HOSTILE = '<img src=x onerror="alert(1)"></script><script>alert(2)</script><!-- @@APP@@ @@DATA@@'
 
 

@@ -266,3 +266,14 @@ def test_an_advantages_column_that_is_not_numbers_per_token(tmp_path, advantages
         f"advcli: error: {log}: {problem}. "
         "Hint: report a log annotated by advcli, or give --method\n"
     )
+
+
+def test_agent_steps_show_each_steps_advantage(tmp_path):
+    from tests.methods.test_steps import _worked_rows
+
+    log = write_jsonl(tmp_path / "steps.jsonl", _worked_rows())
+    _, data = report(log, tmp_path / "r.html", "--method", "gigpo")
+    rollouts = {r["id"]: r for group in data["details"].values() for r in group}
+    assert rollouts["a"]["steps"] == [1.0, 0.5] and rollouts["b"]["steps"] == [-1.0, -0.5]
+    overview = data["overview"]
+    assert (overview["state_groups"], overview["steps_without_signal"]) == (3, 2)
