@@ -12,9 +12,8 @@ its trajectory, from 0) and per-step float64 values; ``codes`` are int64 group i
   batch's, 1 or none, with the rule for a group of one that each framework uses.
 - Anchor-state groups (:func:`similar_states`): GiGPO's steps whose observations match, exactly
   or above a similarity ratio.
-- Turns (:func:`turns_left`, :func:`turn_counts`, :func:`later_turns`): per action token,
-  how many action spans (turns) of its row follow its own; per row, its turns; per segment,
-  the turns of its rollout's later segments (ROLL's per-turn discount).
+- Turns (:func:`turn_counts`, :func:`turn_returns`): a row's action spans, and returns
+  discounted per turn, not per token (ROLL's ``agentic_reinforce``).
 """
 
 from __future__ import annotations
@@ -24,26 +23,46 @@ from typing import Literal
 
 import numpy as np
 
-from advcli.core.scan import linear_scan
+from advcli.core.ragged import row_of
+from advcli.core.scan import linear_scan, reverse_discounted_scan
 
 Centre = Literal["group", "batch", "none"]
 StepScale = Literal["group", "batch", "one", "none"]
 Lone = Literal["raw", "zero", "keep"]
 
 
+def next_step(trajectories: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Per step: the row of its trajectory's next step, −1 for the last.
+
+    >>> next_step(np.array([0, 0, 1, 0]), np.array([1, 0, 0, 2])).tolist()
+    [3, 0, -1, -1]
+    """
+    order = np.lexsort((ranks, trajectories))
+    t = trajectories[order]
+    out = np.full(len(t), -1, dtype=np.int64)
+    same = t[1:] == t[:-1]
+    out[order[:-1][same]] = order[1:][same]
+    return out
+
+
 def step_returns(
-    rewards: np.ndarray, trajectories: np.ndarray, ranks: np.ndarray, gamma: float
+    rewards: np.ndarray,
+    trajectories: np.ndarray,
+    ranks: np.ndarray,
+    gamma: float | np.ndarray,
 ) -> np.ndarray:
-    """G_t = r_t + γ·G_{t+1} along each trajectory's steps in rank order (rows in any order).
+    """G_t = r_t + γ_t·G_{t+1} along each trajectory's steps in rank order (rows in any order);
+    ``gamma`` is one discount, or one per step (what its next step's return is worth to it).
 
     >>> step_returns(np.array([1.0, 0.0, 0.5]), np.array([0, 0, 0]), np.array([2, 0, 1]), 0.5)
-    array([1.  , 0.5 , 1.  ])
+    array([1. , 0.5, 1. ])
     """
     order = np.lexsort((-ranks, trajectories))  # each trajectory's last step first
     t = trajectories[order]
     starts = np.r_[True, t[1:] != t[:-1]] if len(t) else np.zeros(0, dtype=bool)
+    coef = np.broadcast_to(np.asarray(gamma, np.float64), len(t))[order]
     out = np.empty(len(rewards))
-    out[order] = linear_scan(np.asarray(rewards, np.float64)[order], np.where(starts, 0.0, gamma))
+    out[order] = linear_scan(np.asarray(rewards, np.float64)[order], np.where(starts, 0.0, coef))
     return out
 
 
@@ -116,7 +135,7 @@ def anchor_groups(groups: np.ndarray, states: np.ndarray, *, within: bool) -> np
     same episode group too); a step without a state (code −1) is alone.
 
     >>> anchor_groups(np.array([0, 0, 1, 1]), np.array([5, 5, 5, -1]), within=True).tolist()
-    [0, 0, 1, 2]
+    [0, 0, 2, 1]
     """
     key = np.c_[groups, states] if within else states[:, None]
     alone = states < 0
@@ -150,51 +169,66 @@ def similar_states(texts: list[str], threshold: float) -> np.ndarray:
     return out
 
 
-def turns_left(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per token: the number of action spans (maximal runs of action tokens) of its row after
-    the one it is in (on other tokens: the spans after the last one before them).
+def turn_starts(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per token: it begins an action span (a turn) of its row."""
+    row_start = np.zeros(len(mask), dtype=bool)
+    row_start[offsets[:-1][offsets[:-1] < len(mask)]] = True
+    out: np.ndarray = mask & (row_start | ~np.r_[False, mask[:-1]])
+    return out
 
-    >>> turns_left(np.array([0, 1, 1, 0, 1, 0, 1], bool), np.array([0, 7])).tolist()
-    [3, 2, 2, 2, 1, 1, 0]
-    """
-    n = len(mask)
-    row_start = np.zeros(n, dtype=bool)
-    row_start[offsets[:-1][offsets[:-1] < n]] = True
-    begins = mask & (row_start | ~np.r_[False, mask[:-1]])
-    spans_so_far = np.cumsum(begins)  # over the whole batch
-    lengths = np.diff(offsets)
-    row_total = np.add.reduceat(begins, offsets[:-1][lengths > 0]) if n else np.zeros(0)
-    totals = np.zeros(len(lengths), dtype=np.int64)
-    totals[lengths > 0] = row_total
-    before_row = np.r_[0, np.cumsum(totals)][:-1]
-    row_end = np.repeat(before_row + totals, lengths)
-    out: np.ndarray = row_end - spans_so_far
+
+def turn_ends(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per token: it ends an action span (a turn) of its row."""
+    row_end = np.zeros(len(mask), dtype=bool)
+    row_end[offsets[1:][np.diff(offsets) > 0] - 1] = True
+    out: np.ndarray = mask & (row_end | ~np.r_[mask[1:], False])
     return out
 
 
 def turn_counts(mask: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: its action spans, and whether its last token is an action (1 or 0).
+    """Per row: its turns, and whether its last token is an action (1 or 0).
 
     >>> [x.tolist() for x in turn_counts(np.array([1, 0, 1, 1, 0], bool), np.array([0, 4, 5]))]
     [[2, 0], [1, 0]]
     """
-    n = len(mask)
-    row_start = np.zeros(n, dtype=bool)
-    row_start[offsets[:-1][offsets[:-1] < n]] = True
-    begins = mask & (row_start | ~np.r_[False, mask[:-1]])
-    spans = np.diff(np.r_[0, np.cumsum(begins)][offsets]).astype(np.int64)
+    starts = np.r_[0, np.cumsum(turn_starts(mask, offsets))]
+    spans = np.diff(starts[offsets]).astype(np.int64)
     nonempty = np.diff(offsets) > 0
     last = np.zeros(len(spans), dtype=np.int64)
     last[nonempty] = mask[offsets[1:][nonempty] - 1]
     return spans, last
 
 
-def later_turns(turns: np.ndarray, trajectories: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """Per segment: the turns of the later segments of its trajectory.
+def turn_returns(
+    rewards: np.ndarray, turns: np.ndarray, gamma: float, carry: np.ndarray | None = None
+) -> np.ndarray:
+    """Per turn, discounted per turn within its row: G_k = r_k + γ·G_{k+1}, after the row's
+    last turn ``carry`` (the return of the rollout's later segments; 0). ``rewards`` has one
+    per turn, rows of ``turns`` turns.
 
-    >>> later_turns(np.array([2, 1, 3]), np.array([0, 0, 0]), np.array([0, 2, 1])).tolist()
-    [4, 0, 1]
+    >>> turn_returns(np.array([0.0, 0.0, 1.0]), np.array([3]), 0.5).tolist()
+    [0.25, 0.5, 1.0]
     """
-    after_self = step_returns(turns.astype(np.float64), trajectories, ranks, 1.0)
-    out: np.ndarray = (after_self - turns).astype(np.int64)
-    return out
+    offsets = np.r_[0, np.cumsum(turns)].astype(np.int64)
+    return reverse_discounted_scan(np.asarray(rewards, np.float64), gamma, offsets, carry)
+
+
+def row_turn_returns(
+    mask: np.ndarray, offsets: np.ndarray, token_rewards: np.ndarray, gamma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the return at its first turn of the rewards on its turns' last tokens, Σ_k γ^k
+    r_k (0 without a turn), and how many nonzero token rewards lie elsewhere (ROLL ignores
+    them: a turn's reward is the one on its last token).
+
+    >>> [x.tolist() for x in row_turn_returns(np.array([1, 1, 0, 1], bool), np.array([0, 4]),
+    ...                                       np.array([0.5, 1.0, 2.0, 1.0]), 0.5)]
+    [[1.5], [2]]
+    """
+    ends = turn_ends(mask, offsets)
+    turns, _ = turn_counts(mask, offsets)
+    returns = turn_returns(token_rewards[ends], turns, gamma)
+    first = np.r_[0, np.cumsum(turns)][:-1]
+    at_start = np.where(turns > 0, returns[np.minimum(first, max(len(returns) - 1, 0))], 0.0)
+    elsewhere = (token_rewards != 0) & ~ends
+    ignored = np.bincount(row_of(offsets)[elsewhere], minlength=len(turns)).astype(np.int64)
+    return at_start, ignored

@@ -31,10 +31,12 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
   G = 1 and 0, so A^S = ±0.5; s1 and s2 are alone (A^S = 0). A = [1, 0.5] and [−1, −0.5].
 - ``step-reinforce`` (ROLL ``step_reinforce``): A_t = G_t normalised (``--step-norm``, over the
   group or the batch, ``--norm-scope``), the same on every token of the step.
-- ``agentic-reinforce`` (ROLL ``agentic_reinforce``): s = R normalised as above (over the
-  trajectories), and each action span (turn) k turns before the trajectory's last gets γ^k·s
-  (``--step-gamma``; ROLL's ``gamma``): the discount is per turn, not per token; the turns of
-  later segments count. A trajectory whose last token is not an action gets 0 (ROLL's reward
+- ``agentic-reinforce`` (ROLL ``agentic_reinforce``): returns discounted per turn (action
+  span), not per token: G_k = r_k + γ·G_{k+1} (``--step-gamma``; ROLL's ``gamma``) over the
+  trajectory's turns, later segments' included; r_k is the token reward on turn k's last token
+  (ROLL ignores the others: the summary counts them), and s = R normalised as above (over the
+  trajectories) is added on the last turn, so without token rewards turn k turns before the
+  last gets γ^k·s. s is lost when the trajectory's last token is not an action (ROLL's reward
   lands on that token and is masked away).
 - ``step-grpo`` (Trinity-RFT ``step_wise_grpo``): the trajectory's GRPO advantage
   (R − mean)/(std + eps) over its group (a lone one: R/(1 + eps)) on every step, divided by
@@ -428,19 +430,22 @@ class StepReinforce(StepMethod):
 
 @dataclass(frozen=True, kw_only=True)
 class TurnPlan(OutcomePlan):
-    later_turns: np.ndarray  # per row: the turns of its rollout's later segments
+    last_turn: np.ndarray  # per row: s where the row ends its trajectory on an action, else 0
+    carry: np.ndarray  # per row: the return of its rollout's later segments
 
 
 class AgenticReinforce(StepMethod):
-    """γ^k·s on the turn k turns before the rollout's last, s the trajectory's normalised
-    return (ROLL ``agentic_reinforce``)."""
+    """Returns discounted per turn: G_k = r_k + γ·G_{k+1} over a trajectory's action spans,
+    the normalised outcome on its last turn (ROLL ``agentic_reinforce``)."""
 
     name = "agentic-reinforce"
     summary = (
-        "the trajectory's normalised return s, discounted per turn: γ^k·s on the action span "
-        "k turns before the last (ROLL `agentic_reinforce`)"
+        "returns discounted per turn, not per token: G_k = r_k + γ·G_{k+1} over the action "
+        "spans, r_k the token reward on turn k's last token, the normalised reward on the last "
+        "(ROLL `agentic_reinforce`)"
     )
-    roles: ClassVar[tuple[str, ...]] = ("input_ids", "reward")
+    roles: ClassVar[tuple[str, ...]] = ("input_ids",)
+    also_needs = "reward or token_rewards"
     parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, REWARD_CLIP, ADVANTAGE_CLIP, EPS)
     outputs = ("advantages", "advantage", "turns")
 
@@ -452,38 +457,62 @@ class AgenticReinforce(StepMethod):
         return super().needs(p) | ({"prompt_id"} if grouped else set())
 
     def row_sums(self, p: Params) -> tuple[str, ...]:
-        return ("turns", *super().row_sums(p))
+        return ("turns", "turn_return", *super().row_sums(p))
 
     def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
-        groups = rows.rollout_groups() if rows.group_codes is not None else (
-            np.zeros(rows.n_rollouts, dtype=np.int64))  # fmt: skip
-        scope, n_scope = scope_codes(rows, groups, p)
-        scalar = roll_normalise(rows.rollout_rewards(), scope, n_scope, p.step_norm, p.eps)
+        has_turn_rewards = "turn_return" in rows.sums
+        if rows.reward is None and not has_turn_rewards:
+            raise SchemaError("agentic-reinforce needs a reward or a token_rewards column")
+        scalar = np.zeros(rows.n_rollouts)
+        if rows.reward is not None:
+            groups = rows.rollout_groups() if rows.group_codes is not None else (
+                np.zeros(rows.n_rollouts, dtype=np.int64))  # fmt: skip
+            scope, n_scope = scope_codes(rows, groups, p)
+            scalar = roll_normalise(rows.rollout_rewards(), scope, n_scope, p.step_norm, p.eps)
         # ROLL puts s on the trajectory's last token: masked away unless it is an action
         lands = rows.sums["ends_on_action"][rows.last_segment_row()] > 0
         scalar = np.where(lands, clipped(scalar, p.reward_clip), 0.0)
         turns = np.bincount(rows.rollout_codes, weights=rows.sums["turns"],
                             minlength=rows.n_rollouts).astype(np.int64)  # fmt: skip
+        stats = {"rollouts_ending_off_actions": int((~lands).sum())}
+        if has_turn_rewards:
+            stats["token_rewards_off_turn_ends_ignored"] = int(rows.sums["off_turn_rewards"].sum())
         return StepAdvantages(
             advantage=scalar[rows.rollout_codes],
             columns={"turns": turns[rows.rollout_codes]},
-            stats={"rollouts_ending_off_actions": int((~lands).sum())},
+            stats=stats,
         )
 
     def plan(self, rows: Rows, p: Params) -> TurnPlan:
         plan = super().plan(rows, p)
-        later = S.later_turns(rows.sums["turns"], rows.rollout_codes, rows.segment_rank)
-        return TurnPlan(**{**plan.__dict__, "later_turns": later})
+        last = rows.is_last_segment()
+        last_turn = np.where(last, plan.advantage, 0.0)
+        # the return at each segment's first turn: its own turns' rewards (and s), then γ^T·
+        # the next segment's
+        turns = rows.sums["turns"]
+        own = rows.sums.get("turn_return", np.zeros(rows.n_rows))
+        own = own + last_turn * p.step_gamma ** np.maximum(turns - 1, 0)
+        at_start = S.step_returns(own, rows.rollout_codes, rows.segment_rank,
+                                  p.step_gamma**turns)  # fmt: skip
+        after = S.next_step(rows.rollout_codes, rows.segment_rank)
+        carry = np.where(after >= 0, at_start[after], 0.0)
+        return TurnPlan(**{**plan.__dict__, "last_turn": last_turn, "carry": carry})
 
     def apply(  # type: ignore[override]
         self, plan: TurnPlan, tokens: Tokens, row0: int, p: Params
     ) -> dict[str, np.ndarray]:
-        n, lengths = len(tokens.offsets) - 1, np.diff(tokens.offsets)
-        scalar = np.repeat(plan.advantage[row0 : row0 + n], lengths)
-        turns = S.turns_left(tokens.mask, tokens.offsets)
-        turns += np.repeat(plan.later_turns[row0 : row0 + n], lengths)
-        adv = clipped(scalar * p.step_gamma**turns, p.advantage_clip).astype(np.float32)
-        adv[~tokens.mask] = 0.0
+        n = len(tokens.offsets) - 1
+        ends = S.turn_ends(tokens.mask, tokens.offsets)
+        turns, _ = S.turn_counts(tokens.mask, tokens.offsets)
+        rewards = tokens.token_rewards[ends] if tokens.token_rewards is not None else (
+            np.zeros(int(ends.sum())))  # fmt: skip
+        last_turn = plan.last_turn[row0 : row0 + n]
+        has_turns = turns > 0
+        rewards[(np.cumsum(turns) - 1)[has_turns]] += last_turn[has_turns]
+        returns = S.turn_returns(rewards, turns, p.step_gamma, plan.carry[row0 : row0 + n])
+        turn_of = np.cumsum(S.turn_starts(tokens.mask, tokens.offsets)) - 1
+        adv = np.zeros(len(tokens.mask), dtype=np.float32)
+        adv[tokens.mask] = clipped(returns[turn_of[tokens.mask]], p.advantage_clip)
         return {"advantages": adv}
 
 

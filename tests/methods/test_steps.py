@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli.core.steps import step_returns, turns_left
+from advcli.core.steps import step_returns, turn_returns
 from advcli.errors import UsageError
 from tests.conftest import run, write_jsonl
 from tests.methods.refs import cases, ids
@@ -76,7 +76,8 @@ UNSUPPORTED = {
 def _roll(case: dict[str, Any], method: str) -> dict[str, Any]:
     """advcli's options for a ROLL case; a skip for what advcli does not reproduce (token
     whitening and a token-level gamma: docs/methods.md)."""
-    p, norm = case["params"], case["params"]["reward_normalization"]
+    p = case["params"]
+    norm = p.get("reward_normalization", {"grouping": "batch", "method": "identity"})
     if p.get("whiten_advantages") or p.get("whiten_rewards"):
         pytest.skip("ROLL's token whitening is not reproduced")
     if case["name"] in UNSUPPORTED:
@@ -85,7 +86,7 @@ def _roll(case: dict[str, Any], method: str) -> dict[str, Any]:
         "convention": "roll",
         "step_norm": NORMS[norm["method"]],
         "norm_scope": "batch" if norm["grouping"] == "batch" else "group",
-        "reward_clip": p["reward_clip"],
+        "reward_clip": p.get("reward_clip"),
         "advantage_clip": p["advantage_clip"],
     }
     if method == "agentic-reinforce":
@@ -99,7 +100,8 @@ def _roll(case: dict[str, Any], method: str) -> dict[str, Any]:
 
 
 ROLL = [("gigpo", "gigpo"), ("step_reinforce", "step-reinforce"),
-        ("agentic_reinforce", "agentic-reinforce")]  # fmt: skip
+        ("agentic_reinforce", "agentic-reinforce"),
+        ("compute_agentic_reinforce_return", "agentic-reinforce")]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -186,10 +188,9 @@ def test_gigpo_matches_a_loop(norm) -> None:
                                _gigpo_by_loop(rows, 0.9, 0.7, norm, 1e-6), atol=1e-6)  # fmt: skip
 
 
-def test_turns_left_is_a_count_of_later_spans() -> None:
-    mask = np.array([1, 0, 1, 1, 0, 0, 1, 1, 0, 1], dtype=bool)
-    offsets = np.array([0, 4, 4, 10])
-    assert turns_left(mask, offsets)[mask].tolist() == [1, 0, 0, 1, 1, 0]
+def test_turn_returns_restart_in_each_row() -> None:
+    got = turn_returns(np.array([1.0, 0.0, 2.0, 1.0]), np.array([2, 2]), 0.5, np.array([0, 4.0]))
+    assert got.tolist() == [1.0, 0.0, 3.5, 3.0]
 
 
 def _worked_rows() -> list[dict[str, Any]]:
