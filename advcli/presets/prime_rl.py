@@ -165,6 +165,11 @@ def episode_rows(
                 "ok": episode.get("ok"),
                 "env": (episode.get("env") or {}).get("name"),
                 "task": (episode.get("task") or {}).get("key"),
+                # who wrote the trace, in which interaction (hierarchical-grpo, rae)
+                "agent": agent.get("name")
+                if isinstance(agent := trace.get("agent"), dict)
+                else None,
+                "episode": None if episode.get("id") is None else str(episode.get("id")),
                 **trace_costs(trace, nodes),
             }
             if stream:
@@ -326,6 +331,8 @@ def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
         else:
             columns[name] = passthrough(values)
     columns["reward"] = pa.array([r["reward"] for r in rows], pa.float64())
+    for name in ("agent", "episode"):  # text even where no trace names one
+        columns[name] = pa.array([r[name] for r in rows], pa.string())
     return pa.table(columns)
 
 

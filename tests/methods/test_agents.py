@@ -11,7 +11,7 @@ import pytest
 
 import advcli
 from advcli.methods.agents import moving_baselines
-from tests.conftest import run, write_jsonl
+from tests.conftest import ROOT, run, write_jsonl
 from tests.methods.refs import cases, ids
 
 
@@ -104,3 +104,20 @@ def test_an_unknown_episode_agent_is_one_line(tmp_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr == (b"advcli: error: --episode-agents: no rollout of agent 'solvr' in the "
                            b"log. Hint: its agents are solver\n")  # fmt: skip
+
+
+def test_prime_rl_traces_carry_their_agent_and_episode(tmp_path) -> None:
+    """``--from prime-rl`` reads ``trace.agent.name`` and the episode's id; one agent per
+    group, hierarchical-grpo is R − the group's mean, as dr-grpo."""
+    dump = str(ROOT / "tests" / "fixtures" / "real" / "prime-rl" / "default")
+    got = {}
+    for method in ("hierarchical-grpo", "dr-grpo"):
+        out = tmp_path / f"{method}.parquet"
+        proc = run("annotate", "--from", "prime-rl", dump, "--method", method, "--out", out)
+        assert proc.returncode == 0, proc.stderr.decode()
+        got[method] = pq.read_table(out)
+    table = got["hierarchical-grpo"]
+    assert set(table["agent"].to_pylist()) == {"agent"}
+    assert None not in table["episode"].to_pylist()
+    np.testing.assert_allclose(table["advantage"].to_numpy(),
+                               got["dr-grpo"]["advantage"].to_numpy(), atol=1e-7)  # fmt: skip
