@@ -232,3 +232,26 @@ def row_turn_returns(
     elsewhere = (token_rewards != 0) & ~ends
     ignored = np.bincount(row_of(offsets)[elsewhere], minlength=len(turns)).astype(np.int64)
     return at_start, ignored
+
+
+def action_reward_moments(
+    mask: np.ndarray, offsets: np.ndarray, token_rewards: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per row: Σ r and Σ r² of the token rewards over its action tokens, and the reward on
+    its last token (what whitening the rewards over a batch's actions needs).
+
+    >>> {k: v.tolist() for k, v in action_reward_moments(np.array([1, 0, 1], bool),
+    ...     np.array([0, 3]), np.array([1.0, 5.0, 2.0])).items()}
+    {'action_reward_sum': [3.0], 'action_reward_sq': [5.0], 'last_token_reward': [2.0]}
+    """
+    rows = row_of(offsets)
+    n = len(offsets) - 1
+    r = np.where(mask, token_rewards, 0.0)
+    last = np.zeros(n)
+    nonempty = np.diff(offsets) > 0
+    last[nonempty] = token_rewards[offsets[1:][nonempty] - 1]
+    return {
+        "action_reward_sum": np.bincount(rows, weights=r, minlength=n),
+        "action_reward_sq": np.bincount(rows, weights=r * r, minlength=n),
+        "last_token_reward": last,
+    }

@@ -22,7 +22,7 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core.conventions import Convention
-from advcli.core.steps import row_turn_returns, turn_counts
+from advcli.core.steps import action_reward_moments, row_turn_returns, turn_counts
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
 from advcli.methods import signals
@@ -128,8 +128,9 @@ class Method(ABC, Generic[PlanT]):
         """The per-row sums of token columns :meth:`plan` reads from ``rows.sums``:
         ``"actions"`` (action tokens), ``"turns"`` (action spans, with ``"ends_on_action"``:
         whether the row's last token is one), ``"turn_return"`` (Σ_k γ^k·r_k of the token
-        rewards on its turns' last tokens, with ``"off_turn_rewards"``; where the log has
-        token rewards) and ``"kl"`` (sum of kl_t over them, with --kl-coef).
+        rewards on its turns' last tokens, with ``"off_turn_rewards"`` and the sums of
+        :func:`~advcli.core.steps.action_reward_moments`; where the log has token rewards) and
+        ``"kl"`` (sum of kl_t over them, with --kl-coef).
         The engine makes one pass for them before planning."""
         return ("actions", "kl") if signals.kl_coef(p) else ()
 
@@ -187,6 +188,7 @@ def sum_rows(tokens: Tokens, wanted: tuple[str, ...], p: Params) -> dict[str, np
     if "turn_return" in wanted and tokens.token_rewards is not None:
         sums["turn_return"], sums["off_turn_rewards"] = row_turn_returns(
             tokens.mask, tokens.offsets, tokens.token_rewards, p.step_gamma)  # fmt: skip
+        sums.update(action_reward_moments(tokens.mask, tokens.offsets, tokens.token_rewards))
     if "kl" in wanted:
         sums["kl"] = signals.row_kl(tokens, p)
     return sums

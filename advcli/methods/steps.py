@@ -50,17 +50,19 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from advcli.core import steps as S
-from advcli.core.conventions import Convention
+from advcli.core import temporal as T
+from advcli.core.conventions import WHITEN_EPS, Convention
+from advcli.core.scan import reverse_discounted_scan
 from advcli.errors import SchemaError, UsageError
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
-from advcli.methods.base import Method
+from advcli.methods.base import Method, TokenPass, completion_batches
 from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
 from advcli.params import Param, Params, finite, in_unit_interval
 
@@ -159,6 +161,48 @@ ADVANTAGE_CLIP = Param(
     PANEL,
     check=_clip("--advantage-clip"),
 )
+NORM_MEAN = Param(
+    "norm_mean",
+    str,
+    "auto",
+    "roll: the mean subtracted: the group's, the batch's or none (ROLL's norm_mean_type); "
+    "auto: as --step-norm.",
+    PANEL,
+    choices=("auto", "group", "batch", "none"),
+)
+NORM_STD = Param(
+    "norm_std",
+    str,
+    "auto",
+    "roll: the std divided by: the group's, the batch's or none (ROLL's norm_std_type); "
+    "auto: as --step-norm.",
+    PANEL,
+    choices=("auto", "group", "batch", "none"),
+)
+TOKEN_GAMMA = Param(
+    "token_gamma",
+    float,
+    1.0,
+    "roll (gigpo, step-reinforce): ROLL's gamma, the per-token discount of the reward-to-go "
+    "from the step's last token (1: the same advantage on every token).",
+    PANEL,
+    check=in_unit_interval("--token-gamma"),
+)
+WHITEN_REWARDS = Param(
+    "whiten_rewards",
+    bool,
+    False,
+    "roll: whiten the token rewards over the batch's action tokens before the returns "
+    "(ROLL's whiten_rewards).",
+    PANEL,
+)
+WHITEN_ADVANTAGES = Param(
+    "whiten_advantages",
+    bool,
+    False,
+    "roll: whiten the advantages over the batch's action tokens (ROLL's whiten_advantages).",
+    PANEL,
+)
 DIVIDE_BY_STEPS = Param(
     "divide_by_steps",
     bool,
@@ -186,9 +230,17 @@ PARAMETERS = (
     NORM_SCOPE,
     REWARD_CLIP,
     ADVANTAGE_CLIP,
+    NORM_MEAN,
+    NORM_STD,
+    TOKEN_GAMMA,
+    WHITEN_REWARDS,
+    WHITEN_ADVANTAGES,
     DIVIDE_BY_STEPS,
     STD_THRESHOLD,
 )
+ROLL_TOKENS = (NORM_MEAN, NORM_STD, REWARD_CLIP, ADVANTAGE_CLIP, WHITEN_REWARDS,
+               WHITEN_ADVANTAGES)  # fmt: skip
+"""What ROLL's token pipeline takes (:class:`RollTokens`)."""
 
 
 @dataclass
@@ -225,17 +277,24 @@ def episode_returns(rows: Rows, rewards: np.ndarray) -> np.ndarray:
     return out
 
 
-def centre_scale(norm: str) -> tuple[S.Centre, S.StepScale]:
-    """ROLL's normalisation types of a method (identity, mean, mean_std)."""
+def centre_scale(p: Params, *, explicit: bool = True) -> tuple[S.Centre, S.StepScale]:
+    """ROLL's normalisation types: ``--norm-mean`` and ``--norm-std`` where given (and
+    ``explicit``), else those of ``--step-norm`` (ROLL's method: identity, mean, mean_std)."""
     types: dict[str, tuple[S.Centre, S.StepScale]] = {
         "none": ("none", "none"), "mean": ("group", "none"), "std": ("group", "group")}  # fmt: skip
-    return types[norm]
+    centre, scale = types[p.step_norm]
+    if not explicit or "norm_mean" not in p:
+        return centre, scale
+    return (centre if p.norm_mean == "auto" else p.norm_mean,
+            scale if p.norm_std == "auto" else p.norm_std)  # fmt: skip
 
 
-def roll_normalise(x: np.ndarray, codes: np.ndarray, n: int, norm: str, eps: float) -> np.ndarray:
-    """ROLL's ``agentic_reward_norm``: x − mean, or (x − mean)/(std + eps) where the group has
-    two rows or more and std > 1e-6 (else 0)."""
-    centre, scale = centre_scale(norm)
+def roll_normalise(
+    x: np.ndarray, codes: np.ndarray, n: int, types: tuple[S.Centre, S.StepScale], eps: float
+) -> np.ndarray:
+    """ROLL's ``agentic_reward_norm`` with normalisation ``types`` (centre, scale): x − mean,
+    or (x − mean)/(std + eps) where the group has two rows or more and std > 1e-6 (else 0)."""
+    centre, scale = types
     return S.normalise(x, codes, n, centre=centre, scale=scale, eps=eps, lone="keep",
                        min_std=1e-6 if scale != "none" else None)  # fmt: skip
 
@@ -294,6 +353,160 @@ class StepMethod(Method[OutcomePlan]):
         return {"advantages": on_actions(plan.advantage, tokens, row0)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class RollPlan(OutcomePlan):
+    """What ROLL's token pipeline needs per row besides the scalar."""
+
+    end_reward: np.ndarray  # the scalar, on the row's last token where it is an action, else 0
+    reward_mean: np.ndarray  # the batch's token-reward mean and std (NaN: no whitening)
+    reward_std: np.ndarray
+    adv_mean: np.ndarray  # the batch's advantage mean and std (NaN: no whitening)
+    adv_std: np.ndarray
+    batch_of_row: np.ndarray
+    carry: np.ndarray  # per-turn returns: the return of the rollout's later segments
+
+
+class RollTokens(StepMethod):
+    """ROLL's way from a step's scalar s to token advantages (``agentic_compute_advantage``):
+    s goes on the row's last token (lost if that token is not an action); the token rewards
+    are whitened over the batch's action tokens (``--whiten-rewards``) and masked; the
+    advantage is their reward-to-go, A_j = Σ_{k ≥ j} γ^{k−j}·r_k (``--token-gamma``), or,
+    per turn, the returns of :func:`advcli.core.steps.turn_returns` (agentic-reinforce); it is
+    whitened over the batch's action tokens (``--whiten-advantages``), masked, and clipped
+    (``--advantage-clip``). Whitening is (x − mean)/sqrt(var + 1e-8), var ddof 1, token-weighted,
+    off in a batch of one action token (as ROLL). The batch: the log's ``batch`` column (a
+    trainer step), else the whole log."""
+
+    per_turn: ClassVar[bool] = False  # returns per turn (agentic-reinforce), not per token
+
+    def rolls(self, p: Params) -> bool:
+        """Whether a run with ``p`` takes ROLL's token pipeline."""
+        return True
+
+    def row_sums(self, p: Params) -> tuple[str, ...]:
+        if not self.rolls(p):
+            return super().row_sums(p)
+        return ("turns", *(("turn_return",) if self.per_turn else ()), *super().row_sums(p))
+
+    def plan(self, rows: Rows, p: Params) -> OutcomePlan:
+        plan = super().plan(rows, p)
+        if not self.rolls(p):
+            return plan
+        last = rows.is_last_segment() if self.per_turn else np.ones(rows.n_rows, dtype=bool)
+        lands = (rows.sums["ends_on_action"] > 0) & last
+        end_reward = np.where(lands, plan.advantage, 0.0)
+        batch_id, _, n_batches = completion_batches(rows, None)
+        batch = batch_id[rows.rollout_codes]
+        n = np.bincount(batch, weights=rows.sums["actions"], minlength=n_batches)
+        none = np.full(rows.n_rows, np.nan)
+        mean = std = none
+        if p.whiten_rewards:
+            sums = rows.sums
+            zero = np.zeros(rows.n_rows)
+            tokens = sums.get("action_reward_sum", zero)
+            s1 = np.bincount(batch, weights=tokens + end_reward, minlength=n_batches)
+            s2 = np.bincount(batch, minlength=n_batches, weights=sums.get(
+                "action_reward_sq", zero) + (2 * sums.get("last_token_reward", zero) +
+                                             end_reward) * end_reward)  # fmt: skip
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m = s1 / n
+                sd = np.sqrt((s2 - n * m * m) / (n - 1) + WHITEN_EPS)
+            on = n > 1
+            mean, std = np.where(on, m, np.nan)[batch], np.where(on, sd, np.nan)[batch]
+        carry = np.zeros(rows.n_rows)
+        if self.per_turn:
+            carry = self.carried(rows, p, end_reward, mean, std)
+        stats = {**plan.stats}
+        off = (~lands & last).sum()
+        if off:
+            stats["rows_ending_off_actions"] = int(off)
+        return RollPlan(**{**plan.__dict__, "stats": stats}, end_reward=end_reward,
+                        reward_mean=mean, reward_std=std, adv_mean=none, adv_std=none,
+                        batch_of_row=batch, carry=carry)  # fmt: skip
+
+    def carried(self, rows: Rows, p: Params, end_reward: np.ndarray, mean: np.ndarray,
+                std: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Per row: the per-turn return of its rollout's later segments (their turns' rewards
+        and s, whitened as the tokens will be)."""
+        turns, g = rows.sums["turns"], p.step_gamma
+        own = rows.sums.get("turn_return", np.zeros(rows.n_rows))
+        own = own + end_reward * g ** np.maximum(turns - 1, 0)
+        if p.whiten_rewards:
+            weight = turns.astype(np.float64) if g == 1 else (1 - g**turns) / (1 - g)
+            own = np.where(np.isnan(mean), own, (own - mean * weight) / std)
+        at_start = S.step_returns(own, rows.rollout_codes, rows.segment_rank, g**turns)
+        after = S.next_step(rows.rollout_codes, rows.segment_rank)
+        out: np.ndarray = np.where(after >= 0, at_start[after], 0.0)
+        return out
+
+    def passes(self, rows: Rows, p: Params) -> list[TokenPass[Any]]:
+        return [AdvantageMoments(self, p)] if self.rolls(p) and p.whiten_advantages else []
+
+    def raw_advantages(self, plan: RollPlan, tokens: Tokens, row0: int, p: Params) -> np.ndarray:
+        """Per token, before the advantages' whitening, the mask and the clip."""
+        n, lengths = len(tokens.offsets) - 1, np.diff(tokens.offsets)
+        rewards = np.zeros(len(tokens.mask))
+        if self.per_turn and tokens.token_rewards is not None:
+            rewards += tokens.token_rewards
+        nonempty = lengths > 0
+        rewards[tokens.offsets[1:][nonempty] - 1] += plan.end_reward[row0 : row0 + n][nonempty]
+        mean, std = (np.repeat(x[row0 : row0 + n], lengths) for x in
+                     (plan.reward_mean, plan.reward_std))  # fmt: skip
+        rewards = np.where(np.isnan(mean), rewards, (rewards - mean) / std) * tokens.mask
+        if not self.per_turn:
+            return reverse_discounted_scan(rewards, p.token_gamma, tokens.offsets)
+        ends = S.turn_ends(tokens.mask, tokens.offsets)
+        turns, _ = S.turn_counts(tokens.mask, tokens.offsets)
+        returns = S.turn_returns(rewards[ends], turns, p.step_gamma, plan.carry[row0 : row0 + n])
+        turn_of = np.cumsum(S.turn_starts(tokens.mask, tokens.offsets)) - 1
+        out = np.zeros(len(tokens.mask))
+        out[tokens.mask] = returns[turn_of[tokens.mask]]
+        return out
+
+    def apply(self, plan: OutcomePlan, tokens: Tokens, row0: int, p: Params
+              ) -> dict[str, np.ndarray]:  # fmt: skip
+        if not isinstance(plan, RollPlan):
+            return super().apply(plan, tokens, row0, p)
+        adv = self.raw_advantages(plan, tokens, row0, p)
+        n, lengths = len(tokens.offsets) - 1, np.diff(tokens.offsets)
+        mean, std = (np.repeat(x[row0 : row0 + n], lengths) for x in
+                     (plan.adv_mean, plan.adv_std))  # fmt: skip
+        adv = np.where(np.isnan(mean), adv, (adv - mean) / std)
+        adv = np.where(tokens.mask, clipped(adv, p.advantage_clip), 0.0)
+        return {"advantages": adv.astype(np.float32)}
+
+
+class AdvantageMoments(TokenPass[RollPlan]):
+    """The batch's mean and variance of the advantages over its action tokens, for
+    ``--whiten-advantages`` (off in a batch of one action token)."""
+
+    title = "whitening statistics"
+
+    def __init__(self, method: RollTokens, p: Params):
+        self.method, self.p = method, p
+        self.moments: T.BatchMoments | None = None
+
+    def measure(self, plan: RollPlan, row0: int, tokens: Tokens) -> T.Moments:
+        adv = self.method.raw_advantages(plan, tokens, row0, self.p)
+        n = len(tokens.offsets) - 1
+        batch = np.repeat(plan.batch_of_row[row0 : row0 + n], np.diff(tokens.offsets))
+        n_batches = int(plan.batch_of_row.max()) + 1 if len(plan.batch_of_row) else 0
+        return T.moments(adv[tokens.mask], batch[tokens.mask], n_batches)
+
+    def add(self, plan: RollPlan, row0: int, measured: T.Moments) -> None:
+        if self.moments is None:
+            self.moments = T.BatchMoments(len(measured[0]))
+        self.moments.merge(measured)
+
+    def finish(self, plan: RollPlan) -> RollPlan:
+        if self.moments is None:
+            return plan
+        on = self.moments.count > 1
+        mean = np.where(on, self.moments.mean, np.nan)
+        std = np.where(on, np.sqrt(self.moments.var(1) + WHITEN_EPS), np.nan)
+        return replace(plan, adv_mean=mean[plan.batch_of_row], adv_std=std[plan.batch_of_row])
+
+
 def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
     """Each step's anchor-state group: equal ``state`` (within the episode group for
     verl-agent, across the batch otherwise), or similar text (``--similarity``); a step
@@ -312,7 +525,7 @@ def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
     return S.anchor_groups(groups, states, within=p.implementation == "verl-agent")
 
 
-class Gigpo(StepMethod):
+class Gigpo(RollTokens):
     """A = A^E + ω·A^S: the trajectory's return over its group, and the step's discounted
     return over its anchor-state group (GiGPO; verl-agent ``compute_gigpo_outcome_advantage``)."""
 
@@ -331,21 +544,28 @@ class Gigpo(StepMethod):
         EPISODE_WEIGHT,
         SIMILARITY,
         NORM_SCOPE,
-        REWARD_CLIP,
-        ADVANTAGE_CLIP,
+        TOKEN_GAMMA,
+        *ROLL_TOKENS,
         EPS,
         ZERO_VARIANCE_TOL,
     )
+
+    def rolls(self, p: Params) -> bool:
+        return bool(p.implementation == "roll")
+
     outputs = ("advantages", "advantage", "episode_advantage", "step_advantage", "step_return",
                "state_group_size", "zero_variance", "no_step_signal")  # fmt: skip
 
     def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
         assert rows.group_codes is not None and rows.group_keys is not None
-        if p.implementation != "roll" and (p.episode_weight != 1.0 or p.norm_scope != "group"
-                                           or p.reward_clip or p.advantage_clip):  # fmt: skip
-            msg = ("--episode-weight, --norm-scope, --reward-clip and --advantage-clip apply "
-                   "to gigpo --implementation roll")  # fmt: skip
-            raise UsageError(msg)
+        roll_only = {"episode_weight": 1.0, "norm_scope": "group", "reward_clip": None,
+                     "advantage_clip": None, "token_gamma": 1.0, "whiten_rewards": False,
+                     "whiten_advantages": False, "norm_mean": "auto",
+                     "norm_std": "auto"}  # fmt: skip
+        given = [name for name, default in roll_only.items() if getattr(p, name) != default]
+        if p.implementation != "roll" and given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise UsageError(f"{flags}: only gigpo --implementation roll takes it")
         rewards = step_rewards(rows)
         returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, p.step_gamma)
         R = episode_returns(rows, rewards)
@@ -369,10 +589,11 @@ class Gigpo(StepMethod):
             advantage = episode + p.step_weight * step
         else:
             scope, n_scope = scope_codes(rows, groups, p)
-            episode = roll_normalise(R[rows.rollout_codes], scope, n_scope, p.step_norm, p.eps)
-            step = roll_normalise(returns, anchors, n_anchors, p.step_norm, p.eps)
-            combined = p.episode_weight * episode + p.step_weight * step
-            advantage = clipped(clipped(combined, p.reward_clip), p.advantage_clip)
+            episode = roll_normalise(R[rows.rollout_codes], scope, n_scope, centre_scale(p), p.eps)
+            # ROLL's step term takes its types from the method alone
+            by_method = centre_scale(p, explicit=False)
+            step = roll_normalise(returns, anchors, n_anchors, by_method, p.eps)
+            advantage = clipped(p.episode_weight * episode + p.step_weight * step, p.reward_clip)
         size = np.bincount(anchors, minlength=n_anchors)
         no_signal = (size == 1) | S.tied(returns, anchors, n_anchors, p.zero_variance_tol)
         zero_variance = S.tied(R[rows.rollout_codes], groups, n_groups, p.zero_variance_tol)
@@ -397,7 +618,7 @@ class Gigpo(StepMethod):
         )
 
 
-class StepReinforce(StepMethod):
+class StepReinforce(RollTokens):
     """A_t = G_t, normalised over the group or the batch (ROLL ``step_reinforce``)."""
 
     name = "step-reinforce"
@@ -406,7 +627,7 @@ class StepReinforce(StepMethod):
         "batch (`--step-norm`, `--norm-scope`; ROLL `step_reinforce`)"
     )
     roles: ClassVar[tuple[str, ...]] = ("step_reward",)
-    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, REWARD_CLIP, ADVANTAGE_CLIP, EPS)
+    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, TOKEN_GAMMA, *ROLL_TOKENS, EPS)
     outputs = ("advantages", "advantage", "step_return")
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
@@ -421,20 +642,13 @@ class StepReinforce(StepMethod):
         returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, p.step_gamma)
         groups = rows.group_codes if rows.group_codes is not None else np.zeros(rows.n_rows, int)
         scope, n_scope = scope_codes(rows, groups, p)
-        scalar = clipped(roll_normalise(returns, scope, n_scope, p.step_norm, p.eps),
-                         p.reward_clip)  # fmt: skip
+        scalar = roll_normalise(returns, scope, n_scope, centre_scale(p), p.eps)
         return StepAdvantages(
-            advantage=clipped(scalar, p.advantage_clip), columns={"step_return": returns}
+            advantage=clipped(scalar, p.reward_clip), columns={"step_return": returns}
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class TurnPlan(OutcomePlan):
-    last_turn: np.ndarray  # per row: s where the row ends its trajectory on an action, else 0
-    carry: np.ndarray  # per row: the return of its rollout's later segments
-
-
-class AgenticReinforce(StepMethod):
+class AgenticReinforce(RollTokens):
     """Returns discounted per turn: G_k = r_k + γ·G_{k+1} over a trajectory's action spans,
     the normalised outcome on its last turn (ROLL ``agentic_reinforce``)."""
 
@@ -446,8 +660,9 @@ class AgenticReinforce(StepMethod):
     )
     roles: ClassVar[tuple[str, ...]] = ("input_ids",)
     also_needs = "reward or token_rewards"
-    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, REWARD_CLIP, ADVANTAGE_CLIP, EPS)
+    parameters = (STEP_GAMMA, STEP_NORM, NORM_SCOPE, *ROLL_TOKENS, EPS)
     outputs = ("advantages", "advantage", "turns")
+    per_turn = True
 
     def defaults(self, convention: Convention) -> dict[str, Any]:
         return {**super().defaults(convention), "step_gamma": 1.0, "step_norm": "none"}
@@ -455,9 +670,6 @@ class AgenticReinforce(StepMethod):
     def needs(self, p: Params) -> set[str]:
         grouped = p.norm_scope == "group" and p.step_norm != "none"
         return super().needs(p) | ({"prompt_id"} if grouped else set())
-
-    def row_sums(self, p: Params) -> tuple[str, ...]:
-        return ("turns", "turn_return", *super().row_sums(p))
 
     def step_advantages(self, rows: Rows, p: Params) -> StepAdvantages:
         has_turn_rewards = "turn_return" in rows.sums
@@ -468,52 +680,17 @@ class AgenticReinforce(StepMethod):
             groups = rows.rollout_groups() if rows.group_codes is not None else (
                 np.zeros(rows.n_rollouts, dtype=np.int64))  # fmt: skip
             scope, n_scope = scope_codes(rows, groups, p)
-            scalar = roll_normalise(rows.rollout_rewards(), scope, n_scope, p.step_norm, p.eps)
-        # ROLL puts s on the trajectory's last token: masked away unless it is an action
-        lands = rows.sums["ends_on_action"][rows.last_segment_row()] > 0
-        scalar = np.where(lands, clipped(scalar, p.reward_clip), 0.0)
+            scalar = roll_normalise(rows.rollout_rewards(), scope, n_scope, centre_scale(p), p.eps)
         turns = np.bincount(rows.rollout_codes, weights=rows.sums["turns"],
                             minlength=rows.n_rollouts).astype(np.int64)  # fmt: skip
-        stats = {"rollouts_ending_off_actions": int((~lands).sum())}
+        stats = {}
         if has_turn_rewards:
             stats["token_rewards_off_turn_ends_ignored"] = int(rows.sums["off_turn_rewards"].sum())
         return StepAdvantages(
-            advantage=scalar[rows.rollout_codes],
+            advantage=clipped(scalar, p.reward_clip)[rows.rollout_codes],
             columns={"turns": turns[rows.rollout_codes]},
             stats=stats,
         )
-
-    def plan(self, rows: Rows, p: Params) -> TurnPlan:
-        plan = super().plan(rows, p)
-        last = rows.is_last_segment()
-        last_turn = np.where(last, plan.advantage, 0.0)
-        # the return at each segment's first turn: its own turns' rewards (and s), then γ^T·
-        # the next segment's
-        turns = rows.sums["turns"]
-        own = rows.sums.get("turn_return", np.zeros(rows.n_rows))
-        own = own + last_turn * p.step_gamma ** np.maximum(turns - 1, 0)
-        at_start = S.step_returns(own, rows.rollout_codes, rows.segment_rank,
-                                  p.step_gamma**turns)  # fmt: skip
-        after = S.next_step(rows.rollout_codes, rows.segment_rank)
-        carry = np.where(after >= 0, at_start[after], 0.0)
-        return TurnPlan(**{**plan.__dict__, "last_turn": last_turn, "carry": carry})
-
-    def apply(  # type: ignore[override]
-        self, plan: TurnPlan, tokens: Tokens, row0: int, p: Params
-    ) -> dict[str, np.ndarray]:
-        n = len(tokens.offsets) - 1
-        ends = S.turn_ends(tokens.mask, tokens.offsets)
-        turns, _ = S.turn_counts(tokens.mask, tokens.offsets)
-        rewards = tokens.token_rewards[ends] if tokens.token_rewards is not None else (
-            np.zeros(int(ends.sum())))  # fmt: skip
-        last_turn = plan.last_turn[row0 : row0 + n]
-        has_turns = turns > 0
-        rewards[(np.cumsum(turns) - 1)[has_turns]] += last_turn[has_turns]
-        returns = S.turn_returns(rewards, turns, p.step_gamma, plan.carry[row0 : row0 + n])
-        turn_of = np.cumsum(S.turn_starts(tokens.mask, tokens.offsets)) - 1
-        adv = np.zeros(len(tokens.mask), dtype=np.float32)
-        adv[tokens.mask] = clipped(returns[turn_of[tokens.mask]], p.advantage_clip)
-        return {"advantages": adv}
 
 
 class StepGrpo(StepMethod):
