@@ -17,6 +17,7 @@ Singleton = Literal["zero", "raw", "error", "drop"]
 Observations = Literal["skip", "step"]
 Whiten = Literal["none", "batch"]
 TiedStd = Literal["zero", "float32"]
+KlOn = Literal["actions", "steps"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class Convention:
     ``tied_std``: the std of equal rewards, 0 (``"zero"``), or the rounding noise NeMo-RL's
     float32 moments left of it before its PR #4158 (``"float32"``,
     :func:`advcli.core.group.nemo_float32_stats`). ``zero_variance_tol``: a group whose
-    rewards span at most this is zero-variance (advantage 0).
+    rewards span at most this is zero-variance (advantage 0). ``kl_on``: the tokens a
+    temporal method's KL penalty sits on: the actions, or every step (with ``observations``
+    ``"step"``, the tool tokens between them too: miles).
     """
 
     name: str
@@ -47,6 +50,7 @@ class Convention:
     zero_std: float = 0.0
     tied_std: TiedStd = "zero"
     zero_variance_tol: float = ZERO_VARIANCE_TOL
+    kl_on: KlOn = "actions"
 
 
 CONVENTIONS: dict[str, Convention] = {
@@ -114,6 +118,12 @@ CONVENTIONS: dict[str, Convention] = {
         # slime@624b824 slime/utils/arguments.py (rewards and GRPO std normalisation on),
         # slime/ray/rollout.py: (r - mean) / (torch.std + 1e-6); one sample per prompt: 0
         Convention("slime", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1),
+        # miles@31f1ca9 miles/backends/training_utils/loss_hub/math_utils.py
+        # get_reinforce_plus_plus_returns: slime's GRPO, but REINFORCE++'s token rewards are
+        # -kl_coef * kl on every response token, tool tokens too, each a discounted step
+        Convention(
+            "miles", "group", "group", 1, 1e-6, "add", "zero", "step", "none", 1, kl_on="steps"
+        ),  # fmt: skip
         # ROLL@8eb27cc roll/configs/base_config.py (adv_estimator grpo: group mean and std),
         # roll/utils/functionals.py: torch.std + 1e-6; std <= 1e-6 and groups of one get 0
         Convention("roll", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1, 1e-6),

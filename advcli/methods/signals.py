@@ -23,6 +23,7 @@ import numpy as np
 
 from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
+from advcli.errors import RowError
 from advcli.io.rollouts import Rows
 from advcli.io.tokens import Tokens
 from advcli.params import Param, Params, finite
@@ -98,11 +99,21 @@ def token_roles(p: Params) -> tuple[str, ...]:
     return tuple(dict.fromkeys(roles))
 
 
-def token_kl(tokens: Tokens, p: Params) -> np.ndarray:
-    """kl_t per token (float64): the estimate on action tokens, 0 elsewhere."""
+def token_kl(
+    tokens: Tokens, p: Params, *, on: np.ndarray | None = None, row0: int = 0
+) -> np.ndarray:
+    """kl_t per token (float64): the estimate on action tokens (or at the positions ``on``,
+    which must have finite log-probabilities: the batch starts at row ``row0``), 0 elsewhere."""
     kl = np.zeros(len(tokens.mask))
-    m = tokens.mask
-    kl[m] = kl_penalty(tokens.extra["logprobs"][m], tokens.extra["ref_logprobs"][m], p.kl_estimator)
+    m = tokens.mask if on is None else on
+    logprobs, ref = tokens.extra["logprobs"][m], tokens.extra["ref_logprobs"][m]
+    if on is not None and not (np.isfinite(logprobs).all() and np.isfinite(ref).all()):
+        bad = np.flatnonzero(~(np.isfinite(logprobs) & np.isfinite(ref)))[0]
+        row = row0 + int(np.searchsorted(tokens.offsets, on[bad], side="right")) - 1
+        problem = ("a log-probability between actions is not a finite number, and --kl-on "
+                   "steps puts the KL there. Hint: --kl-on actions")  # fmt: skip
+        raise RowError(row, ("logprobs", "ref_logprobs"), problem)
+    kl[m] = kl_penalty(logprobs, ref, p.kl_estimator)
     return kl
 
 

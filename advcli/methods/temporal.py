@@ -29,7 +29,7 @@ import numpy as np
 
 from advcli.core import group as G
 from advcli.core import temporal as T
-from advcli.core.conventions import Convention, Observations, Whiten
+from advcli.core.conventions import Convention, KlOn, Observations, Whiten
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
 from advcli.io.rollouts import Rows
@@ -129,9 +129,25 @@ WHITEN_DDOF = Param(
 STRICT = Param(
     "strict", bool, False, "A reward on a non-action token is an error, not moved.", PANEL
 )
+KL_ON = Param(
+    "kl_on",
+    str,
+    None,
+    "--kl-coef's tokens: the actions, or every step (with --observations step: the tool "
+    "tokens between actions too, as miles' REINFORCE++).",
+    PANEL,
+    choices=get_args(KlOn),
+    conventional=True,
+    check=lambda value, values: (
+        "--kl-on steps: the steps between actions are tokens only with --observations step"
+        if value == "steps" and values.get("observations") != "step" and values.get("kl_coef")
+        else None
+    ),
+)
 
-PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, STRICT)
-_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT)
+PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, STRICT,
+              KL_ON)  # fmt: skip
+_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT, KL_ON)
 
 
 @dataclass(frozen=True)
@@ -232,8 +248,11 @@ class TemporalMethod(Method[TemporalPlan]):
             )
             rewards = per_token[positions]
         _check_rewards(orphaned, moved, row0, strict=p.strict)
-        if p.kl_coef:  # the penalty sits on the action tokens, before any estimate
-            rewards = rewards - p.kl_coef * signals.token_kl(tokens, p)[positions]
+        if p.kl_coef:  # the penalty sits on the action tokens (or every step), before any
+            # estimate
+            on = positions if "kl_on" in p and p.kl_on == "steps" else None
+            kl = signals.token_kl(tokens, p, on=on, row0=row0)
+            rewards = rewards - p.kl_coef * kl[positions]
         # With observations skipped the steps are exactly the action tokens: boolean gathers and
         # scatters then move the data (twice as fast as index arrays, masks coming in spans).
         skip = p.observations == "skip"

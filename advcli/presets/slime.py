@@ -91,6 +91,7 @@ class Slime(Preset):
 class Miles(Slime):
     name = "miles"
     framework = "miles"
+    convention = "miles"  # REINFORCE++'s KL on every response token (slime: actions only)
 
 
 TRAIN_PER_TOKEN = {

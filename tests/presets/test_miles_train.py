@@ -100,3 +100,17 @@ def test_a_rank_file_that_does_not_fit_its_rollout_dump_is_one_line(
     proc = run("check", str(folder), "--from", "miles")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"{rank}: row 0" in proc.stderr and message in proc.stderr
+
+
+def test_check_reproduces_miles_reinforce_plus_plus_with_kl() -> None:
+    """miles' REINFORCE++ puts −β·KL on every response token, tool output included, each a
+    discounted step (the ``miles`` convention: --observations step --kl-on steps)."""
+    result = _check(MILES / "reinforce_plus_plus_kl", "--method", "reinforce-pp", "--kl-coef",
+                    "0.05")  # fmt: skip
+    assert result["convention"] == "miles" and result["ok"]
+    assert result["max_abs_difference"] <= 1e-6
+    proc = run("check", str(MILES / "reinforce_plus_plus_kl"), "--from", "miles", "--method",
+               "reinforce-pp", "--kl-coef", "0.05", "--kl-on", "actions", "--observations",
+               "skip", "--json")  # fmt: skip
+    slime_way = json.loads(proc.stdout)  # the KL on actions only, as slime: 0.013 off
+    assert proc.returncode == 4 and slime_way["max_abs_difference"] > 0.01
