@@ -6,7 +6,9 @@ stderr and the exit code below, in one place (``advcli.cli.runner``); no other m
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from difflib import get_close_matches
 
 
 class AdvcliError(Exception):
@@ -105,6 +107,43 @@ def no_rows(files: str) -> DataError:
     return DataError(f"{files}: the input has no rows. Hint: check the file")
 
 
+def file_list(files: Iterable[str], shown: int = 3) -> str:
+    """Files for a message: all of them when few, else their folder and count, the first and
+    the last (a log of 300 step files stays one short line).
+
+    >>> file_list(["run/step_1.jsonl", "run/step_2.jsonl", "run/step_3.jsonl", "run/step_4.jsonl"])
+    'run/ (4 files: step_1.jsonl … step_4.jsonl)'
+    """
+    names = list(files)
+    if len(names) <= shown:
+        return ", ".join(names)
+    folder = os.path.commonpath(names) if all(n.startswith("/") for n in names) or all(
+        not n.startswith("/") for n in names) else ""  # fmt: skip
+    if folder in names:  # one file's path is every path's prefix
+        folder = os.path.dirname(folder)
+    cut = len(folder) + 1 if folder else 0
+    where = f"{folder}/ " if folder else ""
+    return f"{where}({len(names)} files: {names[0][cut:]} … {names[-1][cut:]})"
+
+
 def columns_found(names: Iterable[str]) -> str:
     """``Columns found: a, b`` (``none`` for a log without columns), for messages."""
     return f"Columns found: {', '.join(names) or 'none'}"
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The one of ``choices`` closest to a mistyped ``name`` (its case aside, by difflib's
+    ratio, at least 0.75), or None."""
+    by_lower = {c.lower(): c for c in choices}
+    close = get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[close[0]] if close else None
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` Did you mean 'grpo'?`` for :func:`closest`; empty when none is close.
+
+    >>> did_you_mean("grpoo", ["grpo", "rloo"])
+    " Did you mean 'grpo'?"
+    """
+    found = closest(name, choices)
+    return f" Did you mean {found!r}?" if found else ""

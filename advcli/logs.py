@@ -23,6 +23,7 @@ from advcli.errors import (
     AdvcliError,
     DataError,
     SchemaError,
+    file_list,
 )
 from advcli.io import jsonl
 from advcli.io.file_sources import open_source
@@ -69,7 +70,7 @@ class Log:
 
     @property
     def files(self) -> str:
-        return ", ".join(self.sources.files)
+        return file_list(self.sources.files)
 
     def require(self, needs: set[str], *, what: str = "this", without_tokens: str = "") -> None:
         """A clear error when the log has no column for a role in ``needs``, or looks like a
@@ -107,7 +108,7 @@ def open_log(
         def open_with(given: presets.PresetOptions) -> Log:
             converted = presets.PresetSource(chosen, inputs, given)
             source: LogSource = _lift_nested(converted, mapping)
-            roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+            roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))
             return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
                        options=given)  # fmt: skip
 
@@ -115,7 +116,7 @@ def open_log(
         return settled
     try:
         source = joined(_lift_nested(open_source(inputs, mapping), mapping), mapping)
-        roles = resolve_roles(source.schema, mapping, ", ".join(source.sources.files))
+        roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))
     except DataError as exc:  # a framework's dump read as advcli's own format
         p = presets.looks_like(first_fields(inputs))
         if p is None:

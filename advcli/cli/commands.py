@@ -36,7 +36,7 @@ from advcli.cli.options import (
 )
 from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.scorer import CriticOptions
-from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError
+from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
 from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
@@ -101,7 +101,7 @@ def schema(
     if as_json:
         _print_json(info.as_dict())
     else:
-        render.schema_report(", ".join(info.files), info.as_dict())
+        render.schema_report(file_list(info.files), info.as_dict())
         _warn(info.warnings)
 
 
@@ -273,7 +273,7 @@ def audit(
     elif as_json:
         _print_json(found.as_dict())
     else:
-        render.audit_report(", ".join(found.files), report)
+        render.audit_report(file_list(found.files), report)
     if not as_json:
         _warn(found.warnings)
     if fail_above is not None and report.zero_variance_rollout_share > fail_above:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advcli import progress
-from advcli.errors import DataError, UsageError, no_rows
+from advcli.errors import DataError, UsageError, file_list, no_rows
 from advcli.io import jsonl, remote
 from advcli.io.arrow import nul_name
 from advcli.io.jsonl import STDIN, is_jsonl
@@ -53,7 +53,7 @@ def _unreadable_parquet(path: str, exc: Exception) -> DataError:
 
 def _mixed_schemas(files: list[str], exc: Exception) -> DataError:
     return DataError(
-        f"{', '.join(files)}: the files have different columns or types ({exc}). "
+        f"{file_list(files)}: the files have different columns or types ({exc}). "
         "Hint: annotate them separately"
     )
 
@@ -85,7 +85,7 @@ def read_inputs(
         sources.row_counts.append(table.num_rows)
         tables.append(table)
     if not tables or sum(sources.row_counts) == 0:
-        raise no_rows(", ".join(files) or "<input>")
+        raise no_rows(file_list(files) or "<input>")
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -129,7 +129,7 @@ class ParquetSource(LogSource):
                 raise DataError(msg)
         self.file_columns = [set(schema.names) for schema in schemas]
         if self.n_rows == 0:
-            raise no_rows(", ".join(files))
+            raise no_rows(file_list(files))
         try:
             schema = pa.unify_schemas(schemas, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, ranges, row_of
-from advcli.errors import DataError, SchemaError, columns_found, where
+from advcli.errors import DataError, SchemaError, closest, columns_found, file_list, where
 from advcli.io.arrow import flat_list
 from advcli.io.schema import Roles
 from advcli.io.sources import Sources
@@ -268,7 +268,7 @@ def require(
     ``what`` needs them (a method, a command); ``without_tokens`` says what works on a log
     without token ids, for the hint when ``input_ids`` is the one missing; ``hint`` replaces
     the hint (a log that looks like a framework's dump: use ``--from``)."""
-    files, found = ", ".join(sources.files), columns_found(columns)
+    files, found = file_list(sources.files), columns_found(columns)
     if "input_ids" in needs and roles["input_ids"] is None:
         msg = (
             f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
@@ -279,10 +279,9 @@ def require(
         raise SchemaError(msg)
     for role in sorted(needs):
         if roles[role] is None:
-            msg = (
-                f"{files}: no '{role}' column. {found}. "
-                f"Hint: {hint or f'name it with --col {role}=COLUMN'}"
-            )
+            near = closest(role, columns)
+            default = f"name it with --col {role}={near or 'COLUMN'}"
+            msg = f"{files}: no '{role}' column. {found}. Hint: {hint or default}"
             raise SchemaError(msg)
 
 
@@ -526,7 +525,7 @@ def _segments(
         return np.zeros(n, dtype=np.int64)
     if roles["rollout_id"] is None:
         msg = (
-            f"{', '.join(check.sources.files)}: the log has '{col}' but no rollout_id column. "
+            f"{file_list(check.sources.files)}: the log has '{col}' but no rollout_id column. "
             "Hint: segments of one rollout share a rollout_id; name it with --col rollout_id=COLUMN"
         )
         raise SchemaError(msg)

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from advcli.errors import SchemaError, UsageError, columns_found
+from advcli.errors import SchemaError, UsageError, columns_found, did_you_mean
 
 # kind: what type a role's column must have.
 #   key: string or integer scalar; num: numeric scalar; bool: boolean scalar;
@@ -127,7 +127,8 @@ def parse_col_mapping(items: list[str] | None) -> dict[str, str]:
             msg = f"--col {item!r}: expected ROLE=COLUMN, for example --col reward=score"
             raise UsageError(msg)
         if role not in ROLES:
-            msg = f"--col {item!r}: unknown role '{role}'. Roles: {', '.join(ROLES)}"
+            hint = did_you_mean(role, ROLES)
+            msg = f"--col {item!r}: unknown role '{role}'.{hint} Roles: {', '.join(ROLES)}"
             raise UsageError(msg)
         mapping[role] = column
     return mapping
@@ -142,7 +143,10 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
         if role in mapping:
             col = mapping[role]
             if col not in names:
-                msg = f"{files}: --col {role}={col}: no column '{col}'. {columns_found(names)}"
+                hint = did_you_mean(col, names)
+                msg = (
+                    f"{files}: --col {role}={col}: no column '{col}'.{hint} {columns_found(names)}"
+                )
                 raise UsageError(msg)
             chosen = col
         elif role in names:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, offsets_from_lengths, positions, ranges, row_of
-from advcli.errors import DataError, SchemaError
+from advcli.errors import DataError, SchemaError, file_list
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.schema import ROLES
 from advcli.io.sources import DerivedColumns, LogSource
@@ -48,7 +48,7 @@ class SplitTokens(DerivedColumns):
         self.sources = base.sources
         for name, kinds in ((PROMPT, "integer"), (RESPONSE, "integer"), (RESPONSE_MASK, "0/1")):
             if name in base.schema.names and not _holds_ints(base.schema.field(name).type):
-                files = ", ".join(base.sources.files)
+                files = file_list(base.sources.files)
                 shown = base.schema.field(name).type
                 raise SchemaError(
                     f"{files}: column '{name}' is {shown}, expected a list of {kinds}"

@@ -29,7 +29,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
-from advcli.errors import PluginError, UsageError
+from advcli.errors import PluginError, UsageError, did_you_mean
 from advcli.io.schema import Roles
 from advcli.methods import (
     agents,
@@ -129,12 +129,24 @@ def load_plugins() -> None:
 load_plugins()
 
 
+KNOWN_AS = {
+    "ppo": "gae",
+    "reinforce++": "reinforce-pp",
+    "reinforce-plus-plus": "reinforce-pp",
+    "reinforce-plus-plus-baseline": "reinforce-pp-baseline",
+    "dapo": "grpo",
+}
+"""The methods' names in the frameworks' configs (verl's ``adv_estimator``), for a hint."""
+
+
 def get(name: str) -> Method[Any]:
     """The method called ``name``; a :class:`UsageError` listing them all otherwise."""
     try:
         return REGISTRY[name]
     except KeyError:
-        msg = f"unknown method {name!r}. Methods: {', '.join(REGISTRY)}"
+        known = KNOWN_AS.get(name.lower().replace("_", "-"))
+        hint = f" Did you mean {known!r}?" if known else did_you_mean(name, REGISTRY)
+        msg = f"unknown method {name!r}.{hint} Methods: {', '.join(REGISTRY)}"
         raise UsageError(msg) from None
 
 
@@ -176,7 +188,8 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
     unknown = [name for name in given if name not in PARAMETERS]
     if unknown:
         flags = ", ".join(p.flag for p in PARAMETERS.values())
-        msg = f"unknown parameter {unknown[0]!r}. Parameters: {flags}"
+        hint = did_you_mean(unknown[0], PARAMETERS)
+        msg = f"unknown parameter {unknown[0]!r}.{hint} Parameters: {flags}"
         raise UsageError(msg)
     takes = {param.name for param in chosen.takes}
     foreign = [name for name, value in given.items() if value is not None and name not in takes]
@@ -209,7 +222,8 @@ def check_convention(convention: str | None) -> str:
     :class:`UsageError` listing them all if it is none of them."""
     name = canonical(convention or DEFAULT)
     if name not in CONVENTIONS:
-        msg = f"unknown convention {name!r}. Conventions: {', '.join(CONVENTIONS)}"
+        hint = did_you_mean(name, CONVENTIONS)
+        msg = f"unknown convention {name!r}.{hint} Conventions: {', '.join(CONVENTIONS)}"
         raise UsageError(msg)
     return name
 

@@ -18,7 +18,7 @@ One preset per framework dump format, each in its own module:
 
 from __future__ import annotations
 
-from advcli.errors import UsageError
+from advcli.errors import UsageError, did_you_mean
 from advcli.presets.base import Preset, PresetOptions, PresetSource
 from advcli.presets.nemo_gym import NemoGym
 from advcli.presets.nemo_rl import NemoRl
@@ -66,7 +66,8 @@ def get(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        msg = f"--from {name!r}: unknown framework. Frameworks: {', '.join(PRESETS)}"
+        hint = did_you_mean(name, PRESETS)
+        msg = f"--from {name!r}: unknown framework.{hint} Frameworks: {', '.join(PRESETS)}"
         raise UsageError(msg) from None
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 from polars.exceptions import PanicException
 
 from advcli import progress
-from advcli.errors import AdvcliError, DataError, UsageError, where
+from advcli.errors import AdvcliError, DataError, UsageError, file_list, where
 from advcli.io import jsonl
 from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
 from advcli.params import option
@@ -424,14 +424,14 @@ class PresetSource(LogSource):
                 f"({preset.framework} logs a generation at every step it serves)"
             )
         if not sum(counts):
-            msg = f"{', '.join(files)}: the input has no rows. Hint: check the files"
+            msg = f"{file_list(files)}: the input has no rows. Hint: check the files"
             raise DataError(msg)
         self.sources = Sources(files=kept, row_counts=counts, lines=lines)
         try:
             self.schema = pa.unify_schemas(schemas, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             msg = (
-                f"{', '.join(files)}: the files have fields of different types ({exc}). "
+                f"{file_list(files)}: the files have fields of different types ({exc}). "
                 "Hint: read them separately"
             )
             raise DataError(msg) from None

@@ -26,7 +26,7 @@ from typing import Any
 
 from advcli import jobs, methods, progress
 from advcli._version import __version__
-from advcli.errors import DataError, UsageError
+from advcli.errors import DataError, UsageError, file_list
 from advcli.io import manifests
 from advcli.io.outputs import check_output_folder, output_folder
 from advcli.logs import BATCH_ROWS, Inputs, input_paths
@@ -190,7 +190,7 @@ def shard(
         plan = plan_shards(samples, opts, lambda row: inp.sources.at(row, ids))
     if not any(len(sp.order) for sp in plan.splits):
         msg = (
-            f"{', '.join(inp.sources.files)}: no rows left to write "
+            f"{file_list(inp.sources.files)}: no rows left to write "
             f"(dropped: {plan.dropped or inp.dropped_by_method}). "
             "Hint: drop --drop-zero-variance / --drop-singletons"
         )

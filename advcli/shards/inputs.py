@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from advcli import progress
 from advcli.accounting import CountTokens, token_counts
 from advcli.engine import Batch, Run
-from advcli.errors import AdvcliError, DataError, UsageError
+from advcli.errors import AdvcliError, DataError, UsageError, file_list
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.outputs import existing_metadata, metadata_path
@@ -189,7 +189,7 @@ def open_input(job: Job) -> Input:
         return Input(source, roles, rows, None, info, {}, log.warnings)
     if job.method is None:
         msg = (
-            f"{', '.join(files)}: a raw log (no advcli annotation), so shard needs a method. "
+            f"{file_list(files)}: a raw log (no advcli annotation), so shard needs a method. "
             "Hint: pass --method grpo (or another method), or annotate the log first"
         )
         raise UsageError(msg)

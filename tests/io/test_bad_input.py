@@ -153,7 +153,8 @@ def test_unknown_method_is_a_usage_error(small_log, tmp_path):
     proc = run("annotate", small_log, "--method", "ppo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 2
     assert err(proc) == (
-        "advcli: error: unknown method 'ppo'. Methods: grpo, rloo, dr-grpo, opo, grpo-passk, "
+        "advcli: error: unknown method 'ppo'. Did you mean 'gae'? Methods: grpo, rloo, dr-grpo, "
+        "opo, grpo-passk, "
         "gpg, maxrl, batch-mean, sppo, quantile, focal-grpo, hierarchical-grpo, rae, gigpo, "
         "step-reinforce, agentic-reinforce, step-grpo, gdpo, grpo-length, grpo-process, mc, td, "
         "gae, reinforce-pp, reinforce-pp-baseline, remax, opd"
@@ -174,7 +175,7 @@ def test_unknown_convention_is_a_usage_error(small_log, tmp_path):
     assert proc.returncode == 2
     assert err(proc) == (
         "advcli: error: unknown convention 'x'. Conventions: advcli, verl, trl, openrlhf, torchrl, "
-        "nemo-rl, nemo-rl-pre-4158, prime-rl, tinker, open-instruct, areal, slime, roll"
+        "nemo-rl, nemo-rl-pre-4158, prime-rl, tinker, open-instruct, areal, slime, miles, roll"
     )
 
 
@@ -242,3 +243,43 @@ def test_ambiguous_aliases_ask_for_col(tmp_path):
         f"advcli: error: {path}: columns 'uid', 'group_id' could each be 'prompt_id'. "
         "Hint: choose one with --col prompt_id=uid"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--method", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'? Methods: grpo,"),
+        (["--method", "grpo", "--convention", "verll"],
+         "unknown convention 'verll'. Did you mean 'verl'? Conventions:"),
+        (["--method", "grpo", "--from", "vrl"],
+         "--from 'vrl': unknown framework. Did you mean 'verl'? Frameworks:"),
+        (["--method", "grpo", "--col", "rewrd=score"],
+         "unknown role 'rewrd'. Did you mean 'reward'? Roles:"),
+        (["--method", "grpo", "--col", "reward=scor"],
+         "--col reward=scor: no column 'scor'. Did you mean 'score'?"),
+    ],
+)  # fmt: skip
+def test_a_typo_gets_a_did_you_mean(tmp_path, options, expected):
+    log = write_jsonl(tmp_path / "log.jsonl", [{"prompt_id": "a", "score": 1.0,
+                                                "input_ids": [1, 2]}])  # fmt: skip
+    proc = run("annotate", log, *options, "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode in (1, 2) and expected in err(proc), err(proc)
+
+
+def test_a_missing_column_names_the_closest_one(tmp_path):
+    log = write_jsonl(tmp_path / "log.jsonl", [{"prompt_id": "a", "rewardd": 1.0,
+                                                "input_ids": [1, 2]}])  # fmt: skip
+    proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert err(proc).endswith("Hint: name it with --col reward=rewardd")
+
+
+def test_an_error_about_many_files_names_their_folder_and_count(tmp_path):
+    for i in range(30):
+        (tmp_path / "logs").mkdir(exist_ok=True)
+        write_jsonl(tmp_path / "logs" / f"step_{i:03d}.jsonl",
+                    [{"prompt_id": "a", "reward": 1.0, "input_ids": [1, 2]}])  # fmt: skip
+    proc = run("annotate", tmp_path / "logs", "--method", "gae", "--out", tmp_path / "o.parquet")
+    message = err(proc)
+    assert message.startswith(f"advcli: error: {tmp_path / 'logs'}/ (30 files: step_000.jsonl …"
+                              " step_029.jsonl): no 'values' column.")  # fmt: skip
+    assert len(message) < 300
