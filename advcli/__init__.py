@@ -24,8 +24,12 @@ A dependency older than advcli needs is then a :class:`advcli.errors.DependencyE
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 import sys
+import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from advcli._version import __version__
@@ -87,5 +91,49 @@ def __getattr__(name: str) -> Any:
     if name in __all__:
         if "advcli.api" not in sys.modules:  # first use: are the dependencies recent enough?
             importlib.import_module("advcli.versions").check()
-        return getattr(importlib.import_module("advcli.api"), name)
+        found = getattr(importlib.import_module("advcli.api"), name)
+        if isinstance(found, types.FunctionType):
+            found = _in_python_words(found)
+        globals()[name] = found  # looked up once
+        return found
     raise AttributeError(f"module 'advcli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # what tab completion offers: the API
+
+
+def _in_python_words(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, whose errors name its keyword arguments where the command line's name
+    its options (``force=True``, not ``--force``)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except importlib.import_module("advcli.errors").AdvcliError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (python_words(exc.args[0]), *exc.args[1:])
+            raise
+
+    return wrapper
+
+
+_KEYWORDS = {"from": "preset", "format": "fmt"}
+
+
+def python_words(message: str) -> str:
+    """A message for a Python caller: ``--force`` as ``force=True``, ``--col R=C`` as
+    ``col=['R=C']``, any other ``--option-name`` as its keyword ``option_name``.
+
+    >>> python_words("Hint: pass --force, or --col reward=score, or drop --batch-rows")
+    "Hint: pass force=True, or col=['reward=score'], or drop batch_rows"
+    """
+    message = message.replace("--force", "force=True")
+    message = re.sub(r"--col ([^\s=]+=[^\s,.;:)]+)", r"col=['\1']", message)
+
+    def keyword(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return _KEYWORDS.get(name, name.replace("-", "_"))
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", keyword, message)

@@ -113,7 +113,7 @@ def annotate(
     fmt: str | None = None,
     force: bool = False,
     nonfinite: str = "error",
-    critic: CriticOptions | None = None,
+    critic: CriticOptions | str | os.PathLike[str] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
     engine: str = "local",
@@ -123,7 +123,8 @@ def annotate(
 ) -> AnnotateResult:
     """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
 
-    ``critic`` scores the values (those of the log, if it has any, are then not read: a
+    ``critic`` (its options, or the ONNX file's path) scores the values (those of the log, if
+    it has any, are then not read: a
     warning says so and the metadata records it); ``preset`` reads the log as that framework
     wrote it (``--from``). ``nonfinite="null"`` writes a NaN or infinity of a JSONL output as
     null (counted: ``nonfinite_nulls``) instead of refusing it. ``engine="ray"`` runs the
@@ -133,6 +134,8 @@ def annotate(
     """
     started = time.perf_counter()
     out = os.fspath(out)
+    if critic is not None and not isinstance(critic, CriticOptions):
+        critic = CriticOptions(os.fspath(critic))  # the ONNX file's path
     job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
                    method=method, convention=convention, params=params, engine=engine,
                    ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
@@ -223,6 +226,48 @@ def _check_parts_output(out: str, fmt: str | None, files: list[str], *, force: b
 
 
 def annotate_table(
+    table: Any,
+    *,
+    method: str,
+    convention: str | None = None,
+    col: list[str] | None = None,
+    **params: Any,
+) -> Any:
+    """``annotate`` on a table in memory (a pyarrow Table, or a polars or pandas DataFrame):
+    the table with the method's columns, its rows in order (less any the method drops), of
+    the kind given. The run's metadata is the Arrow schema's ``advcli`` key (pandas: the
+    frame's ``attrs["advcli"]``; polars keeps none). Errors name rows of ``<table>``."""
+    given = table
+    table = _arrow_table(table)
+    annotated = _annotate_arrow(table, method=method, convention=convention, col=col, **params)
+    if isinstance(given, pa.Table):
+        return annotated
+    metadata = json.loads(annotated.schema.metadata[METADATA_KEY])
+    if type(given).__module__.startswith("polars"):
+        import polars as pl
+
+        return pl.from_arrow(annotated)
+    frame = annotated.to_pandas()
+    frame.attrs["advcli"] = metadata
+    return frame
+
+
+def _arrow_table(table: Any) -> pa.Table:
+    """A pyarrow Table of what ``annotate_table`` was given."""
+    if isinstance(table, pa.Table):
+        return table
+    kind = f"{type(table).__module__}.{type(table).__name__}"
+    if kind.startswith("polars.") and hasattr(table, "to_arrow"):
+        return table.to_arrow()
+    if kind.startswith("pandas.") and type(table).__name__ == "DataFrame":
+        return pa.Table.from_pandas(table, preserve_index=False)
+    if isinstance(table, pa.RecordBatch):
+        return pa.Table.from_batches([table])
+    msg = f"annotate_table takes a pyarrow Table or a polars or pandas DataFrame, not {kind}"
+    raise UsageError(msg)
+
+
+def _annotate_arrow(
     table: pa.Table,
     *,
     method: str,
@@ -230,9 +275,6 @@ def annotate_table(
     col: list[str] | None = None,
     **params: Any,
 ) -> pa.Table:
-    """``annotate`` on a table in memory: the table with the method's columns, its rows in
-    order (less any the method drops); the run's metadata is the schema's ``advcli`` key.
-    Errors name rows of ``<table>``."""
     job = jobs.job([], method=method, convention=convention, params=params)
     mapping = parse_col_mapping(col)
     sources = Sources(files=["<table>"], row_counts=[table.num_rows])

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
+from advcli import errors as advcli_errors
 from advcli.errors import DataError, UsageError
 from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights
@@ -108,3 +109,32 @@ def test_the_critic_package_needs_neither_polars_nor_orjson():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_annotate_table_takes_polars_and_pandas_frames_and_gives_the_same_kind():
+    pl = pytest.importorskip("polars")
+    pd = pytest.importorskip("pandas")
+    frame = pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], "input_ids": [[1], [2]]})
+    got = advcli.annotate_table(frame, method="rloo")
+    assert isinstance(got, pl.DataFrame) and got["advantage"].to_list() == [1.0, -1.0]
+    as_pandas = advcli.annotate_table(frame.to_pandas(), method="rloo")
+    assert isinstance(as_pandas, pd.DataFrame) and list(as_pandas["advantage"]) == [1.0, -1.0]
+    assert as_pandas.attrs["advcli"]["params"]["method"] == "rloo"
+    with pytest.raises(advcli_errors.UsageError, match="not builtins.list"):
+        advcli.annotate_table([1, 2], method="rloo")
+
+
+def test_python_callers_read_their_keywords_in_errors(tmp_path, small_log):
+    out = tmp_path / "o.parquet"
+    out.write_text("taken")
+    with pytest.raises(advcli_errors.OutputError, match=r"Hint: pass force=True to replace it"):
+        advcli.annotate(small_log, out, method="grpo")
+    with pytest.raises(advcli_errors.UsageError, match=r"col=\['reward=rewrd'\]: no column"):
+        advcli.annotate(small_log, tmp_path / "p.parquet", method="grpo", col=["reward=rewrd"])
+    with pytest.raises(advcli_errors.UsageError, match="no such critic file"):
+        advcli.annotate(small_log, tmp_path / "q.parquet", method="gae", critic="none.onnx")
+
+
+def test_dir_lists_the_api():
+    assert {"annotate", "annotate_table", "audit", "shard"} <= set(dir(advcli))
+    assert "importlib" not in dir(advcli)
