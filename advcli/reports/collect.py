@@ -40,6 +40,7 @@ TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, 
 TEXT_BUDGET = 2_000_000  # characters of text the page holds in all (a page under 10 MB)
 KEY_CHARS = 120  # of a prompt id shown in the groups table
 MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
+PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
 PANEL = "What the page holds"  # the help panel of the options that bound the detail
 
 
@@ -329,7 +330,8 @@ class _Walk:
         self.adv_file: IO[bytes] | None = None  # the action tokens' advantages, float32
         self.room = f"{4 * (found.report.action_tokens or rows.n_rollouts):,} bytes"
         self.has_advantages = run is not None or self.logged_column is not None
-        self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int]] = {}
+        # per detail row: ids, kinds and advantages shown, its length, the prompt tokens folded
+        self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]] = {}
         self.text: dict[int, dict[str, str]] = {}
 
     def walk(self) -> _Walk:
@@ -396,19 +398,24 @@ class _Walk:
             summed = np.zeros(len(adv) + 1)
             np.cumsum(np.where(mask, np.nan_to_num(adv), 0.0), out=summed[1:])
             np.add.at(self.adv_sum, rollouts, summed[offsets[1:]] - summed[offsets[:-1]])
+        ranks = self.found.rows.segment_rank[row0 : row0 + n]
         for i in np.flatnonzero(self.detail_row[row0 : row0 + n]):
             start, end = int(offsets[i]), int(offsets[i + 1])
-            shown = min(end, start + self.cap)
             part = mask[start:end]
             first_action = int(np.argmax(part)) if part.any() else end - start
             kind = np.full(end - start, OBSERVATION, dtype=np.uint8)
             kind[:first_action] = PROMPT
             kind[part] = ACTION
+            # the budget goes to the response: a rollout's prompt keeps its last few tokens
+            folded = max(0, first_action - PROMPT_TAIL) if ranks[i] == 0 else 0
+            begin = start + folded
+            shown = min(end, begin + self.cap)
             self.tokens[row0 + int(i)] = (
-                ids[start:shown],
-                kind[: shown - start],
-                None if adv is None else adv[start:shown].astype(np.float32),
+                ids[begin:shown],
+                kind[folded : shown - start],
+                None if adv is None else adv[begin:shown].astype(np.float32),
                 end - start,
+                folded,
             )
             self._keep_text(table, int(i), row0)
 
@@ -501,7 +508,7 @@ class _Walk:
         return out
 
     def _token_view(
-        self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, int]]
+        self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]]
     ) -> dict[str, Any]:
         ids = np.concatenate([p[0] for p in parts]).astype(np.int64)
         kind = np.concatenate([p[1] for p in parts])
@@ -512,6 +519,7 @@ class _Walk:
             "kind": _b64(kind),
             "shown": int(ids.size),
             "total": int(sum(p[3] for p in parts)),
+            "folded": int(parts[0][4]),  # the prompt tokens before those shown
         }
         if parts[0][2] is not None:
             adv = np.concatenate([p[2] for p in parts if p[2] is not None])

@@ -195,6 +195,7 @@ function showTokens(r) {
   let scale = 0;
   if (adv) for (let i = 0; i < adv.length; i++) if (kind[i] === 1 && Number.isFinite(adv[i])) scale = Math.max(scale, Math.abs(adv[i]));
   const frag = document.createDocumentFragment();
+  if (t.folded) frag.append(el("span", { class: "folded" }, `… ${t.folded.toLocaleString("en-US")} prompt tokens`));
   for (let i = 0; i < ids.length; i++) {
     const span = el("span", { class: "tok k" + kind[i] }, String(ids[i]));
     let title = `token ${ids[i]} · ${KIND_NAMES[kind[i]]}`;
@@ -206,8 +207,9 @@ function showTokens(r) {
     frag.append(span);
   }
   home.append(frag);
-  document.getElementById("token-note").textContent = t.shown < t.total
-    ? ` · the first ${t.shown.toLocaleString("en-US")} of ${t.total.toLocaleString("en-US")} tokens`
+  const hidden = t.total - t.shown - (t.folded || 0);
+  document.getElementById("token-note").textContent = hidden > 0
+    ? ` · ${t.shown.toLocaleString("en-US")} of ${t.total.toLocaleString("en-US")} tokens shown (the response first)`
     : ` · ${t.total.toLocaleString("en-US")} tokens`;
   view.scrollIntoView({ block: "nearest" });
 }

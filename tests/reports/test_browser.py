@@ -122,6 +122,25 @@ def test_a_step_rollout_shows_each_steps_advantage(tmp_path, chromium):
     assert errors == []
 
 
+def test_a_long_prompt_is_folded_before_the_response(tmp_path, chromium):
+    rows = [{"prompt_id": "q", "rollout_id": f"r{i}", "reward": float(i % 2),
+             "input_ids": list(range(100, 280)) + list(range(5, 45)),
+             "action_mask": [0] * 180 + [1] * 40} for i in range(4)]  # fmt: skip
+    out = tmp_path / "long.html"
+    log = write_jsonl(tmp_path / "long.jsonl", rows)
+    proc = run("report", log, "--method", "grpo", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    page.locator("#group-table tbody tr").first.click()
+    page.locator("#rollout-table tbody tr").first.click()
+    assert page.locator("#tokens .folded").inner_text() == "… 172 prompt tokens"
+    assert page.locator("#tokens .tok.k0").count() == 8
+    assert page.locator("#tokens .tok.k1").count() == 40
+    assert errors == []
+
+
 HOSTILE = '<img src=x onerror="alert(1)"></script><script>alert(2)</script><!-- @@APP@@ @@DATA@@'
 
 

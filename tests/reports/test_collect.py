@@ -277,3 +277,18 @@ def test_agent_steps_show_each_steps_advantage(tmp_path):
     assert rollouts["a"]["steps"] == [1.0, 0.5] and rollouts["b"]["steps"] == [-1.0, -0.5]
     overview = data["overview"]
     assert (overview["state_groups"], overview["steps_without_signal"]) == (3, 2)
+
+
+def test_the_token_view_spends_its_budget_on_the_response(tmp_path):
+    """A 180-token prompt keeps its last 8 tokens; the response's come after, in full."""
+    prompt, response = list(range(1000, 1180)), list(range(5, 45))
+    rows = [{"prompt_id": "q", "rollout_id": f"r{i}", "reward": float(i % 2),
+             "input_ids": prompt + response, "action_mask": [0] * 180 + [1] * 40}
+            for i in range(4)]  # fmt: skip
+    log = write_jsonl(tmp_path / "long.jsonl", rows)
+    _, data = report(log, tmp_path / "r.html", "--method", "grpo", "--token-budget", "256")
+    view = data["details"]["0"][0]["tokens"]
+    ids, kind, _ = tokens(view)
+    assert view["folded"] == 172 and view["total"] == 220 and view["shown"] == 48
+    assert ids.tolist() == prompt[-8:] + response
+    assert kind.tolist() == [0] * 8 + [1] * 40
