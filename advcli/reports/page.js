@@ -52,7 +52,19 @@ function drawOverview() {
     document.getElementById("overview-body").append(el("p", { class: "note warning" }, "warning: " + warning));
   }
   const adv = DATA.advantages_from ? "advantages: " + DATA.advantages_from : "no advantages (give --method)";
-  document.getElementById("subtitle").textContent = DATA.files.join(", ") + " · " + adv;
+  const subtitle = document.getElementById("subtitle");
+  if (DATA.files.length <= 3) {
+    subtitle.textContent = DATA.files.join(", ") + " · " + adv;
+  } else {  // a folder of step files: its name and count, the list on a click
+    const parts = DATA.files.map((f) => f.split("/"));
+    let common = 0;
+    while (parts.every((p) => p.length > common + 1 && p[common] === parts[0][common])) common++;
+    const folder = parts[0].slice(0, common).join("/");
+    const box = el("details", { class: "files" });
+    box.append(el("summary", {}, `${folder ? folder + "/" : ""} (${DATA.files.length.toLocaleString("en-US")} files)`),
+      el("pre", {}, DATA.files.join("\n")));
+    subtitle.replaceChildren(box, document.createTextNode(adv));
+  }
 }
 
 function drawCharts() {
@@ -98,7 +110,7 @@ function drawGroups() {
     const tr = el("tr", { "data-code": G.code[i] });
     tr.append(el("td", {}, G.code[i]), el("td", { class: "prompt", title: G.prompt[i] }, G.prompt[i]),
       el("td", {}, fmtInt(G.size[i])), el("td", {}, fmtNum(G.mean[i])), el("td", {}, fmtNum(G.std[i])),
-      el("td", {}, G.action_tokens ? fmtInt(G.action_tokens[i]) : "n/a"));
+      ...(G.action_tokens ? [el("td", {}, fmtInt(G.action_tokens[i]))] : []));
     const kind = el("td");
     kind.append(el("span", { class: "kind kind-" + G.kind[i] }, DATA.kinds[G.kind[i]]));
     tr.append(kind);
@@ -116,6 +128,7 @@ function drawGroups() {
 
 function setUpGroups() {
   const g = DATA.groups;
+  if (!G.action_tokens) document.querySelector('#group-table th[data-sort="action_tokens"]').remove();  // a log without token ids
   document.getElementById("groups-note").textContent = g.listed < g.total
     ? `The log has ${g.total.toLocaleString("en-US")} groups: the table lists a seeded sample of ${g.listed.toLocaleString("en-US")} (--sample-groups).`
     : `Every group of the log. Click a column to sort, a row to open the group.`;
@@ -149,10 +162,11 @@ function openGroup(i) {
     (rollouts ? " · click a rollout to see its tokens" : " · not in the detail sample (a seeded sample of groups, --detail-groups, that always holds the worst ones)");
   const body = document.querySelector("#rollout-table tbody");
   body.replaceChildren();
+  document.getElementById("length-head").hidden = (rollouts || []).every((r) => r.length === null);
   for (const r of rollouts || []) {
     const tr = el("tr", { "data-rollout": r.id });
     tr.append(el("td", {}, r.id), el("td", {}, fmtNum(r.reward)), el("td", {}, fmtNum(r.advantage)),
-      el("td", {}, r.length === null ? "n/a" : fmtInt(r.length)), el("td", {}, r.segments));
+      ...(r.length === null ? [] : [el("td", {}, fmtInt(r.length))]), el("td", {}, r.segments));
     tr.addEventListener("click", () => showTokens(r));
     body.append(tr);
   }

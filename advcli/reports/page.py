@@ -62,7 +62,9 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
     dist = payload["distributions"]
     hists = {
         "chart-rewards": ("rewards (rollouts)", dist["rewards"], BLUE),
-        "chart-advantages": ("advantages (action tokens)", dist["advantages"], ORANGE),
+        "chart-advantages": (
+            "advantages (action tokens)" if payload["overview"].get("action_tokens") is not None
+            else "advantages (rollouts)", dist["advantages"], ORANGE),  # fmt: skip
         "chart-lengths": ("response length (action tokens)", dist["lengths"], GREY),
     }
     for i, (name, hist) in enumerate(dist["components"].items()):
@@ -98,7 +100,16 @@ def _figure(title: str, **kwargs: Any) -> Any:
         **kwargs,
     )
     fig.toolbar.logo = None
+    for axis in (fig.xaxis, fig.yaxis):  # 6,000,000 and 0.0012, not 6.000e+6
+        axis.formatter = plain()
     return fig
+
+
+def plain() -> Any:
+    """Numbers as they are: thousands separated, no exponent."""
+    from bokeh.models import NumeralTickFormatter
+
+    return NumeralTickFormatter(format="0,0.[000000]")
 
 
 def _histogram(title: str, hist: dict[str, list[float]], colour: str) -> Any:
@@ -132,7 +143,7 @@ def _bars(title: str, counts: dict[str, int]) -> Any:
 
 
 def _line(title: str, steps: list[float], values: list[float]) -> Any:
-    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
 
     source = ColumnDataSource({"step": steps, "value": values})
     fig = _figure(title)
@@ -140,6 +151,7 @@ def _line(title: str, steps: list[float], values: list[float]) -> Any:
     fig.scatter(x="step", y="value", source=source, color=BLUE, size=5)
     fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("value", "@value{0.[0000]}")]))
     fig.xaxis.axis_label = "step"
+    fig.xaxis.ticker = BasicTicker(min_interval=1)  # steps are whole: no tick at 0.5
     return fig
 
 

@@ -168,3 +168,27 @@ def test_names_and_texts_in_the_log_never_run_as_script(tmp_path, chromium):
     assert HOSTILE in page.locator("#token-text").inner_text()
     assert page.locator("#group-table img, #token-text img, #group-title img").count() == 0
     assert dialogs == [] and errors == []
+
+
+def test_a_token_free_log_of_many_files_is_tidy(tmp_path, chromium):
+    """Forty step files fold into their folder and count; a log without token ids has no
+    action-token or length columns, and its advantages chart counts rollouts."""
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    for step in range(40):
+        write_jsonl(folder / f"step_{step:03d}.jsonl",
+                    [{"prompt_id": f"p{step}", "reward": float(i % 2), "response": "hi",
+                      "step": step} for i in range(2)])  # fmt: skip
+    out = tmp_path / "many.html"
+    proc = run("report", str(folder), "--method", "grpo", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    assert page.locator("#subtitle summary").inner_text() == f"{folder}/ (40 files)"
+    headers = page.locator("#group-table th").all_inner_texts()
+    assert not any("action tokens" in h for h in headers)
+    page.locator("#group-table tbody tr").first.click()
+    assert page.locator("#length-head").is_hidden()
+    assert "n/a" not in page.locator("#rollout-table").inner_text()
+    assert errors == []

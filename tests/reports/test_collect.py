@@ -292,3 +292,14 @@ def test_the_token_view_spends_its_budget_on_the_response(tmp_path):
     assert view["folded"] == 172 and view["total"] == 220 and view["shown"] == 48
     assert ids.tolist() == prompt[-8:] + response
     assert kind.tolist() == [0] * 8 + [1] * 40
+
+
+def test_charts_say_what_they_count_and_write_plain_numbers(tmp_path):
+    log = write_jsonl(tmp_path / "text.jsonl", [{"prompt_id": f"a{i // 2}", "reward": float(i % 2),
+                                                 "response": "x", "step": i // 2}
+                                                for i in range(6)])  # fmt: skip
+    _, data = report(log, tmp_path / "r.html", "--method", "grpo")
+    charts = json.dumps(data["charts"])
+    assert "advantages (rollouts)" in charts and "advantages (action tokens)" not in charts
+    assert "0,0.[000000]" in charts  # NumeralTickFormatter: 6,000,000, not 6.000e+6
+    assert '"min_interval": 1' in charts  # three steps: no tick at 0.5
