@@ -133,7 +133,13 @@ def collect(
             "group_sizes": {str(k): v for k, v in found.report.group_sizes.items()},
             "components": components(log, found, reward_components or [], options.bins),
         },
-        "groups": group_table(found, kinds, group_tokens, listed),
+        "groups": group_table(
+            found,
+            kinds,
+            group_tokens,
+            listed,
+            listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
+        ),  # fmt: skip
         "details": seen.details(found, codes, rewards, lengths_),
     }
     return payload
@@ -198,14 +204,10 @@ def trends(
 ) -> dict[str, list[float]] | None:
     """Per step (a ``step`` column: the presets write the step each dump file belongs to): its
     rollouts, zero-variance share, mean reward and mean length in action tokens."""
-    if "step" not in log.source.schema.names:
+    step_of_row = row_steps(log)
+    if step_of_row is None:
         return None
     rows = found.rows
-    try:
-        column = log.source.columns(["step"]).column("step").cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None  # steps that are not numbers: no trend to draw
-    step_of_row = column.to_numpy().astype(np.float64)  # nulls: NaN
     step = step_of_row[rows.last_segment_row()]
     have = np.isfinite(step)  # a null or infinite step is on no step
     if not have.any():
@@ -226,6 +228,50 @@ def trends(
     return out
 
 
+def row_steps(log: Log) -> np.ndarray | None:
+    """Each row's step (float64, NaN where null), from a ``step`` column of numbers (the
+    presets write the step each dump file belongs to); None without one."""
+    if "step" not in log.source.schema.names:
+        return None
+    try:
+        column = log.source.columns(["step"]).column("step").cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # steps that are not numbers
+    out: np.ndarray = column.to_numpy().astype(np.float64)  # nulls: NaN
+    return out
+
+
+PROMPT_TEXT = ("prompt", "question", "query", "problem", "instruction", "input", "prompt_text",
+               "messages")  # fmt: skip
+"""Text columns that hold a rollout's prompt, the first found shown in the groups table."""
+PROMPT_CHARS = 80  # of each listed group's prompt, in the page (what the search box searches)
+
+
+def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> list[str] | None:
+    """The first :data:`PROMPT_CHARS` characters of each listed group's prompt (its first
+    row's), from the first :data:`PROMPT_TEXT` column the log has that is text and plays no
+    role (a prompt id that is the text is shown already); None without one."""
+    schema, roles = log.source.schema, {c for c in log.roles.columns.values() if c}
+    column = next((c for c in PROMPT_TEXT if c in schema.names and c not in roles and (
+        pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
+            schema.field(c).type))), None)  # fmt: skip
+    if column is None:
+        return None
+    codes = found.rows.group_codes
+    assert codes is not None
+    first_row = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, dtype=np.int64)
+    first_row[codes[::-1]] = np.arange(len(codes))[::-1]
+    wanted = first_row[listed]
+    order = np.argsort(wanted)
+    texts: dict[int, str] = {}
+    for row0, table in prefetch(log.source.batches([column], batch_rows)):
+        lo, hi = np.searchsorted(wanted[order], [row0, row0 + table.num_rows])
+        for row in wanted[order][lo:hi]:
+            texts[int(row)] = _short(table.column(column)[int(row) - row0].as_py() or "",
+                                     PROMPT_CHARS)  # fmt: skip
+    return [texts.get(int(row), "") for row in wanted]
+
+
 def components(
     log: Log, found: Audit, names: list[str], bins: int
 ) -> dict[str, dict[str, list[float]] | None]:
@@ -244,10 +290,14 @@ def components(
 
 
 def group_table(
-    found: Audit, kinds: np.ndarray, tokens: np.ndarray | None, listed: np.ndarray
+    found: Audit,
+    kinds: np.ndarray,
+    tokens: np.ndarray | None,
+    listed: np.ndarray,
+    extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The listed groups, one row each: group code, prompt id, size, mean, std, action tokens,
-    kind (an index into ``kinds``)."""
+    kind (an index into ``kinds``), and the ``extra`` columns (None where the log has none)."""
     stats = found.stats
     keys = found.rows.group_keys
     assert keys is not None
@@ -261,8 +311,41 @@ def group_table(
         "std": std.tolist(),
         "action_tokens": tokens[listed].tolist() if tokens is not None else None,
         "kind": kinds[listed].tolist(),
+        **extra,
     }
     return {"total": len(kinds), "listed": len(listed), "columns": table}
+
+
+def listed_extras(
+    log: Log,
+    found: Audit,
+    seen: _Walk,
+    listed: np.ndarray,
+    in_detail: np.ndarray,
+    lengths_: np.ndarray | None,
+    batch_rows: int,
+) -> dict[str, Any]:
+    """The groups table's columns beyond the audit's: the prompt's first words, the step, the
+    spread of the rollouts' advantages (max − min), whether the page holds its rollouts."""
+    rows = found.rows
+    codes, n = rows.rollout_groups(), len(found.stats.size)
+    step_of_row = row_steps(log)
+    step = None
+    if step_of_row is not None:
+        per_group = np.full(n, np.nan)
+        per_group[codes[::-1]] = step_of_row[rows.last_segment_row()][::-1]  # the first's
+        step = [None if np.isnan(x) else float(x) for x in per_group[listed]]
+    spread = None
+    if seen.has_advantages:
+        mean = seen.adv_sum / np.maximum(lengths_, 1) if lengths_ is not None else seen.adv_sum
+        width = G.spread(mean, codes, n)[listed]
+        spread = np.where(np.isfinite(width), width, 0.0).tolist()
+    return {
+        "text": group_texts(log, found, listed, batch_rows),
+        "step": step,
+        "spread": spread,
+        "detail": in_detail[listed].tolist(),
+    }
 
 
 LOGGED_HINT = "report a log annotated by advcli, or give --method"

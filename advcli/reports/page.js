@@ -84,14 +84,30 @@ function drawCharts() {
 
 // Groups: sortable, filterable, paged; a row opens the group.
 const G = DATA.groups.columns;
-const state = { sort: "code", dir: 1, filter: "", kind: "all", page: 0, rows: [] };
+const state = { sort: "code", dir: 1, filter: "", kind: "all", step: "all", lo: null, hi: null, page: 0, rows: [] };
+// The groups table's columns: [key, heading, cell]; those the log has no values for are left out.
+const GROUP_COLUMNS = [
+  ["code", "#", (i) => el("td", G.detail[i] ? {} : { class: "no-detail", title: "not in the detail sample: its rollouts are not in the page" }, G.code[i])],
+  ["prompt", "prompt id", (i) => el("td", { class: "prompt", title: G.prompt[i] }, G.prompt[i])],
+  ["text", "prompt (first words)", (i) => el("td", { class: "prompt text", title: G.text[i] }, G.text[i])],
+  ["step", "step", (i) => el("td", {}, G.step[i] === null ? "" : fmtNum(G.step[i]))],
+  ["size", "size", (i) => el("td", {}, fmtInt(G.size[i]))],
+  ["mean", "mean reward", (i) => el("td", {}, fmtNum(G.mean[i]))],
+  ["std", "std", (i) => el("td", {}, fmtNum(G.std[i]))],
+  ["spread", "advantage spread", (i) => el("td", { title: "max − min of its rollouts' mean advantages" }, fmtNum(G.spread[i]))],
+  ["action_tokens", "action tokens", (i) => el("td", {}, fmtInt(G.action_tokens[i]))],
+  ["kind", "kind", (i) => { const td = el("td"); td.append(el("span", { class: "kind kind-" + G.kind[i] }, DATA.kinds[G.kind[i]])); return td; }],
+].filter(([key]) => G[key] !== null && G[key] !== undefined);
 
 function groupRows() {
   const text = state.filter.toLowerCase();
   let rows = [];
   for (let i = 0; i < G.code.length; i++) {
     if (state.kind !== "all" && String(G.kind[i]) !== state.kind) continue;
-    if (text && !G.prompt[i].toLowerCase().includes(text)) continue;
+    if (state.step !== "all" && String(G.step[i]) !== state.step) continue;
+    if (state.lo !== null && !(G.mean[i] >= state.lo)) continue;
+    if (state.hi !== null && !(G.mean[i] <= state.hi)) continue;
+    if (text && !G.prompt[i].toLowerCase().includes(text) && !(G.text && G.text[i].toLowerCase().includes(text))) continue;
     rows.push(i);
   }
   const col = G[state.sort] || G.code;
@@ -108,12 +124,7 @@ function drawGroups() {
   body.replaceChildren();
   for (const i of state.rows.slice(state.page * PAGE_ROWS, (state.page + 1) * PAGE_ROWS)) {
     const tr = el("tr", { "data-code": G.code[i] });
-    tr.append(el("td", {}, G.code[i]), el("td", { class: "prompt", title: G.prompt[i] }, G.prompt[i]),
-      el("td", {}, fmtInt(G.size[i])), el("td", {}, fmtNum(G.mean[i])), el("td", {}, fmtNum(G.std[i])),
-      ...(G.action_tokens ? [el("td", {}, fmtInt(G.action_tokens[i]))] : []));
-    const kind = el("td");
-    kind.append(el("span", { class: "kind kind-" + G.kind[i] }, DATA.kinds[G.kind[i]]));
-    tr.append(kind);
+    for (const [, , cell] of GROUP_COLUMNS) tr.append(cell(i));
     tr.addEventListener("click", () => openGroup(i));
     body.append(tr);
   }
@@ -128,10 +139,29 @@ function drawGroups() {
 
 function setUpGroups() {
   const g = DATA.groups;
-  if (!G.action_tokens) document.querySelector('#group-table th[data-sort="action_tokens"]').remove();  // a log without token ids
+  const head = document.querySelector("#group-table thead tr");
+  for (const [key, label] of GROUP_COLUMNS) head.append(el("th", { "data-sort": key }, label));
+  const withoutDetail = g.columns.detail.filter((d) => !d).length;
+  const steps = G.step ? [...new Set(G.step.filter((x) => x !== null))].sort((a, b) => a - b) : [];
+  if (steps.length > 1) {
+    const pick = document.getElementById("group-step");
+    pick.hidden = false;
+    pick.append(el("option", { value: "all" }, "every step"));
+    for (const x of steps) pick.append(el("option", { value: String(x) }, "step " + fmtNum(x)));
+    pick.addEventListener("change", () => { state.step = pick.value; state.page = 0; drawGroups(); });
+  }
+  for (const [id, key] of [["reward-min", "lo"], ["reward-max", "hi"]]) {
+    const box = document.getElementById(id);
+    box.addEventListener("input", () => { state[key] = box.value === "" ? null : Number(box.value); state.page = 0; drawGroups(); });
+  }
   document.getElementById("groups-note").textContent = g.listed < g.total
     ? `The log has ${g.total.toLocaleString("en-US")} groups: the table lists a seeded sample of ${g.listed.toLocaleString("en-US")} (--sample-groups).`
     : `Every group of the log. Click a column to sort, a row to open the group.`;
+  document.getElementById("groups-note").textContent += (G.text
+    ? " The search box searches the prompt ids and each prompt's first words (its first 80 characters, which the page holds)."
+    : " The search box searches the prompt ids.") + (withoutDetail
+    ? ` The ${withoutDetail.toLocaleString("en-US")} groups whose # is grey are not in the detail sample (--detail-groups): they open without rollouts.`
+    : "");
   const select = document.getElementById("group-kind");
   select.append(el("option", { value: "all" }, "every kind"));
   DATA.kinds.forEach((name, k) => select.append(el("option", { value: String(k) }, name)));

@@ -63,8 +63,12 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
     hists = {
         "chart-rewards": ("rewards (rollouts)", dist["rewards"], BLUE),
         "chart-advantages": (
-            "advantages (action tokens)" if payload["overview"].get("action_tokens") is not None
-            else "advantages (rollouts)", dist["advantages"], ORANGE),  # fmt: skip
+            "advantages (action tokens)"
+            if payload["overview"].get("action_tokens") is not None
+            else "advantages (rollouts)",
+            dist["advantages"],
+            ORANGE,
+        ),  # fmt: skip
         "chart-lengths": ("response length (action tokens)", dist["lengths"], GREY),
     }
     for i, (name, hist) in enumerate(dist["components"].items()):

@@ -192,3 +192,36 @@ def test_a_token_free_log_of_many_files_is_tidy(tmp_path, chromium):
     assert page.locator("#length-head").is_hidden()
     assert "n/a" not in page.locator("#rollout-table").inner_text()
     assert errors == []
+
+
+def test_groups_are_found_by_their_prompts_words_and_filtered(tmp_path, chromium):
+    questions = {"q0": "How many primes are below twenty?", "q1": "Name the capital of France",
+                 "q2": "Sort these numbers: 3 1 2"}  # fmt: skip
+    rows = [{"prompt_id": key, "question": text, "reward": float((i + n) % 3 == 0) * (n + 1),
+             "step": n, "input_ids": [1, 2, 3], "action_mask": [0, 1, 1]}
+            for n, (key, text) in enumerate(questions.items()) for i in range(3)]  # fmt: skip
+    out = tmp_path / "words.html"
+    log = write_jsonl(tmp_path / "words.jsonl", rows)
+    proc = run("report", log, "--method", "grpo", "--out", str(out), "--quiet",
+               "--detail-groups", "2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    headers = page.locator("#group-table th").all_inner_texts()
+    assert headers[:4] == ["#", "prompt id", "prompt (first words)", "step"]
+    assert "advantage spread" in headers
+    page.fill("#group-filter", "capital of")
+    assert prompts(page) == ["q1", "Name the capital of France"]
+    page.fill("#group-filter", "")
+    page.select_option("#group-step", label="step 2")
+    assert prompts(page)[0] == "q2"
+    page.select_option("#group-step", value="all")
+    page.fill("#reward-min", "0.5")
+    page.fill("#reward-max", "0.8")
+    assert prompts(page) == ["q1", "Name the capital of France"]  # mean reward 2/3
+    page.fill("#reward-min", "")
+    page.fill("#reward-max", "")
+    assert page.locator("#group-table td.no-detail").count() == 1
+    assert "not in the detail sample" in page.locator("#groups-note").inner_text()
+    assert errors == []
