@@ -1,7 +1,7 @@
 """The declared floors as exact pins, for ``make test-min``: ``python -m tools.floors``.
 
 Prints ``package==floor`` for every runtime dependency of ``pyproject.toml``, for the extras
-(zstd, onnx, report, ray) and for what the suite needs from ``dev`` (pytest, hypothesis, onnx,
+(zstd, onnx, report, ray, text) and for what the suite needs from ``dev`` (pytest, hypothesis, onnx,
 moto's S3 server; not the linters), so the suite runs on the oldest versions advcli says it
 supports.
 """
@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
     from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("zstd", "onnx", "report", "ray")
+EXTRAS = ("zstd", "onnx", "report", "ray", "text")
 # What the suite needs from the dev extra
 TEST_TOOLS = (
     "pytest",

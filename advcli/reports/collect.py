@@ -13,6 +13,7 @@ base64 of little-endian typed arrays, which the page reads with ``Float32Array``
 from __future__ import annotations
 
 import base64
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
 from advcli.core.ragged import lengths
 from advcli.engine import Run, room_in_tmpdir
-from advcli.errors import DataError
+from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
@@ -76,6 +77,14 @@ class ReportOptions:
         ),
     )
     seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
+    tokenizer: str | None = field(
+        default=None,
+        metadata=option(
+            "A local tokenizer.json (Hugging Face tokenizers, the advcli text extra): the token "
+            "view shows each token's text. Never downloaded.",
+            panel=PANEL,
+        ),
+    )
     bins: int = 40  # of each histogram
 
 
@@ -141,8 +150,30 @@ def collect(
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
         ),  # fmt: skip
         "details": seen.details(found, codes, rewards, lengths_),
+        "vocab": token_texts(options.tokenizer, seen) if options.tokenizer else None,
     }
     return payload
+
+
+def token_texts(path: str, seen: _Walk) -> dict[str, str]:
+    """The text of every token id the page shows, by id, from a local ``tokenizer.json``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        msg = "--tokenizer needs the tokenizers package. Hint: pip install 'advcli[text]'"
+        raise UsageError(msg) from None
+    if not os.path.isfile(path):
+        raise UsageError(f"--tokenizer {path}: no such file. Hint: give a tokenizer.json")
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as exc:  # the tokenizers library raises its own (Rust) exceptions
+        msg = f"--tokenizer {path}: not a tokenizer.json the tokenizers library reads ({exc})"
+        raise UsageError(msg) from None
+    shown = [part[0] for part in seen.tokens.values()]
+    ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
+    ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
+    texts = tokenizer.decode_batch([[int(i)] for i in ids], skip_special_tokens=False)
+    return {str(int(i)): text for i, text in zip(ids, texts, strict=True)}
 
 
 def choose_groups(

@@ -241,7 +241,8 @@ function showTokens(r) {
   const frag = document.createDocumentFragment();
   if (t.folded) frag.append(el("span", { class: "folded" }, `… ${t.folded.toLocaleString("en-US")} prompt tokens`));
   for (let i = 0; i < ids.length; i++) {
-    const span = el("span", { class: "tok k" + kind[i] }, String(ids[i]));
+    const text = DATA.vocab ? DATA.vocab[String(ids[i])] : undefined;
+    const span = el("span", { class: "tok k" + kind[i] + (text === undefined ? "" : " text") }, text === undefined ? String(ids[i]) : text);
     let title = `token ${ids[i]} · ${KIND_NAMES[kind[i]]}`;
     if (adv && kind[i] === 1) {
       span.style.background = tokenColour(adv[i], scale);

@@ -28,3 +28,13 @@ def tokens(view: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
     kind = np.frombuffer(base64.b64decode(view["kind"]), dtype=np.uint8)
     adv = np.frombuffer(base64.b64decode(view["adv"]), dtype=np.float32) if "adv" in view else None
     return ids, kind, adv
+
+
+def tiny_tokenizer(path: Path, words: list[str]) -> str:
+    """A word-level ``tokenizer.json`` built here (nothing downloaded): word k has id k."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(path))
+    return str(path)

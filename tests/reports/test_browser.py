@@ -141,6 +141,27 @@ def test_a_long_prompt_is_folded_before_the_response(tmp_path, chromium):
     assert errors == []
 
 
+def test_a_tokenizer_shows_each_tokens_text(tmp_path, chromium):
+    pytest.importorskip("tokenizers")
+    from tests.reports.helpers import tiny_tokenizer
+
+    tok = tiny_tokenizer(tmp_path / "tokenizer.json", ["<unk>", "what", "is", "two", "four"])
+    rows = [{"prompt_id": "q", "rollout_id": f"r{i}", "reward": float(i),
+             "input_ids": [1, 2, 3, 4], "action_mask": [0, 0, 1, 1]} for i in range(2)]  # fmt: skip
+    out = tmp_path / "text.html"
+    log = write_jsonl(tmp_path / "text.jsonl", rows)
+    proc = run("report", log, "--method", "grpo", "--tokenizer", tok, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    page.locator("#group-table tbody tr").first.click()
+    page.locator("#rollout-table tbody tr").first.click()
+    assert page.locator("#tokens .tok").all_inner_texts() == ["what", "is", "two", "four"]
+    assert page.locator("#tokens .tok.k1").first.get_attribute("title").startswith("token 3 ·")
+    assert errors == []
+
+
 HOSTILE = '<img src=x onerror="alert(1)"></script><script>alert(2)</script><!-- @@APP@@ @@DATA@@'
 
 

@@ -303,3 +303,21 @@ def test_charts_say_what_they_count_and_write_plain_numbers(tmp_path):
     assert "advantages (rollouts)" in charts and "advantages (action tokens)" not in charts
     assert "0,0.[000000]" in charts  # NumeralTickFormatter: 6,000,000, not 6.000e+6
     assert '"min_interval": 1' in charts  # three steps: no tick at 0.5
+
+
+def test_a_tokenizer_gives_the_tokens_text(tmp_path):
+    pytest.importorskip("tokenizers")
+    from tests.reports.helpers import tiny_tokenizer
+
+    words = ["<unk>", "what", "is", "two", "plus", "equals", "four", "five"]
+    tok = tiny_tokenizer(tmp_path / "tokenizer.json", words)
+    rows = [{"prompt_id": "q", "rollout_id": f"r{i}", "reward": float(i),
+             "input_ids": [1, 2, 3, 4, 3, 6 + i], "action_mask": [0, 0, 0, 0, 0, 1]}
+            for i in range(2)]  # fmt: skip
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    _, data = report(log, tmp_path / "r.html", "--method", "grpo", "--tokenizer", tok)
+    assert data["vocab"] == {"1": "what", "2": "is", "3": "two", "4": "plus", "6": "four",
+                             "7": "five"}  # fmt: skip
+    proc = run("report", log, "--out", str(tmp_path / "s.html"), "--tokenizer",
+               str(tmp_path / "none.json"))  # fmt: skip
+    assert proc.returncode == 2 and b"--tokenizer" in proc.stderr and b"no such file" in proc.stderr
