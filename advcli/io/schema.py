@@ -26,7 +26,7 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "input_ids": ("ids", ("token_ids", "tokens")),
     "action_mask": ("mask", ("loss_mask", "response_mask", "assistant_mask", "assistant_masks")),
     "spans": ("spans", ()),
-    "reward": ("num", ("score", "outcome_reward", "rewards")),
+    "reward": ("num", ("score", "outcome_reward", "rewards", "episode_scores")),
     "token_rewards": ("nums", ("token_level_rewards", "dense_rewards")),
     "values": ("nums", ("critic_values", "value_preds")),
     "completion_time": ("num", ("finish_time", "end_time", "completed_at")),
@@ -51,7 +51,7 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "episode": ("key", ()),
     # Agent steps (a rollout's segments): the reward of the step, and the observation it acted
     # on (text or a hash), which makes steps of one episode group comparable (GiGPO)
-    "step_reward": ("num", ("step_score",)),
+    "step_reward": ("num", ("step_score", "step_scores")),  # ROLL's step rows: step_scores
     "state": ("key", ("state_hash", "anchor_obs", "env_state_hash")),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
