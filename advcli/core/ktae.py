@@ -21,17 +21,21 @@ and with f_c, f_w the occurrences of v among the correct (wrong) side's T_c (T_w
 A token in correct rollouts only has tf_w = 0, so |x| is about 1e5 and w = ±top. KTAE's trainer
 adds w(token) to GRPO's (R − mean)/(std + eps) on every action token (:mod:`advcli.methods.ktae`).
 
-The one quirk reproduced bit for bit is KTAE's float32 Fisher p (:func:`fisher_p32`): in float32
-the p of a table whose observed count is the hypergeometric mode sums to 1 only up to rounding
-(0.99999988 for [1, 1, 1, 1]), so KTAE's ``p != 1.0`` guard lets most such "neutral" tokens
-through with F = exp(−2) ≈ 0.135 where exact arithmetic gives 0; the weights differ by up to
-~0.03 between the two. Everything else is float64 (KTAE's float32 differs by ~1e-7).
+The one quirk reproduced bit for bit is KTAE's float32 Fisher p (:func:`fisher_p32`), in two
+ways. In float32 the p of a table whose observed count is the hypergeometric mode sums to 1
+only up to rounding (0.99999988 for [1, 1, 1, 1]), so KTAE's ``p != 1.0`` guard lets most such
+"neutral" tokens through with F = exp(−2) ≈ 0.135 where exact arithmetic gives 0 (their weights
+move by a few hundredths). And a k whose P(k) ties P(a) exactly (mirrored tables) is in the sum or
+not as the rounding of the two float32 log-probabilities decides, so p can be the exact p less
+those terms. Everything else is float64 (KTAE's float32 differs from it by ~1e-7), but the
+rates inside Cohen's h (:func:`cohen_h`).
 
-Two correct rollouts [5, 7], [7, 3] and two wrong ones [5, 9], [9, 3]: token 7 is in both
-correct rollouts and no wrong one (a, b, c, d = 2, 0, 0, 2): IG = 1 bit, p = 1/3 + ... = 1/3
-(tables [2,0,0,2] and [0,2,2,0], each 1/6), F = exp(−2/3) = 0.5134, x = π/2 + 0.25/1e-5
-(tf_c = 0.25·3/(0.25 + 2) = 1/3 ... ), so w(7) = 1.0; token 5 (1, 1, 1, 1) has IG 0, x 0 and
-w(5) = 0:
+Two correct rollouts [5, 7], [7, 3] and two wrong ones [5, 9], [9, 3] (T_c = T_w = 4): token 7
+is in both correct rollouts and no wrong one, (a, b, c, d) = (2, 0, 0, 2): IG = 1 bit; the
+hypergeometric P(k) = 1/6, 4/6, 1/6 for k = 0, 1, 2, so p = P(0) + P(2) = 1/3 and
+F = exp(−2/3) = 0.5134; tf_c = 0.5·3/(0.5 + 2) = 0.6, tf_w = 0, so x = π/2 + 0.6/1e-5 and
+w(7) = tanh((0.5134 + 1)·60001.6/4) = 1.0. Token 5, (1, 1, 1, 1): IG = 0, x = 0 + 0, w(5) = 0
+(its float32 p is 0.99999988, F = exp(−2), but x is 0):
 
 >>> w = key_weights(np.array([2, 1]), np.array([0, 1]), n_correct=2, n_wrong=2,
 ...                 f_correct=np.array([2, 1]), f_wrong=np.array([0, 1]), t_correct=4,
@@ -75,11 +79,35 @@ def reduce_pairs(
         values = np.ones((len(hi), 1), dtype=np.int64)
     if not len(hi):
         return hi, lo, np.zeros((0, values.shape[1]), dtype=np.int64)
-    order = np.lexsort((lo, hi))
+    if hi.min() >= 0 and lo.min() >= 0 and hi.max() < (1 << 31) and lo.max() < (1 << 32):
+        order = np.argsort((hi << 32) | lo, kind="stable")  # one int64 key: a faster sort
+    else:
+        order = np.lexsort((lo, hi))
     h, low = hi[order], lo[order]
     starts = np.flatnonzero(np.r_[True, (h[1:] != h[:-1]) | (low[1:] != low[:-1])])
     sums = np.add.reduceat(values[order], starts, axis=0).astype(np.int64)
     return h[starts], low[starts], sums
+
+
+def unique_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct columns of an int64 array [k, n] (as ``np.unique(axis=1)``) and the index
+    of each column's among them.
+
+    >>> u, back = unique_rows(np.array([[1, 0, 1], [2, 5, 2]]))
+    >>> u.tolist(), back.tolist()
+    ([[0, 1], [5, 2]], [1, 0, 1])
+    """
+    key = np.zeros(columns.shape[1], dtype=np.int64)
+    radix = 1
+    for row in columns:
+        values, rank = np.unique(row, return_inverse=True)
+        radix *= len(values)
+        if radix >= 1 << 62:  # too many combinations for one int64 key
+            u, back = np.unique(columns, axis=1, return_inverse=True)
+            return u, back.ravel()
+        key = key * len(values) + rank.ravel()
+    _, first, back = np.unique(key, return_index=True, return_inverse=True)
+    return columns[:, first], back.ravel()
 
 
 def lgamma32(n_max: int) -> np.ndarray:
@@ -164,13 +192,17 @@ def fisher_p32(
     [a, b, c, d] (integers), p = Σ_{k: P(k) <= P(a)} P(k) over k in [max(0, R1 + C1 − n),
     min(R1, C1)], R1 = a + b, C1 = a + c, P(k) = C(C1, k)·C(n − C1, R1 − k)/C(n, R1).
 
-    Each log P(k) is lgamma's float32 differences in KTAE's order, its exp rounded to float32
-    (torch's MKL exp is within an ulp of that), and the terms are summed over a grid of
-    ``width`` columns k = 0 .. width − 1 (KTAE's: 1 + the largest min(R1, C1) of the group's
-    table) in ATen's order (:func:`aten_sum32`).
+    Each log P(k) is lgamma's float32 differences in KTAE's order (the same float32 numbers as
+    torch's, so P(k) <= P(a) is decided as KTAE decides it, ties included), its exp rounded to
+    float32 (torch's CPU exp, MKL's, differs from that in the last bit for ~1% of inputs), and
+    the terms are summed over a grid of ``width`` columns k = 0 .. width − 1 (KTAE's: 1 + the
+    largest min(R1, C1) of the group's table) in ATen's order (:func:`aten_sum32`). So p == 1
+    exactly where KTAE's is, but for the rare table whose sum an exp's last bit moves across 1
+    (none in groups of up to 16 rollouts checked against torch 2.13, ~1 token in 7000 in groups
+    of up to 80).
 
     >>> fisher_p32(*np.array([[1, 1, 1, 1], [1, 1, 2, 2], [2, 0, 0, 2]]).T, 3).tolist()
-    [0.9999998807907104, 0.9999999403953857, 0.3333333432674408]
+    [0.9999998807907104, 0.9999999403953552, 0.3333333134651184]
     """
     tables = np.stack(np.broadcast_arrays(a, b, c, d), axis=1).astype(np.int64)
     widths = np.broadcast_to(np.asarray(width, dtype=np.int64), (len(tables),))
@@ -309,9 +341,8 @@ def key_weights(
     ig = information_gain(a, b, c, d) if beta_ig else np.zeros(len(a))
     fisher = np.zeros(len(a))
     if alpha:
-        tables, back = np.unique(np.stack(np.broadcast_arrays(a, b, c, d, width)), axis=1,
-                                 return_inverse=True)  # fmt: skip
-        fisher = fisher_weight(fisher_p32(*tables))[back.ravel()]
+        tables, back = unique_rows(np.stack(np.broadcast_arrays(a, b, c, d, width)))
+        fisher = fisher_weight(fisher_p32(*tables))[back]
     x = cohen_h(a, b, c, d)
     if tf:
         t_c = np.asarray(t_correct, dtype=np.float64)

@@ -44,7 +44,7 @@ def token_columns(
     ``extra``: per-token roles of :data:`TOKEN_FLOATS`; ``ids=False``: not the token ids)."""
     names = [*(["input_ids"] if ids else []), "action_mask", "spans", "token_rewards"]
     names += ["values"] if values else []
-    return [c for r in (*names, *extra) if (c := roles[r]) is not None]
+    return list(dict.fromkeys(c for r in (*names, *extra) if (c := roles[r]) is not None))
 
 
 def extract_tokens(

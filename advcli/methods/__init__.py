@@ -37,6 +37,7 @@ from advcli.methods import (
     focal,
     gdpo,
     group,
+    ktae,
     length,
     process,
     quantile,
@@ -93,7 +94,7 @@ def register(method: Method[Any]) -> None:
 PARAMETERS.update(
     {p.name: p for p in (*group.PARAMETERS, *temporal.PARAMETERS, *signals.PARAMETERS)}
 )
-FAMILIES = (group, quantile, focal, agents, steps, gdpo, length, process, temporal, distill)
+FAMILIES = (group, quantile, focal, ktae, agents, steps, gdpo, length, process, temporal, distill)
 for _method in (m for family in FAMILIES for m in family.METHODS):
     register(_method)
 

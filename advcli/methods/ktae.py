@@ -23,7 +23,8 @@ are the class's arguments. Its quirks, reproduced so that advcli's numbers are K
 
 - the Fisher p in float32 (:func:`advcli.core.ktae.fisher_p32`): the p of a table whose
   observed count is the mode rounds to 0.99999988 rather than 1, so KTAE's ``p != 1`` guard
-  gives most "neutral" tokens F = exp(−2) instead of 0 (their weight moves by up to ~0.03);
+  gives most "neutral" tokens F = exp(−2) instead of 0 (their weights move by a few hundredths), and
+  exact ties between mirrored tables are broken by float32's rounding as KTAE's are;
 - the weight of id 151643 (Qwen2.5's ``<|endoftext|>``, hard-coded) is 0, whatever the
   tokenizer: KTAE's code does so for every model, and a log of another tokenizer gets the
   same numbers KTAE's trainer would have given it.
@@ -239,7 +240,8 @@ class KeyTokenPass(TokenPass[KtaePlan]):
 
 class SequencePart(OutcomeMethod):
     """KTAE's GRPO part, (R − mean_g)/(std_g + eps) per rollout (its rewards, less the KL of
-    ``--kl-coef``, and its rollouts without a reward, as every outcome method's)."""
+    ``--kl-coef``, and its rollouts without a reward, as every outcome method's); only its
+    :meth:`rollout_advantages` are used, :class:`Ktae` adds the key weights."""
 
     def advantages(self, rows: Rows, rewards: np.ndarray, p: Params) -> RolloutAdvantages:
         assert rows.group_keys is not None
@@ -267,11 +269,6 @@ class SequencePart(OutcomeMethod):
                 "singleton_groups": int(stats.singleton.sum()),
             },
         )
-
-    def apply(
-        self, plan: OutcomePlan, tokens: Tokens, row0: int, p: Params
-    ) -> dict[str, np.ndarray]:
-        raise NotImplementedError  # only its per-rollout advantages are used
 
 
 class Ktae(Method[KtaePlan]):

@@ -240,7 +240,7 @@ def trends(
         return None
     rows = found.rows
     step = step_of_row[rows.last_segment_row()]
-    have = np.isfinite(step)  # a null or infinite step is on no step
+    have = ~np.isnan(step)
     if not have.any():
         return None
     steps, at = np.unique(step[have], return_inverse=True)
@@ -260,8 +260,9 @@ def trends(
 
 
 def row_steps(log: Log) -> np.ndarray | None:
-    """Each row's step (float64, NaN where null), from a ``step`` column of numbers (the
-    presets write the step each dump file belongs to); None without one."""
+    """Each row's step (float64, NaN where null or infinite: on no step), from a ``step``
+    column of numbers (the presets write the step each dump file belongs to); None without
+    one."""
     if "step" not in log.source.schema.names:
         return None
     try:
@@ -269,6 +270,7 @@ def row_steps(log: Log) -> np.ndarray | None:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # steps that are not numbers
     out: np.ndarray = column.to_numpy().astype(np.float64)  # nulls: NaN
+    out[np.isinf(out)] = np.nan
     return out
 
 

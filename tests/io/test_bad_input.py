@@ -155,9 +155,9 @@ def test_unknown_method_is_a_usage_error(small_log, tmp_path):
     assert err(proc) == (
         "advcli: error: unknown method 'ppo'. Did you mean 'gae'? Methods: grpo, rloo, dr-grpo, "
         "opo, grpo-passk, "
-        "gpg, maxrl, batch-mean, sppo, quantile, focal-grpo, hierarchical-grpo, rae, gigpo, "
-        "step-reinforce, agentic-reinforce, step-grpo, gdpo, grpo-length, grpo-process, mc, td, "
-        "gae, reinforce-pp, reinforce-pp-baseline, remax, opd"
+        "gpg, maxrl, batch-mean, sppo, quantile, focal-grpo, ktae, hierarchical-grpo, rae, "
+        "gigpo, step-reinforce, agentic-reinforce, step-grpo, gdpo, grpo-length, "
+        "grpo-process, mc, td, gae, reinforce-pp, reinforce-pp-baseline, remax, opd"
     )
 
 
