@@ -153,7 +153,7 @@ def annotate(
     run = job.plan(log, _critic_scorer(log, critic, CriticScorer))
     _warn_rescored(run)
     summary = Summary()
-    with progress.stage("annotating"):
+    with run.final_pass("annotating"):
         batches = summary.counted(run.annotated())
         if isinstance(log.source, SplitTokens):  # written in the user's layout
             batches = in_users_layout(log.source, batches)

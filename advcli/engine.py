@@ -157,6 +157,11 @@ class Run:
     agreement: reproduce.Agreement | None = None  # against the framework's logged advantages
     settled: str | None = None  # the log's settings found from those (Log.settled)
     reproduced_by: str | None = None  # flags that give the logged advantages where these differ
+    n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
+
+    def final_pass(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """The progress stage of the pass that streams :meth:`annotated`."""
+        return progress.stage(name, number=self.n_passes, total=self.n_passes)
 
     @property
     def sources(self) -> Sources:
@@ -397,7 +402,7 @@ def plan_run(
             msg = f"{log.files}: no column '{name}' (named by {method.name}'s options)"
             raise UsageError(f"{msg}. {columns_found(source.schema.names)}")
     source.keep_parsed()  # the final pass reads every column again
-    with progress.stage("reading per-row columns"):
+    with progress.stage("reading per-row columns", number=1):
         steps = method.reads_steps
         table = source.columns(row_columns(roles, steps=steps, named=named))
         rows = extract_rows(table, roles, source.sources, steps=steps, named=named)
@@ -405,14 +410,16 @@ def plan_run(
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
     with located(source.sources, roles):
         if wanted := method.row_sums(params):
-            with progress.stage("summing tokens per row"):
+            with progress.stage("summing tokens per row", number=2):
                 rows.sums = run.row_sums(wanted)
         run.plan = method.plan(rows, params)
         passes = method.passes(rows, params)
         if scorer is not None and method.reads_values and any(p.reads_values for p in passes):
             run.scorer = ValueCache(scorer)  # several passes read the values: score them once
-        for token_pass in passes:
-            with progress.stage(token_pass.title):
+        done = 1 + bool(wanted)
+        run.n_passes = done + len(passes) + 1  # and the final one, that writes
+        for number, token_pass in enumerate(passes, done + 1):
+            with progress.stage(token_pass.title, number=number, total=run.n_passes):
                 for row0, measured in measure(run, token_pass):
                     token_pass.add(run.plan, row0, measured)
                 run.plan = token_pass.finish(run.plan)

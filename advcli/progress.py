@@ -5,7 +5,8 @@ Work calls this module's functions; they reach the :class:`Reporter` of the bloc
 variable, so a thread started with the block's context (a pass's read-ahead) reports to it too,
 and no function between a command and its passes carries a callback:
 
-- :func:`stage` names the work that runs inside it ("annotating", a token pass, ...);
+- :func:`stage` names the work that runs inside it ("annotating", a token pass, ...), and
+  which pass over the log it is where it reads the whole log;
 - :func:`read` tells how many rows a pass over a log has read, and what share of the pass
   that is (None: its total is not known yet);
 - :func:`advance` tells how many rows and tokens the pass that writes (or counts) has done.
@@ -27,6 +28,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
+MODES = ("auto", "bar", "plain", "none")  # how the command line shows progress (--progress)
+
 
 class Reporter:
     """Hears the progress of the work run in its :func:`reporting` block; every method does
@@ -34,6 +37,10 @@ class Reporter:
 
     def stage(self, name: str) -> None:
         """The work called ``name`` starts (and lasts until the next stage)."""
+
+    def passes(self, number: int, total: int | None) -> None:
+        """The stage that starts next is pass ``number`` over the log, of ``total`` (None:
+        not known yet: the number of passes a method makes can depend on the log)."""
 
     def read(self, rows: int, share: float | None) -> None:
         """A pass over the log has read ``rows``, ``share`` of it (0 to 1; None: unknown)."""
@@ -63,9 +70,15 @@ def reporting(reporter: Reporter) -> Iterator[Reporter]:
 
 
 @contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
-    """A block of work called ``name`` (the progress line's title while it runs)."""
-    _current().stage(name)
+def stage(name: str, *, number: int | None = None, total: int | None = None) -> Iterator[None]:
+    """A block of work called ``name`` (the progress line's title while it runs); one that
+    reads the whole log is pass ``number`` of ``total``, and its title says so
+    ("pass 2/3: whitening moments")."""
+    reporter = _current()
+    if number is not None:
+        reporter.passes(number, total)
+        name = f"pass {number}{f'/{total}' if total else ''}: {name}"
+    reporter.stage(name)
     yield
 
 

@@ -16,7 +16,6 @@ from rich.progress import (
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -42,23 +41,55 @@ def _fmt(x: object) -> str:
     return str(x)
 
 
-class Activity(Reporter):
-    """One live line on stderr for long work: the stage, a bar with the share done and the time
-    left (where the pass knows its total), rows read, tokens/s and the time elapsed.
+PLAIN_AFTER = 10.0  # auto without a terminal: the first plain line after this many seconds
+PLAIN_EVERY = 30.0  # and then about every this many seconds, and at each pass
 
-    While it is open it is the reporter of :mod:`advcli.progress`: every pass reports to it,
-    whichever code drives the pass. Silent when quiet or when stderr is not a terminal.
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class Activity(Reporter):
+    """Progress on stderr for long work: the pass ("pass 2/3: whitening moments"), the share
+    of it done, rows read, tokens/s and the time left for the whole run (where the passes
+    know their totals: the current pass's rest, plus each pass still to come as long as the
+    passes so far took on average).
+
+    ``mode``: ``bar``, one live line; ``plain``, one line per pass and about every 30 s,
+    nothing animated (batch jobs' logs); ``none``; ``auto``, the bar on a terminal, else plain
+    lines once the work has lasted 10 s (so a short run, or one that stops on an error, prints
+    only its result). While it is open it is the reporter of :mod:`advcli.progress`: every pass
+    reports to it, whichever code drives the pass.
     """
 
-    def __init__(self, quiet: bool):
-        self.enabled = not quiet and stderr.is_terminal
+    def __init__(self, quiet: bool, mode: str = "auto", *, console: Console = stderr):
+        mode = "none" if quiet else mode
+        if mode == "auto":
+            mode = "bar" if console.is_terminal else "plain"
+            self.plain_after = PLAIN_AFTER
+        else:
+            self.plain_after = 0.0
+        self.mode = mode
+        self.console = console
         self._bar: Progress | None = None
         self._task = TaskID(0)
         self._reporting = contextlib.ExitStack()
-        self._started = time.perf_counter()
+        self._opened = self._started = self._printed = time.perf_counter()
+        self._name = "starting"
+        self._number: int | None = None
+        self._total: int | None = None
+        self._durations: list[float] = []  # of the numbered passes done
+        self._rows = 0
+        self._share: float | None = None
+        self._rate = ""
 
     def __enter__(self) -> Activity:
-        if self.enabled:
+        if self.mode == "bar":
             self._bar = Progress(
                 SpinnerColumn(),
                 TextColumn("{task.description}"),
@@ -67,12 +98,13 @@ class Activity(Reporter):
                 TextColumn("{task.fields[rows]:,} rows"),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=stderr,
+                TextColumn("{task.fields[left]}"),
+                console=self.console,
                 transient=True,
             )
             self._bar.__enter__()
-            self._task = self._bar.add_task("starting", total=None, rows=0, rate="")
+            self._task = self._bar.add_task("starting", total=None, rows=0, rate="", left="")
+        if self.mode != "none":
             self._reporting.enter_context(progress.reporting(self))
         return self
 
@@ -82,20 +114,62 @@ class Activity(Reporter):
             self._bar.__exit__(*exc_info)
             self._bar = None
 
+    def passes(self, number: int, total: int | None) -> None:
+        if self._number is not None and number > self._number:
+            self._durations.append(time.perf_counter() - self._started)
+        self._number, self._total = number, total
+
     def stage(self, name: str) -> None:
+        now = time.perf_counter()
+        self._name, self._started, self._rows, self._share, self._rate = name, now, 0, None, ""
         if self._bar is not None:
-            self._bar.reset(self._task, description=name, total=None, rows=0, rate="")
-            self._started = time.perf_counter()
+            self._bar.reset(self._task, description=name, total=None, rows=0, rate="", left="")
+        self._plain(force=True)
 
     def read(self, rows: int, share: float | None) -> None:
+        self._rows, self._share = rows, share
         if self._bar is not None:
             total = None if share is None else 1.0
-            self._bar.update(self._task, total=total, completed=share or 0.0, rows=rows)
+            self._bar.update(self._task, total=total, completed=share or 0.0, rows=rows,
+                             left=self.time_left())  # fmt: skip
+        self._plain()
 
     def advance(self, rows: int, tokens: int) -> None:
+        seconds = max(time.perf_counter() - self._started, 1e-9)
+        self._rows, self._rate = rows, f"{tokens / seconds:,.0f} tokens/s"
         if self._bar is not None:
-            seconds = max(time.perf_counter() - self._started, 1e-9)
-            self._bar.update(self._task, rows=rows, rate=f"{tokens / seconds:,.0f} tokens/s")
+            self._bar.update(self._task, rows=rows, rate=self._rate)
+        self._plain()
+
+    def time_left(self) -> str:
+        """The time left for the whole run, where it can be told ("" where not)."""
+        share = self._share
+        if not share or share >= 1.0:
+            return ""
+        this = (time.perf_counter() - self._started) / share  # the current pass, in all
+        left = this * (1.0 - share)
+        if self._number is not None:
+            if self._total is None:
+                return ""
+            done = [*self._durations, this]
+            left += (self._total - self._number) * sum(done) / len(done)
+        return f"{_duration(left)} left"
+
+    def _plain(self, force: bool = False) -> None:
+        """A plain line, at a new pass or about every 30 s, once ``plain_after`` has passed."""
+        if self.mode != "plain":
+            return
+        now = time.perf_counter()
+        if now - self._opened < self.plain_after or (
+            not force and now - self._printed < PLAIN_EVERY
+        ):
+            return
+        self._printed = now
+        facts = [f"{self._rows:,} rows" if self._rows else ""]
+        facts.append(f"{self._share:.0%}" if self._share is not None else "")
+        facts += [self._rate, self.time_left(), f"{_duration(now - self._opened)} in all"]
+        line = f"advcli: {self._name}: " + ", ".join(f for f in facts if f)
+        self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def summary(title: str, data: dict[str, Any], console: Console = stderr) -> None:

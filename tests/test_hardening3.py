@@ -216,7 +216,7 @@ def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, wh
 
     class Rewrite(advcli.Reporter):
         def stage(self, name: str) -> None:
-            if name == "annotating" and when == "between passes":
+            if name == "pass 2/2: annotating" and when == "between passes":
                 rewrite()
 
         def advance(self, rows: int, tokens: int) -> None:

@@ -26,6 +26,7 @@ from advcli.cli.options import (
     NearTie,
     Nonfinite,
     OutFile,
+    ProgressMode,
     Quiet,
     RayAddress,
     ZeroVarianceTol,
@@ -90,11 +91,12 @@ def schema(
     inputs: Inputs,
     col: Col = None,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    with render.Activity(quiet=False), progress.stage("reading the log"):
+    with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         info = api.describe(
             inputs, col=col, preset=preset, preset_options=preset_options,
         )  # fmt: skip
@@ -123,6 +125,7 @@ def annotate(
     nonfinite: Nonfinite = "error",
     quiet: Quiet = False,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     engine: Engine = "local",
     ray_address: RayAddress = None,
     critic: CriticOptions | None = None,
@@ -131,7 +134,7 @@ def annotate(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
-    with render.Activity(quiet):
+    with render.Activity(quiet, mode=progress_mode):
         result = api.annotate(
             inputs,
             out,
@@ -170,6 +173,7 @@ def check(
     ] = 1e-5,
     col: Col = None,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     params: dict[str, Any] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
@@ -180,7 +184,7 @@ def check(
             "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
         )
         raise UsageError(msg)
-    with render.Activity(quiet=False):
+    with render.Activity(quiet=False, mode=progress_mode):
         result = api.check(
             inputs, preset=preset, preset_options=preset_options, method=method,
             convention=convention, tol=tol, col=col, **(params or {}),
@@ -214,11 +218,12 @@ def score(
     ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     critic: CriticOptions | None = None,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
     assert critic is not None  # --critic is required
-    with render.Activity(quiet), progress.stage("scoring"):
+    with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
         result = api.score(
             inputs, out, critic, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
             engine=engine, ray_address=ray_address,
@@ -232,6 +237,7 @@ def audit(
     inputs: Inputs,
     col: Col = None,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     list_: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -258,7 +264,7 @@ def audit(
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
-    with render.Activity(quiet=False), progress.stage("reading the log"):
+    with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         found = api.audit(
             inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
             engine=engine, ray_address=ray_address,
@@ -303,6 +309,7 @@ def report(
     force: Force = False,
     quiet: Quiet = False,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     options: ReportOptions | None = None,
     params: dict[str, Any] | None = None,
     preset: str | None = None,
@@ -317,7 +324,7 @@ def report(
     if method is None or not methods.takes(method, "zero_variance_tol"):
         params.pop("zero_variance_tol", None)
     method_params = {**params, **_shared_params(method, preset, preset_options)}
-    with render.Activity(quiet):
+    with render.Activity(quiet, mode=progress_mode):
         result = api.report(
             inputs, out, method=method, convention=convention, col=col, force=force,
             options=options, preset=preset, preset_options=preset_options,
@@ -354,12 +361,13 @@ def shard(
     ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
     opts: ShardOptions | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
-    with render.Activity(quiet):
+    with render.Activity(quiet, mode=progress_mode):
         result = api.shard(
             inputs,
             out,

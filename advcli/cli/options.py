@@ -16,9 +16,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from advcli import methods
+from advcli import methods, progress
 from advcli.core.conventions import CONVENTIONS
-from advcli.errors import UsageError
+from advcli.errors import UsageError, did_you_mean
 from advcli.methods import PARAMETERS
 from advcli.params import OPTION, OptionHelp, Param
 from advcli.presets import PRESETS, PresetOptions
@@ -39,6 +39,26 @@ Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on 
 
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr.")]
+
+
+def _progress_mode(value: str) -> str:
+    if value not in progress.MODES:
+        hint = did_you_mean(value, progress.MODES)
+        raise UsageError(f"--progress {value}: expected one of {', '.join(progress.MODES)}.{hint}")
+    return value
+
+
+ProgressMode = Annotated[
+    str,
+    typer.Option(
+        "--progress",
+        callback=_progress_mode,
+        envvar="ADVCLI_PROGRESS",
+        help="Progress on stderr: bar (one live line), plain (a line per pass over the log and "
+        "about every 30 s, for batch jobs' logs), none, or auto: the bar on a terminal, else "
+        "plain lines once the work has lasted 10 s.",
+    ),
+]
 OutFile = Annotated[
     str,
     typer.Option(

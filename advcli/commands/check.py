@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from advcli import jobs, progress
+from advcli import jobs
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.logs import (
@@ -57,7 +57,7 @@ def check(
     if per_token and not run.has_tokens:
         raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
     diffs, logged, ours, prompts, rollouts = [], [], [], [], []
-    with progress.stage("comparing"):
+    with run.final_pass("comparing"):
         for batch in run.annotated():
             t = batch.table
             if per_token:
