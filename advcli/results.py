@@ -149,6 +149,7 @@ class Description(Result):
     columns: dict[str, tuple[str, str]]  # column: (type, role)
     missing_roles: list[str]
     rows: int
+    sampled: str | None = optional()  # the log was read in part: how much
     rollouts: int | None = optional()
     segmented: bool | None = optional()
     groups: int | None = None

@@ -162,6 +162,8 @@ def main() -> None:
         *advcli, "annotate", str(jsonl), "--method", "grpo", "--out", str(work / "j-grpo.parquet"),
         "--force", "-q",
     ]  # fmt: skip
+    steps["JSONL schema"] = [*advcli, "schema", str(jsonl), "--json"]  # reads the first 8 MB
+    steps["JSONL schema --full"] = [*advcli, "schema", str(jsonl), "--json", "--full"]
     shards = work / "shards"
     steps["shard (grpo)"] = [
         *advcli, "shard", str(log), "--method", "grpo", "--out", str(shards), "-q"
@@ -229,7 +231,9 @@ def main() -> None:
         f"Parquet write {floors['JSONL floor']:.2f} s ({peak_mb['JSONL floor']:.0f} MB), "
         f"annotate grpo {floors['JSONL annotate grpo']:.2f} s "
         f"({peak_mb['JSONL annotate grpo']:.0f} MB): floor/step "
-        f"{floors['JSONL floor'] / floors['JSONL annotate grpo']:.2f}"
+        f"{floors['JSONL floor'] / floors['JSONL annotate grpo']:.2f}; schema "
+        f"{floors['JSONL schema']:.2f} s (its first 8 MB), schema --full "
+        f"{floors['JSONL schema --full']:.2f} s"
     )
 
     if not args.skip_core:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+import advcli
 from advcli.errors import OutputError
 from advcli.io import writers
 from advcli.io.writers import read_metadata
@@ -310,3 +312,51 @@ def test_outputs_get_ordinary_file_permissions(small_log, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def _long_jsonl(path, n_rows: int) -> tuple[str, list[int]]:
+    """A JSONL log of ``n_rows`` lines of 4 tokens, and the byte offset where each line ends."""
+    lines = [
+        json.dumps({"prompt_id": f"p{i // 4}", "input_ids": [1, 2, 3, 4],
+                    "action_mask": [0, 1, 1, 1], "reward": float(i % 2)}).encode() + b"\n"
+        for i in range(n_rows)
+    ]  # fmt: skip
+    path.write_bytes(b"".join(lines))
+    ends = list(itertools.accumulate(len(line) for line in lines))
+    return str(path), ends
+
+
+def test_schema_samples_a_long_jsonl_log_unless_full(tmp_path, monkeypatch):
+    """The first whole lines past the sample's size (here 2,000 bytes, read in chunks of that
+    size: each chunk ends at the end of a line), counted and said; --full reads them all."""
+    from advcli.commands import describe
+
+    monkeypatch.setattr(describe, "SAMPLE_BYTES", 2_000)
+    path, ends = _long_jsonl(tmp_path / "log.jsonl", 400)
+    first_chunk = next(i for i, end in enumerate(ends) if end >= 2_000) + 1  # whole lines
+    info = advcli.describe(path)
+    assert info.rows == first_chunk and info.tokens == 4 * first_chunk
+    size = ends[-1]
+    about = round(first_chunk * size / ends[first_chunk - 1])
+    assert info.sampled == (
+        f"the first {first_chunk:,} rows ({ends[first_chunk - 1] / 1e6:.1f} MB of "
+        f"{size / 1e6:.1f} MB, about {about:,} rows in all); --full reads everything"
+    )
+    assert info.warnings == [
+        "a sample of the log was read: its group sizes are not checked (--full)"
+    ]
+    whole = advcli.describe(path, full=True)
+    assert whole.rows == 400 and whole.sampled is None
+    small = advcli.describe(_long_jsonl(tmp_path / "small.jsonl", 10)[0])
+    assert small.rows == 10 and small.sampled is None  # the whole log fits in the sample
+
+
+def test_schema_on_a_long_jsonl_log_says_it_sampled(tmp_path):
+    line = json.dumps({"prompt_id": "p", "input_ids": list(range(200)), "reward": 1.0})
+    path = tmp_path / "log.jsonl"
+    path.write_text((line + "\n") * (9_000_000 // len(line)))  # 9 MB: past the 8 MB sample
+    proc = run("schema", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sampled" in proc.stdout.decode() and "--full reads everything" in proc.stdout.decode()
+    proc = run("schema", path, "--full", "--json")
+    assert json.loads(proc.stdout)["rows"] == 9_000_000 // len(line)

@@ -92,13 +92,21 @@ def schema(
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Read the whole log: a JSONL log of more than 8 MB of text is otherwise read "
+            "as its first lines (about 8 MB; the counts are then the sample's, and it says so).",
+        ),
+    ] = False,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         info = api.describe(
-            inputs, col=col, preset=preset, preset_options=preset_options,
+            inputs, col=col, preset=preset, preset_options=preset_options, full=full,
         )  # fmt: skip
     if as_json:
         _print_json(info.as_dict())

@@ -316,6 +316,15 @@ class JsonlSource(LogSource):
         self.schema = pl.DataFrame(schema=self.polars_schema).to_arrow().schema
         self._keep = False  # keep_parsed() was called
         self._parsed: ParsedRows | None = None  # every column, parsed once
+        self.sample_bytes: int | None = None  # sample(): the log is its first lines
+        self.sampled_bytes: int | None = None  # how many, where the sample is not all of it
+
+    def sample(self, limit_bytes: int) -> None:
+        """Read the log as its first lines, about ``limit_bytes`` of text (whole lines, in
+        file order; ``schema`` without ``--full``); :attr:`sampled_bytes` then says how much
+        was read where that is not the whole log."""
+        self.sample_bytes = limit_bytes
+        self.chunk_bytes = min(self.chunk_bytes, limit_bytes)
 
     def keep_parsed(self) -> None:
         """The next pass parses every column (whatever it asks for) and keeps them in an
@@ -336,7 +345,13 @@ class JsonlSource(LogSource):
         try:
             for i, path in enumerate(self.files):
                 self.pins.check(path)
+                if self.sample_bytes is not None and read >= self.sample_bytes:
+                    self.sampled_bytes = read
+                    break
                 for line, chunk in jsonl.chunks(path, self.chunk_bytes):
+                    if self.sample_bytes is not None and read >= self.sample_bytes:
+                        self.sampled_bytes = read  # (a chunk more: the log goes on)
+                        break
                     frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
                     if i not in self._unique_checked:
                         jsonl.refuse_duplicate_keys(
@@ -348,10 +363,11 @@ class JsonlSource(LogSource):
                     yield i, frame if names is None else frame.select(names)
                     rows, read = rows + frame.height, read + len(chunk)
                     # the share: of the rows once counted; of the bytes until then (plain files)
-                    size = self._plain_bytes
+                    size = self.plain_bytes
                     progress.read(rows, rows / known if known else read / size if size else None)
                 self.pins.check(path)
-                self._unique_checked.add(i)
+                if self.sampled_bytes is None:
+                    self._unique_checked.add(i)
         except BaseException:
             if keep is not None:
                 keep.close()
@@ -361,7 +377,7 @@ class JsonlSource(LogSource):
             self._parsed = keep
 
     @functools.cached_property
-    def _plain_bytes(self) -> int | None:
+    def plain_bytes(self) -> int | None:
         """The files' size in bytes; None if one is compressed (its share is not known)."""
         if any(not f.lower().endswith(jsonl.PLAIN_JSONL_SUFFIXES) for f in self.files):
             return None
