@@ -129,3 +129,17 @@ def test_plain_lines_at_each_pass_and_about_every_30_seconds(clock) -> None:
     assert text.getvalue().splitlines() == [
         "advcli: pass 1: reading: 2,000 rows, 50%, 35s left, 35s in all"
     ]
+
+
+def test_the_report_reads_its_advantages_in_the_runs_last_pass(tmp_path) -> None:
+    pytest.importorskip("bokeh")
+    heard = []
+
+    class Heard(advcli.Reporter):
+        def stage(self, name):
+            heard.append(name)
+
+    with advcli.reporting(Heard()):
+        advcli.report(_log(tmp_path), str(tmp_path / "r.html"), method="grpo")
+    assert heard[0] == "pass 1: reading per-row columns"
+    assert "pass 2/2: reading advantages and the sampled rollouts" in heard

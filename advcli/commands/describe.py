@@ -28,13 +28,10 @@ def sampled(source: JsonlSource, read: int, rows: int) -> str:
     size = source.plain_bytes  # None where a file is compressed
     whole = " of text"
     if size is not None:
-        about = f", about {round(rows * size / read, -3 if rows * size / read > 1e4 else 0):,.0f}"
-        whole = f" of {size / 1e6:.1f} MB{about} rows in all"
+        about = rows * size / read
+        about = round(about, -3 if about > 1e4 else 0)
+        whole = f" of {size / 1e6:.1f} MB, about {about:,.0f} rows in all"
     return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); --full reads everything"
-
-
-def _partial(source: object) -> bool:
-    return isinstance(source, JsonlSource) and source.sampled_bytes is not None
 
 
 def describe(
@@ -57,8 +54,9 @@ def describe(
                    batch_rows=batch_rows)  # fmt: skip
     log = job.open()
     source, roles = log.source, log.roles
-    if not full and isinstance(source, JsonlSource):
-        source.sample(SAMPLE_BYTES)
+    sample = source if not full and isinstance(source, JsonlSource) else None
+    if sample is not None:
+        sample.sample(SAMPLE_BYTES)
     warnings = list(log.warnings)
     role_of = {column: role for role, column in roles.columns.items() if column}
     info: dict[str, Any] = {
@@ -78,7 +76,8 @@ def describe(
             segmented=rows.segmented,
             groups=len(rows.group_keys) if rows.group_keys is not None else None,
         )
-        if not _partial(source):  # a sample's last group is cut short: no group check
+        if sample is None or sample.sampled_bytes is None:  # (a sample's last group is cut
+            # short: no group check)
             warnings += group_warnings(rows, roles)
     except DataError as exc:
         problems.append(str(exc))
@@ -108,9 +107,8 @@ def describe(
     }
     info["can_run"] = {"audit": verdicts["audit"], **methods.what_runs(roles)}
     info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
-    if _partial(source):
-        assert isinstance(source, JsonlSource) and source.sampled_bytes is not None
-        info["sampled"] = sampled(source, source.sampled_bytes, info["rows"])
+    if sample is not None and sample.sampled_bytes is not None:
+        info["sampled"] = sampled(sample, sample.sampled_bytes, info["rows"])
         warnings.append("a sample of the log was read: its group sizes are not checked (--full)")
     info["problems"] = problems
     info["warnings"] = warnings

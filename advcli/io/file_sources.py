@@ -326,6 +326,14 @@ class JsonlSource(LogSource):
         self.sample_bytes = limit_bytes
         self.chunk_bytes = min(self.chunk_bytes, limit_bytes)
 
+    def _sampled(self, read: int) -> bool:
+        """Whether a pass that has read ``read`` bytes has its sample, and more is left (the
+        caller knows: it was about to read on); says so in :attr:`sampled_bytes`."""
+        if self.sample_bytes is None or read < self.sample_bytes:
+            return False
+        self.sampled_bytes = read
+        return True
+
     def keep_parsed(self) -> None:
         """The next pass parses every column (whatever it asks for) and keeps them in an
         unnamed temporary file (uncompressed Arrow, about 1.3x the text), which the passes
@@ -344,13 +352,11 @@ class JsonlSource(LogSource):
         known = sum(self.sources.row_counts) if self.sources.row_counts else None
         try:
             for i, path in enumerate(self.files):
-                self.pins.check(path)
-                if self.sample_bytes is not None and read >= self.sample_bytes:
-                    self.sampled_bytes = read
+                if self._sampled(read):
                     break
+                self.pins.check(path)
                 for line, chunk in jsonl.chunks(path, self.chunk_bytes):
-                    if self.sample_bytes is not None and read >= self.sample_bytes:
-                        self.sampled_bytes = read  # (a chunk more: the log goes on)
+                    if self._sampled(read):  # (a chunk more: the log goes on)
                         break
                     frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
                     if i not in self._unique_checked:

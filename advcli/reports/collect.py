@@ -117,7 +117,8 @@ def collect(
     in_detail = np.zeros(len(kinds), dtype=bool)
     in_detail[detail] = True
 
-    with progress.stage("reading advantages and the sampled rollouts"):
+    title = "reading advantages and the sampled rollouts"
+    with run.final_pass(title) if run is not None else progress.stage(title):
         seen = _Walk(log, found, run, in_detail[codes], options, batch_rows).walk()
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
