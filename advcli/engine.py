@@ -394,6 +394,8 @@ def plan_run(
     """
     measure = measure or measured_here
     source, roles = log.source, log.roles
+    if roles["input_ids"] is None and (plain := method.without_tokens(params)) is not None:
+        method = plain
     needs = method.needs(params) - ({"values"} if scorer is not None else set())
     log.require(needs, what=method.reading_tokens(params), without_tokens=methods.without_tokens())
     named = method.named_columns(params)

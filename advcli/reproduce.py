@@ -92,9 +92,12 @@ def _floats(values: pa.Array) -> np.ndarray:
     return floats
 
 
-def compare(ours: np.ndarray, logged: np.ndarray, kept: np.ndarray, framework: str) -> Agreement:
-    """``ours`` (per row) against ``logged`` on the kept rows where a value was logged."""
-    have = kept & np.isfinite(logged)
+def compare(
+    ours: np.ndarray, logged: np.ndarray, kept: np.ndarray | None, framework: str
+) -> Agreement:
+    """``ours`` (per row) against ``logged`` on the kept rows (None: all) where a value was
+    logged."""
+    have = np.isfinite(logged) if kept is None else kept & np.isfinite(logged)
     diff = np.where(have, np.abs(ours - np.where(have, logged, 0.0)), 0.0)
     diff = np.where(np.isnan(diff), np.inf, diff)
     worst = int(np.argmax(diff)) if have.any() else None

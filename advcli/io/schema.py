@@ -53,6 +53,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # on (text or a hash), which makes steps of one episode group comparable (GiGPO)
     "step_reward": ("num", ("step_score", "step_scores")),  # ROLL's step rows: step_scores
     "state": ("key", ("state_hash", "anchor_obs", "env_state_hash")),
+    # Per-turn rewards in one row: one per action span, in order (read as token rewards on each
+    # span's last token)
+    "turn_rewards": ("nums", ("turn_scores", "per_turn_rewards")),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
 }

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from advcli.core.ragged import lengths, row_of
+from advcli.core.steps import turn_counts, turn_ends
+from advcli.errors import SchemaError, file_list
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import FLOAT32_MAX, Checker, first_index, numeric
 from advcli.io.schema import SPAN_KINDS, Roles
@@ -43,6 +45,7 @@ def token_columns(
     """The list columns :func:`extract_tokens` reads (``values=False``: not the values;
     ``extra``: per-token roles of :data:`TOKEN_FLOATS`; ``ids=False``: not the token ids)."""
     names = [*(["input_ids"] if ids else []), "action_mask", "spans", "token_rewards"]
+    names += ["turn_rewards"]
     names += ["values"] if values else []
     return list(dict.fromkeys(c for r in (*names, *extra) if (c := roles[r]) is not None))
 
@@ -99,6 +102,14 @@ def extract_tokens(
     if (tr := token_list("token_rewards")) is not None:
         token_rewards = numeric(tr)
         check.finite(roles.column("token_rewards"), token_rewards, offsets)
+    if (col := roles["turn_rewards"]) is not None:
+        if token_rewards is not None:
+            msg = (
+                f"{file_list(sources.files)}: the log has both token rewards "
+                f"('{roles['token_rewards']}') and turn rewards ('{col}'). Hint: give one of them"
+            )
+            raise SchemaError(msg)
+        token_rewards = _turn_rewards(check, col, table, mask, offsets)
     if values and (flat := token_list("values")) is not None:
         vals = numeric(flat, floats=True)  # widened later, only at the action steps
         if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
@@ -106,6 +117,28 @@ def extract_tokens(
     return Tokens(
         offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards, extra=floats
     )
+
+
+def _turn_rewards(
+    check: Checker, col: str, table: pa.Table, mask: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """Per token: a row's turn rewards, one per action span in order, each on its span's last
+    token (where ROLL and verl put a turn's reward); a null reward is 0 (a turn not scored),
+    a null list a row without turn rewards."""
+    column = table.column(col)
+    rewards, reward_offsets = flat_list(column)
+    turns, _ = turn_counts(mask, offsets)
+    given = ~column.is_null().to_numpy(zero_copy_only=False)
+    bad = given & (lengths(reward_offsets) != turns)
+    if bad.any():
+        row = first_index(bad)
+        problem = f"{lengths(reward_offsets)[row]} turn rewards but the row has {turns[row]} turns"
+        check.fail(row, col, problem, "give one reward per action span (turn), in order")
+    r = numeric(rewards, fill=0.0)
+    check.finite(col, r, reward_offsets)
+    out = np.zeros(len(mask))
+    out[turn_ends(mask, offsets) & given[row_of(offsets)]] = r[given[row_of(reward_offsets)]]
+    return out
 
 
 def _check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:

@@ -158,7 +158,8 @@ def missing_roles(method: Method[Any], roles: Roles) -> list[str]:
 
 def without_tokens() -> str:
     """What runs on a log without token ids, for a hint."""
-    names = [name for name, m in REGISTRY.items() if "input_ids" not in m.roles]
+    names = [name for name, m in REGISTRY.items()
+             if "input_ids" not in m.needs(p := resolve(m)) or m.without_tokens(p)]  # fmt: skip
     return (
         f"{', '.join(names[:-1])} and {names[-1]} need none, without options that sum over tokens"
     )

@@ -119,6 +119,12 @@ class Method(ABC, Generic[PlanT]):
         (:mod:`advcli.methods.signals`); the only names its :class:`Params` hold."""
         return (*self.parameters, *self.shared)
 
+    def without_tokens(self, p: Params) -> Method[Any] | None:
+        """The method to run instead of this one, with ``p``, on a log without token ids,
+        where one gives each row the same advantage without them (None: none; :meth:`needs`
+        says whether this one needs them)."""
+        return None
+
     def token_roles(self, p: Params) -> tuple[str, ...]:
         """The per-token float columns it reads besides the mask, rewards and values
         (``tokens.extra``): by default those of the KL and distillation signals."""

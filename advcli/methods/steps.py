@@ -50,6 +50,7 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
 from __future__ import annotations
 
 from abc import abstractmethod
+from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -379,9 +380,24 @@ class RollTokens(StepMethod):
 
     per_turn: ClassVar[bool] = False  # returns per turn (agentic-reinforce), not per token
 
+    token_free: bool = False  # a copy for logs without token ids (:meth:`without_tokens`)
+
     def rolls(self, p: Params) -> bool:
         """Whether a run with ``p`` takes ROLL's token pipeline."""
-        return True
+        return not self.token_free
+
+    def without_tokens(self, p: Params) -> Method[Any] | None:
+        """Without tokens, the step's scalar is what ROLL's pipeline puts on every action
+        token of the step when it neither discounts, whitens nor clips over tokens (returns
+        per token, not per turn)."""
+        if self.per_turn:
+            return None
+        if p.token_gamma != 1.0 or p.whiten_rewards or p.whiten_advantages or (
+                p.advantage_clip is not None):  # fmt: skip
+            return None
+        plain = copy(self)
+        plain.token_free = True
+        return plain
 
     def row_sums(self, p: Params) -> tuple[str, ...]:
         if not self.rolls(p):
@@ -551,7 +567,7 @@ class Gigpo(RollTokens):
     )
 
     def rolls(self, p: Params) -> bool:
-        return bool(p.implementation == "roll")
+        return bool(p.implementation == "roll") and not self.token_free
 
     outputs = ("advantages", "advantage", "episode_advantage", "step_advantage", "step_return",
                "state_group_size", "zero_variance", "no_step_signal")  # fmt: skip

@@ -112,7 +112,7 @@ class PrimeRl(Preset):
         if not _logs_advantages(records):  # an 'all' file: none to compare with, not zeros
             for row in rows:
                 del row["source_advantages"]
-        warnings = []
+        warnings = turn_reward_warnings(path, rows)
         if failed:
             warnings.append(f"{path}: skipped {failed} failed episode(s) without tokens")
         if "/all/" in Path(path).as_posix():
@@ -174,8 +174,48 @@ def episode_rows(
             }
             if stream:
                 row["effective"] = info.get("effective") is True
+            if isinstance(info.get("turn_rewards"), list):
+                kept = path_turn_rewards(nodes, branch, mask, info["turn_rewards"])
+                row["turn_rewards"] = False if kept is None else kept  # False: said, left out
             out.append(row)
     return out
+
+
+def path_turn_rewards(
+    nodes: list[dict[str, Any]], branch: list[int], mask: np.ndarray, rewards: list[Any]
+) -> list[float | None] | None:
+    """The turn rewards of one root-to-leaf path: ``info.turn_rewards`` holds one per sampled
+    node of the trace, in node order; the path keeps its sampled nodes'. None where they do
+    not line up with the path's action spans (a count that differs, two sampled nodes with
+    no token between them)."""
+    sampled = [i for i, node in enumerate(nodes) if isinstance(node, dict) and node.get("sampled")]
+    if len(sampled) != len(rewards) or not all(
+        r is None or (isinstance(r, int | float) and not isinstance(r, bool)) for r in rewards
+    ):
+        return None
+    reward_of = dict(zip(sampled, rewards, strict=True))
+    kept = [reward_of[i] for i in branch if i in reward_of]
+    m = mask.astype(bool)
+    spans = int(np.count_nonzero(m & ~np.r_[False, m[:-1]]))
+    return [None if r is None else float(r) for r in kept] if spans == len(kept) else None
+
+
+def turn_reward_warnings(path: str, rows: list[dict[str, Any]]) -> list[str]:
+    """Every row with a ``turn_rewards`` key (None where its trace logs none; no key where no
+    trace does), and a warning for the rows whose turn rewards were left out
+    (:func:`path_turn_rewards`)."""
+    if not any("turn_rewards" in row for row in rows):
+        return []
+    dropped = 0
+    for row in rows:
+        if row.setdefault("turn_rewards", None) is False:
+            row["turn_rewards"], dropped = None, dropped + 1
+    if not dropped:
+        return []
+    return [
+        f"{path}: {dropped} rollout(s) have no turn rewards kept: their trace's "
+        "info.turn_rewards does not hold one number per sampled turn of the path"
+    ]
 
 
 def trace_costs(trace: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, int | None]:
@@ -211,7 +251,7 @@ def stream_chunk(path: str) -> Converted:
         found = episode_rows(path, line, episode, None, stream=True)
         rows += found
         row_lines += [line] * len(found)
-    warnings = []
+    warnings = turn_reward_warnings(path, rows)
     if torn:
         warnings.append(f"{path}: its last line is cut short (the run was writing it): left out")
     if run.left_out[0]:
@@ -331,6 +371,10 @@ def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
         else:
             columns[name] = passthrough(values)
     columns["reward"] = pa.array([r["reward"] for r in rows], pa.float64())
+    if "turn_rewards" in columns:  # a list even where no row keeps one
+        columns["turn_rewards"] = pa.array(
+            [r["turn_rewards"] for r in rows], pa.list_(pa.float64())
+        )
     for name in ("agent", "episode"):  # text even where no trace names one
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     return pa.table(columns)

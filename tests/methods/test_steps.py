@@ -286,3 +286,30 @@ def test_audit_counts_the_steps_with_no_signal(tmp_path) -> None:
 def test_the_readme_worked_examples(options, expected) -> None:
     out = advcli.annotate_table(pa.Table.from_pylist(_worked_rows()), **options)
     np.testing.assert_allclose(out["advantage"].to_numpy(), expected, rtol=0, atol=2e-6)
+
+
+def test_turn_rewards_in_one_row_land_on_each_turns_last_token(tmp_path) -> None:
+    """Three turns, rewards [0.5, 0, 2] and outcome 1, γ = 0.5, no normalisation (one
+    trajectory): G_2 = 2 + 1 = 3 (the outcome on the last turn), G_1 = 0 + 0.5·3 = 1.5,
+    G_0 = 0.5 + 0.5·1.5 = 1.25."""
+    row = {"prompt_id": "q", "rollout_id": "a", "reward": 1.0, "input_ids": list(range(8)),
+           "action_mask": [0, 1, 1, 0, 1, 0, 1, 1], "turn_rewards": [0.5, None, 2.0]}  # fmt: skip
+    out = advcli.annotate_table(pa.Table.from_pylist([row]), method="agentic-reinforce",
+                                step_gamma=0.5)  # fmt: skip
+    assert out["advantages"].to_pylist() == [[0, 1.25, 1.25, 0, 1.5, 0, 3, 3]]
+    as_tokens = {**row, "token_rewards": [0, 0, 0.5, 0, 0, 0, 0, 2.0]}
+    del as_tokens["turn_rewards"]
+    same = advcli.annotate_table(pa.Table.from_pylist([as_tokens]), method="agentic-reinforce",
+                                 step_gamma=0.5)  # fmt: skip
+    assert same["advantages"] == out["advantages"]
+    log = write_jsonl(tmp_path / "turns.jsonl", [{**row, "turn_rewards": [0.5, 2.0]}])
+    proc = run("annotate", log, "--method", "agentic-reinforce", "-o", tmp_path / "out.parquet")
+    assert proc.returncode == 1, proc.stderr
+    assert (
+        proc.stderr.decode()
+        .strip()
+        .endswith(
+            "turns.jsonl: line 1, column 'turn_rewards': 2 turn rewards but the row has 3 turns. "
+            "Hint: give one reward per action span (turn), in order"
+        )
+    )

@@ -174,3 +174,36 @@ def test_grpo_length_names_a_missing_count_and_a_negative_weight(tmp_path: Path)
                "--out", out)  # fmt: skip
     assert proc.returncode == 2
     assert "--turns-weight -1.0: expected a number >= 0" in proc.stderr
+
+
+def test_turn_rewards_are_kept_per_sampled_turn(tmp_path: Path) -> None:
+    """``info.turn_rewards`` (prime-rl's turn-credit branch: one per sampled turn) become the
+    row's ``turn_rewards``; agentic-reinforce (γ = 1, no normalisation) then gives turn k the
+    rewards of turns k and after plus the trace's reward. A list that does not hold one reward
+    per sampled turn is left out, said."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "default", run_dir)
+    file = run_dir / "rollouts" / "step_2" / "train" / "effective" / "traces.jsonl"
+    episodes = [json.loads(line) for line in file.read_text().splitlines()]
+    two_turns = one_turn = 0
+    for episode in episodes:
+        for trace in episode["traces"]:
+            turns = sum(bool(node.get("sampled")) for node in trace["nodes"])
+            if turns == 2:
+                trace["info"]["turn_rewards"], two_turns = [0.25, 1.0], two_turns + 1
+            elif not one_turn:
+                trace["info"]["turn_rewards"], one_turn = [0.5, 0.5], 1  # one too many
+    assert two_turns and one_turn
+    file.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(file), "--from", "prime-rl", "--method", "agentic-reinforce",
+               "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    warnings = json.loads(proc.stdout)["warnings"]
+    assert any("1 rollout(s) have no turn rewards kept" in w for w in warnings), warnings
+    kept = [r for r in pq.read_table(out).to_pylist() if r["turn_rewards"] is not None]
+    assert len(kept) == two_turns
+    for row in kept:
+        turn_values = sorted({a for a, m in zip(row["advantages"], row["action_mask"],
+                                                strict=True) if m})  # fmt: skip
+        assert turn_values == pytest.approx(sorted([row["reward"] + 1.25, row["reward"] + 1.0]))
