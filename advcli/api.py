@@ -19,6 +19,7 @@ default, and one the method does not take is refused. Errors are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -52,7 +53,8 @@ from advcli.logs import (
 )
 from advcli.presets import PresetOptions
 from advcli.progress import Reporter, reporting
-from advcli.reports import ReportOptions, collect
+from advcli.reports import ReportOptions
+from advcli.reports.collect import Gathered, gather
 from advcli.results import (
     AnnotateResult,
     CheckResult,
@@ -331,6 +333,10 @@ def report(
     out = os.fspath(out)
     options = options or ReportOptions()
     page.bokeh()  # the extra is missing: say so before reading anything
+    if options.compare is not None or options.steps is not None or options.label is not None:
+        from advcli.reports import compare
+
+        compare.check_options(options.compare, options.steps, options.label)
     job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
                    method=method, convention=convention, params=params,
                    batch_rows=batch_rows)  # fmt: skip
@@ -344,7 +350,12 @@ def report(
         components = job.reading.preset.reward_components(log.source.schema, job.reading.options)
     else:
         components = []
-    payload = collect(log, options, run=run, reward_components=components, batch_rows=batch_rows)
+    comparing = options.compare is not None or options.steps is not None
+    gathered = gather(log, options, run=run, reward_components=components,
+                      batch_rows=batch_rows, hash_prompts=comparing)  # fmt: skip
+    payload = gathered.payload
+    if comparing:
+        payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)
     with progress.stage("writing the page"):
         html = page.render(payload, f"advcli report: {', '.join(payload['files'])}").encode()
         with atomic_path(out, force=force) as tmp:
@@ -361,6 +372,33 @@ def report(
         seconds=round(time.perf_counter() - started, 3),
         warnings=payload["warnings"],
     )
+
+
+def _comparison(
+    gathered: Gathered,
+    job: jobs.Job,
+    options: ReportOptions,
+    batch_rows: int,
+    *,
+    force: bool,
+    out: str,
+) -> dict[str, Any]:
+    """The Compare section of ``report``: the log beside ``--compare``'s (read as the job
+    reads its log, its own page's detail left out), or two of its ``--steps``."""
+    from advcli.reports import compare
+
+    if options.steps is not None:
+        a, b = compare.step_sides(gathered, options.steps, options.label)
+        return compare.comparison(a, b, options.bins, batch_rows)
+    assert options.compare is not None
+    other = dataclasses.replace(job, paths=tuple(input_paths(options.compare)))
+    check_output(out, other.files, force=force)
+    log = other.open()
+    run = other.plan(log) if other.method is not None else None
+    lean = dataclasses.replace(options, detail_groups=0, sample_groups=1, token_budget=0)
+    theirs = gather(log, lean, run=run, batch_rows=batch_rows, hash_prompts=True)
+    a, b = compare.log_sides(gathered, theirs, options.label)
+    return compare.comparison(a, b, options.bins, batch_rows)
 
 
 def score(

@@ -50,3 +50,32 @@ def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     shift = np.repeat(np.asarray(starts, dtype=np.int64) - out_offsets[:-1], lens)
     out: np.ndarray = np.arange(total, dtype=np.int64) + shift
     return out
+
+
+HASH_BASE = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: odd, so every power is too
+LENGTH_MIX = np.uint64(0x9E3779B97F4A7C15)  # the golden ratio's 64 bits, to mix in the length
+
+
+def prefix_hashes(values: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per row: a 64-bit hash of its first ``ends`` values (integers), equal for equal
+    prefixes, wherever the rows lie: Σ_k (v_k + 1)·B^(k+1) mod 2^64, its length mixed in.
+
+    >>> h = prefix_hashes(np.array([5, 6, 7, 5, 6, 9]), np.array([0, 3, 6]), np.array([2, 2]))
+    >>> bool(h[0] == h[1]), bool(prefix_hashes(np.array([5, 6]), np.array([0, 2]),
+    ...                                        np.array([1]))[0] == h[0])
+    (True, False)
+    """
+    pos = positions(offsets)
+    if not len(pos):
+        return np.zeros(len(offsets) - 1, dtype=np.uint64) ^ (ends.astype(np.uint64) * LENGTH_MIX)
+    powers = np.cumprod(np.full(int(pos.max()) + 1, HASH_BASE, dtype=np.uint64))  # wraps
+    with np.errstate(over="ignore"):
+        terms = (values.astype(np.uint64) + np.uint64(1)) * powers[pos]
+        terms[pos >= np.repeat(ends, lengths(offsets))] = 0
+        summed = np.zeros(len(terms) + 1, dtype=np.uint64)
+        np.cumsum(terms, out=summed[1:])
+        base = offsets - offsets[0]
+        out: np.ndarray = (summed[base[1:]] - summed[base[:-1]]) ^ (
+            ends.astype(np.uint64) * LENGTH_MIX
+        )
+    return out

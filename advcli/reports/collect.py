@@ -27,7 +27,7 @@ from advcli.accounting import Audit, audit_log
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
-from advcli.core.ragged import lengths
+from advcli.core.ragged import first_where, lengths, prefix_hashes
 from advcli.engine import Run, room_in_tmpdir
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
@@ -43,6 +43,7 @@ KEY_CHARS = 120  # of a prompt id shown in the groups table
 MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
 PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
 PANEL = "What the page holds"  # the help panel of the options that bound the detail
+COMPARE = "Compare"  # the help panel of --compare, --steps and --label
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,42 @@ class ReportOptions:
             panel=PANEL,
         ),
     )
+    compare: str | None = field(
+        default=None,
+        metadata=option(
+            "A second log (a file or folder, read with the same --from, --col and --method) "
+            "shown beside this one: overviews, distributions, the prompts both hold.",
+            panel=COMPARE,
+        ),
+    )
+    steps: str | None = field(
+        default=None,
+        metadata=option(
+            "Two trainer steps of the log shown side by side, as '10,200' (its 'step' column).",
+            panel=COMPARE,
+        ),
+    )
+    label: str | None = field(
+        default=None,
+        metadata=option(
+            "The two sides' names, as 'a,b' (default: the logs' names, or the steps).",
+            panel=COMPARE,
+        ),
+    )
     bins: int = 40  # of each histogram
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A log's collection: the page's payload, and what a comparison reads besides."""
+
+    payload: dict[str, Any]
+    log: Log
+    found: Audit
+    kinds: np.ndarray  # per group: an index into KINDS
+    rollout_advantages: np.ndarray | None  # per rollout: mean over its action tokens (its
+    # advantage, without token ids); NaN where it has none; None: no advantages
+    prompt_hashes: np.ndarray | None  # per row: its prompt tokens' hash (with hash_prompts)
 
 
 def collect(
@@ -99,6 +135,21 @@ def collect(
     """Everything the page shows. ``run``: a method planned over ``log`` (its advantages are
     shown); without one, a log already annotated (an ``advantages`` or ``advantage`` column)
     shows those."""
+    return gather(log, options, run=run, reward_components=reward_components,
+                  batch_rows=batch_rows).payload  # fmt: skip
+
+
+def gather(
+    log: Log,
+    options: ReportOptions,
+    *,
+    run: Run | None = None,
+    reward_components: list[str] | None = None,
+    batch_rows: int = BATCH_ROWS,
+    hash_prompts: bool = False,
+) -> Gathered:
+    """:func:`collect`, keeping what a comparison needs (``hash_prompts``: each row's
+    prompt tokens hashed, which match a prompt across logs without a prompt text column)."""
     with progress.stage("auditing the groups"):
         found = audit_log(log, tol=options.tol, near_tie=options.near_tie, batch_rows=batch_rows)
     rows = found.rows
@@ -119,7 +170,8 @@ def collect(
 
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
-        seen = _Walk(log, found, run, in_detail[codes], options, batch_rows).walk()
+        seen = _Walk(log, found, run, in_detail[codes], options, batch_rows,
+                     hash_prompts=hash_prompts).walk()  # fmt: skip
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
     )
@@ -153,7 +205,8 @@ def collect(
         "details": seen.details(found, codes, rewards, lengths_),
         "vocab": token_texts(options.tokenizer, seen) if options.tokenizer else None,
     }
-    return payload
+    return Gathered(payload, log, found, kinds, seen.rollout_advantages(lengths_),
+                    seen.prompt_hash)  # fmt: skip
 
 
 def token_texts(path: str, seen: _Walk) -> dict[str, str]:
@@ -281,29 +334,49 @@ PROMPT_TEXT = ("prompt", "question", "query", "problem", "instruction", "input",
 PROMPT_CHARS = 80  # of each listed group's prompt, in the page (what the search box searches)
 
 
-def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> list[str] | None:
-    """The first :data:`PROMPT_CHARS` characters of each listed group's prompt (its first
-    row's), from the first :data:`PROMPT_TEXT` column the log has that is text and plays no
-    role (a prompt id that is the text is shown already); None without one."""
+def prompt_text_column(log: Log) -> str | None:
+    """The first :data:`PROMPT_TEXT` column the log has that is text and plays no role (a
+    prompt id that is the text is shown already)."""
     schema, roles = log.source.schema, {c for c in log.roles.columns.values() if c}
-    column = next((c for c in PROMPT_TEXT if c in schema.names and c not in roles and (
+    return next((c for c in PROMPT_TEXT if c in schema.names and c not in roles and (
         pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
             schema.field(c).type))), None)  # fmt: skip
-    if column is None:
-        return None
+
+
+def first_rows(found: Audit) -> np.ndarray:
+    """Each group's first row (-1 for a group without rows)."""
     codes = found.rows.group_codes
     assert codes is not None
-    first_row = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, dtype=np.int64)
+    first_row = np.full(len(found.stats.size), -1, dtype=np.int64)
     first_row[codes[::-1]] = np.arange(len(codes))[::-1]
-    wanted = first_row[listed]
-    order = np.argsort(wanted)
-    texts: dict[int, str] = {}
+    return first_row
+
+
+def rows_of_column(
+    log: Log, column: str, wanted: np.ndarray, batch_rows: int
+) -> Iterator[tuple[np.ndarray, pa.Array]]:
+    """``column``'s values at the rows ``wanted`` (sorted), a batch at a time: (the
+    positions in ``wanted``, the values)."""
     for row0, table in prefetch(log.source.batches([column], batch_rows)):
-        lo, hi = np.searchsorted(wanted[order], [row0, row0 + table.num_rows])
-        for row in wanted[order][lo:hi]:
-            texts[int(row)] = _short(table.column(column)[int(row) - row0].as_py() or "",
-                                     PROMPT_CHARS)  # fmt: skip
-    return [texts.get(int(row), "") for row in wanted]
+        lo, hi = np.searchsorted(wanted, [row0, row0 + table.num_rows])
+        if hi > lo:
+            at = pa.array(wanted[lo:hi] - row0)
+            yield np.arange(lo, hi), table.column(column).combine_chunks().take(at)
+
+
+def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> list[str] | None:
+    """The first :data:`PROMPT_CHARS` characters of each listed group's prompt (its first
+    row's) from :func:`prompt_text_column`; None without one."""
+    column = prompt_text_column(log)
+    if column is None:
+        return None
+    wanted = first_rows(found)[listed]
+    order = np.argsort(wanted, kind="stable")
+    texts = [""] * len(listed)
+    for at, values in rows_of_column(log, column, wanted[order], batch_rows):
+        for i, value in zip(order[at].tolist(), values.to_pylist(), strict=True):
+            texts[i] = _short(value or "", PROMPT_CHARS)
+    return texts
 
 
 def components(
@@ -370,8 +443,7 @@ def listed_extras(
         per_group[codes[::-1]] = step_of_row[rows.last_segment_row()][::-1]  # the first's
         step = [None if np.isnan(x) else float(x) for x in per_group[listed]]
     spread = None
-    if seen.has_advantages:
-        mean = seen.adv_sum / np.maximum(lengths_, 1) if lengths_ is not None else seen.adv_sum
+    if (mean := seen.rollout_advantages(lengths_)) is not None:
         width = G.spread(mean, codes, n)[listed]
         spread = np.where(np.isfinite(width), width, 0.0).tolist()
     return {
@@ -418,6 +490,8 @@ class _Walk:
         detail_rollout: np.ndarray,
         options: ReportOptions,
         batch_rows: int,
+        *,
+        hash_prompts: bool = False,
     ):
         self.log, self.found, self.run = log, found, run
         self.roles = log.roles
@@ -450,6 +524,11 @@ class _Walk:
         # per detail row: ids, kinds and advantages shown, its length, the prompt tokens folded
         self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]] = {}
         self.text: dict[int, dict[str, str]] = {}
+        self.prompt_hash = (  # per row: the hash of its tokens before its first action
+            np.zeros(rows.n_rows, dtype=np.uint64)
+            if hash_prompts and self.roles["input_ids"] is not None
+            else None
+        )
 
     def walk(self) -> _Walk:
         if self.roles["input_ids"] is None:
@@ -515,6 +594,9 @@ class _Walk:
             summed = np.zeros(len(adv) + 1)
             np.cumsum(np.where(mask, np.nan_to_num(adv), 0.0), out=summed[1:])
             np.add.at(self.adv_sum, rollouts, summed[offsets[1:]] - summed[offsets[:-1]])
+        if self.prompt_hash is not None:
+            prompt_ends = first_where(offsets, mask)
+            self.prompt_hash[row0 : row0 + n] = prefix_hashes(ids, offsets, prompt_ends)
         ranks = self.found.rows.segment_rank[row0 : row0 + n]
         for i in np.flatnonzero(self.detail_row[row0 : row0 + n]):
             start, end = int(offsets[i]), int(offsets[i + 1])
@@ -574,6 +656,17 @@ class _Walk:
         for row0, table in prefetch(source.batches(self.text_columns, self.batch_rows)):
             for i in np.flatnonzero(self.detail_row[row0 : row0 + table.num_rows]):
                 self._keep_text(table, int(i), row0)
+
+    def rollout_advantages(self, lengths_: np.ndarray | None) -> np.ndarray | None:
+        """Per rollout: its advantages' mean over its action tokens (without token ids, its
+        advantage); None where the walk saw no advantages."""
+        if not self.has_advantages:
+            return None
+        if lengths_ is None:
+            return self.adv_sum
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out: np.ndarray = np.where(lengths_ > 0, self.adv_sum / lengths_, np.nan)
+        return out
 
     def histogram(self, bins: int) -> dict[str, list[float]] | None:
         """The advantages' histogram over every action token (rollout, without token ids)."""

@@ -71,7 +71,8 @@ function drawCharts() {
   const homes = { "chart-trend": "trend-charts" };
   const pending = [];
   for (const [id, item] of Object.entries(DATA.charts)) {
-    const home = id.startsWith("chart-trend") ? homes["chart-trend"] : "dist-charts";
+    const home = id.startsWith("chart-trend") ? homes["chart-trend"]
+      : id.startsWith("chart-compare") ? "compare-charts" : "dist-charts";
     document.getElementById(home).append(el("div", { id, class: "chart" }));
     pending.push(Bokeh.embed.embed_item(item, id));
   }
@@ -259,7 +260,80 @@ function showTokens(r) {
   view.scrollIntoView({ block: "nearest" });
 }
 
+// Compare: two logs (--compare) or two steps (--steps) side by side.
+const signed = (fmt) => (x) => (x === null || x === undefined ? "" : (x > 0 ? "+" : "") + fmt(x));
+const fmtPoints = (x) => (100 * x).toFixed(1) + " pt";
+const COMPARED = [
+  ["rollouts", "rollouts", fmtInt, signed(fmtInt)], ["groups", "groups", fmtInt, signed(fmtInt)],
+  ["mean_reward", "mean reward", fmtNum, signed(fmtNum)],
+  ["zero_variance_groups", "zero-variance groups", fmtInt, signed(fmtInt)],
+  ["zero_variance_rollout_share", "zero-variance share of rollouts", fmtShare, signed(fmtPoints)],
+  ["no_signal_rollout_share", "rollouts without signal", fmtShare, signed(fmtPoints)],
+  ["near_tie_groups", "near-tie groups", fmtInt, signed(fmtInt)],
+  ["mean_advantage_spread", "mean advantage spread of a group", fmtNum, signed(fmtNum)],
+];
+
+function drawCompare() {
+  const C = DATA.compare;
+  if (!C) return;
+  document.getElementById("compare").hidden = false;
+  const [a, b] = C.labels;
+  document.getElementById("compare-title").textContent = `Compare: ${a} and ${b}`;
+  document.getElementById("compare-note").textContent =
+    `The overview of each side, its distributions overlaid on the same bins (as shares of its rollouts), and the prompts both sides hold, matched by ${C.matched_by}.`;
+  const head = document.querySelector("#compare-overview thead tr");
+  for (const name of ["", a, b, "change"]) head.append(el("th", {}, name));
+  const body = document.querySelector("#compare-overview tbody");
+  const rows = COMPARED.map(([key, label, fmt, delta]) => [key, label, C.overview.map((o) => o[key]), fmt, delta]);
+  C.kinds.forEach((name, k) => rows.push(["kind-" + k, "groups: " + name, C.overview.map((o) => o.kinds[k]), fmtInt, signed(fmtInt)]));
+  for (const [key, label, values, fmt, delta] of rows) {
+    if (values.every((v) => v === null || v === undefined)) continue;
+    const change = values.some((v) => v === null || v === undefined) ? null : values[1] - values[0];
+    const tr = el("tr", { "data-key": key });
+    tr.append(el("td", {}, label), ...values.map((v) => el("td", { "data-value": JSON.stringify(v) }, fmt(v))),
+      el("td", {}, delta(change)));
+    body.append(tr);
+  }
+  const P = C.prompts;
+  const side = (s, i) => [fmtInt(s.rollouts[i]), fmtNum(s.mean_reward[i]),
+    `${fmtInt(s.zero_variance[i])} of ${fmtInt(s.groups[i])}`, fmtNum(s.spread[i])];
+  const thead = document.querySelector("#compare-table thead tr");
+  thead.append(el("th", { rowspan: "2" }, "prompt"), el("th", { colspan: "4", class: "side" }, a),
+    el("th", { colspan: "4", class: "side" }, b), el("th", { rowspan: "2" }, "change in mean reward"));
+  const under = el("tr");
+  for (let k = 0; k < 2; k++) {
+    for (const name of ["rollouts", "mean reward", "zero-variance groups", "advantage spread"]) under.append(el("th", {}, name));
+  }
+  thead.after(under);
+  const tbody = document.querySelector("#compare-table tbody");
+  const filter = document.getElementById("compare-filter");
+  const draw = () => {
+    const text = filter.value.toLowerCase();
+    tbody.replaceChildren();
+    let shown = 0;
+    for (let i = 0; i < P.prompt.length; i++) {
+      if (text && !P.prompt[i].toLowerCase().includes(text)) continue;
+      const tr = el("tr", { "data-change": String(P.change[i]) });
+      tr.append(el("td", { class: "prompt", title: P.prompt[i] }, P.prompt[i]),
+        ...side(P.sides[0], i).map((v) => el("td", {}, v)), ...side(P.sides[1], i).map((v) => el("td", {}, v)),
+        el("td", {}, signed(fmtNum)(P.change[i])));
+      tbody.append(tr);
+      shown++;
+    }
+    document.getElementById("compare-count").textContent =
+      `${shown.toLocaleString("en-US")} of ${P.listed.toLocaleString("en-US")} listed prompts`;
+  };
+  filter.addEventListener("input", draw);
+  document.getElementById("compare-prompts-note").textContent = P.total === 0
+    ? `No prompt is in both (matched by ${C.matched_by}).`
+    : `${P.total.toLocaleString("en-US")} prompts are in both` + (P.listed < P.total
+      ? `; the page lists the ${P.listed.toLocaleString("en-US")} whose mean reward changed most.`
+      : ", the largest changes in mean reward first.");
+  draw();
+}
+
 drawOverview();
+drawCompare();
 setUpGroups();
 drawCharts().then(() => {
   window.advcliChartsDrawn = performance.now();

@@ -79,6 +79,13 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
     sizes = dist["group_sizes"]
     if sizes:
         out["chart-group-sizes"] = _bars("group sizes (groups)", sizes)
+    if (compared := payload.get("compare")) is not None:
+        names = compared["labels"]
+        for key, title in (("rewards", "rewards (share of rollouts)"),
+                           ("advantages", "advantages (share of rollouts; each one's mean over "
+                            "its action tokens)")):  # fmt: skip
+            if (hist := compared["distributions"][key]) is not None:
+                out[f"chart-compare-{key}"] = _overlaid(title, hist, names)
     trend = payload["trends"]
     if trend is not None:
         lines = {
@@ -132,6 +139,38 @@ def _histogram(title: str, hist: dict[str, list[float]], colour: str) -> Any:
                                       ("count", "@count")]))  # fmt: skip
     fig.y_range.start = 0
     return fig
+
+
+def _overlaid(title: str, hist: dict[str, Any], names: list[str]) -> Any:
+    """Two sides' histograms on the same bins, as shares of each side's count, overlaid."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    edges = hist["edges"]
+    fig = _figure(title)
+    fig.yaxis.formatter = share()
+    for name, counts, colour in zip(names, hist["counts"], (BLUE, ORANGE), strict=True):
+        total = max(1, sum(counts))
+        source = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "count": counts,
+                                   "share": [c / total for c in counts]})  # fmt: skip
+        fig.quad(left="left", right="right", bottom=0, top="share", source=source,
+                 fill_color=colour, fill_alpha=0.45, line_color=colour,
+                 legend_label=name)  # fmt: skip
+    tips = [
+        ("range", "[@left{0.[000]}, @right{0.[000]})"),
+        ("share", "@share{0.[0]%}"),
+        ("count", "@count"),
+    ]
+    fig.add_tools(HoverTool(tooltips=tips))
+    fig.y_range.start = 0
+    fig.legend.location = "top_left"
+    return fig
+
+
+def share() -> Any:
+    """Shares as percentages."""
+    from bokeh.models import NumeralTickFormatter
+
+    return NumeralTickFormatter(format="0.[0]%")
 
 
 def _bars(title: str, counts: dict[str, int]) -> Any:

@@ -246,3 +246,61 @@ def test_groups_are_found_by_their_prompts_words_and_filtered(tmp_path, chromium
     assert page.locator("#group-table td.no-detail").count() == 1
     assert "not in the detail sample" in page.locator("#groups-note").inner_text()
     assert errors == []
+
+
+def test_two_runs_side_by_side(tmp_path, chromium):
+    """The Compare section: each side's overview and change, the distributions overlaid
+    (two sets of bars in each chart), the prompts both hold by change, found by their words."""
+    from tests.reports.test_compare import AFTER, BEFORE, QUESTIONS, rows
+
+    a = write_jsonl(tmp_path / "before.jsonl", rows("a", BEFORE, "Only in the first run"))
+    b = write_jsonl(tmp_path / "after.jsonl", rows("b", AFTER, "Only in the second run"))
+    out = tmp_path / "compare.html"
+    proc = run("report", a, "--compare", b, "--label", "before,after", "--method", "grpo",
+               "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    assert page.locator("#compare").is_visible()
+    assert page.locator("#compare-title").inner_text() == "Compare: before and after"
+    mean = page.locator("#compare-overview tr[data-key=mean_reward] td").all_inner_texts()
+    assert mean == ["mean reward", "0.5714", "0.6429", "+0.07143"]
+    charts = page.locator("#compare-charts .chart")
+    assert charts.count() == 2
+    legends = page.evaluate(
+        "Object.values(Bokeh.index).map(v => v.model).filter(m => m.id && "
+        "m.title && m.title.text.includes('share of rollouts'))"
+        ".map(m => m.renderers.filter(r => r.glyph.type === 'Quad').length)"
+    )
+    assert legends == [2, 2]
+    table = page.locator("#compare-table tbody tr")
+    assert table.count() == 3
+    firsts = [table.nth(i).locator("td").first.inner_text() for i in range(3)]
+    assert firsts == [QUESTIONS[0], QUESTIONS[2], QUESTIONS[1]]
+    assert table.nth(0).locator("td").last.inner_text() == "+0.5"
+    page.fill("#compare-filter", "capital")
+    assert table.count() == 1 and "France" in table.nth(0).inner_text()
+    assert "3 prompts are in both" in page.locator("#compare-prompts-note").inner_text()
+    assert errors == []
+
+
+def test_two_steps_side_by_side(tmp_path, chromium):
+    from tests.reports.test_compare import AFTER, BEFORE, rows
+
+    log = write_jsonl(tmp_path / "steps.jsonl", rows("a", BEFORE, "x", step=10) +
+                      rows("b", AFTER, "y", step=200))  # fmt: skip
+    out = tmp_path / "steps.html"
+    proc = run("report", log, "--steps", "10,200", "--method", "grpo", "--out", str(out),
+               "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    heads = page.locator("#compare-overview th").all_inner_texts()
+    assert heads == ["", "step 10", "step 200", "change"]
+    share = page.locator("#compare-overview tr[data-key=zero_variance_rollout_share] td")
+    assert share.all_inner_texts() == ["zero-variance share of rollouts", "28.6%", "28.6%",
+                                       "0.0 pt"]  # fmt: skip
+    assert not page.locator("#compare").is_hidden()
+    assert errors == []
