@@ -119,7 +119,7 @@ def _in_python_words(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-_KEYWORDS = {"from": "preset", "format": "fmt"}
+_KEYWORDS = {"from": "from_"}
 
 
 def python_words(message: str) -> str:
@@ -128,12 +128,15 @@ def python_words(message: str) -> str:
 
     >>> python_words("Hint: pass --force, or --col reward=score, or drop --batch-rows")
     "Hint: pass force=True, or col=['reward=score'], or drop batch_rows"
+    >>> python_words("--from 'verll': unknown framework")
+    "from_='verll': unknown framework"
     """
     message = message.replace("--force", "force=True")
     message = re.sub(r"--col ([^\s=]+=[^\s,.;:)]+)", r"col=['\1']", message)
 
     def keyword(match: re.Match[str]) -> str:
         name = match.group(1)
-        return _KEYWORDS.get(name, name.replace("-", "_"))
+        given = f"={match.group(2)}" if match.group(2) else ""
+        return _KEYWORDS.get(name, name.replace("-", "_")) + given
 
-    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", keyword, message)
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(?: ('[^']*'))?", keyword, message)

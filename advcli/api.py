@@ -112,11 +112,11 @@ def annotate(
     method: str,
     convention: str | None = None,
     col: list[str] | None = None,
-    fmt: str | None = None,
+    format: str | None = None,
     force: bool = False,
     nonfinite: str = "error",
     critic: CriticOptions | str | os.PathLike[str] | None = None,
-    preset: str | None = None,
+    from_: str | None = None,
     preset_options: PresetOptions | None = None,
     engine: str = "local",
     ray_address: str | None = None,
@@ -127,7 +127,7 @@ def annotate(
 
     ``critic`` (its options, or the ONNX file's path) scores the values (those of the log, if
     it has any, are then not read: a
-    warning says so and the metadata records it); ``preset`` reads the log as that framework
+    warning says so and the metadata records it); ``from_`` reads the log as that framework
     wrote it (``--from``). ``nonfinite="null"`` writes a NaN or infinity of a JSONL output as
     null (counted: ``nonfinite_nulls``) instead of refusing it. ``engine="ray"`` runs the
     passes on a Ray cluster, one task per input file (``ray_address``, else ``RAY_ADDRESS``,
@@ -138,7 +138,7 @@ def annotate(
     out = os.fspath(out)
     if critic is not None and not isinstance(critic, CriticOptions):
         critic = CriticOptions(os.fspath(critic))  # the ONNX file's path
-    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method, convention=convention, params=params, engine=engine,
                    ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
     assert job.method is not None
@@ -147,8 +147,8 @@ def annotate(
         msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
         raise UsageError(msg)
     if job.ray is not None:
-        return _annotate_on_ray(job, out, fmt=fmt, force=force, critic=critic, started=started)
-    fmt = output_format(out, fmt)
+        return _annotate_on_ray(job, out, fmt=format, force=force, critic=critic, started=started)
+    fmt = output_format(out, format)
     check_nonfinite(nonfinite)
     check_output(out, job.files, force=force)
     log = job.open()
@@ -296,7 +296,7 @@ def audit(
     col: list[str] | None = None,
     tol: float = ZERO_VARIANCE_TOL,
     near_tie: float | None = None,
-    preset: str | None = None,
+    from_: str | None = None,
     preset_options: PresetOptions | None = None,
     engine: str = "local",
     ray_address: str | None = None,
@@ -305,7 +305,7 @@ def audit(
     """``advcli audit``: zero-variance, near-tie and singleton accounting of one log
     (streamed). ``near_tie``: the group std below which a group is a near-tie (default 5% of
     the log's reward range); ``engine="ray"`` counts each file's tokens on a Ray cluster."""
-    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
     return audit_log(job.open(), tol=tol, near_tie=near_tie, batch_rows=batch_rows,
                      count=job.ray.count if job.ray is not None else None)  # fmt: skip
@@ -320,7 +320,7 @@ def report(
     col: list[str] | None = None,
     force: bool = False,
     options: ReportOptions | None = None,
-    preset: str | None = None,
+    from_: str | None = None,
     preset_options: PresetOptions | None = None,
     batch_rows: int = BATCH_ROWS,
     **params: Any,
@@ -337,7 +337,7 @@ def report(
         from advcli.reports import compare
 
         compare.check_options(options.compare, options.steps, options.label)
-    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method, convention=convention, params=params,
                    batch_rows=batch_rows)  # fmt: skip
     check_output(out, job.files, force=force)
@@ -407,7 +407,7 @@ def score(
     critic: CriticOptions | str | os.PathLike[str],
     *,
     col: list[str] | None = None,
-    fmt: str | None = None,
+    format: str | None = None,
     force: bool = False,
     nonfinite: str = "error",
     engine: str = "local",
@@ -423,8 +423,8 @@ def score(
     job = jobs.job(input_paths(inputs), col=col, engine=engine, ray_address=ray_address,
                    batch_rows=batch_rows)  # fmt: skip
     if job.ray is not None:
-        return _score_on_ray(job, out, opts, fmt=fmt, force=force, started=started)
-    fmt = output_format(out, fmt)
+        return _score_on_ray(job, out, opts, fmt=format, force=force, started=started)
+    fmt = output_format(out, format)
     check_nonfinite(nonfinite)
     check_output(out, job.files, force=force)
     log = job.open()

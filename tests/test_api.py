@@ -138,3 +138,11 @@ def test_python_callers_read_their_keywords_in_errors(tmp_path, small_log):
 def test_dir_lists_the_api():
     assert {"annotate", "annotate_table", "audit", "shard"} <= set(dir(advcli))
     assert "importlib" not in dir(advcli)
+
+
+def test_keywords_are_the_options_names(tmp_path, small_log):
+    """``--from`` is ``from_`` (``from`` is Python's), ``--format`` is ``format``."""
+    done = advcli.annotate(small_log, tmp_path / "a.out", method="grpo", format="jsonl")
+    assert done.rows_written > 0 and (tmp_path / "a.out").read_text().startswith("{")
+    with pytest.raises(advcli_errors.UsageError, match=r"^from_='no-such': unknown framework"):
+        advcli.audit(small_log, from_="no-such")

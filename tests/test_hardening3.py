@@ -349,10 +349,10 @@ def test_a_prime_rl_tree_past_the_expansion_limit_is_refused(tmp_path, monkeypat
             nodes.append({**leaf, "parent": 1 if i < 4 else 2 + (i - 4) // 2})
 
     dump = _prime_dump(tmp_path, deep)
-    assert advcli.audit([dump], preset="prime-rl").report.rollouts > 32  # within the limit
+    assert advcli.audit([dump], from_="prime-rl").report.rollouts > 32  # within the limit
     monkeypatch.setattr(prime_rl, "EXPANDED_TOKENS", 500)
     with pytest.raises(DataError, match=r"tree expands to 32 root-to-leaf paths of [\d,]+ tokens"):
-        advcli.audit([dump], preset="prime-rl")
+        advcli.audit([dump], from_="prime-rl")
 
 
 def test_a_failed_prime_rl_episode_without_tokens_is_skipped_and_said():

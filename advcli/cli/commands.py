@@ -106,7 +106,7 @@ def schema(
     """Show the detected column roles, types, row count and token statistics."""
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         info = api.describe(
-            inputs, col=col, preset=preset, preset_options=preset_options, full=full,
+            inputs, col=col, from_=preset, preset_options=preset_options, full=full,
         )  # fmt: skip
     if as_json:
         _print_json(info.as_dict())
@@ -149,11 +149,11 @@ def annotate(
             method=method,
             convention=convention,
             col=col,
-            fmt=fmt,
+            format=fmt,
             force=force,
             nonfinite=nonfinite,
             critic=critic,
-            preset=preset,
+            from_=preset,
             preset_options=preset_options,
             engine=engine,
             ray_address=ray_address,
@@ -194,7 +194,7 @@ def check(
         raise UsageError(msg)
     with render.Activity(quiet=False, mode=progress_mode):
         result = api.check(
-            inputs, preset=preset, preset_options=preset_options, method=method,
+            inputs, from_=preset, preset_options=preset_options, method=method,
             convention=convention, tol=tol, col=col, **(params or {}),
             **_shared_params(method or "grpo", preset, preset_options),
         )  # fmt: skip
@@ -233,7 +233,7 @@ def score(
     assert critic is not None  # --critic is required
     with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
         result = api.score(
-            inputs, out, critic, col=col, fmt=fmt, force=force, nonfinite=nonfinite,
+            inputs, out, critic, col=col, format=fmt, force=force, nonfinite=nonfinite,
             engine=engine, ray_address=ray_address,
         )  # fmt: skip
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet, out=out)
@@ -274,7 +274,7 @@ def audit(
         raise typer.BadParameter(msg, param_hint="--list")
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         found = api.audit(
-            inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, preset=preset,
+            inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, from_=preset,
             engine=engine, ray_address=ray_address,
             preset_options=preset_options,
         )  # fmt: skip
@@ -335,7 +335,7 @@ def report(
     with render.Activity(quiet, mode=progress_mode):
         result = api.report(
             inputs, out, method=method, convention=convention, col=col, force=force,
-            options=options, preset=preset, preset_options=preset_options,
+            options=options, from_=preset, preset_options=preset_options,
             **method_params,
         )  # fmt: skip
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
@@ -384,7 +384,7 @@ def shard(
             convention=convention,
             param=param,
             col=col,
-            preset=preset,
+            from_=preset,
             preset_options=preset_options,
             force=force,
             engine=engine,

@@ -22,7 +22,7 @@ from advcli.results import CheckResult
 def check(
     inputs: Inputs,
     *,
-    preset: str,
+    from_: str,
     preset_options: PresetOptions | None = None,
     method: str | None = None,
     convention: str | None = None,
@@ -38,7 +38,7 @@ def check(
     ``method`` and ``convention`` default to the framework's own (``grpo`` under its
     convention). ``ok`` is False when a row differs by more than ``tol`` (absolute).
     """
-    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method or "grpo", convention=convention, params=params,
                    batch_rows=batch_rows)  # fmt: skip
     chosen = job.reading.preset

@@ -38,7 +38,7 @@ def describe(
     inputs: Inputs,
     *,
     col: list[str] | None = None,
-    preset: str | None = None,
+    from_: str | None = None,
     preset_options: PresetOptions | None = None,
     batch_rows: int = BATCH_ROWS,
     full: bool = False,
@@ -50,7 +50,7 @@ def describe(
     A JSONL log of more than :data:`SAMPLE_BYTES` of text is read as its first lines, about
     that much (``sampled`` says how much; ``full=True`` reads it all): the columns and roles
     are the whole log's (from each file's first lines), the counts the sample's."""
-    job = jobs.job(input_paths(inputs), col=col, preset=preset, preset_options=preset_options,
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    batch_rows=batch_rows)  # fmt: skip
     log = job.open()
     source, roles = log.source, log.roles

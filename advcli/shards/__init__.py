@@ -142,7 +142,7 @@ def shard(
     convention: str | None = None,
     param: list[str] | None = None,
     col: list[str] | None = None,
-    preset: str | None = None,
+    from_: str | None = None,
     preset_options: PresetOptions | None = None,
     force: bool = False,
     engine: str = "local",
@@ -168,7 +168,7 @@ def shard(
     given = parse_assignments(param, methods.PARAMETERS)
     if method is None:
         check_text(param)
-    job = jobs.job(paths, col=col, preset=preset, preset_options=preset_options, method=method,
+    job = jobs.job(paths, col=col, preset=from_, preset_options=preset_options, method=method,
                    convention=convention, params=given if method is not None else None,
                    engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
     check_output_folder(out, job.files, force=force, listed=listed)
