@@ -57,6 +57,7 @@ def describe(
     sample = source if not full and isinstance(source, JsonlSource) else None
     if sample is not None:
         sample.sample(SAMPLE_BYTES)
+        sample.keep_parsed()  # parsed once: the token counts read it back
     warnings = list(log.warnings)
     role_of = {column: role for role, column in roles.columns.items() if column}
     info: dict[str, Any] = {
