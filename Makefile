@@ -43,8 +43,11 @@ test-min:
 	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -i -E '^(typer|polars|pyarrow|numpy|rich|orjson|zstandard|onnx|onnxruntime|bokeh|ray|moto)=='
 	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_PARALLEL)
 
+# The pages made from the code (and the tour's outputs) made anew, then the site, strict and
+# offline: a broken link or anchor fails.
 docs: $(BIN)/advcli
 	$(BIN)/python -m tools.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
 
 bench: $(BIN)/advcli
 	$(BIN)/python -m bench

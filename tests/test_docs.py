@@ -92,26 +92,27 @@ def test_imports_point_one_way():
             assert other_rank < rank or other == name, f"{module} imports {imported}"
 
 
-def test_the_readme_layout_names_every_module():
-    layout = ROOT.joinpath("README.md").read_text().split("## Layout", 1)[1].split("\n## ")[0]
+def test_the_architecture_page_names_every_module():
+    layout = ROOT.joinpath("docs", "architecture.md").read_text().split("# Layout", 1)[1]
+    layout = layout.split("\n## ")[0]
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name in ("__init__.py", "__main__.py"):
             continue
         rel = path.relative_to(PACKAGE)
         named = path.name if len(rel.parts) > 1 else f"advcli/{path.name}"
-        assert re.search(rf"`{re.escape(named)}`", layout), f"README Layout misses {rel}"
+        assert re.search(rf"`{re.escape(named)}`", layout), f"Layout misses {rel}"
     for folder in (p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
-        assert f"`advcli/{folder.name}/`" in layout, f"README Layout misses {folder.name}/"
+        assert f"`advcli/{folder.name}/`" in layout, f"Layout misses {folder.name}/"
 
 
-def test_the_readme_loads_what_the_tours_shard_command_writes(tmp_path, monkeypatch):
-    """The README's `datasets` snippet, run on the folder the quick tour's `shard` writes."""
+def test_the_shards_page_loads_what_its_shard_command_writes(tmp_path, monkeypatch):
+    """The shards page's `datasets` snippet, run on the folder its `shard` command writes."""
     import shlex
 
     from tests.conftest import SAMPLE, run
 
     pytest.importorskip("datasets")
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "shards.md").read_text()
     command = re.search(r"^advcli shard logs/ (.+?) && advcli verify", readme, re.S | re.M)
     assert command is not None
     args = shlex.split(command.group(1).replace("\\\n", " "))
@@ -124,3 +125,31 @@ def test_the_readme_loads_what_the_tours_shard_command_writes(tmp_path, monkeypa
     seen: dict = {}
     exec(snippet.group(1), seen)  # the snippet as a user runs it
     assert len(seen["ids"]) == len(seen["adv"]) == len(seen["mask"]) > 0
+
+
+def test_the_readmes_python_runs_as_shown(tmp_path, monkeypatch):
+    """Every ``>>>`` example of the README, run as doctests in a folder holding sample_data/."""
+    import doctest
+
+    (tmp_path / "sample_data").symlink_to(ROOT / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "README.md").read_text()
+    test = doctest.DocTestParser().get_doctest(text, {}, "README.md", "README.md", 0)
+    assert len(test.examples) >= 5
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_site_builds_strict(tmp_path):
+    """``mkdocs build --strict``: a broken link or a page left out of the nav fails."""
+    pytest.importorskip("mkdocs")
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "index.html").exists() and (tmp_path / "methods" / "index.html").exists()

@@ -659,8 +659,8 @@ def test_exit_codes_follow_one_rule(tmp_path):
     assert proc.returncode == 2
     assert "--col reward=nosuch: no column 'nosuch'" in one_line(proc)
     assert run("audit", log, "--col", "nosuch=reward").returncode == 2  # no such role
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "| 70 |" in readme  # the internal-error exit code is documented
+    errors = (Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    assert "| 70 |" in errors  # the internal-error exit code is documented
 
 
 # 15. Ctrl-C: one line, exit 130, nothing left behind; ignored when the parent ignores it.

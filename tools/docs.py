@@ -4,9 +4,12 @@
 when one is stale (the test suite runs it):
 
 - ``docs/cli.md``: every command's ``--help``;
-- README.md, between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``: the method table
-  (from the registry), the conventions table (from ``advcli.core.conventions``) and the
-  frameworks table (from the presets).
+- in README.md, CONTRIBUTING.md and ``docs/*.md``, between ``<!-- generated:NAME -->`` and
+  ``<!-- /generated -->``: the method table (from the registry), the conventions table (from
+  ``advcli.core.conventions``) and the frameworks table (from the presets);
+- between ``<!-- generated:run COMMAND -->`` and ``<!-- /generated -->``: ``$ COMMAND`` and
+  what it prints, run in a scratch folder that holds ``sample_data/`` (the commands of one page
+  run in order in one folder, so a later one reads what an earlier one wrote).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import contextlib
 import io
 import os
 import re
+import shlex
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,32 +119,89 @@ def framework_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-README_SECTIONS: dict[str, Callable[[], str]] = {
+TABLES: dict[str, Callable[[], str]] = {
     "methods": method_table,
     "conventions": convention_table,
     "frameworks": framework_table,
 }
 
+_TABLE = re.compile(r"(<!-- generated:(\w+) -->\n).*?(<!-- /generated -->)", flags=re.DOTALL)
+_RUN = re.compile(r"(<!-- generated:run (.+?) -->\n).*?(<!-- /generated -->)", flags=re.DOTALL)
+_TIMING = re.compile(r"^.*│ seconds +│.*\n", flags=re.MULTILINE)
 
-def readme(text: str) -> str:
-    """README.md with every generated section made anew."""
-    for name, make in README_SECTIONS.items():
-        pattern = re.compile(
-            rf"(<!-- generated:{name} -->\n).*?(<!-- /generated -->)", flags=re.DOTALL
-        )
-        if not pattern.search(text):
-            raise SystemExit(f"README.md: no '<!-- generated:{name} -->' section")
-        text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
+
+def pages() -> list[Path]:
+    """The hand-written pages that may hold generated sections."""
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def shown_run(command: str, folder: Path) -> str:
+    """``$ command`` and what it prints (stderr and stdout, as a terminal shows them), run in
+    ``folder``; the run's time in seconds, which differs every run, is left out."""
+    env = {**os.environ, "COLUMNS": str(HELP_WIDTH), "TERM": "dumb", "NO_COLOR": "1"}
+    env.pop("ADVCLI_PROGRESS", None)
+    out = []
+    for part in command.split(" && "):
+        words = shlex.split(part)
+        if words[0] != "advcli":
+            raise SystemExit(f"generated:run runs advcli only, not {words[0]!r}")
+        done = subprocess.run(
+            [sys.executable, "-m", "advcli", *words[1:]],
+            cwd=folder, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode not in (0, 3):  # 3: audit --fail-above, shown on purpose
+            raise SystemExit(f"{command!r} failed ({done.returncode}): {done.stderr.strip()}")
+        out.append(done.stderr + done.stdout)
+    text = _TIMING.sub("", "".join(out))
+    lines = [line.rstrip() for line in text.splitlines()]
+    return "```console\n$ " + command + "\n" + "\n".join(lines).strip("\n") + "\n```\n"
+
+
+def page(text: str, name: str) -> str:
+    """A page with every generated section made anew."""
+    for found in _TABLE.finditer(text):
+        if found.group(2) not in TABLES:
+            raise SystemExit(f"{name}: no table called {found.group(2)!r}")
+    text = _TABLE.sub(lambda m: m.group(1) + TABLES[m.group(2)]() + m.group(3), text)
+    if _RUN.search(text):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "sample_data").symlink_to(ROOT / "sample_data")
+            text = _RUN.sub(
+                lambda m: m.group(1) + shown_run(m.group(2), Path(tmp)) + m.group(3), text
+            )
     return text
+
+
+SITE_COPIES = {"README.md": "index.md", "CONTRIBUTING.md": "contributing.md"}
+"""Pages outside docs/ that the site shows too: copied in, their links made relative to docs/."""
+
+
+def site_copy(text: str) -> str:
+    """A page of the project's root as a page of docs/: ``docs/X`` links become ``X``."""
+    text = re.sub(r"\]\(docs/", "](", text)
+    text = re.sub(r'(src|href)="docs/', r'\1="', text)
+    for root_name, site_name in SITE_COPIES.items():
+        text = text.replace(f"]({root_name})", f"]({site_name})")
+    return "<!-- made by make docs from the project's root: edit that one -->\n" + text
 
 
 def generated() -> dict[Path, str]:
     """Every generated file, as it should read now."""
-    readme_path = ROOT / "README.md"
-    return {
-        ROOT / "docs" / "cli.md": cli_reference(),
-        readme_path: readme(readme_path.read_text()),
-    }
+    found: dict[Path, str] = {ROOT / "docs" / "cli.md": cli_reference()}
+    tables = []
+    copies = {ROOT / "docs" / name for name in SITE_COPIES.values()}
+    for path in pages():
+        if path.name == "cli.md" or path in copies:
+            continue
+        text = path.read_text()
+        tables += _TABLE.findall(text)
+        found[path] = page(text, path.name)
+    for root_name, site_name in SITE_COPIES.items():
+        found[ROOT / "docs" / site_name] = site_copy(found[ROOT / root_name])
+    missing = set(TABLES) - {name for _, name, _ in tables}
+    if missing:
+        raise SystemExit(f"no page holds '<!-- generated:{sorted(missing)[0]} -->'")
+    return found
 
 
 def help_typer() -> str | None:
