@@ -270,9 +270,9 @@ STAGED = {  # name: (the log, annotate's keyword arguments): logs the workers re
     ),
     "--from nemo-rl": (
         "nemo-rl",
-        {"method": "reinforce-pp-baseline", "gamma": 0.9, "preset": "nemo-rl"},
+        {"method": "reinforce-pp-baseline", "gamma": 0.9, "from_": "nemo-rl"},
     ),
-    "--from verl (text)": ("verl", {"method": "grpo", "preset": "verl"}),
+    "--from verl (text)": ("verl", {"method": "grpo", "from_": "verl"}),
 }
 
 
