@@ -75,8 +75,9 @@ def imports(path) -> set[str]:
 
 def test_generated_docs_are_current():
     stale = docs.stale()
-    if typer.__version__ != docs.help_typer():  # an older typer lays out help its own way
-        stale = [path for path in stale if path.name != "cli.md"]
+    if typer.__version__ != docs.help_typer():  # the floors (make test-min): older typer and
+        # rich lay out help and tables their own way, so the commands' shown outputs differ too
+        stale = [path for path in stale if path.name != "cli.md" and not docs.shows_runs(path)]
     assert stale == [], "run make docs"
 
 

@@ -135,6 +135,13 @@ def pages() -> list[Path]:
     return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+def shows_runs(path: Path) -> bool:
+    """Whether a page shows commands' outputs (or is the site's copy of one that does)."""
+    name = next((root for root, site in SITE_COPIES.items() if path.name == site), None)
+    source = ROOT / name if name and path.parent.name == "docs" else path
+    return bool(_RUN.search(source.read_text()))
+
+
 def shown_run(command: str, folder: Path) -> str:
     """``$ command`` and what it prints (stderr and stdout, as a terminal shows them), run in
     ``folder``; the run's time in seconds, which differs every run, is left out."""
