@@ -156,7 +156,7 @@ def shown_run(command: str, folder: Path) -> str:
             [sys.executable, "-m", "advcli", *words[1:]],
             cwd=folder, env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
-        if done.returncode not in (0, 3):  # 3: audit --fail-above, shown on purpose
+        if done.returncode != 0:
             raise SystemExit(f"{command!r} failed ({done.returncode}): {done.stderr.strip()}")
         out.append(done.stderr + done.stdout)
     text = _TIMING.sub("", "".join(out))
