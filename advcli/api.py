@@ -53,7 +53,7 @@ from advcli.logs import (
 )
 from advcli.presets import PresetOptions
 from advcli.progress import Reporter, reporting
-from advcli.reports import ReportOptions
+from advcli.reports import ReportOptions, compare
 from advcli.reports.collect import Gathered, gather
 from advcli.results import (
     AnnotateResult,
@@ -334,8 +334,6 @@ def report(
     options = options or ReportOptions()
     page.bokeh()  # the extra is missing: say so before reading anything
     if options.compare is not None or options.steps is not None or options.label is not None:
-        from advcli.reports import compare
-
         compare.check_options(options.compare, options.steps, options.label)
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method, convention=convention, params=params,
@@ -385,8 +383,6 @@ def _comparison(
 ) -> dict[str, Any]:
     """The Compare section of ``report``: the log beside ``--compare``'s (read as the job
     reads its log, its own page's detail left out), or two of its ``--steps``."""
-    from advcli.reports import compare
-
     if options.steps is not None:
         a, b = compare.step_sides(gathered, options.steps, options.label)
         return compare.comparison(a, b, options.bins, batch_rows)
