@@ -8,9 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import numpy as np
-import pyarrow as pa
-
 from advcli import progress
 from advcli.core import group as G
 from advcli.core import steps as S
@@ -33,6 +30,7 @@ from advcli.io.sources import (
     prefetch,
 )
 from advcli.io.tokens import extract_tokens, token_columns
+from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import steps
 

@@ -27,15 +27,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from advcli import jobs, methods, progress
 from advcli._version import __version__
 from advcli.accounting import Audit, audit_log
 from advcli.commands.check import check
 from advcli.commands.describe import describe
 from advcli.core.group import ZERO_VARIANCE_TOL
-from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
+from advcli.critic.options import CriticOptions
+from advcli.critic.scorer import CriticScorer, scored_batches
 from advcli.engine import Run, Scorer, Summary
 from advcli.errors import UsageError
 from advcli.io import manifests
@@ -45,6 +44,7 @@ from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource
 from advcli.io.split_tokens import SplitTokens, in_users_layout, joined
 from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
+from advcli.lazy_imports import pa, pl
 from advcli.logs import (
     BATCH_ROWS,
     Inputs,
@@ -64,8 +64,9 @@ from advcli.results import (
     ShardResult,
     Verification,
 )
-from advcli.shards import ShardOptions, shard
-from advcli.shards import verify as verify_shards
+from advcli.shards import ShardOptions
+from advcli.shards.build import shard
+from advcli.shards.manifest import verify as verify_shards
 
 __all__ = [
     "AnnotateResult",
@@ -246,8 +247,6 @@ def annotate_table(
         return annotated
     metadata = json.loads(annotated.schema.metadata[METADATA_KEY])
     if type(given).__module__.startswith("polars"):
-        import polars as pl
-
         return pl.from_arrow(annotated)
     frame = annotated.to_pandas()
     frame.attrs["advcli"] = metadata

@@ -23,9 +23,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-import numpy as np
-import pyarrow as pa
-
 from advcli import methods, progress, reproduce
 from advcli._version import __version__
 from advcli.core.ragged import lengths, row_of
@@ -52,6 +49,7 @@ from advcli.io.sources import (
 )
 from advcli.io.split_tokens import stored_roles
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
+from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params

@@ -14,10 +14,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli import presets, reproduce
 from advcli.errors import (
     AdvcliError,
@@ -43,6 +39,7 @@ from advcli.io.sources import (
 )
 from advcli.io.split_tokens import joined
 from advcli.io.writers import read_metadata
+from advcli.lazy_imports import np, pa, pq
 
 BATCH_ROWS = 512  # rows per record batch: ~1M tokens of typical rollouts
 

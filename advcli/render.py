@@ -6,7 +6,6 @@ import contextlib
 import time
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from advcli import progress
 from advcli.core.audit import AuditReport
+from advcli.lazy_imports import np
 from advcli.progress import Reporter
 
 stderr = Console(stderr=True)

@@ -19,14 +19,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from advcli import methods, presets
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import Rows, extract_rows, row_columns
+from advcli.lazy_imports import np, pa, pc
 from advcli.params import Params
 
 TOL = 1e-5

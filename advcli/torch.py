@@ -37,11 +37,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from advcli.core.ragged import offsets_from_lengths, row_of
 from advcli.core.ragged import positions as positions_in_row
 from advcli.errors import UsageError
+from advcli.lazy_imports import np
 
 LAYOUTS = ("advcli", "verl", "trl")
 Rows = Sequence[Mapping[str, Any]]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated, Any, Optional, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import orjson
 import typer
 
-from advcli import api, methods, progress, render
+from advcli import methods, progress
 from advcli._version import __version__
 from advcli.cli.options import (
     _CONVENTIONS,
@@ -36,13 +36,15 @@ from advcli.cli.options import (
     with_preset_options,
 )
 from advcli.core.group import ZERO_VARIANCE_TOL
-from advcli.critic.scorer import CriticOptions
+from advcli.critic.options import CriticOptions
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
 from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
-from advcli.results import Result
 from advcli.shards import ShardOptions
+
+if TYPE_CHECKING:
+    from advcli.results import Result
 
 app = typer.Typer(
     name="advcli",
@@ -59,6 +61,8 @@ def _report(
     """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
     a summary (unless quiet) and the warnings on stderr. With ``--out -`` the output holds
     stdout: the JSON goes to stderr."""
+    from advcli import render  # here: --help needs none of it
+
     result = found.as_dict()
     warnings = result.pop("warnings", [])
     if as_json:
@@ -104,6 +108,8 @@ def schema(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
+    from advcli import api, render  # here: --help needs neither
+
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         info = api.describe(
             inputs, col=col, from_=preset, preset_options=preset_options, full=full,
@@ -142,6 +148,8 @@ def annotate(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
+    from advcli import api, render  # here: --help needs neither
+
     with render.Activity(quiet, mode=progress_mode):
         result = api.annotate(
             inputs,
@@ -187,6 +195,8 @@ def check(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Recompute the advantages a framework logged (TRL, NeMo-RL, prime-rl) and compare."""
+    from advcli import api, render  # here: --help needs neither
+
     if preset is None:
         msg = (
             "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
@@ -230,6 +240,8 @@ def score(
     critic: CriticOptions | None = None,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
+    from advcli import api, render  # here: --help needs neither
+
     assert critic is not None  # --critic is required
     with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
         result = api.score(
@@ -269,6 +281,8 @@ def audit(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
+    from advcli import api, render  # here: --help needs neither
+
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
@@ -324,6 +338,8 @@ def report(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write one self-contained HTML page of the log's groups, rewards and advantages."""
+    from advcli import api, render  # here: --help needs neither
+
     params = params or {}
     # --zero-variance-tol is the page's test, and the method's where it takes one
     options = dataclasses.replace(
@@ -375,6 +391,8 @@ def shard(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
+    from advcli import api, render  # here: --help needs neither
+
     with render.Activity(quiet, mode=progress_mode):
         result = api.shard(
             inputs,
@@ -403,6 +421,8 @@ def verify(
 ) -> None:
     """Re-read every shard (or part): checksums, schema, row and token counts against the
     manifest."""
+    from advcli import api  # here: --help needs neither
+
     _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
 
 

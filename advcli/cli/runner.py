@@ -19,11 +19,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import numpy as np
 import typer
 import typer.core
 import typer.main
-from polars.exceptions import PanicException as _Panic
 
 from advcli._malloc import tune_allocator
 from advcli.cli.commands import app
@@ -95,7 +93,7 @@ def main(args: list[str] | None = None) -> None:
         hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
         message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
         _fail(f"advcli: error: {message}{hint}", getattr(exc, "exit_code", 2))
-    except (Exception, _Panic) as exc:  # a bug: one line, unless the user asks for the traceback
+    except (Exception, _polars_panic()) as exc:  # a bug: one line, unless asked for the traceback
         if os.environ.get("ADVCLI_DEBUG"):
             raise
         _fail(
@@ -111,10 +109,16 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(code)
 
 
+def _polars_panic() -> type[BaseException]:
+    """polars' PanicException (a panic in its Rust code, not an Exception) once polars is
+    loaded; else Exception again (no need to import polars to catch what it never raised)."""
+    polars = sys.modules.get("polars")
+    return polars.exceptions.PanicException if polars is not None else Exception
+
+
 def _run(args: list[str] | None) -> Any:
     tune_allocator()
-    warnings.filterwarnings("ignore")  # numbers are checked; no Python warning on a terminal
-    np.seterr(all="ignore")
+    warnings.filterwarnings("ignore")  # numbers are checked; no Python (or numpy) warning
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
         # Python's own handler, again after the imports: a native one may have replaced it
         signal.signal(signal.SIGINT, signal.default_int_handler)

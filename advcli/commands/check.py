@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from advcli import jobs
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
+from advcli.lazy_imports import np
 from advcli.logs import (
     BATCH_ROWS,
     Inputs,

@@ -22,10 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from advcli.core.group import GroupStats
 from advcli.core.steps import tied
+from advcli.lazy_imports import np
 
 NEAR_TIE_SHARE = 0.05  # the default near-tie threshold, as a share of the log's reward range
 

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from advcli.core.ragged import ranges
+from advcli.lazy_imports import np
 
 Baseline = Literal["group", "leave-one-out", "batch", "none"]
 Scale = Literal["group", "batch", "none", "leave-one-out"]

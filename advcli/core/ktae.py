@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from advcli.lazy_imports import np
 
 QWEN_EOT = 151643
 """Qwen2.5's ``<|endoftext|>`` (its pad and base-model eos): KTAE sets this id's weight to 0."""

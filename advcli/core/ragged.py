@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+from advcli.lazy_imports import np
 
 
 def lengths(offsets: np.ndarray) -> np.ndarray:
@@ -52,8 +52,8 @@ def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return out
 
 
-HASH_BASE = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: odd, so every power is too
-LENGTH_MIX = np.uint64(0x9E3779B97F4A7C15)  # the golden ratio's 64 bits, to mix in the length
+HASH_BASE = 0x100000001B3  # FNV-1's 64-bit prime: odd, so every power is too
+LENGTH_MIX = 0x9E3779B97F4A7C15  # the golden ratio's 64 bits, to mix in the length
 
 
 def prefix_hashes(values: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -67,7 +67,8 @@ def prefix_hashes(values: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> 
     """
     pos = positions(offsets)
     if not len(pos):
-        return np.zeros(len(offsets) - 1, dtype=np.uint64) ^ (ends.astype(np.uint64) * LENGTH_MIX)
+        no_tokens = np.zeros(len(offsets) - 1, dtype=np.uint64)
+        return no_tokens ^ (ends.astype(np.uint64) * np.uint64(LENGTH_MIX))
     powers = np.cumprod(np.full(int(pos.max()) + 1, HASH_BASE, dtype=np.uint64))  # wraps
     with np.errstate(over="ignore"):
         terms = (values.astype(np.uint64) + np.uint64(1)) * powers[pos]
@@ -76,6 +77,6 @@ def prefix_hashes(values: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> 
         np.cumsum(terms, out=summed[1:])
         base = offsets - offsets[0]
         out: np.ndarray = (summed[base[1:]] - summed[base[:-1]]) ^ (
-            ends.astype(np.uint64) * LENGTH_MIX
+            ends.astype(np.uint64) * np.uint64(LENGTH_MIX)
         )
     return out

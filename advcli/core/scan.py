@@ -24,9 +24,8 @@ batched (a BLAS product, though faster, would not promise that).
 
 from __future__ import annotations
 
-import numpy as np
-
 from advcli.core.ragged import offsets_from_lengths, ranges
+from advcli.lazy_imports import np
 
 CHUNK = 32
 _BLOCK_ROWS = 8192  # chunks scanned together: keeps a block's columns in cache

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
+from advcli.lazy_imports import np
 
 KlEstimator = Literal["k1", "k2", "k3", "abs"]
 

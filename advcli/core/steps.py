@@ -21,10 +21,9 @@ from __future__ import annotations
 from difflib import SequenceMatcher
 from typing import Literal
 
-import numpy as np
-
 from advcli.core.ragged import row_of
 from advcli.core.scan import linear_scan, reverse_discounted_scan
+from advcli.lazy_imports import np
 
 Centre = Literal["group", "batch", "none"]
 StepScale = Literal["group", "batch", "one", "none"]

@@ -21,10 +21,11 @@ Every function takes step arrays: values and rewards gathered at the step positi
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TypeAlias
 
 from advcli.core.ragged import lengths, offsets_from_lengths, ranges, row_of
 from advcli.core.scan import reverse_discounted_scan
+from advcli.lazy_imports import np
 
 
 def _action_offsets(action_pos: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -226,7 +227,7 @@ def actions_after(
     return after
 
 
-Moments = tuple[np.ndarray, np.ndarray, np.ndarray]
+Moments: TypeAlias = "tuple[np.ndarray, np.ndarray, np.ndarray]"
 """Count, mean and M2 per batch."""
 
 

@@ -3,6 +3,7 @@
 - :mod:`advcli.critic.onnx`: the session, its device and the model contract (:func:`load_critic`);
 - :mod:`advcli.critic.batching`: rows as padded batches and outputs back as values (pure numpy);
 - :mod:`advcli.critic.scorer`: a critic scoring the batches of a log (``score``, ``annotate``).
+- :mod:`advcli.critic.options`: the ``--critic`` options.
 
 Importing this package needs neither onnxruntime (loaded with the first critic) nor polars.
 """

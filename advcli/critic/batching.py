@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from advcli.core.ragged import ranges
+from advcli.lazy_imports import np
 
 
 def keep_last(offsets: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

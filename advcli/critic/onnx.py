@@ -35,12 +35,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-import numpy as np
-
 from advcli import versions
 from advcli.critic import batching
 from advcli.errors import DataError, DependencyError, UsageError
 from advcli.io.checksum import file_sha256
+from advcli.lazy_imports import np
 
 # Measured with ``python -m bench.critic_bench --rows 600 --repeat 5`` (2 shared vCPUs,
 # onnxruntime 1.32, the bench's causal critic with d=128: 855k tokens, lengths lognormal with
@@ -68,7 +67,7 @@ _CONTRACT = (
     "a critic takes integer token ids and attention mask [batch, seq] and returns "
     "float values [batch, seq] or [batch, seq, 1]"
 )
-_INT_TYPES: dict[str, type[np.integer]] = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_INT_TYPES = {"tensor(int64)": "int64", "tensor(int32)": "int32"}  # numpy dtypes
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(double)")
 
 
@@ -175,8 +174,8 @@ class Critic:
         self.input_name: str = ids_arg.name
         self.mask_name: str = mask_arg.name
         self.output_name: str = out_arg.name
-        self._ids_dtype = _INT_TYPES[ids_arg.type]
-        self._mask_dtype = _INT_TYPES[mask_arg.type]
+        self._ids_dtype = np.dtype(_INT_TYPES[ids_arg.type]).type
+        self._mask_dtype = np.dtype(_INT_TYPES[mask_arg.type]).type
         self._static_batch = _static(ids_arg.shape[0])
         self.max_len: int | None = _static(ids_arg.shape[1])
 

@@ -4,79 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-
-import numpy as np
-import pyarrow as pa
 
 from advcli.critic.onnx import DEFAULT_BATCH_TOKENS, load_critic
-from advcli.errors import DataError, UsageError
+from advcli.critic.options import CriticOptions
+from advcli.errors import DataError
 from advcli.io.arrow import flat_list, float_list
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources, prefetch
 from advcli.io.tokens import Tokens, extract_tokens
-from advcli.params import option
-
-PANEL = "Critic (ONNX)"  # the help panel of the critic options
-
-
-@dataclass(frozen=True)
-class CriticOptions:
-    """How to run an ONNX critic (the ``--critic`` options of ``score`` and ``annotate``)."""
-
-    path: str = field(
-        metadata=option(
-            "The ONNX critic: it scores the values (annotate: not the log's).",
-            flag="--critic",
-            panel=PANEL,
-        )
-    )
-    device: str = field(
-        default="auto", metadata=option("auto (CUDA when it works), cuda or cpu.", panel=PANEL)
-    )
-    batch_tokens: int | None = field(
-        default=None,
-        metadata=option(
-            "Padded tokens per critic batch (default 4096, measured on the CPU).", panel=PANEL
-        ),
-    )
-    shift: bool = field(
-        default=True,
-        metadata=option(
-            "The value of token t is the output at t-1 (causal heads).",
-            flag="--shift/--no-shift",
-            panel=PANEL,
-        ),
-    )
-    max_len: int | None = field(
-        default=None,
-        metadata=option(
-            "Longest row the critic takes (default: the model's static length).", panel=PANEL
-        ),
-    )
-    truncate: str = field(
-        default="error",
-        metadata=option(
-            "A longer row: error, or left (score its last --max-len tokens).",
-            flag="--max-len-truncate",
-            panel=PANEL,
-        ),
-    )
-    input_name: str | None = field(
-        default=None, metadata=option("The model's token-id input.", panel=PANEL)
-    )
-    mask_name: str | None = field(
-        default=None, metadata=option("The model's attention-mask input.", panel=PANEL)
-    )
-    output_name: str | None = field(
-        default=None, metadata=option("The model's value output.", panel=PANEL)
-    )
-
-    def __post_init__(self) -> None:
-        for flag, value in (("--batch-tokens", self.batch_tokens), ("--max-len", self.max_len)):
-            if value is not None and value < 1:
-                msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
-                raise UsageError(msg)
+from advcli.lazy_imports import np, pa
 
 
 class CriticScorer:

@@ -7,8 +7,12 @@ take a column apart without copying its values and build one from numpy.
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
+from advcli.lazy_imports import np, pa
+
+
+def fast_ipc() -> pa.ipc.IpcWriteOptions:
+    """Arrow IPC options for advcli's own scratch files: lz4, fast to write and read back."""
+    return pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:

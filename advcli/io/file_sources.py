@@ -17,10 +17,6 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli import progress
 from advcli.errors import DataError, UsageError, file_list, no_rows
 from advcli.io import jsonl, remote
@@ -35,6 +31,7 @@ from advcli.io.sources import (
     expand_inputs,
     is_parquet,
 )
+from advcli.lazy_imports import pa, pl, pq
 
 
 def _input(path: str) -> Any:

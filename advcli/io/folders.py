@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from advcli.io import remote
 from advcli.io.checksum import file_sha256
+from advcli.lazy_imports import pa
 
 
 class Folder:

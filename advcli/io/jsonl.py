@@ -13,15 +13,12 @@ import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import orjson
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from advcli import versions
 from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io.schema import ROLES, jsonl_dtypes
+from advcli.lazy_imports import np, pa, pc, pl
 
 PLAIN_JSONL_SUFFIXES = (".jsonl", ".ndjson")
 JSONL_SUFFIXES = (*PLAIN_JSONL_SUFFIXES, ".jsonl.gz", ".jsonl.zst")
@@ -141,7 +138,7 @@ def read_bytes(path: str) -> bytes:
 
 
 # What bytes.strip() removes: a line of these alone holds no row.
-BLANK_BYTES = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
+BLANK_BYTES = b" \t\n\r\x0b\x0c"
 
 
 def row_lines(runs: Iterable[tuple[int, bytes]]) -> np.ndarray:
@@ -155,7 +152,8 @@ def row_lines(runs: Iterable[tuple[int, bytes]]) -> np.ndarray:
         if not run.endswith(b"\n"):
             ends = np.append(ends, len(text))  # the last line, without its newline
         starts = np.concatenate([[0], ends[:-1] + 1])
-        inked = np.concatenate([[0], np.cumsum(~np.isin(text, BLANK_BYTES))])
+        blank = np.isin(text, np.frombuffer(BLANK_BYTES, np.uint8))
+        inked = np.concatenate([[0], np.cumsum(~blank)])
         found.append(first + np.flatnonzero(inked[ends] > inked[starts]))
     return np.concatenate(found)
 
@@ -240,13 +238,13 @@ def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict
     return {name: _storable(dtype) for name, dtype in inferred.items()}
 
 
-_WIDE_INTEGERS = tuple(getattr(pl, name) for name in ("Int128", "UInt128") if hasattr(pl, name))
+_WIDE_INTEGERS = ("Int128", "UInt128")
 """polars' integer types beyond 64 bits (UInt128 is newer than advcli's polars floor)."""
 
 
 def _storable(dtype: Any) -> Any:
     """A type Arrow can hold: null and integers beyond 64 bits (ids, seeds) are read as text."""
-    if dtype == pl.Null or dtype in _WIDE_INTEGERS:
+    if dtype == pl.Null or any(dtype == getattr(pl, name, None) for name in _WIDE_INTEGERS):
         return pl.String
     if isinstance(dtype, pl.List):
         return pl.List(_storable(dtype.inner))

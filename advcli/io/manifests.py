@@ -25,12 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli.errors import AdvcliError
 from advcli.io import remote
 from advcli.io.folders import Folder
+from advcli.lazy_imports import pa, pq
 
 NAME = "_advcli_manifest.parquet"
 TEXT_KEY = "advcli_manifest"

@@ -27,10 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-import pyarrow.fs as pafs
-
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
+from advcli.lazy_imports import pa, pafs
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 

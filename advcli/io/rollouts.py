@@ -16,17 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, SchemaError, closest, columns_found, file_list, where
 from advcli.io.arrow import flat_list
 from advcli.io.schema import Roles
 from advcli.io.sources import Sources
+from advcli.lazy_imports import np, pa, pc
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest number advcli can write
+FLOAT32_MAX = 3.4028234663852886e38  # the largest number advcli can write
 
 
 @dataclass
@@ -170,7 +167,7 @@ class StepRewards:
     offsets: np.ndarray  # int64, from 0
 
 
-def numeric(values: pa.Array, fill: float = np.nan, *, floats: bool = False) -> np.ndarray:
+def numeric(values: pa.Array, fill: float = float("nan"), *, floats: bool = False) -> np.ndarray:
     """As float64 numpy (nulls filled); ``floats=True`` keeps float32 as it is (no copy)."""
     if values.null_count:
         values = pc.fill_null(values.cast(pa.float64()), fill)

@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
-
 from advcli.errors import SchemaError, UsageError, columns_found, did_you_mean
+from advcli.lazy_imports import pa, pl
 
 # kind: what type a role's column must have.
 #   key: string or integer scalar; num: numeric scalar; bool: boolean scalar;

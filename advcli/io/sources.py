@@ -24,15 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from advcli import progress
 from advcli.errors import DataError, UsageError, where
 from advcli.io import jsonl, remote
 from advcli.io.interrupts import keep_python_interrupt
 from advcli.io.jsonl import STDIN, is_jsonl
+from advcli.lazy_imports import np, pa, pc
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from advcli.core.ragged import lengths, offsets_from_lengths, positions, ranges, row_of
 from advcli.errors import DataError, SchemaError, file_list
 from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.schema import ROLES
 from advcli.io.sources import DerivedColumns, LogSource
+from advcli.lazy_imports import np, pa, pc
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
 VIRTUAL = ("input_ids", "action_mask")

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from advcli.core.ragged import lengths, row_of
 from advcli.core.steps import turn_counts, turn_ends
 from advcli.errors import SchemaError, file_list
@@ -18,6 +14,7 @@ from advcli.io.arrow import flat_list
 from advcli.io.rollouts import FLOAT32_MAX, Checker, first_index, numeric
 from advcli.io.schema import SPAN_KINDS, Roles
 from advcli.io.sources import Sources
+from advcli.lazy_imports import np, pa, pc
 
 
 @dataclass

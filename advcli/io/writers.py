@@ -21,13 +21,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from polars.io.plugins import register_io_source
-
 from advcli import progress
 from advcli.errors import DataError, OutputError, StdoutClosed, UsageError
 from advcli.io import remote
@@ -46,6 +39,7 @@ from advcli.io.outputs import (
     publish,
     temporary_beside,
 )
+from advcli.lazy_imports import np, pa, pc, pl, pq
 
 METADATA_KEY = b"advcli"
 ROW_GROUP_ROWS = 4096  # ~4k rows of long token lists keep a decoded row group small
@@ -340,7 +334,9 @@ class PolarsSink:
         self.target = target  # what the user asked for; ``path`` is its temporary name
         self._queue: queue.Queue[pa.Table | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        frames = register_io_source(self._frames, schema=_frame(schema.empty_table()).schema)
+        frames = pl.io.plugins.register_io_source(
+            self._frames, schema=_frame(schema.empty_table()).schema
+        )
         write: Callable[[Path], object]
         if fmt == "parquet":
             kv = {METADATA_KEY.decode(): json.dumps(metadata, sort_keys=True)}

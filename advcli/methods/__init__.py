@@ -26,11 +26,10 @@ can run and the README's method table all come from here.
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
 from advcli.errors import PluginError, UsageError, did_you_mean
-from advcli.io.schema import Roles
 from advcli.methods import (
     agents,
     distill,
@@ -47,6 +46,9 @@ from advcli.methods import (
 )
 from advcli.methods.base import Method, Plan, TokenPass, sum_rows
 from advcli.params import Param, Params
+
+if TYPE_CHECKING:
+    from advcli.io.schema import Roles
 
 REGISTRY: dict[str, Method[Any]] = {}
 """Every method, by name, in the order ``--help`` lists them."""

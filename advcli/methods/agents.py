@@ -23,14 +23,12 @@ skips the traces it cannot train on.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from advcli.core import group as G
 from advcli.core.scan import linear_scan
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows
+from advcli.lazy_imports import np
 from advcli.methods.group import (
     PANEL,
     ZERO_VARIANCE,
@@ -39,6 +37,9 @@ from advcli.methods.group import (
     RolloutAdvantages,
 )
 from advcli.params import Param, Params
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
 
 EPISODE_AGENTS = Param(
     "episode_agents",

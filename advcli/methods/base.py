@@ -16,17 +16,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from advcli.core import group as G
-from advcli.core.conventions import Convention
 from advcli.core.steps import action_reward_moments, row_turn_returns, turn_counts
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.params import Param, Params
+
+if TYPE_CHECKING:
+    from advcli.core.conventions import Convention
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
 
 BATCHES_PANEL = "Group and batch baselines"
 

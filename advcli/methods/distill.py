@@ -8,13 +8,16 @@ group, reward or critic. (slime's form, a term added to any method, is ``--opd-c
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, Plan
-from advcli.params import Params
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
+    from advcli.params import Params
 
 
 class Opd(Method[Plan]):

@@ -16,15 +16,16 @@ weight 0.75, A = [1.125, −0.375, −0.375, −0.375].
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from advcli.core import group as G
 from advcli.errors import UsageError
-from advcli.io.rollouts import Rows
+from advcli.lazy_imports import np
 from advcli.methods.group import PANEL, Grpo
 from advcli.params import Param, Params, finite
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
 
 FOCAL_GAMMA = Param(
     "focal_gamma", float, 1.0,

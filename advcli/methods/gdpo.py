@@ -18,14 +18,12 @@ advantage is what the batch normalisation makes of 0, not 0.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from advcli.core import group as G
 from advcli.core.conventions import WHITEN_EPS
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import BATCH_SIZE, completion_batches
 from advcli.methods.group import (
@@ -42,6 +40,9 @@ from advcli.methods.group import (
 )
 from advcli.methods.temporal import WHITEN_DDOF
 from advcli.params import Param, Params
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
 
 
 def _columns(value: Any) -> str:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, get_args
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from advcli.core import group as G
 from advcli.core.conventions import Convention, EpsPlacement, Singleton, TiedStd
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
@@ -31,6 +28,10 @@ from advcli.methods.base import (
     ddof_check,
 )
 from advcli.params import Param, Params
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
 
 PANEL = BATCHES_PANEL
 

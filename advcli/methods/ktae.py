@@ -40,20 +40,21 @@ segment's reward, containing an id if any of its segments does. Rollouts without
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from advcli.core import group as G
 from advcli.core import ktae as K
-from advcli.core.conventions import Convention
 from advcli.core.ragged import lengths, row_of
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass
 from advcli.methods.group import EPS, PANEL, OutcomeMethod, OutcomePlan, RolloutAdvantages
 from advcli.params import Param, Params, finite
+
+if TYPE_CHECKING:
+    from advcli.core.conventions import Convention
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
 
 IDS = "input_ids"  # read as a per-token column (tokens.extra), the only way a pass sees the ids
 

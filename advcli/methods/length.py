@@ -7,13 +7,16 @@ writes them from each trace), weighted as prime-rl's ``[orchestrator.algo.length
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from advcli.core import group as G
 from advcli.errors import RowError
-from advcli.io.rollouts import Rows
+from advcli.lazy_imports import np
 from advcli.methods.group import PANEL, Grpo
 from advcli.params import Param, Params, finite
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
 
 
 def _weight(flag: str) -> Param:

@@ -16,15 +16,13 @@ they are).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from advcli.core import group as G
 from advcli.core.ragged import lengths, row_of
 from advcli.core.scan import reverse_discounted_scan
 from advcli.errors import RowError
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, Plan
 from advcli.methods.group import (
@@ -36,7 +34,11 @@ from advcli.methods.group import (
     ZERO_VARIANCE_TOL,
     refuse_singletons,
 )
-from advcli.params import Params
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
+    from advcli.params import Params
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,12 +14,15 @@ float64 loop.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from advcli.core import group as G
-from advcli.io.rollouts import Rows
 from advcli.methods.group import GROUP_RULES, PANEL, GroupBaseline, kept_singleton
 from advcli.params import Param, Params, in_unit_interval
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.lazy_imports import np
 
 QUANTILE = Param(
     "quantile",

@@ -17,16 +17,17 @@ The formulas are in :mod:`advcli.core.signals`.
 
 from __future__ import annotations
 
-from typing import Any, get_args
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, get_args
 
 from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
 from advcli.errors import RowError
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.params import Param, Params, finite
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
 
 PANEL = "KL and distillation"
 

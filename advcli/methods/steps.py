@@ -52,20 +52,21 @@ from __future__ import annotations
 from abc import abstractmethod
 from copy import copy
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from advcli.core import steps as S
 from advcli.core import temporal as T
 from advcli.core.conventions import WHITEN_EPS, Convention
 from advcli.core.scan import reverse_discounted_scan
 from advcli.errors import SchemaError, UsageError
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods.base import Method, TokenPass, completion_batches
 from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
 from advcli.params import Param, Params, finite, in_unit_interval
+
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
 
 PANEL = "Agent steps"
 

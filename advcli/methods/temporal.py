@@ -23,17 +23,14 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, get_args
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, get_args
 
 from advcli.core import group as G
 from advcli.core import temporal as T
 from advcli.core.conventions import Convention, KlOn, Observations, Whiten
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
@@ -51,8 +48,12 @@ from advcli.methods.temporal_passes import (
 )
 from advcli.params import Param, Params, in_unit_interval
 
+if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
+
 PANEL = "Temporal estimators"
-Deltas = Callable[[], np.ndarray]
+Deltas: TypeAlias = "Callable[[], np.ndarray]"
 
 
 def _parse_lam(value: Any) -> float | str:

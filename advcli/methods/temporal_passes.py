@@ -7,23 +7,22 @@ it), and the whitening moments of each batch (merged with Chan's formula).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeAlias
 
 from advcli.core import temporal as T
 from advcli.core.conventions import WHITEN_EPS
 from advcli.core.ragged import lengths
 from advcli.core.scan import linear_scan
-from advcli.io.rollouts import Rows
-from advcli.io.tokens import Tokens
+from advcli.lazy_imports import np
 from advcli.methods.base import Plan, TokenPass, completion_batches
-from advcli.params import Params
 
 if TYPE_CHECKING:
+    from advcli.io.rollouts import Rows
+    from advcli.io.tokens import Tokens
     from advcli.methods.temporal import TemporalMethod
+    from advcli.params import Params
 
-Lam = float | np.ndarray  # a scalar, or one per row
+Lam: TypeAlias = "float | np.ndarray"  # a scalar, or one per row
 
 
 @dataclass(frozen=True, kw_only=True)

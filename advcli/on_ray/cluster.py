@@ -15,15 +15,13 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from advcli import progress, versions
 from advcli.errors import DependencyError, UsageError
 from advcli.io import jsonl
 from advcli.io.file_sources import FileRows, ParquetSource
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.sources import LogSource, Sources
+from advcli.lazy_imports import np, pa
 
 PIECE_BYTES = 64 << 20  # a staged log goes into Ray's object store about this much at a time
 

@@ -15,14 +15,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli import progress
 from advcli._version import __version__
 from advcli.accounting import CountTokens, TokenCounts, token_counts
-from advcli.critic.scorer import CriticOptions, CriticScorer, scored_batches
+from advcli.critic.options import CriticOptions
+from advcli.critic.scorer import CriticScorer, scored_batches
 from advcli.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
 from advcli.errors import AdvcliError, DataError, OutputError, UsageError
 from advcli.io import manifests, remote
@@ -32,6 +29,7 @@ from advcli.io.outputs import output_folder
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources
 from advcli.io.writers import METADATA_KEY, write_batches
+from advcli.lazy_imports import np, pa, pq
 from advcli.logs import BATCH_ROWS
 from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ray_module, work_units

@@ -20,20 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import orjson
-import polars as pl
-import pyarrow as pa
-from polars.exceptions import PanicException
 
 from advcli import progress
 from advcli.errors import AdvcliError, DataError, UsageError, file_list, where
 from advcli.io import jsonl
+from advcli.io.arrow import fast_ipc
 from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
+from advcli.lazy_imports import np, pa, pl
 from advcli.params import option
-
-IPC = pa.ipc.IpcWriteOptions(compression="lz4")
-
 
 FROM = "Logs as a framework wrote them"
 """The help panel of ``--from`` and its options."""
@@ -358,7 +353,10 @@ def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
         return preset.convert(path, options)
     except (AdvcliError, MemoryError):
         raise
-    except (Exception, PanicException) as exc:  # polars, pyarrow and Python raise many
+    except (
+        Exception,
+        pl.exceptions.PanicException,
+    ) as exc:  # polars, pyarrow and Python raise many
         # types on malformed data (a panic in polars' Rust is not an Exception)
         msg = (
             f"{path}: cannot read it as {preset.framework}'s dump ({type(exc).__name__}: "
@@ -406,7 +404,7 @@ class PresetSource(LogSource):
             part = Path(self._folder.name) / f"{i:06d}.arrow"
             with (
                 pa.OSFile(str(part), "wb") as sink,
-                pa.ipc.new_file(sink, converted.table.schema, options=IPC) as writer,
+                pa.ipc.new_file(sink, converted.table.schema, options=fast_ipc()) as writer,
             ):
                 writer.write_table(converted.table)
             self.parts.append(part)

@@ -17,10 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
-
 from advcli.errors import DataError
+from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
     Preset,

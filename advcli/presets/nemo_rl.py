@@ -17,29 +17,29 @@ import hashlib
 import re
 from typing import Any
 
-import numpy as np
-import polars as pl
-
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
+from advcli.lazy_imports import np, pl
 from advcli.presets.base import Converted, Preset, PresetOptions, json_frame, need, step_of
 
 STEP = r"_step(\d+)"
-TRAIN_FIELDS: dict[
-    str, pl.DataType
-] = {  # NeMo-RL's training fields, each wrapped in a one-element list
-    "content": pl.List(pl.List(pl.String)),
-    "rewards": pl.List(pl.Float64),
-    "input_lengths": pl.List(pl.Int64),
-    "token_ids": pl.List(pl.List(pl.Int64)),
-    "token_loss_mask": pl.List(pl.List(pl.Float64)),
-    "sample_loss_mask": pl.List(pl.Float64),
-    "advantages": pl.List(pl.List(pl.Float64)),
-    "generation_logprobs": pl.List(pl.List(pl.Float64)),
-    "prev_logprobs": pl.List(pl.List(pl.Float64)),
-    "filtered_rewards": pl.List(pl.Float64),
-    "idx": pl.Int64(),
-}
+
+
+def _train_field_types() -> dict[str, pl.DataType]:
+    """NeMo-RL's training fields, each wrapped in a one-element list, and their types."""
+    return {
+        "content": pl.List(pl.List(pl.String)),
+        "rewards": pl.List(pl.Float64),
+        "input_lengths": pl.List(pl.Int64),
+        "token_ids": pl.List(pl.List(pl.Int64)),
+        "token_loss_mask": pl.List(pl.List(pl.Float64)),
+        "sample_loss_mask": pl.List(pl.Float64),
+        "advantages": pl.List(pl.List(pl.Float64)),
+        "generation_logprobs": pl.List(pl.List(pl.Float64)),
+        "prev_logprobs": pl.List(pl.List(pl.Float64)),
+        "filtered_rewards": pl.List(pl.Float64),
+        "idx": pl.Int64(),
+    }
 
 
 class NemoRl(Preset):
@@ -128,9 +128,10 @@ PER_TOKEN = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs"
 
 def train_fields(fields: set[str]) -> dict[str, pl.DataType] | None:
     """The types of a training file's fields (read without inferring them), if these are."""
-    if "token_ids" not in fields or not fields <= set(TRAIN_FIELDS):
+    types = _train_field_types()
+    if "token_ids" not in fields or not fields <= set(types):
         return None
-    return {k: v for k, v in TRAIN_FIELDS.items() if k in fields}
+    return {k: v for k, v in types.items() if k in fields}
 
 
 def unwrap(df: pl.DataFrame) -> pl.DataFrame:

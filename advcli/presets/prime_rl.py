@@ -40,12 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from advcli.errors import DataError, where
 from advcli.io import jsonl
 from advcli.io.arrow import list_array
+from advcli.lazy_imports import np, pa
 from advcli.presets.base import Converted, Preset, PresetOptions, json_records, step_of
 from advcli.presets.slime import passthrough
 

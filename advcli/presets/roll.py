@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 import orjson
-import polars as pl
 
 from advcli.errors import DataError
 from advcli.io import jsonl
+from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
     Preset,

@@ -30,14 +30,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from advcli.errors import DataError, UsageError, where
 from advcli.io.arrow import list_array
 from advcli.io.sources import refuse_pickle
+from advcli.lazy_imports import np, pa, pc
 from advcli.presets import torch_file
 from advcli.presets.base import Converted, Preset, PresetOptions
 

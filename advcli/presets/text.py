@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import polars as pl
-
+from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
     Preset,

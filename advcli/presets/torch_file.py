@@ -19,9 +19,8 @@ import pickle
 import zipfile
 from typing import Any, Literal
 
-import numpy as np
-
 from advcli.errors import DataError
+from advcli.lazy_imports import np
 
 # Data-only constructors a plain-values file may use (miles' numpy arrays).
 SAFE_GLOBALS = {
@@ -37,17 +36,17 @@ SAFE_GLOBALS = {
 
 
 STORAGES = {
-    "DoubleStorage": np.float64,
-    "FloatStorage": np.float32,
-    "HalfStorage": np.float16,
-    "LongStorage": np.int64,
-    "IntStorage": np.int32,
-    "ShortStorage": np.int16,
-    "CharStorage": np.int8,
-    "ByteStorage": np.uint8,
-    "BoolStorage": np.bool_,
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
 }
-"""torch's typed storages of dense tensors, and the numpy type of their elements."""
+"""torch's typed storages of dense tensors, and the numpy dtype of their elements."""
 
 
 class _Tensors(Exception):

@@ -36,13 +36,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from advcli.errors import DataError, UsageError
+from advcli.lazy_imports import np, pa, pc, pl, pq
 from advcli.presets.base import Converted, Preset, PresetOptions, need, step_of
 
 

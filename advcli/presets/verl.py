@@ -16,10 +16,8 @@ The legacy writer turns some numbers into text ("0.5") and writes NaN bare: both
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
-
 from advcli.errors import DataError, where
+from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
     Preset,

@@ -16,11 +16,8 @@ import base64
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
-
-import numpy as np
-import pyarrow as pa
 
 from advcli import progress
 from advcli.accounting import Audit, audit_log
@@ -33,8 +30,9 @@ from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
+from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log
-from advcli.params import option
+from advcli.reports.options import ReportOptions
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
 TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most
@@ -42,73 +40,6 @@ TEXT_BUDGET = 2_000_000  # characters of text the page holds in all (a page unde
 KEY_CHARS = 120  # of a prompt id shown in the groups table
 MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
 PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
-PANEL = "What the page holds"  # the help panel of the options that bound the detail
-COMPARE = "Compare"  # the help panel of --compare, --steps and --label
-
-
-@dataclass(frozen=True)
-class ReportOptions:
-    """How much ``report`` keeps: every aggregate always; these bound the detail."""
-
-    tol: float = G.ZERO_VARIANCE_TOL  # zero-variance: max - min <= tol (--zero-variance-tol)
-    near_tie: float | None = field(
-        default=None,
-        metadata=option(
-            "A group is a near-tie when its reward std is below this (default: "
-            "0.05 x the log's reward range).",
-            min=0.0,
-        ),
-    )
-    sample_groups: int = field(
-        default=20_000,
-        metadata=option("Groups the table lists; beyond, a seeded sample.", min=1, panel=PANEL),
-    )
-    detail_groups: int = field(
-        default=200,
-        metadata=option(
-            "Groups whose rollouts and tokens the page holds (the worst always).",
-            min=0,
-            panel=PANEL,
-        ),
-    )
-    token_budget: int = field(
-        default=200_000,
-        metadata=option(
-            "Tokens the page holds in all, shared by those rollouts.", min=0, panel=PANEL
-        ),
-    )
-    seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
-    tokenizer: str | None = field(
-        default=None,
-        metadata=option(
-            "A local tokenizer.json (Hugging Face tokenizers, the advcli text extra): the token "
-            "view shows each token's text. Never downloaded.",
-            panel=PANEL,
-        ),
-    )
-    compare: str | None = field(
-        default=None,
-        metadata=option(
-            "A second log (a file or folder, read with the same --from, --col and --method) "
-            "shown beside this one: overviews, distributions, the prompts both hold.",
-            panel=COMPARE,
-        ),
-    )
-    steps: str | None = field(
-        default=None,
-        metadata=option(
-            "Two trainer steps of the log shown side by side, as '10,200' (its 'step' column).",
-            panel=COMPARE,
-        ),
-    )
-    label: str | None = field(
-        default=None,
-        metadata=option(
-            "The two sides' names, as 'a,b' (default: the logs' names, or the steps).",
-            panel=COMPARE,
-        ),
-    )
-    bins: int = 40  # of each histogram
 
 
 @dataclass(frozen=True)

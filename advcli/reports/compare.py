@@ -16,10 +16,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-
 from advcli.core import group as G
 from advcli.core.audit import (
     ALL_CORRECT,
@@ -30,6 +26,7 @@ from advcli.core.audit import (
     ZERO_VARIANCE_OTHER,
 )
 from advcli.errors import UsageError, file_list
+from advcli.lazy_imports import np, pa, pl
 from advcli.reports.collect import (
     PROMPT_CHARS,
     Gathered,

@@ -11,10 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from advcli import progress
 from advcli.accounting import CountTokens, token_counts
@@ -29,6 +26,7 @@ from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.io.writers import read_metadata
 from advcli.jobs import Job
+from advcli.lazy_imports import np, pa, pq
 from advcli.logs import BATCH_ROWS
 
 

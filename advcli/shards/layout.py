@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from advcli.core.ragged import offsets_from_lengths
+from advcli.lazy_imports import np
 from advcli.shards.plan import ShardPlan, chunks
 
 ROW_GROUP_TOKENS = 1 << 20  # a streaming reader decodes at most ~1 Mi tokens at a time

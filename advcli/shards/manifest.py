@@ -9,9 +9,6 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli._version import __version__
 from advcli.errors import DataError, UsageError
 from advcli.io import manifests, remote
@@ -20,6 +17,7 @@ from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.outputs import existing_metadata
 from advcli.io.sources import Sources
+from advcli.lazy_imports import pa, pq
 from advcli.results import Verification
 from advcli.shards import trainers
 from advcli.shards.inputs import Input

@@ -13,10 +13,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-
 from advcli.errors import DataError, UsageError
+from advcli.lazy_imports import np, pa
 from advcli.shards.inputs import Samples
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions, parse_split
 

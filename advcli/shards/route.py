@@ -8,20 +8,17 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
 from advcli.core.ragged import lengths
 from advcli.errors import DataError, OutputError
-from advcli.io.arrow import flat_list, is_list, list_array
+from advcli.io.arrow import fast_ipc, flat_list, is_list, list_array
 from advcli.io.sources import Sources
+from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
 from advcli.shards.trainers import LOGPROBS
 
 POSITION = "__advcli_position__"  # a bucket row's position in the output
-IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # buckets: fast to write and read back
 SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
 
 
@@ -201,7 +198,7 @@ def route(
                 assert folder is not None
                 if j not in writers:
                     writers[j] = stack.enter_context(
-                        pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=IPC)
+                        pa.ipc.new_stream(bucket_path(folder, j), batch.schema, options=fast_ipc())
                     )
                 writers[j].write_table(batch.slice(a, b - a))
     if complete is not None and held:

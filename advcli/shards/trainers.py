@@ -20,20 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
-import pyarrow as pa
+from typing import TypeAlias
 
 from advcli.core.ragged import first_where, lengths, offsets_from_lengths, positions
 from advcli.errors import UsageError
 from advcli.io.arrow import flat_list, list_array
+from advcli.lazy_imports import np, pa
 
 # Columns a routed sample carries for a trainer layout, besides advcli's own.
 LOGPROBS = "__advcli_logprobs__"  # the logged log-probs, over the whole sequence
 SEQUENCE_ADVANTAGE = "__advcli_advantage__"  # the method's one advantage per sequence
 IDS = ("prompt_id", "rollout_id", "segment_index")
 
-Columns = dict[str, pa.Array]
+Columns: TypeAlias = "dict[str, pa.Array]"
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from advcli import progress
 from advcli.core.ragged import offsets_from_lengths, positions, ranges
 from advcli.io.arrow import flat_list, list_array, narrow
 from advcli.io.checksum import file_sha256
 from advcli.io.writers import METADATA_KEY, ROW_GROUP_ROWS, parquet_options
+from advcli.lazy_imports import np, pa, pq
 from advcli.shards import trainers
 from advcli.shards.layout import Layout
 from advcli.shards.options import OWN_COLUMNS, ShardOptions

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli.critic.scorer import CriticOptions, CriticScorer
+from advcli.critic.options import CriticOptions
+from advcli.critic.scorer import CriticScorer
 from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights, reference
 from tests.conftest import SAMPLE, run

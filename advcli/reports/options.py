@@ -1,0 +1,77 @@
+"""What ``report`` keeps and shows: its options, declared once (:func:`advcli.params.option`)
+for the command line and the Python API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advcli.core.group import ZERO_VARIANCE_TOL
+from advcli.params import option
+
+PANEL = "What the page holds"  # the help panel of the options that bound the detail
+COMPARE = "Compare"  # the help panel of --compare, --steps and --label
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """How much ``report`` keeps: every aggregate always; these bound the detail."""
+
+    tol: float = ZERO_VARIANCE_TOL  # zero-variance: max - min <= tol (--zero-variance-tol)
+    near_tie: float | None = field(
+        default=None,
+        metadata=option(
+            "A group is a near-tie when its reward std is below this (default: "
+            "0.05 x the log's reward range).",
+            min=0.0,
+        ),
+    )
+    sample_groups: int = field(
+        default=20_000,
+        metadata=option("Groups the table lists; beyond, a seeded sample.", min=1, panel=PANEL),
+    )
+    detail_groups: int = field(
+        default=200,
+        metadata=option(
+            "Groups whose rollouts and tokens the page holds (the worst always).",
+            min=0,
+            panel=PANEL,
+        ),
+    )
+    token_budget: int = field(
+        default=200_000,
+        metadata=option(
+            "Tokens the page holds in all, shared by those rollouts.", min=0, panel=PANEL
+        ),
+    )
+    seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
+    tokenizer: str | None = field(
+        default=None,
+        metadata=option(
+            "A local tokenizer.json (Hugging Face tokenizers, the advcli text extra): the token "
+            "view shows each token's text. Never downloaded.",
+            panel=PANEL,
+        ),
+    )
+    compare: str | None = field(
+        default=None,
+        metadata=option(
+            "A second log (a file or folder, read with the same --from, --col and --method) "
+            "shown beside this one: overviews, distributions, the prompts both hold.",
+            panel=COMPARE,
+        ),
+    )
+    steps: str | None = field(
+        default=None,
+        metadata=option(
+            "Two trainer steps of the log shown side by side, as '10,200' (its 'step' column).",
+            panel=COMPARE,
+        ),
+    )
+    label: str | None = field(
+        default=None,
+        metadata=option(
+            "The two sides' names, as 'a,b' (default: the logs' names, or the steps).",
+            panel=COMPARE,
+        ),
+    )
+    bins: int = 40  # of each histogram
