@@ -10,13 +10,50 @@ attribute, so later reads are a plain attribute lookup. The real modules are the
 ``sys.modules`` (unlike :class:`importlib.util.LazyLoader`, whose lazy module a second
 ``import numpy`` elsewhere loads at once); a module's top level must not read these names.
 ruff's banned-api rule keeps advcli's modules from importing the three themselves.
+
+A stop (Ctrl-C, SIGTERM, SIGHUP) that comes while one of them loads is held until it has
+loaded, then acted on as it would have been: an interrupt inside a native module's
+initialisation can crash the process, and polars puts a SIGINT handler of its own in place
+as it loads, which would swallow Ctrl-C; the handlers in force before are put back.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import sys
+import threading
 import types
 from typing import TYPE_CHECKING, Any
+
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The stops held while a module loads."""
+
+
+def import_holding_stops(name: str) -> types.ModuleType:
+    """``importlib.import_module(name)``, with :data:`HELD` held until it returns, then each
+    stop that came acted on (where it loads now, on the main thread: elsewhere no handler can
+    be set)."""
+    if name in sys.modules or threading.current_thread() is not threading.main_thread():
+        return importlib.import_module(name)  # loaded (or loading: this waits for it)
+    before = {signum: signal.getsignal(signum) for signum in HELD}
+    came: list[int] = []
+    for signum, handler in before.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, lambda got, _frame: came.append(got))
+    try:
+        return importlib.import_module(name)
+    finally:
+        for signum, handler in before.items():
+            if handler is not None:  # None: a handler not installed from Python
+                signal.signal(signum, handler)
+        for stop in came:
+            held_handler = before[signal.Signals(stop)]
+            if callable(held_handler):
+                held_handler(stop, None)  # raises, as it would have
+            else:  # the default action (SIGINT's default handler is a callable)
+                os.kill(os.getpid(), stop)
 
 __all__ = ["np", "pa", "pafs", "pc", "pl", "pq"]
 
@@ -25,7 +62,7 @@ class _OnFirstUse(types.ModuleType):
     """A stand-in for the module of its name, imported when an attribute is first read."""
 
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(importlib.import_module(self.__name__), attr)
+        value = getattr(import_holding_stops(self.__name__), attr)
         setattr(self, attr, value)  # later reads find it here, without this method
         return value
 

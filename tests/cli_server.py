@@ -26,8 +26,19 @@ import socket
 import struct
 import sys
 
-WARM = ("pyarrow.dataset", "pyarrow.parquet", "pyarrow.json", "pyarrow.csv", "advcli.reports.page")
-"""Modules the commands import on first use, imported by the server so no child pays for them."""
+WARM = (
+    "numpy",
+    "polars",
+    "pyarrow.compute",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "pyarrow.json",
+    "pyarrow.csv",
+    "advcli.api",
+    "advcli.reports.page",
+)
+"""Modules the commands import on first use (numpy, polars and pyarrow through
+:mod:`advcli.lazy_imports`), imported by the server so no child pays for them."""
 HEADER = struct.Struct("!I")
 STATUS = struct.Struct("!i")
 

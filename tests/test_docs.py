@@ -15,6 +15,7 @@ PACKAGE = ROOT / "advcli"
 
 # Layers, lowest first: a module imports from its own layer's component or from lower layers.
 LAYERS = [
+    ("advcli.lazy_imports",),
     (
         "advcli.errors",
         "advcli.core",

@@ -703,9 +703,9 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, command, when):
     log = _big_log(tmp_path)
     out = tmp_path / ("out.jsonl" if command == "annotate" else "sh")
     proc = _start(command, log, "--method", "grpo", "--out", str(out))
-    if when == "starting":  # while advcli's modules load: once polars' library is mapped
+    if when == "starting":  # while the libraries load: once pyarrow's is mapped
         maps = Path(f"/proc/{proc.pid}/maps")
-        while "polars" not in maps.read_text() and proc.poll() is None:
+        while "pyarrow" not in maps.read_text() and proc.poll() is None:
             time.sleep(0.001)
     else:
         _when_writing(tmp_path, proc)
@@ -751,6 +751,8 @@ def test_ctrl_c_while_a_native_module_loads_is_held_until_it_has(tmp_path, libra
     import time
 
     log = _big_log(tmp_path)
+    if library == "polars":  # it reads JSONL logs (loaded on first use, as numpy and pyarrow)
+        log = write_jsonl(tmp_path / "big.jsonl", pq.read_table(log).to_pylist())
     for _ in range(3):
         proc = _start("schema", log)
         maps = Path(f"/proc/{proc.pid}/maps")

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli import shards
 from advcli.cli import runner as cli
+from advcli.shards import build
 from tests.conftest import ROOT, read_manifest, write_manifest
 from tests.shards.test_plan import naive_ffd
 
@@ -219,7 +219,7 @@ def test_streaming_does_not_change_a_byte(tmp_path, log_path, case, param, monke
     runs = (("one", 10**9, 2**62, True), ("many", 16, 500, True), ("files", 16, 500, False))
     for name, batch_rows, bucket_tokens, direct in runs:
         if not direct:
-            monkeypatch.setattr(shards, "arrive_in_order", lambda lay: False)
+            monkeypatch.setattr(build, "arrive_in_order", lambda lay: False)
         out = tmp_path / name
         opts = advcli.ShardOptions(**case)
         advcli.shard([str(log_path)], str(out), opts, method="grpo", param=param,
