@@ -55,6 +55,7 @@ def import_holding_stops(name: str) -> types.ModuleType:
             else:  # the default action (SIGINT's default handler is a callable)
                 os.kill(os.getpid(), stop)
 
+
 __all__ = ["np", "pa", "pafs", "pc", "pl", "pq"]
 
 
