@@ -266,10 +266,13 @@ def schema_report(name: str, info: dict[str, Any]) -> None:
     facts = {k: v for k, v in info.items() if k not in shown_apart}
     summary("log", facts, stdout)
     runs = Table(title="what advcli can do with this log", title_justify="left")
-    runs.add_column("command or method")
-    runs.add_column("")
-    for name, verdict in info["can_run"].items():
-        runs.add_row(name, verdict)
+    runs.add_column("runs?")
+    runs.add_column("commands and methods")
+    by_verdict: dict[str, list[str]] = {}  # "yes" first, then what each lacks
+    for name, verdict in sorted(info["can_run"].items(), key=lambda item: item[1] != "yes"):
+        by_verdict.setdefault(verdict, []).append(name)
+    for verdict, names in by_verdict.items():
+        runs.add_row(verdict, ", ".join(names))
     stdout.print(runs)
     for problem in info["problems"]:
         stderr.print(f"problem: {problem}", markup=False, highlight=False)

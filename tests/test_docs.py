@@ -129,15 +129,16 @@ def test_the_shards_page_loads_what_its_shard_command_writes(tmp_path, monkeypat
     assert len(seen["ids"]) == len(seen["adv"]) == len(seen["mask"]) > 0
 
 
-def test_the_readmes_python_runs_as_shown(tmp_path, monkeypatch):
-    """Every ``>>>`` example of the README, run as doctests in a folder holding sample_data/."""
+@pytest.mark.parametrize(("page", "least"), [("README.md", 5), ("docs/python.md", 10)])
+def test_the_python_examples_run_as_shown(tmp_path, monkeypatch, page, least):
+    """Every ``>>>`` example of the page, run as doctests in a folder holding sample_data/."""
     import doctest
 
     (tmp_path / "sample_data").symlink_to(ROOT / "sample_data")
     monkeypatch.chdir(tmp_path)
-    text = (ROOT / "README.md").read_text()
-    test = doctest.DocTestParser().get_doctest(text, {}, "README.md", "README.md", 0)
-    assert len(test.examples) >= 5
+    text = (ROOT / page).read_text()
+    test = doctest.DocTestParser().get_doctest(text, {}, page, page, 0)
+    assert len(test.examples) >= least
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
