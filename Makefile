@@ -19,6 +19,7 @@ demo: $(BIN)/advcli
 	$(BIN)/advcli schema sample_data/rollouts.jsonl
 	$(BIN)/advcli annotate sample_data/rollouts.parquet --method grpo --out build/demo/grpo.parquet --force
 	$(BIN)/advcli annotate sample_data/rollouts.jsonl --method gae --gamma 1.0 --lam 0.95 --out build/demo/gae.jsonl --force
+	$(BIN)/advcli score sample_data/rollouts.parquet --critic sample_data/critic.onnx --device cpu --out build/demo/scored.parquet --force
 	$(BIN)/advcli audit sample_data/rollouts.parquet
 	$(BIN)/advcli shard sample_data/rollouts.parquet --method grpo --out build/demo/shards --force
 	$(BIN)/advcli verify build/demo/shards

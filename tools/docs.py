@@ -127,7 +127,7 @@ TABLES: dict[str, Callable[[], str]] = {
 
 _TABLE = re.compile(r"(<!-- generated:(\w+) -->\n).*?(<!-- /generated -->)", flags=re.DOTALL)
 _RUN = re.compile(r"(<!-- generated:run (.+?) -->\n).*?(<!-- /generated -->)", flags=re.DOTALL)
-_TIMING = re.compile(r"^.*│ seconds +│.*\n", flags=re.MULTILINE)
+_TIMING = re.compile(r"^.*│ (seconds|tokens per second) +│.*\n", flags=re.MULTILINE)
 
 
 def pages() -> list[Path]:
@@ -144,7 +144,7 @@ def shows_runs(path: Path) -> bool:
 
 def shown_run(command: str, folder: Path) -> str:
     """``$ command`` and what it prints (stderr and stdout, as a terminal shows them), run in
-    ``folder``; the run's time in seconds, which differs every run, is left out."""
+    ``folder``; the run's time and speed, which differ every run, are left out."""
     env = {**os.environ, "COLUMNS": str(HELP_WIDTH), "TERM": "dumb", "NO_COLOR": "1"}
     env.pop("ADVCLI_PROGRESS", None)
     out = []

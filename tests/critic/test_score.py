@@ -154,3 +154,21 @@ def test_no_room_for_the_critics_values_is_one_line(critic, tmp_path):
         "Hint: point TMPDIR at a disk with 4 bytes per token of the log free\n"
     )
     assert not out.exists()
+
+
+def test_the_sample_critic_is_the_toy_network_its_script_makes(tmp_path):
+    """sample_data/critic.onnx is what sample_data/critic.py writes, byte for byte, and it
+    scores the bench critic's network on ids mod 64 (the same seeded weights)."""
+    import runpy
+
+    script = runpy.run_path(str(SAMPLE / "critic.py"))
+    script["build"](tmp_path / "critic.onnx")
+    assert (tmp_path / "critic.onnx").read_bytes() == (SAMPLE / "critic.onnx").read_bytes()
+    out = tmp_path / "scored.parquet"
+    proc = run("score", str(SAMPLE / "rollouts.parquet"), "--critic", str(SAMPLE / "critic.onnx"),
+               "--device", "cpu", "--out", str(out), "-q")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    weights = make_weights(vocab=64, dim=16, hidden=32, seed=0)
+    for ids, values in zip(*pl.read_parquet(out)[["input_ids", "values"]], strict=True):
+        expected = reference(weights, ids.to_numpy() % 64)
+        np.testing.assert_allclose(values.to_numpy()[1:], expected[:-1], rtol=1e-5, atol=1e-6)
