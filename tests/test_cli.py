@@ -354,7 +354,7 @@ def test_schema_samples_a_long_jsonl_log_unless_full(tmp_path, monkeypatch):
 def test_schema_on_a_long_jsonl_log_says_it_sampled(tmp_path):
     line = json.dumps({"prompt_id": "p", "input_ids": list(range(200)), "reward": 1.0})
     path = tmp_path / "log.jsonl"
-    path.write_text((line + "\n") * (9_000_000 // len(line)))  # 9 MB: past the 8 MB sample
+    path.write_text((line + "\n") * (9_000_000 // len(line)))  # 9 MB: past the 4 MB sample
     proc = run("schema", path)
     assert proc.returncode == 0, proc.stderr
     assert "sampled" in proc.stdout.decode() and "--full reads everything" in proc.stdout.decode()

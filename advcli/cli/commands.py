@@ -100,18 +100,19 @@ def schema(
         bool,
         typer.Option(
             "--full",
-            help="Read the whole log: a JSONL log of more than 8 MB of text is otherwise read "
-            "as its first lines (about 8 MB; the counts are then the sample's, and it says so).",
+            help="Read the whole log: a JSONL log of more than 4 MB of text is otherwise read "
+            "as its first lines (about 4 MB; the counts are then the sample's, and it says so).",
         ),
     ] = False,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import render  # here: --help needs neither
+    from advcli.commands.describe import describe  # api.describe, without the rest of the API
 
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
-        info = api.describe(
+        info = describe(
             inputs, col=col, from_=preset, preset_options=preset_options, full=full,
         )  # fmt: skip
     if as_json:

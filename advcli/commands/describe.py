@@ -19,11 +19,11 @@ from advcli.logs import (
 from advcli.presets import PresetOptions
 from advcli.results import Description
 
-SAMPLE_BYTES = 8 << 20  # schema reads a JSONL log's first 8 MB of lines unless --full
+SAMPLE_BYTES = 4 << 20  # schema reads a JSONL log's first 4 MB of lines unless --full
 
 
 def sampled(source: JsonlSource, read: int, rows: int) -> str:
-    """How much of the log a sample read: "the first 26,100 rows (8.4 MB of 525.3 MB, about
+    """How much of the log a sample read: "the first 13,050 rows (4.2 MB of 525.3 MB, about
     1,633,000 rows in all); --full reads everything"."""
     size = source.plain_bytes  # None where a file is compressed
     whole = " of text"
