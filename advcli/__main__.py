@@ -1,11 +1,12 @@
 """The ``advcli`` command and ``python -m advcli``.
 
-Ctrl-C while the command line's modules load (polars, pyarrow, orjson: a second or so) is an
-interrupt like any other, not a traceback nor a crash: it is held until they are loaded (an
-interrupt raised inside a native module's initialisation can crash the process), then the run
-ends with ``advcli: interrupted``. A SIGINT the parent ignores stays ignored. A dependency
-older than advcli needs is one line, found before any of them is imported; so is an estimator
-plugin that fails to load.
+Ctrl-C while the command line's modules load (typer, orjson, advcli's own) is an interrupt
+like any other, not a traceback nor a crash: it is held until they are loaded (an interrupt
+raised inside a native module's initialisation can crash the process), then the run ends with
+``advcli: interrupted``; numpy, polars and pyarrow load later, on first use, and
+:mod:`advcli.lazy_imports` holds a stop the same way while they do. A SIGINT the parent
+ignores stays ignored. A dependency older than advcli needs is one line, found before any of
+them is imported; so is an estimator plugin that fails to load.
 """
 
 from __future__ import annotations

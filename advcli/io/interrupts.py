@@ -1,9 +1,9 @@
 """Ctrl-C stays Python's while advcli reads and writes; SIGTERM and SIGHUP end a run as
 Ctrl-C does (the unwinding removes the temporaries).
 
-polars installs a native SIGINT handler of its own (on import; the command line puts Python's
-back after the imports). That handler would swallow Ctrl-C for the rest of the run, so every
-batch read or written puts Python's back, when Python's is the one in force.
+polars installs a native SIGINT handler of its own (on import; :mod:`advcli.lazy_imports` puts
+Python's back once it has loaded). That handler would swallow Ctrl-C for the rest of the run,
+so every batch read or written puts Python's back, when Python's is the one in force.
 """
 
 from __future__ import annotations
