@@ -57,12 +57,16 @@ def build_critic(
     seq_len: int | None = None,
     batch_size: int | None = None,
     index_type: int = TensorProto.INT64,
+    wrap_ids: bool = False,
+    producer: str = "",
 ) -> Weights:
     """Write the critic to ``path`` and return its weights.
 
     ``squeeze`` gives a [batch, seq] output instead of [batch, seq, 1]; ``seq_len`` makes the
     sequence dimension static (inputs and output), as an export without dynamic axes does, and
-    ``batch_size`` the batch dimension; ``index_type`` is the inputs' type (int64 or int32).
+    ``batch_size`` the batch dimension; ``index_type`` is the inputs' type (int64 or int32);
+    ``wrap_ids`` embeds ``id mod vocab``, so any token id has a row (:func:`reference` then
+    takes the ids so wrapped).
     """
     w = weights if weights is not None else make_weights()
     ids_name, mask_name = input_names
@@ -79,8 +83,13 @@ def build_critic(
         numpy_helper.from_array(np.array([2], dtype=np.int64), "last_axis"),
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
     ]
+    index = ids_name
+    if wrap_ids:
+        inits.append(numpy_helper.from_array(np.array(len(w.emb), dtype=np.int64), "vocab"))
+        index = "wrapped"
     nodes = [
-        helper.make_node("Gather", ["emb", ids_name], ["e"], axis=0),
+        *([helper.make_node("Mod", [ids_name, "vocab"], [index])] if wrap_ids else []),
+        helper.make_node("Gather", ["emb", index], ["e"], axis=0),
         helper.make_node("Cast", [mask_name], ["m2"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["m2", "last_axis"], ["m"]),
         helper.make_node("Mul", ["e", "m"], ["em"]),
@@ -108,6 +117,7 @@ def build_critic(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8  # readable by onnxruntime >= 1.14
+    model.producer_name = producer
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return w
