@@ -27,6 +27,8 @@ import threading
 import types
 from typing import TYPE_CHECKING, Any
 
+__all__ = ["np", "pa", "pafs", "pc", "pl", "pq"]
+
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The stops held while a module loads."""
 
@@ -54,9 +56,6 @@ def import_holding_stops(name: str) -> types.ModuleType:
                 held_handler(stop, None)  # raises, as it would have
             else:  # the default action (SIGINT's default handler is a callable)
                 os.kill(os.getpid(), stop)
-
-
-__all__ = ["np", "pa", "pafs", "pc", "pl", "pq"]
 
 
 class _OnFirstUse(types.ModuleType):

@@ -61,7 +61,7 @@ def _report(
     """A command's result: JSON on stdout (and nothing on stderr: its warnings are in it), or
     a summary (unless quiet) and the warnings on stderr. With ``--out -`` the output holds
     stdout: the JSON goes to stderr."""
-    from advcli import render  # here: --help needs none of it
+    from advcli import render  # here, not at the top: --help needs none of it
 
     result = found.as_dict()
     warnings = result.pop("warnings", [])
@@ -108,7 +108,7 @@ def schema(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
-    from advcli import render  # here: --help needs neither
+    from advcli import render  # here, not at the top: --help needs none of it
     from advcli.commands.describe import describe  # api.describe, without the rest of the API
 
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
@@ -149,7 +149,7 @@ def annotate(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     with render.Activity(quiet, mode=progress_mode):
         result = api.annotate(
@@ -196,7 +196,7 @@ def check(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Recompute the advantages a framework logged (TRL, NeMo-RL, prime-rl) and compare."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     if preset is None:
         msg = (
@@ -241,7 +241,7 @@ def score(
     critic: CriticOptions | None = None,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     assert critic is not None  # --critic is required
     with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
@@ -282,7 +282,7 @@ def audit(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
@@ -339,7 +339,7 @@ def report(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write one self-contained HTML page of the log's groups, rewards and advantages."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     params = params or {}
     # --zero-variance-tol is the page's test, and the method's where it takes one
@@ -392,7 +392,7 @@ def shard(
     preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
-    from advcli import api, render  # here: --help needs neither
+    from advcli import api, render  # here, not at the top: --help needs none of it
 
     with render.Activity(quiet, mode=progress_mode):
         result = api.shard(
@@ -422,7 +422,7 @@ def verify(
 ) -> None:
     """Re-read every shard (or part): checksums, schema, row and token counts against the
     manifest."""
-    from advcli import api  # here: --help needs neither
+    from advcli import api  # here, not at the top: --help needs none of it
 
     _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
 
