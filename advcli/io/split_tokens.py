@@ -86,9 +86,10 @@ class SplitTokens(DerivedColumns):
             table = table.set_column(table.schema.get_field_index(name), name, column)
         if names is not None and not set(names) & set(VIRTUAL):
             return table.select(names)
-        ids = np.empty(int(offsets[-1]), dtype=response.type.to_pandas_dtype())
+        response_ids = response.to_numpy(zero_copy_only=False)
+        ids = np.empty(int(offsets[-1]), dtype=response_ids.dtype)  # (to_pandas_dtype: pandas)
         ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
-        ids[~in_prompt] = response.to_numpy(zero_copy_only=False)
+        ids[~in_prompt] = response_ids
         mask = np.zeros(len(ids), dtype=np.int8)
         mask[~in_prompt] = 1
         if RESPONSE_MASK in table.column_names:
@@ -123,9 +124,10 @@ class SplitTokens(DerivedColumns):
         out = offsets_from_lengths(np.where(null, 0, p_len + r_len))
         of = row_of(out)
         prompt = short[of] & (positions(out) < p_len[of])
-        flat = np.zeros(int(out[-1]), dtype=values.type.to_pandas_dtype())
         kept = ranges(v_offsets[:-1][~null], count[~null])
-        flat[~prompt] = values.take(pa.array(kept)).to_numpy(zero_copy_only=False)
+        given = values.take(pa.array(kept)).to_numpy(zero_copy_only=False)
+        flat = np.zeros(int(out[-1]), dtype=given.dtype)
+        flat[~prompt] = given
         lists = pa.LargeListArray if out[-1] >= 2**31 else pa.ListArray
         return lists.from_arrays(pa.array(out), pa.array(flat), mask=pa.array(null)).cast(
             column.type
