@@ -19,15 +19,18 @@ as it loads, which would swallow Ctrl-C; the handlers in force before are put ba
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.abc
 import os
 import signal
 import sys
 import threading
 import types
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["np", "pa", "pafs", "pc", "pl", "pq"]
+__all__ = ["np", "pa", "pafs", "pandas_unseen", "pc", "pl", "pq"]
 
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The stops held while a module loads."""
@@ -65,6 +68,30 @@ class _OnFirstUse(types.ModuleType):
         value = getattr(import_holding_stops(self.__name__), attr)
         setattr(self, attr, value)  # later reads find it here, without this method
         return value
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """A finder that answers ``import pandas`` (and its submodules) as if it were not installed."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+@contextlib.contextmanager
+def pandas_unseen() -> Iterator[None]:
+    """While it lasts, pandas cannot be imported, for a command that never uses it.
+
+    pyarrow imports pandas (about 0.2 s) the first time it turns a list, a numpy array or a
+    scalar into Arrow or an array into numpy, only to ask whether the value is a pandas object;
+    ``advcli schema`` would spend a fifth of its time there. pyarrow asks again when pandas is
+    wanted (``to_pandas``), so pandas imports as usual afterwards; one loaded already stays."""
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
 
 
 if TYPE_CHECKING:

@@ -53,3 +53,32 @@ def test_a_missing_attribute_is_an_attribute_error():
 
     with pytest.raises(AttributeError):
         np.no_such_thing  # noqa: B018
+
+
+def test_schema_runs_without_importing_pandas():
+    """pyarrow would import pandas (0.2 s) on its first numpy conversion; schema hides it."""
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['advcli', 'schema', 'sample_data/rollouts.jsonl', '--json']\n"
+        "try:\n    runpy.run_module('advcli', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
+    )
+    assert imported_by(code) == ["numpy", "polars", "pyarrow"]
+
+
+def test_pandas_imports_as_usual_once_unseen_ends():
+    code = (
+        "import sys, pytest\n"
+        "from advcli.lazy_imports import pandas_unseen, pa\n"
+        "with pandas_unseen():\n"
+        "    assert pa.array([1.5, 2.5]).to_numpy().sum() == 4.0  # pyarrow asks for pandas\n"
+        "    with pytest.raises(ModuleNotFoundError):\n"
+        "        import pandas\n"
+        "assert 'pandas' not in sys.modules\n"
+        "import pandas\n"
+        "frame = pa.table({'x': [1.5, 2.5]}).to_pandas()\n"
+        "assert isinstance(frame, pandas.DataFrame) and frame['x'].sum() == 4.0\n"
+        "categories = pa.array(pandas.Series([1, 2], dtype='category'))  # seen as pandas again\n"
+        "assert pa.types.is_dictionary(categories.type)\n"
+    )
+    assert imported_by(code) == ["numpy", "pandas", "pyarrow"]

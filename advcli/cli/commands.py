@@ -38,6 +38,7 @@ from advcli.cli.options import (
 from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.options import CriticOptions
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
+from advcli.lazy_imports import pandas_unseen
 from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
@@ -111,7 +112,8 @@ def schema(
     from advcli import render  # here, not at the top: --help needs none of it
     from advcli.commands.describe import describe  # api.describe, without the rest of the API
 
-    with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
+    activity = render.Activity(quiet=False, mode=progress_mode)
+    with pandas_unseen(), activity, progress.stage("reading the log"):
         info = describe(
             inputs, col=col, from_=preset, preset_options=preset_options, full=full,
         )  # fmt: skip

@@ -7,12 +7,21 @@ take a column apart without copying its values and build one from numpy.
 
 from __future__ import annotations
 
+import struct
+
 from advcli.lazy_imports import np, pa
 
 
 def fast_ipc() -> pa.ipc.IpcWriteOptions:
     """Arrow IPC options for advcli's own scratch files: lz4, fast to write and read back."""
     return pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def one_binary(data: bytes) -> pa.Array:
+    """``data`` as a one-row large-binary array, without a copy (``pa.array([data])`` would
+    make pyarrow import pandas, a quarter of a second, to ask whether the list is a Series)."""
+    offsets = pa.py_buffer(struct.pack("<2q", 0, len(data)))
+    return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
 def flat_list(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:

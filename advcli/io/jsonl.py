@@ -17,6 +17,7 @@ import orjson
 
 from advcli import versions
 from advcli.errors import DataError, UsageError, no_rows, where
+from advcli.io.arrow import one_binary
 from advcli.io.schema import ROLES, jsonl_dtypes
 from advcli.lazy_imports import np, pa, pc, pl
 
@@ -288,7 +289,7 @@ def refuse_duplicate_keys(
 
     A key counted once per object is unique (the common case, at the cost of one scan); else
     the lines are checked one by one, and those naming the key twice parsed."""
-    text = pa.array([chunk], pa.large_binary())
+    text = one_binary(chunk)
     for key in keys:
         parts = list(key) if isinstance(key, tuple) else [key]
         quoted = orjson.dumps(parts[-1])
@@ -316,7 +317,7 @@ def refuse_non_scalar_ids(path: str, chunk: bytes, first_line: int, keys: Iterab
     """Refuse a line of ``chunk`` whose id ``keys`` (prompt and rollout ids, read as text) hold
     an object, a list, a boolean or a fraction: polars would write it as its JSON text. RE2 finds
     the candidates in one scan; each line that has one is parsed to look at its top level."""
-    text = pa.array([chunk], pa.large_binary())
+    text = one_binary(chunk)
     for key in keys:
         quoted = "".join(c if c.isalnum() else f"\\x{ord(c):02x}" for c in json.dumps(key))
         pattern = quoted + r"\s*:\s*(?:[\[{]|true|false|-?[0-9]+[.eE])"
