@@ -240,7 +240,7 @@ def audit_report(name: str, report: AuditReport) -> None:
 
 def check_report(result: dict[str, Any]) -> None:
     """What ``check`` found: the largest difference, and the worst rows."""
-    facts = {k: v for k, v in result.items() if k != "worst"}
+    facts = {k: v for k, v in result.items() if k not in ("worst", "warnings")}  # to stderr
     summary("check", facts, stdout)
     if result["worst"]:
         t = Table(title="worst rows", title_justify="left")
@@ -262,7 +262,8 @@ def schema_report(name: str, info: dict[str, Any]) -> None:
     for column, (type_name, role) in info["columns"].items():
         t.add_row(column, type_name, role)
     stdout.print(t)
-    shown_apart = ("columns", "can_run", "problems", "warnings")
+    # The title names the files, and the last table what each method lacks (--json has both).
+    shown_apart = ("columns", "can_run", "problems", "warnings", "files", "missing_roles")
     facts = {k: v for k, v in info.items() if k not in shown_apart}
     summary("log", facts, stdout)
     runs = Table(title="what advcli can do with this log", title_justify="left")
