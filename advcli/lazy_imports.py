@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.abc
 import os
 import signal
 import sys
@@ -70,7 +69,7 @@ class _OnFirstUse(types.ModuleType):
         return value
 
 
-class _NoPandas(importlib.abc.MetaPathFinder):
+class _NoPandas:  # a meta path finder (importlib.abc's base class would import more)
     """A finder that answers ``import pandas`` (and its submodules) as if it were not installed."""
 
     def find_spec(self, name: str, path: Sequence[str] | None = None, target: Any = None) -> None:

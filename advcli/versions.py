@@ -9,8 +9,8 @@ Standard library only: this runs before polars, pyarrow or typer are imported.
 from __future__ import annotations
 
 import re
-from importlib import metadata
 
+from advcli import installed
 from advcli.errors import DependencyError
 
 _REQUIREMENT = re.compile(
@@ -34,8 +34,8 @@ def release(version: str) -> tuple[int, ...]:
 def floors(extra: str | None = None) -> dict[str, str]:
     """``{package: lowest version}`` of the runtime dependencies, or of one extra's."""
     try:
-        requires = metadata.requires("advcli") or []
-    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        requires = installed.requires("advcli")
+    except installed.NotInstalled:  # running from a source tree that is not installed
         return {}
     found = {}
     for line in requires:
@@ -50,22 +50,22 @@ def check() -> None:
     advcli's floor."""
     for package, needed in floors().items():
         try:
-            installed = metadata.version(package)
-        except metadata.PackageNotFoundError:
+            version = installed.version(package)
+        except installed.NotInstalled:
             msg = f"advcli needs {package} >= {needed}, which is not installed"
             raise DependencyError(f"{msg}. Hint: pip install '{package}>={needed}'") from None
-        _compare(package, installed, needed)
+        _compare(package, version, needed)
 
 
-def check_optional(package: str, installed: str, extra: str) -> None:
-    """The same for a package of an extra, once imported (``installed``: its ``__version__``;
+def check_optional(package: str, version: str, extra: str) -> None:
+    """The same for a package of an extra, once imported (``version``: its ``__version__``;
     ``onnxruntime-gpu`` imports as ``onnxruntime`` too)."""
     needed = floors(extra).get(package)
     if needed is not None:
-        _compare(package, installed, needed)
+        _compare(package, version, needed)
 
 
-def _compare(package: str, installed: str, needed: str) -> None:
-    if release(installed) < release(needed):
-        msg = f"advcli needs {package} >= {needed}; this environment has {package} {installed}"
+def _compare(package: str, version: str, needed: str) -> None:
+    if release(version) < release(needed):
+        msg = f"advcli needs {package} >= {needed}; this environment has {package} {version}"
         raise DependencyError(f"{msg}. Hint: pip install '{package}>={needed}'")

@@ -20,6 +20,7 @@ LAYERS = [
         "advcli.errors",
         "advcli.core",
         "advcli._malloc",
+        "advcli.installed",
         "advcli._version",
         "advcli.results",
         "advcli.progress",

@@ -11,9 +11,9 @@ import pytest
 HEAVY = ("numpy", "polars", "pyarrow", "pandas")
 
 
-def imported_by(code: str) -> list[str]:
-    """Which of :data:`HEAVY` a fresh interpreter running ``code`` ends with."""
-    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+def imported_by(code: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of ``modules`` a fresh interpreter running ``code`` ends with."""
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {modules!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return eval(done.stdout.strip().splitlines()[-1])
@@ -29,6 +29,17 @@ def test_help_imports_none_of_them(argv):
         "except SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
     )
     assert imported_by(code) == []
+
+
+def test_the_main_help_leaves_out_what_only_commands_use():
+    """importlib.metadata (20 ms: advcli.installed reads the same), OpenSSL's hashlib, ctypes
+    (the allocator's setting) and socket: together a sixth of ``advcli --help``."""
+    code = (
+        "import runpy, sys\nsys.argv = ['advcli', '--help']\n"
+        "try:\n    runpy.run_module('advcli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    )
+    unused = ("importlib.metadata", "hashlib", "ctypes", "socket")
+    assert imported_by(code, unused) == []
 
 
 def test_importing_the_package_and_its_api_imports_none_of_them():

@@ -14,6 +14,7 @@ import orjson
 import typer
 
 from advcli import methods, progress
+from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.options import (
     _CONVENTIONS,
@@ -445,3 +446,4 @@ def _root(
     ] = False,
 ) -> None:
     """Offline advantages for logged LLM reinforcement-learning rollouts."""
+    tune_allocator()  # here, before a command runs: advcli --help never gets this far

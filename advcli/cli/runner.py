@@ -23,7 +23,6 @@ import typer
 import typer.core
 import typer.main
 
-from advcli._malloc import tune_allocator
 from advcli.cli.commands import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
 from advcli.io.interrupts import STOPS, terminated_by, termination_handled
@@ -117,7 +116,6 @@ def _polars_panic() -> type[BaseException]:
 
 
 def _run(args: list[str] | None) -> Any:
-    tune_allocator()
     warnings.filterwarnings("ignore")  # numbers are checked; no Python (or numpy) warning
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a parent may mean to ignore it
         # Python's own handler, again after the imports: a native one may have replaced it

@@ -31,11 +31,10 @@ import contextlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from advcli import versions
+from advcli import installed, versions
 from advcli.critic import batching
 from advcli.errors import DataError, DependencyError, UsageError
 from advcli.io.checksum import file_sha256
@@ -74,8 +73,8 @@ _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(double)")
 def _import_ort() -> Any:
     # The installed version first: an onnxruntime too old for this numpy fails on import.
     for package, extra in (("onnxruntime-gpu", "gpu"), ("onnxruntime", "onnx")):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions.check_optional(package, metadata.version(package), extra)
+        with contextlib.suppress(installed.NotInstalled):
+            versions.check_optional(package, installed.version(package), extra)
     try:
         import onnxruntime
     except ImportError as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -88,23 +87,25 @@ def _watch() -> None:
     """The watchdog thread, started once a process."""
     if _watching:
         return
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
     try:
-        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
     except ValueError:  # not the main thread of the main interpreter
+        os.close(reader)
+        os.close(writer)
         return
     threading.Thread(target=_watchdog, args=(reader, writer), daemon=True).start()
     _watching.append(True)
 
 
-def _watchdog(reader: socket.socket, _writer: socket.socket) -> None:
-    """Wait for a stop's byte on the wakeup socket (written by Python's C-level handler, from
+def _watchdog(reader: int, _writer: int) -> None:
+    """Wait for a stop's byte on the wakeup pipe (written by Python's C-level handler, from
     any thread, even while the main thread is stuck), then for :data:`GRACE_SECONDS`; if a run
     that was going when the stop came still is, leave with the stop's exit status.
-    (``_writer``: the socket's other end, kept open while the watchdog runs.)"""
+    (``_writer``: the pipe's other end, kept open while the watchdog runs.)"""
     while True:
-        data = reader.recv(1)
+        data = os.read(reader, 1)
         if not data:
             return
         signum = data[0]

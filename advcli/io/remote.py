@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fnmatch
-import hashlib
 import importlib.util
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
+from advcli.io.checksum import stream_sha256
 from advcli.lazy_imports import pa, pafs
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -139,12 +139,8 @@ def open_input(uri: str) -> Any:
 
 def sha256(uri: str) -> tuple[int, str]:
     """The size and sha256 of an object's bytes, read in 8 MiB chunks."""
-    digest, size = hashlib.sha256(), 0
     with open_input(uri) as fh:
-        while chunk := fh.read(8 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
+        return stream_sha256(fh, 8 << 20)
 
 
 def exists(uri: str) -> bool:

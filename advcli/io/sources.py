@@ -16,7 +16,6 @@ import glob
 import io
 import os
 import queue
-import socket
 import stat
 import threading
 from collections.abc import Iterator
@@ -160,7 +159,7 @@ class Pins:
     from the other), so every read of a file is checked against them, before and after."""
 
     def __init__(self, files: list[str]):
-        self.host = socket.gethostname()
+        self.host = os.uname().nodename
         self.seen = {f: self._identity(f) for f in files if f != STDIN and not remote.is_remote(f)}
 
     @staticmethod
@@ -176,7 +175,7 @@ class Pins:
             now = self._identity(path)
         except OSError:
             now = (-1, -1, -1)
-        same_machine = socket.gethostname() == self.host  # an inode is one machine's
+        same_machine = os.uname().nodename == self.host  # an inode is one machine's
         if now[:2] != was[:2] or (same_machine and now[2] != was[2]):
             msg = (
                 f"{path}: changed while advcli read it (replaced or written to between its "

@@ -25,9 +25,9 @@ can run and the README's method table all come from here.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from advcli import installed
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
 from advcli.errors import PluginError, UsageError, did_you_mean
 from advcli.methods import (
@@ -114,7 +114,7 @@ def load_plugins() -> None:
 
     A plugin that fails to load, or clashes with a method or parameter, is a
     :class:`PluginError` naming it."""
-    for point in entry_points(group=PLUGINS):
+    for point in installed.entry_points(PLUGINS):
         where = f"plugin {point.name!r} ({point.value}, entry point group {PLUGINS})"
         try:
             loaded = point.load()

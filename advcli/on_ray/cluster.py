@@ -12,10 +12,9 @@ import os
 import re
 import socket
 from collections.abc import Iterator
-from importlib import metadata
 from typing import Any
 
-from advcli import progress, versions
+from advcli import installed, progress, versions
 from advcli.errors import DependencyError, UsageError
 from advcli.io import jsonl
 from advcli.io.file_sources import FileRows, ParquetSource
@@ -29,9 +28,9 @@ PIECE_BYTES = 64 << 20  # a staged log goes into Ray's object store about this m
 def ray_module() -> Any:
     """The ray package, or one line naming the extra (or the version needed)."""
     try:
-        versions.check_optional("ray", metadata.version("ray"), "ray")
+        versions.check_optional("ray", installed.version("ray"), "ray")
         import ray
-    except (ImportError, metadata.PackageNotFoundError):
+    except (ImportError, installed.NotInstalled):
         msg = "--engine ray needs Ray. Hint: pip install 'advcli[ray]'"
         raise DependencyError(msg) from None
     return ray

@@ -13,7 +13,6 @@ messages and the reward: a group is the rows of a step with the same first user 
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
@@ -206,6 +205,8 @@ def groups(
 
 def prompt_hashes(ids: pl.Series, mask: pl.Series) -> pl.Series:
     """Per row, a hash of its tokens before the first generated one (NeMo-RL's group key)."""
+    import hashlib  # here: it loads OpenSSL (a few ms), and --help imports this module
+
     values, offsets = flat_list(ids.to_arrow())
     flat_ids = values.to_numpy(zero_copy_only=False)
     flat_mask = flat_list(mask.to_arrow())[0].to_numpy(zero_copy_only=False)
