@@ -360,3 +360,21 @@ def test_schema_on_a_long_jsonl_log_says_it_sampled(tmp_path):
     assert "sampled" in proc.stdout.decode() and "--full reads everything" in proc.stdout.decode()
     proc = run("schema", path, "--full", "--json")
     assert json.loads(proc.stdout)["rows"] == 9_000_000 // len(line)
+
+
+def test_every_example_in_the_help_runs_as_shown(tmp_path):
+    """The examples at the end of each command's --help, in order in one folder (verify reads
+    the shards that shard wrote)."""
+    import shlex
+
+    from advcli.cli.commands import EXAMPLES, app
+
+    (tmp_path / "sample_data").symlink_to(SAMPLE)
+    commands = [info.name or info.callback.__name__ for info in app.registered_commands]
+    assert sorted(EXAMPLES) == sorted(commands)
+    for name in commands:
+        for example in EXAMPLES[name]:
+            words = shlex.split(example)
+            assert words[:2] == ["advcli", name]
+            proc = run(*words[1:], cwd=tmp_path)
+            assert proc.returncode == 0, f"{example}: {proc.stderr.decode()}"

@@ -56,6 +56,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+EXAMPLES = {
+    "schema": [
+        "advcli schema sample_data/rollouts.parquet",
+        "advcli schema sample_data/verl/rollout --from verl --json",
+    ],
+    "annotate": [
+        "advcli annotate sample_data/rollouts.parquet --method grpo --out grpo.parquet",
+        "advcli annotate sample_data/verl/rollout --from verl --method rloo --out rloo.parquet",
+        "advcli annotate sample_data/rollouts.jsonl --method gae --lam 0.95 --out gae.jsonl",
+    ],
+    "check": ["advcli check sample_data/trl/completions --from trl"],
+    "score": [
+        "advcli score sample_data/rollouts.parquet --critic sample_data/critic.onnx "
+        "--out scored.parquet",
+    ],
+    "audit": [
+        "advcli audit sample_data/rollouts.parquet --fail-above 0.5",
+        "advcli audit sample_data/rollouts.parquet --list zero-variance",
+    ],
+    "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
+    "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
+    "verify": ["advcli verify shards"],
+}
+"""Each command's examples, shown at the end of its ``--help``. They run on ``sample_data/``
+as they are, in this order in one folder (``verify`` reads what ``shard`` wrote): a test
+runs them all."""
+
+
+def _examples(command: str) -> str:
+    """A command's examples as typer's epilog, whose paragraphs each become a line."""
+    return "\n".join(["Examples:", *(f"  {line}" for line in EXAMPLES[command])])
+
 
 def _report(
     title: str, found: Result, *, as_json: bool, quiet: bool, out: str | None = None
@@ -91,7 +123,7 @@ def _warn(warnings: list[str]) -> None:
         sys.stderr.write(f"advcli: warning: {warning}\n")
 
 
-@app.command()
+@app.command(epilog=_examples("schema"))
 @with_preset_options(after="col")
 def schema(
     inputs: Inputs,
@@ -125,7 +157,7 @@ def schema(
         _warn(info.warnings)
 
 
-@app.command()
+@app.command(epilog=_examples("annotate"))
 @with_preset_options(after="col", runs_method=True)
 @with_options(CriticOptions, after="as_json", name="critic", absent_without="path")
 @with_method_parameters(after="convention")
@@ -175,7 +207,7 @@ def annotate(
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
-@app.command()
+@app.command(epilog=_examples("check"))
 @with_preset_options(after="col", runs_method=True)
 @with_method_parameters(after="convention")
 def check(
@@ -227,7 +259,7 @@ def check(
         raise AdvantagesDiffer(msg)
 
 
-@app.command()
+@app.command(epilog=_examples("score"))
 @with_options(CriticOptions, after="out", name="critic")
 def score(
     inputs: Inputs,
@@ -255,7 +287,7 @@ def score(
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
-@app.command()
+@app.command(epilog=_examples("audit"))
 @with_preset_options(after="col")
 def audit(
     inputs: Inputs,
@@ -316,7 +348,7 @@ def audit(
         raise ThresholdExceeded(msg)
 
 
-@app.command()
+@app.command(epilog=_examples("report"))
 @with_preset_options(after="col", runs_method=True)
 @with_options(ReportOptions, after="as_json", name="options")
 @with_method_parameters(after="convention")
@@ -361,7 +393,7 @@ def report(
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
 
 
-@app.command()
+@app.command(epilog=_examples("shard"))
 @with_preset_options(after="col")
 @with_options(ShardOptions, after="param", name="opts")
 def shard(
@@ -415,7 +447,7 @@ def shard(
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
 
 
-@app.command()
+@app.command(epilog=_examples("verify"))
 def verify(
     folder: Annotated[
         str, typer.Argument(help="A folder written by advcli shard or annotate --engine ray.")
@@ -423,8 +455,7 @@ def verify(
     quiet: Quiet = False,
     as_json: Json = False,
 ) -> None:
-    """Re-read every shard (or part): checksums, schema, row and token counts against the
-    manifest."""
+    """Re-read every shard (or part): checksums, schema, rows and tokens against the manifest."""
     from advcli import api  # here, not at the top: --help needs none of it
 
     _report(f"verify: {folder}", api.verify(folder), as_json=as_json, quiet=quiet)
