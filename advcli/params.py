@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from advcli.errors import UsageError
+from advcli.errors import UsageError, did_you_mean
 
 Check = Callable[[Any, Mapping[str, Any]], "str | None"]
 INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
@@ -182,10 +182,14 @@ def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> d
     for item in items or []:
         key, sep, raw = item.partition("=")
         name = key.strip().lstrip("-").replace("-", "_")
-        if not sep or name not in params:
+        if not sep:
+            raise UsageError(f"--param {item!r}: expected KEY=VALUE. Hint: --param gamma=0.99")
+        if name not in params:
+            keys = [n.replace("_", "-") for n in params]
             msg = (
-                f"--param {item!r}: expected KEY=VALUE with KEY one of "
-                f"{', '.join(n.replace('_', '-') for n in params)}. Hint: --param gamma=0.99"
+                f"--param {item!r}: no parameter {key.strip()!r}."
+                f"{did_you_mean(name.replace('_', '-'), keys)} Parameters: {', '.join(keys)}. "
+                "Hint: --param gamma=0.99"
             )
             raise UsageError(msg)
         try:

@@ -30,13 +30,16 @@ def test_text_is_parsed_by_the_declared_type():
         ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=VALUE"),
         ("batch_size=1.5", "expected an integer"),
         ("strict=maybe", "expected true or false"),
-        ("nope=1", "expected KEY=VALUE with KEY one of baseline, scale, std-ddof, eps,"),
-        ("gamma", "expected KEY=VALUE"),
+        ("nope=1", "--param 'nope=1': no parameter 'nope'. Parameters: baseline, scale, std-ddof,"),
+        ("lamm=1", "--param 'lamm=1': no parameter 'lamm'. Did you mean 'lam'? Parameters: "),
+        ("std_dof=1", "no parameter 'std_dof'. Did you mean 'std-ddof'? Parameters: "),
+        ("gamma", "--param 'gamma': expected KEY=VALUE. Hint: --param gamma=0.99"),
     ],
 )
 def test_bad_assignments_are_usage_errors(item, needle):
-    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UsageError) as caught:
         parse_assignments([item], PARAMETERS)
+    assert needle in str(caught.value)
 
 
 def test_resolution_takes_the_method_then_the_convention_then_the_default():

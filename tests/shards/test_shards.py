@@ -407,7 +407,7 @@ def test_split_by_prompt_hash(capsys, tmp_path, log_path):
         (["--keep", "nope"], 2, "--keep nope: no such column. Columns: prompt_id, rollout_id"),
         (["--truncate"], 2, "--truncate cuts rollouts longer than --pack N"),
         (["--loss-weights", "mean"], 2, "expected one of token-mean"),
-        (["--param", "gama=1"], 2, "--param 'gama=1': expected KEY=VALUE"),
+        (["--param", "gama=1"], 2, "--param 'gama=1': no parameter 'gama'. Did you mean 'gamma'?"),
         (["--rows-per-shard", "5", "--tokens-per-shard", "9"], 2, "give one"),
     ],
 )
