@@ -36,13 +36,19 @@ from advcli.errors import DataError, UsageError, where
 from advcli.io.arrow import list_array
 from advcli.io.sources import refuse_pickle
 from advcli.lazy_imports import np, pa, pc
-from advcli.presets import torch_file
 from advcli.presets.base import Converted, Preset, PresetOptions
 
 PER_TOKEN = {"rollout_log_probs": "logprobs", "teacher_log_probs": "teacher_logprobs"}
 """Per-response-token fields, and the advcli column each becomes (0 over the prompt)."""
 OWN = ("group_index", "index", "rollout_id", "tokens", "loss_mask", "reward", "status",
        *PER_TOKEN)  # fields that become advcli's columns  # fmt: skip
+
+
+def _load_pt(path: str) -> Any:
+    """A ``.pt`` dump's object (:func:`advcli.presets.torch_file.load`)."""
+    from advcli.presets import torch_file  # here: pickle and zipfile, which --help never needs
+
+    return torch_file.load(path)
 
 
 class Slime(Preset):
@@ -64,7 +70,7 @@ class Slime(Preset):
     def convert(self, path: str, options: PresetOptions) -> Converted:
         refuse_pickle(path)
         train_paths, path = _train_and_rollout(path)
-        dump = torch_file.load(path)
+        dump = _load_pt(path)
         if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
             msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
             raise DataError(msg + ". Hint: check the file and --from")
@@ -133,7 +139,7 @@ def train_dumps(rollout: Path) -> list[str]:
 def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.Table) -> pa.Table:
     """``table`` (a rollout dump's samples, in order) with the train dump's per-token values,
     placed on each sample's response (0 over the prompt)."""
-    first = torch_file.load(paths[0])
+    first = _load_pt(paths[0])
     if isinstance(first, dict) and isinstance(first.get("rollout_data"), dict):
         by_position = miles_train_samples(paths, [first], samples)
     elif isinstance(first, dict) and isinstance(first.get("samples"), list):
@@ -203,7 +209,7 @@ def miles_train_samples(
     position = {int(s["index"]): i for i, s in enumerate(samples)}
     held: dict[int, list[tuple[str, dict[str, Any], int]]] = {}
     for n, path in enumerate(paths):
-        pack = loaded[n] if n < len(loaded) else torch_file.load(path)
+        pack = loaded[n] if n < len(loaded) else _load_pt(path)
         columns = pack.get("rollout_data") if isinstance(pack, dict) else None
         if not isinstance(columns, dict) or columns.get("sample_indices") is None:
             msg = f"{path}: no 'rollout_data' with 'sample_indices', which a miles train dump has"
