@@ -4,9 +4,11 @@ folders on ``sys.path``.
 :mod:`importlib.metadata` answers the same questions, but importing it brings in ``email``,
 ``zipfile``, ``socket`` and more: about 20 ms, a tenth of ``advcli --help``, which asks it for
 the dependency floors and the estimator plugins before it can print. Wheels and pip's editable
-installs leave one ``NAME-VERSION.dist-info`` folder each, which is all this reads. Where it
-could miss something, a path entry that is not a folder (a zip) or a legacy ``.egg-info``,
-every question goes to :mod:`importlib.metadata` instead, so the answers are the same.
+installs leave one ``NAME-VERSION.dist-info`` folder each, and a source tree installed with
+``pip install -e`` a ``NAME.egg-info`` folder: that is all this reads. Where it could miss
+something, a path entry that is not a folder (a zip), an ``.egg`` or an egg-info that is a
+single file, every question goes to :mod:`importlib.metadata` instead, so the answers are the
+same.
 Standard library only: this runs before typer, polars or pyarrow are imported.
 """
 
