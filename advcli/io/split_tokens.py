@@ -6,7 +6,10 @@ Read as advcli's schema: the sequence is their concatenation (``input_ids``), th
 0 over the prompt and the response mask (all 1 without one) over the response
 (``action_mask``). Both are columns of the log as :class:`SplitTokens` presents it, never
 written: an annotated output keeps the user's layout, its per-token columns over the response
-tokens only (:func:`response_only`), as ``response_ids`` holds them.
+tokens only (:func:`response_only`), as ``response_ids`` holds them. A split log may give
+``spans`` instead of a response mask: they index the whole sequence, prompt then response (an
+action span over the prompt is refused: spans counted from the response's first token would
+otherwise be read a prompt's length too early).
 """
 
 from __future__ import annotations
@@ -29,20 +32,34 @@ def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
     """Whether a log is in the split layout: ``prompt_ids`` and ``response_ids`` list columns,
     and no sequence or mask of advcli's schema (nor ``--col`` naming them)."""
     names = set(schema.names)
-    if {PROMPT, RESPONSE} - names or names & {*VIRTUAL, "spans"}:
-        return False
-    if set(mapping) & {*VIRTUAL, "spans"}:
+    if {PROMPT, RESPONSE} - names or names & set(VIRTUAL) or set(mapping) & set(VIRTUAL):
         return False
     return all(is_list(schema.field(n).type) for n in (PROMPT, RESPONSE))
+
+
+def spans_column(schema: pa.Schema, mapping: dict[str, str]) -> str | None:
+    """The column of a split log's spans (``spans``, or the one ``--col spans=`` names)."""
+    name = mapping.get("spans", "spans")
+    return name if name in schema.names else None
 
 
 class SplitTokens(DerivedColumns):
     """A split-layout log with the sequence and the action mask as columns of their own."""
 
-    def __init__(self, base: LogSource, per_token: tuple[str, ...] = ()):
+    def __init__(
+        self, base: LogSource, per_token: tuple[str, ...] = (), spans: str | None = None
+    ):
         self.base = base
         self.per_token = per_token  # read over the sequence
+        self.spans = spans  # the spans column: it gives the action mask
         self.sources = base.sources
+        if spans is not None and RESPONSE_MASK in base.schema.names:
+            files = file_list(base.sources.files)
+            msg = (
+                f"{files}: both '{RESPONSE_MASK}' and '{spans}' say which response tokens are "
+                "actions. Hint: keep one of the two columns"
+            )
+            raise SchemaError(msg)
         for name, kinds in ((PROMPT, "integer"), (RESPONSE, "integer"), (RESPONSE_MASK, "0/1")):
             if name in base.schema.names and not _holds_ints(base.schema.field(name).type):
                 files = file_list(base.sources.files)
@@ -51,8 +68,8 @@ class SplitTokens(DerivedColumns):
                     f"{files}: column '{name}' is {shown}, expected a list of {kinds}"
                 )
         ids = base.schema.field(RESPONSE).type
-        self.schema = pa.schema([*base.schema, pa.field("input_ids", ids),
-                                 pa.field("action_mask", pa.list_(pa.int8()))])  # fmt: skip
+        mask = [] if spans is not None else [pa.field("action_mask", pa.list_(pa.int8()))]
+        self.schema = pa.schema([*base.schema, pa.field("input_ids", ids), *mask])
 
     def _base_names(self, names: list[str] | None) -> list[str] | None:
         if names is None:
@@ -65,10 +82,14 @@ class SplitTokens(DerivedColumns):
         if "action_mask" in names:
             masked = RESPONSE_MASK in self.base.schema.names
             wanted += [PROMPT, RESPONSE, *([RESPONSE_MASK] if masked else [])]
+        if self.spans in names:
+            wanted.append(PROMPT)  # to refuse an action span over it
         return list(dict.fromkeys(wanted))
 
     def _derive(self, table: pa.Table, names: list[str] | None, row0: int) -> pa.Table:
         over = [n for n in self.per_token if names is None or n in names]
+        if self.spans is not None and (names is None or self.spans in names):
+            self._refuse_prompt_actions(table, row0)
         if names is not None and not set(names) & set(VIRTUAL) and not over:
             return table.select(names)
         for name in (PROMPT, RESPONSE, RESPONSE_MASK):
@@ -90,7 +111,20 @@ class SplitTokens(DerivedColumns):
         ids = np.empty(int(offsets[-1]), dtype=response_ids.dtype)  # (to_pandas_dtype: pandas)
         ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
         ids[~in_prompt] = response_ids
-        mask = np.zeros(len(ids), dtype=np.int8)
+        joined = {"input_ids": list_array(ids, offsets)}
+        if self.spans is None:
+            joined["action_mask"] = list_array(self._mask(table, in_prompt, r_len, row0), offsets)
+        for name, column in joined.items():
+            if names is None or name in names:
+                table = table.append_column(name, column)
+        return table if names is None else table.select(names)
+
+    def _mask(
+        self, table: pa.Table, in_prompt: np.ndarray, r_len: np.ndarray, row0: int
+    ) -> np.ndarray:
+        """The action mask over the sequence: 0 over the prompt, the response mask (else 1)
+        over the response."""
+        mask = np.zeros(len(in_prompt), dtype=np.int8)
         mask[~in_prompt] = 1
         if RESPONSE_MASK in table.column_names:
             given, m_offsets = flat_list(table.column(RESPONSE_MASK))
@@ -99,11 +133,33 @@ class SplitTokens(DerivedColumns):
                 raise DataError(f"{at}: {int(lengths(m_offsets)[misfit[0]])} values for "
                                 f"{int(r_len[misfit[0]])} response tokens")  # fmt: skip
             mask[~in_prompt] = pc.cast(given, pa.int8()).to_numpy(zero_copy_only=False)
-        joined = {"input_ids": list_array(ids, offsets), "action_mask": list_array(mask, offsets)}
-        for name, column in joined.items():
-            if names is None or name in names:
-                table = table.append_column(name, column)
-        return table if names is None else table.select(names)
+        return mask
+
+    def _refuse_prompt_actions(self, table: pa.Table, row0: int) -> None:
+        """An action span that starts inside the prompt, refused at its row."""
+        assert self.spans is not None
+        column = table.column(self.spans)
+        if column.null_count:  # refused where the mask is read, naming its row
+            return
+        spans, span_offsets = flat_list(column)
+        if not pa.types.is_struct(spans.type) or not pa.types.is_integer(spans.field("start").type):
+            return  # refused where the mask is read
+        p_len = lengths(flat_list(table.column(PROMPT))[1])
+        rows = row_of(span_offsets)
+        start = pc.fill_null(spans.field("start"), -1).to_numpy(zero_copy_only=False)
+        kind = spans.field("kind").to_numpy(zero_copy_only=False)
+        inside = (kind == "action") & (start >= 0) & (start < p_len[rows])
+        if inside.any():
+            i = int(np.flatnonzero(inside)[0])
+            row = int(rows[i])
+            msg = (
+                f"{self.sources.at(row0 + row, self.spans)}: the action span starting at "
+                f"{int(start[i])} lies in the prompt ({int(p_len[row])} tokens of "
+                f"'{PROMPT}'): the spans of a split log index the whole sequence, "
+                f"'{PROMPT}' then '{RESPONSE}'. Hint: count the spans from the prompt's first "
+                "token"
+            )
+            raise DataError(msg)
 
     def _over_sequence(
         self, column: pa.ChunkedArray, name: str, p_len: np.ndarray, r_len: np.ndarray, row0: int
@@ -149,7 +205,8 @@ def joined(source: LogSource, mapping: dict[str, str]) -> LogSource:
     """``source`` as :class:`SplitTokens` where it is in the split layout; else itself."""
     if not is_split(source.schema, mapping):
         return source
-    return SplitTokens(source, per_token_columns(source.schema, mapping))
+    spans = spans_column(source.schema, mapping)
+    return SplitTokens(source, per_token_columns(source.schema, mapping), spans)
 
 
 def per_token_columns(schema: pa.Schema, mapping: dict[str, str]) -> tuple[str, ...]:

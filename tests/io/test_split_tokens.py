@@ -192,3 +192,51 @@ def test_a_per_token_column_of_neither_length_is_refused_at_its_row(tmp_path):
     assert proc.returncode == 1, err
     assert "row 5, column 'values': 1 values for 4 response tokens" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def _with_spans(rows: list[dict]) -> list[dict]:
+    """The split rows with spans over the whole sequence in place of the response mask."""
+    out = []
+    for r in rows:
+        n, mask = len(r["prompt_ids"]), r["response_mask"]
+        spans = [{"start": 0, "end": n, "kind": "prompt"}]
+        for i, m in enumerate(mask):
+            spans.append({"start": n + i, "end": n + i + 1,
+                          "kind": "action" if m else "observation"})  # fmt: skip
+        out.append({k: v for k, v in r.items() if k != "response_mask"} | {"spans": spans})
+    return out
+
+
+@pytest.mark.parametrize("method", ["grpo", "reinforce-pp"])
+def test_a_split_log_with_spans_gets_per_token_advantages(tmp_path, method):
+    """Spans index the whole sequence: the same advantages, per token over the response, as
+    the joined log with its action mask."""
+    split, joined = logs(3)
+    pq.write_table(pa.Table.from_pylist(_with_spans(split)), tmp_path / "spans.parquet")
+    pq.write_table(pa.Table.from_pylist(joined), tmp_path / "joined.parquet")
+    for name in ("spans", "joined"):
+        proc = run("annotate", str(tmp_path / f"{name}.parquet"), "--method", method, "-q",
+                   "--out", str(tmp_path / f"{name}.out.parquet"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    got = pq.read_table(tmp_path / "spans.out.parquet").to_pylist()
+    want = pq.read_table(tmp_path / "joined.out.parquet").to_pylist()
+    for g, w, row in zip(got, want, split, strict=True):
+        assert g["advantages"] == w["advantages"][len(row["prompt_ids"]) :]
+        assert g["advantages"][1] == 0.0  # the observation span
+
+
+def test_an_action_span_over_a_split_logs_prompt_is_refused(tmp_path):
+    """Spans counted from the response's first token would read a prompt's length too early."""
+    rows = _with_spans(logs(3)[0])
+    rows[2]["spans"] = [{"start": 0, "end": len(rows[2]["response_ids"]), "kind": "action"}]
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err == (
+        f"advcli: error: {path}: line 3, column 'spans': the action span starting at 0 lies in "
+        "the prompt (2 tokens of 'prompt_ids'): the spans of a split log index the whole "
+        "sequence, 'prompt_ids' then 'response_ids'. Hint: count the spans from the prompt's "
+        "first token\n"
+    )
