@@ -7,7 +7,7 @@ that the search tool's `fetch github:NVIDIA-NeMo/RL` returned.
 
 Run (from the repository root, with the framework venv, never as part of CI):
 
-    /tmp/fw/src/bin/python tools/dumps/nemo_rl.py OUTDIR --nemo-src PATH [--fixtures DIR]
+    /tmp/fw/src/bin/python tools/dumps/nemo_rl.py OUTDIR --nemo-src PATH [--fixtures DIR] [CASE ...]
 
 PATH is a bare git clone of NVIDIA-NeMo/RL (`nemo_rl/` and `examples/`
 are then extracted from its HEAD into OUTDIR/src) or a folder that already holds the extracted
@@ -47,6 +47,26 @@ What is NeMo-RL's own code, unchanged:
   id, roll out, scale rewards, baseline+std, dynamic sampling (off), prompt ids for the estimator,
   overlong filtering, token loss masks, flatten/pad again, prev logprobs, seq-logprob-error metrics,
   `GRPOAdvantageEstimator.compute_advantage`, clipping (off), log.
+
+The detailed cases (added 2026-12: reinforce_pp, reinforce_pp_no_baseline, reinforce_pp_overlong,
+no_loo_no_norm, dynamic_sampling, dynamic_sampling_partial_groups, reward_scaling,
+clip_advantages) were made the same way, from the same commit, with the same package versions
+(recorded in their truth.json), plus these of NeMo's, also taken out with `ast` unchanged:
+`calculate_kl` (algorithms/utils.py), `GDPOAdvantageEstimator`,
+`ReinforcePlusPlusAdvantageEstimator` (algorithms/advantage_estimator.py), `ClippedPGLossConfig`
+(algorithms/loss/loss_functions.py; master_config.loss_fn is now one, as in NeMo's MasterConfig),
+`_create_advantage_estimator` (algorithms/grpo.py; it picks the estimator from
+grpo.adv_estimator.name as grpo_train does). Their rewards are scripted floats (the math stand-in
+returns them in row order) and their truth.json adds per row the baseline/std/scalar the
+estimator used, the advantage before `_clip_grpo_advantages`, the environment's reward, what the
+`rewards` column holds, and per step the Reinforce++ whitening moments and every generation
+batch dynamic sampling saw. With grpo.use_dynamic_sampling a step runs grpo_train's generation
+loop over several dataloader batches (`dynamic_sampling` with the batch_cache and
+dynamic_sampling_num_gen_batches carried over, `continue` until the batch is complete).
+Not made: Reinforce++ with loss_fn.use_kl_in_reward=true. Its KL term needs
+`reference_policy_logprobs`, which grpo_train's log block does not write (it writes
+generation_logprobs and prev_logprobs only), so no dump can be checked against it.
+The first cases' files are unchanged by these additions (their truth.json keeps its source list).
 
 Stand-ins (not NeMo code):
 - the generation backend (vLLM in grpo_math_1B.yaml): `generate()` returns scripted responses
@@ -275,6 +295,15 @@ def grpo_train_block(root: Path, which: str) -> list[ast.stmt]:
 
 
 SOURCE_LINES: dict[str, str] = {}
+# extracted for the detailed cases only (estimators beyond GRPO); the first cases' truth.json
+# lists the source without them, as it did before they were added
+DETAIL_ONLY_SOURCE = {
+    "nemo_rl/algorithms/utils.py:calculate_kl",
+    "nemo_rl/algorithms/advantage_estimator.py:GDPOAdvantageEstimator",
+    "nemo_rl/algorithms/advantage_estimator.py:ReinforcePlusPlusAdvantageEstimator",
+    "nemo_rl/algorithms/loss/loss_functions.py:ClippedPGLossConfig",
+    "nemo_rl/algorithms/grpo.py:_create_advantage_estimator",
+}
 
 
 class _ObjectRef:
@@ -325,6 +354,7 @@ def load_nemo(root: Path) -> types.ModuleType:
             "glob": glob,
             "json": json,
             "gc": gc,
+            "warnings": warnings,
             "copy": copy,
             "Any": Any,
             "Optional": Optional,
@@ -356,15 +386,25 @@ def load_nemo(root: Path) -> types.ModuleType:
     extract_defs(
         root,
         "nemo_rl/algorithms/utils.py",
-        ["get_gdpo_reward_component_keys", "calculate_baseline_and_std_per_prompt"],
+        [
+            "calculate_kl",
+            "get_gdpo_reward_component_keys",
+            "calculate_baseline_and_std_per_prompt",
+        ],
         ns,
     )
     extract_defs(
         root,
         "nemo_rl/algorithms/advantage_estimator.py",
-        ["AdvEstimatorConfig", "GRPOAdvantageEstimator"],
+        [
+            "AdvEstimatorConfig",
+            "GRPOAdvantageEstimator",
+            "GDPOAdvantageEstimator",
+            "ReinforcePlusPlusAdvantageEstimator",
+        ],
         ns,
     )
+    extract_defs(root, "nemo_rl/algorithms/loss/loss_functions.py", ["ClippedPGLossConfig"], ns)
     from rich.logging import RichHandler
 
     ns["ABC"] = abc.ABC
@@ -430,6 +470,7 @@ def load_nemo(root: Path) -> types.ModuleType:
             "_apply_mask_sample_filter",
             "_should_log_nemo_gym_responses",
             "_clip_grpo_advantages",
+            "_create_advantage_estimator",
             "compute_and_apply_seq_logprob_error_masking",
             "validate",
         ],
@@ -437,6 +478,7 @@ def load_nemo(root: Path) -> types.ModuleType:
     )
     ns["GRPOConfig"].model_rebuild(_types_namespace=ns)
     ns["AdvEstimatorConfig"].model_rebuild(_types_namespace=ns)
+    ns["ClippedPGLossConfig"].model_rebuild(_types_namespace=ns)
     ns["OVERLONG_BLOCK"] = grpo_train_block(root, "overlong")
     ns["LOG_BLOCK"] = grpo_train_block(root, "log")
     ns["MathEnvStandIn"] = MathEnvStandIn
@@ -724,7 +766,7 @@ def load_master_config(nemo, root: Path, overrides: dict) -> MasterConfigStandIn
         env=c["env"],
         logger=c["logger"],
         data=c["data"],
-        loss_fn=c["loss_fn"],
+        loss_fn=nemo.ClippedPGLossConfig(**c["loss_fn"]),
     )
 
 
@@ -752,59 +794,103 @@ def train_step(
     model,
     tokenizer,
     logger,
-    batch,
+    gen_batches: list,
     total_steps: int,
     grouping: str = "prompt_tokens",
     adv_rule: str = "7ea279a",
-    responses: list[list[str]] | None = None,
+    responses: list | None = None,
+    detail: bool = False,
 ) -> dict:
     """One grpo_train step (grpo.py L2845-3323, L3633-3655) up to the train-data log.
 
-    grouping "rollout_identity" and adv_rule "4158" follow the later PRs rebuilt above."""
+    gen_batches: the dataloader batches this step generates from, in order: one, or with
+    grpo.use_dynamic_sampling as many as grpo_train's loop takes before dynamic_sampling says the
+    batch is complete (each later one is a `continue` of grpo_train's `for batch in
+    wrapped_dataloader`, with batch_cache and dynamic_sampling_num_gen_batches carried over).
+    responses: per generation batch, its groups of scripted responses (None: PROBLEMS').
+    grouping "rollout_identity" and adv_rule "4158" follow the later PRs rebuilt above.
+    detail: also return what the estimator used per row (for the truth.json of newer cases)."""
     ns = nemo.__dict__
-    # responses for the repeated batch, prompt-contiguous: prompt p's generations 0..n-1
     n = mc.grpo.num_generations_per_prompt
-    if responses is None:
-        gen.queue = [PROBLEMS[i][2][j] for i in batch["idx"] for j in range(n)]
-    else:
-        gen.queue = [r for group in responses for r in group]
+    timer = ns["Timer"]()
+    batch_cache = None
+    dynamic_sampling_num_gen_batches = 0
+    # each generated row's origin, found again by object identity after dynamic sampling's
+    # select_indices / from_batches / slice (which keep the message_log objects; the object is
+    # held here so that its id is not reused)
+    origin: dict[int, tuple] = {}
+    gen_batch_info: list[dict] = []
+    for g, batch in enumerate(gen_batches):
+        # responses for the repeated batch, prompt-contiguous: prompt p's generations 0..n-1
+        if responses is None or responses[g] is None:
+            gen.queue = [PROBLEMS[i][2][j] for i in batch["idx"] for j in range(n)]
+        else:
+            gen.queue = [r for group in responses[g] for r in group]
 
-    repeated_batch = batch.repeat_interleave(n)
-    batched_flat, input_lengths = ns["batched_message_log_to_flat_message"](
-        repeated_batch["message_log"], pad_value_dict={"token_ids": tokenizer.pad_token_id}
-    )
-    input_ids = batched_flat["token_ids"]
-    repeated_batch, rollout_metrics = nemo.run_multi_turn_rollout(
-        policy_generation=gen,
-        input_batch=repeated_batch,
-        tokenizer=tokenizer,
-        task_to_env={"math": env},
-        max_seq_len=mc.policy["max_total_sequence_length"],
-        max_rollout_turns=mc.grpo.max_rollout_turns,
-        greedy=False,
-    )
-    repeated_batch = nemo.scale_rewards(repeated_batch, mc.grpo.reward_scaling)
-    assert not mc.grpo.reward_shaping.enabled
-    rewards = repeated_batch["total_reward"]
-    if grouping == "rollout_identity":
-        # #3882: the sampling group itself is the GRPO identity (ids as one-column rows, the
-        # form 7ea279a's calculate_baseline_and_std_per_prompt compares row by row)
-        rollout_group_ids = build_rollout_group_ids(repeated_batch.size, n, start_group_id=0)
-        group_key = rollout_group_ids.unsqueeze(-1)
-    else:
-        group_key = input_ids
-    baseline, std = nemo.calculate_baseline_and_std_per_prompt(
-        group_key,
-        rewards,
-        torch.ones_like(rewards),
-        leave_one_out_baseline=mc.grpo.use_leave_one_out_baseline,
-        std_rewards=None,
-    )
-    repeated_batch, is_batch_complete, _, _ = nemo.dynamic_sampling(
-        repeated_batch, std, baseline, 1, mc, None, None
-    )
-    assert is_batch_complete
-    rewards = repeated_batch["total_reward"]
+        repeated_batch = batch.repeat_interleave(n)
+        batched_flat, input_lengths = ns["batched_message_log_to_flat_message"](
+            repeated_batch["message_log"], pad_value_dict={"token_ids": tokenizer.pad_token_id}
+        )
+        input_ids = batched_flat["token_ids"]
+        dynamic_sampling_num_gen_batches += 1
+        repeated_batch, rollout_metrics = nemo.run_multi_turn_rollout(
+            policy_generation=gen,
+            input_batch=repeated_batch,
+            tokenizer=tokenizer,
+            task_to_env={"math": env},
+            max_seq_len=mc.policy["max_total_sequence_length"],
+            max_rollout_turns=mc.grpo.max_rollout_turns,
+            greedy=False,
+        )
+        env_rewards = repeated_batch["total_reward"].clone()
+        for i, log in enumerate(repeated_batch["message_log"]):
+            origin[id(log)] = (log, g, i, float(env_rewards[i]))
+        repeated_batch = nemo.scale_rewards(repeated_batch, mc.grpo.reward_scaling)
+        assert not mc.grpo.reward_shaping.enabled
+        rewards = repeated_batch["total_reward"]
+        if grouping == "rollout_identity":
+            # #3882: the sampling group itself is the GRPO identity (ids as one-column rows, the
+            # form 7ea279a's calculate_baseline_and_std_per_prompt compares row by row)
+            rollout_group_ids = build_rollout_group_ids(repeated_batch.size, n, start_group_id=0)
+            group_key = rollout_group_ids.unsqueeze(-1)
+        else:
+            group_key = input_ids
+        baseline, std = nemo.calculate_baseline_and_std_per_prompt(
+            group_key,
+            rewards,
+            torch.ones_like(rewards),
+            leave_one_out_baseline=mc.grpo.use_leave_one_out_baseline,
+            std_rewards=None,
+        )
+        gen_batch_info.append(
+            {
+                "dataset_idx": [int(i) for i in batch["idx"]],
+                "env_rewards": env_rewards.tolist(),
+                "rewards_after_scale_rewards": rewards.tolist(),
+                "std_for_dynamic_sampling": std.tolist(),
+            }
+        )
+        repeated_batch, is_batch_complete, batch_cache, ds_metrics = nemo.dynamic_sampling(
+            repeated_batch,
+            std,
+            baseline,
+            dynamic_sampling_num_gen_batches,
+            mc,
+            timer,
+            batch_cache,
+        )
+        gen_batch_info[-1]["is_batch_complete"] = is_batch_complete
+        gen_batch_info[-1]["dynamic_sampling_metrics"] = dict(ds_metrics)
+        # as grpo_train: for DAPO the used rewards are the filtered ones
+        rewards = (
+            repeated_batch["total_reward"]
+            if not mc.grpo.use_dynamic_sampling
+            else repeated_batch["filtered_reward"]
+        )
+        if not is_batch_complete:
+            continue
+        break
+    assert is_batch_complete and g == len(gen_batches) - 1, "gen_batches do not fit the step"
     initial_prompt_message_logs = nemo.extract_initial_prompt_messages(
         repeated_batch["message_log"], repeated_batch["length"]
     )
@@ -848,7 +934,13 @@ def train_step(
     token_mask = train_data["token_mask"]
     sample_mask = train_data["sample_mask"]
     mask = token_mask * sample_mask.unsqueeze(-1)
-    adv_estimator = nemo.GRPOAdvantageEstimator(mc.grpo.adv_estimator, mc.loss_fn)
+    if detail:  # grpo_train's own choice of estimator (grpo.py _create_advantage_estimator)
+        adv_estimator = nemo._create_advantage_estimator(mc)
+    else:  # what the first cases ran (the same class for adv_estimator.name "grpo")
+        adv_estimator = nemo.GRPOAdvantageEstimator(mc.grpo.adv_estimator, mc.loss_fn)
+    # no reference policy runs here: the case that would need its log-probs (Reinforce++ with
+    # loss_fn.use_kl_in_reward) is not made, as the dump would not hold them
+    assert not (mc.loss_fn.use_kl_in_reward and mc.loss_fn.reference_policy_kl_penalty != 0)
     # 7ea279a's own estimator; in the later-PR cases it gives the contrast recorded in truth.json
     advantages_7ea279a = adv_estimator.compute_advantage(
         prompt_ids=prompt_ids_for_adv if adv_rule == "7ea279a" else prompt_token_ids,
@@ -882,6 +974,7 @@ def train_step(
         train_data["advantages"] = advantages_7ea279a
     assert mc.grpo.invalid_tool_call_advantage is None
     assert mc.grpo.malformed_thinking_advantage is None
+    estimator_advantages = train_data["advantages"]
     train_data["advantages"] = nemo._clip_grpo_advantages(train_data["advantages"], mc.grpo)
 
     # grpo_train's own "Log training data" statements
@@ -896,6 +989,29 @@ def train_step(
         "total_steps": total_steps,
     }
     nemo.exec_block(nemo.LOG_BLOCK, local)
+
+    step_info: dict[str, Any] = {}
+    if detail:
+        step_info, more = estimator_detail(
+            nemo, mc, prompt_ids_for_adv, rewards, mask, estimator_advantages, train_data
+        )
+        extra.update(more)
+        extra["advantage_before_clip"] = estimator_advantages[:, 0].tolist()
+        extra["reward_from_environment"] = [
+            origin[id(log)][3] for log in repeated_batch["message_log"]
+        ]
+        extra["generation_batch"] = [origin[id(log)][1] for log in repeated_batch["message_log"]]
+        extra["generation_batch_row"] = [
+            origin[id(log)][2] for log in repeated_batch["message_log"]
+        ]
+        # what the log's `rewards` column holds on this line (with dynamic sampling it is
+        # repeated_batch["total_reward"], not the rewards used; see the case's notes)
+        extra["rewards_column"] = repeated_batch["total_reward"].tolist()
+        extra["response_tokens"] = [int(x) for x in mask.sum(dim=1).tolist()]
+        step_info["generation_batches"] = gen_batch_info
+        step_info["advantages_constant_over_tokens"] = bool(
+            (train_data["advantages"] == train_data["advantages"][:, :1]).all()
+        )
 
     # NeMo's own group: identical prompt token rows (what calculate_baseline_and_std_per_prompt
     # matches on), numbered in order of first appearance.
@@ -912,7 +1028,59 @@ def train_step(
         "groups": groups,
         "extra": extra,
         "dataset_idx": list(repeated_batch["idx"]),
+        "step_info": step_info,
     }
+
+
+def estimator_detail(nemo, mc, prompt_ids, rewards, mask, advantages, train_data):
+    """What the estimator used, per row and per step, for truth.json.
+
+    Baselines and stds come from NeMo's calculate_baseline_and_std_per_prompt called as the
+    estimator calls it. For reinforce_plus_plus the step's whitening moments are the estimator's
+    own expressions (advantage_estimator.py L262-264) evaluated on the same tensors; the logged
+    advantages are checked to equal (scalar - mean) * rsqrt(clamp(var, 1e-8)) bit for bit."""
+    est = mc.grpo.adv_estimator
+    step: dict[str, Any] = {"estimator": est.name}
+    rows: dict[str, list] = {}
+    if est.name == "grpo":
+        baseline, std = nemo.calculate_baseline_and_std_per_prompt(
+            prompt_ids,
+            rewards,
+            torch.ones_like(rewards),
+            leave_one_out_baseline=est.use_leave_one_out_baseline,
+        )
+        rows["baseline"] = baseline.tolist()
+        rows["std"] = std.tolist()
+        rows["scalar_before_norm"] = (rewards - baseline).tolist()
+    elif est.name == "reinforce_plus_plus":
+        if est.minus_baseline:
+            mean, _ = nemo.calculate_baseline_and_std_per_prompt(
+                prompt_ids, rewards, torch.ones_like(rewards), leave_one_out_baseline=False
+            )
+            adv = rewards - mean
+            rows["baseline"] = mean.tolist()
+        else:
+            adv = rewards
+            rows["baseline"] = [0.0] * len(rewards)
+        rows["scalar_before_norm"] = adv.tolist()
+        adv = adv.unsqueeze(-1).expand(mask.shape)
+        adv_mean = (adv * mask).sum() / mask.sum()
+        adv_var = ((adv - adv_mean).pow(2) * mask).sum() / mask.sum()
+        adv_rstd = adv_var.clamp(min=1e-8).rsqrt()
+        assert torch.equal((adv - adv_mean) * adv_rstd, advantages), "whitening not reproduced"
+        step.update(
+            {
+                "whiten_mean": adv_mean.item(),
+                "whiten_var": adv_var.item(),
+                "whiten_rstd": adv_rstd.item(),
+                "whiten_tokens": mask.sum().item(),
+                "whiten_mask": "token_loss_mask * sample_loss_mask (all T positions of the "
+                "padded batch; prompt and padding positions have mask 0)",
+            }
+        )
+    else:
+        raise SystemExit(f"no detail for estimator {est.name}")
+    return step, rows
 
 
 CASES: dict[str, dict] = {
@@ -1079,6 +1247,346 @@ CASES: dict[str, dict] = {
     },
 }
 
+# ---- cases with float rewards and a detailed truth.json (estimators and settings beyond GRPO's
+# defaults). Rewards are scripted (the math stand-in returns them in row order, across steps and
+# generation batches); responses are PROBLEMS' own, of 5 to 12 generated tokens, so rows of one
+# step differ in length.
+R_STEP_A = [
+    [0.9, 0.2, 0.55, 0.0],
+    [1.0, 0.75, 0.75, 0.3],
+    [0.1, 0.0, 0.65, 0.2],
+    [0.4, 0.4, 0.4, 0.4],
+]
+R_STEP_B = [
+    [0.35, 0.8, 0.05, 0.6],
+    [0.0, 1.0, 0.5, 0.25],
+    [0.7, 0.15, 0.95, 0.45],
+    [0.2, 0.9, 0.3, 0.85],
+]
+
+
+def _flat(groups: list[list[float]]) -> list[float]:
+    return [r for g in groups for r in g]
+
+
+RPP_NOTES = (
+    "reinforce_plus_plus (advantage_estimator.py ReinforcePlusPlusAdvantageEstimator."
+    "compute_advantage, chosen by grpo.py _create_advantage_estimator): scalar s_i = r_i - "
+    "mean of r over the rows with the same prompt tokens (calculate_baseline_and_std_per_prompt "
+    "with leave_one_out_baseline=False and valid mask ones_like(rewards): every row of the group, "
+    "sample_loss_mask 0 or not) when minus_baseline, else s_i = r_i; s_i is expanded over all T "
+    "positions of the padded batch; with loss_fn.use_kl_in_reward false no KL term; then ONE "
+    "whitening per step over the whole batch with mask = token_loss_mask * sample_loss_mask: "
+    "mean = sum(s*mask)/sum(mask), var = sum((s-mean)^2*mask)/sum(mask) (population, token-"
+    "weighted: each row counts once per generated token), A = (s - mean) * rsqrt(clamp(var, "
+    "min=1e-8)) (no eps added), written on EVERY position (prompt and padding too, not zeroed). "
+    "The file's `advantages` are exactly these (float32). steps[].whiten_mean/whiten_var/"
+    "whiten_rstd/whiten_tokens = the step's moments; rows[].scalar_before_norm = s_i, "
+    "rows[].baseline = the group mean subtracted (0 without minus_baseline)."
+)
+COLUMNS = {
+    "content": "per message of the row, its content string (chat-templated prompt, decoded "
+    "response, environment observation); roles not kept",
+    "rewards": "repeated_batch['total_reward'] at the log block: the environment's reward after "
+    "scale_rewards (and reward shaping, off here). Without dynamic sampling these are the rewards "
+    "the estimator used. WITH use_dynamic_sampling it is overwritten by repeated_batch"
+    "['total_reward'] of the filtered batch, which dynamic_sampling set to the UNFILTERED "
+    "generation batch's rewards (filtered_repeated_batch['total_reward'] = total_rewards); "
+    "from_batches concatenates those of the step's generation batches and slice(0, "
+    "num_prompts_per_step*num_generations_per_prompt) keeps the first ones: line i then holds "
+    "the i-th unfiltered reward of the step's first generation batch, NOT line i's reward",
+    "filtered_rewards": "only with use_dynamic_sampling: `rewards` of grpo_train = repeated_batch"
+    "['filtered_reward'], the kept rows' rewards, line-aligned: the rewards the estimator used",
+    "input_lengths": "unpadded token count of the row (prompt + response + observation tokens)",
+    "token_ids": "the row's tokens, right-padded with the pad id to the batch's longest row",
+    "token_loss_mask": "1 on generated assistant tokens (eos included), 0 elsewhere",
+    "sample_loss_mask": "loss_multiplier after overlong filtering, _apply_mask_sample_filter and "
+    "seq-logprob-error masking (0 = sample left out of the loss)",
+    "advantages": "train_data['advantages'] after _clip_grpo_advantages: GRPO writes its per-row "
+    "scalar on every position; reinforce_plus_plus writes its whitened value on every position "
+    "(see the case notes)",
+    "generation_logprobs": "the generation backend's log-probs on generated tokens, 0 elsewhere",
+    "prev_logprobs": "the policy's log-probs (position i = log p(token i)), 0 at position 0 and "
+    "on padding",
+    "idx": "the line number",
+}
+ROW_FIELDS = {
+    "file, line": "where the row is (line = 0-based line of the jsonl, = its idx)",
+    "group": "NeMo's own group: identical prompt-token rows, numbered per file",
+    "reward": "the reward the estimator used (= filtered_rewards with dynamic sampling)",
+    "advantage": "NeMo's logged advantage of the row (all positions hold this value here)",
+    "advantage_before_clip": "the estimator's output before _clip_grpo_advantages",
+    "baseline, std, scalar_before_norm": "what the estimator used for the row (GRPO: baseline "
+    "and std from calculate_baseline_and_std_per_prompt as it calls it; scalar = reward - "
+    "baseline; reinforce++: see the notes)",
+    "reward_from_environment": "the math stand-in's (scripted) reward, before scale_rewards",
+    "rewards_column": "what the file's `rewards` column holds on this line",
+    "generation_batch, generation_batch_row": "which of the step's generation batches (and "
+    "which row of it) the line comes from",
+    "response_tokens": "sum of token_loss_mask * sample_loss_mask over the row",
+}
+
+CASES.update(
+    {
+        "reinforce_pp": {
+            "description": (
+                "2 steps, 4 prompts x 4 generations, grpo.adv_estimator.name="
+                "reinforce_plus_plus with minus_baseline=true, loss_fn.use_kl_in_reward=false "
+                "(the yaml's): Reinforce++-baseline. Float rewards; step 1 group 3 is constant "
+                "(0.4 x4, its scalars are 0 but its whitened advantages are not); responses of "
+                "5-12 tokens, so the token-weighted whitening differs from a per-row one; step "
+                "1 line 3 and step 2 line 11 are truncated at max_new_tokens (filtering off: "
+                "they stay)."
+            ),
+            "steps": 2,
+            "overrides": {
+                "grpo.num_prompts_per_step": 4,
+                "grpo.adv_estimator.name": "reinforce_plus_plus",
+                "grpo.adv_estimator.minus_baseline": True,
+                "loss_fn.use_kl_in_reward": False,
+            },
+            "val": False,
+            "batches": [[0, 1, 2, 3], [4, 5, 0, 2]],
+            "scripted_rewards": _flat(R_STEP_A) + _flat(R_STEP_B),
+            "detail": True,
+            "notes": RPP_NOTES,
+        },
+        "reinforce_pp_no_baseline": {
+            "description": (
+                "reinforce_pp's rollouts with grpo.adv_estimator.minus_baseline=false (plain "
+                "Reinforce++): the scalar is the reward itself, whitened over the step's masked "
+                "tokens."
+            ),
+            "steps": 2,
+            "overrides": {
+                "grpo.num_prompts_per_step": 4,
+                "grpo.adv_estimator.name": "reinforce_plus_plus",
+                "grpo.adv_estimator.minus_baseline": False,
+                "loss_fn.use_kl_in_reward": False,
+            },
+            "val": False,
+            "batches": [[0, 1, 2, 3], [4, 5, 0, 2]],
+            "scripted_rewards": _flat(R_STEP_A) + _flat(R_STEP_B),
+            "detail": True,
+            "notes": RPP_NOTES,
+        },
+        "reinforce_pp_overlong": {
+            "description": (
+                "reinforce_pp's rollouts with grpo.overlong_filtering=true: the truncated rows "
+                "(step 1 line 3, step 2 line 11) get sample_loss_mask 0. They still count in "
+                "their group's mean (valid mask ones_like(rewards)) but not in the step's "
+                "whitening moments (mask = token_loss_mask * sample_loss_mask), and their own "
+                "advantage is written, nonzero."
+            ),
+            "steps": 2,
+            "overrides": {
+                "grpo.num_prompts_per_step": 4,
+                "grpo.adv_estimator.name": "reinforce_plus_plus",
+                "grpo.adv_estimator.minus_baseline": True,
+                "loss_fn.use_kl_in_reward": False,
+                "grpo.overlong_filtering": True,
+            },
+            "val": False,
+            "batches": [[0, 1, 2, 3], [4, 5, 0, 2]],
+            "scripted_rewards": _flat(R_STEP_A) + _flat(R_STEP_B),
+            "detail": True,
+            "notes": RPP_NOTES,
+        },
+        "no_loo_no_norm": {
+            "description": (
+                "2 GRPO steps, 3 prompts x 4 generations, use_leave_one_out_baseline=false and "
+                "normalize_rewards=false: advantage = reward - group mean (all 4 rows), no "
+                "division. Float rewards; step 2 group 0 is constant (0.4 x4)."
+            ),
+            "steps": 2,
+            "overrides": {
+                "grpo.use_leave_one_out_baseline": False,
+                "grpo.normalize_rewards": False,
+            },
+            "val": False,
+            "scripted_rewards": _flat(R_STEP_A[:3]) + _flat([[0.4] * 4] + R_STEP_B[:2]),
+            "detail": True,
+            "notes": (
+                "GRPOAdvantageEstimator with use_leave_one_out_baseline=false, normalize_rewards"
+                "=false: baseline = calculate_baseline_and_std_per_prompt's group mean over all "
+                "rows of the prompt (valid mask ones_like(rewards)); advantage = reward - "
+                "baseline, written on every position."
+            ),
+        },
+        "dynamic_sampling": {
+            "description": (
+                "2 GRPO steps (leave-one-out, std normalisation) with grpo.use_dynamic_sampling="
+                "true, 3 prompts x 4 generations per generation batch. Step 1: generation batch "
+                "0 (dataset rows 0,1,2) keeps 8 rows (row 1's group is 0.5 x4: std 0, dropped), "
+                "so grpo_train draws generation batch 1 (rows 3,4,5, all kept); the cache's 20 "
+                "rows are cut to 12: batch 0's two groups and batch 1's first, 8 valid rows "
+                "discarded. Step 2: batch 0 (rows 1,3,5) keeps one group (0.0 x4 and 0.75 x4 "
+                "dropped), batch 1 (rows 0,2,4) keeps two (0.25 x4 dropped): exactly 12. "
+                "Constant groups use values whose float32 std is exactly 0 (see near_constant "
+                "for values where it is not)."
+            ),
+            "steps": 2,
+            "overrides": {"grpo.use_dynamic_sampling": True},
+            "val": False,
+            "gen_batches": [[[0, 1, 2], [3, 4, 5]], [[1, 3, 5], [0, 2, 4]]],
+            "scripted_rewards": _flat(
+                [
+                    [0.9, 0.2, 0.55, 0.0],
+                    [0.5] * 4,
+                    [0.1, 0.0, 0.65, 0.2],
+                    [0.35, 0.8, 0.05, 0.6],
+                    [0.0, 1.0, 0.5, 0.25],
+                    [0.7, 0.15, 0.95, 0.45],
+                    [0.0] * 4,
+                    [1.0, 0.75, 0.75, 0.3],
+                    [0.75] * 4,
+                    [0.2, 0.9, 0.3, 0.85],
+                    [0.25] * 4,
+                    [0.45, 1.0, 0.0, 0.8],
+                ]
+            ),
+            "detail": True,
+            "notes": (
+                "dynamic_sampling (grpo.py) keeps the SAMPLES whose std from "
+                "calculate_baseline_and_std_per_prompt (leave-one-out here: the std of the "
+                "sample's peers) is != 0.0, caches them across generation batches "
+                "(BatchedDataDict.from_batches) and, once there are >= num_prompts_per_step * "
+                "num_generations_per_prompt, slices the first that many. The file's "
+                "`filtered_rewards` are the rewards the estimator used (line-aligned). Its "
+                "`rewards` column is repeated_batch['total_reward'], which dynamic_sampling set "
+                "to each generation batch's UNFILTERED rewards; after from_batches and slice it "
+                "holds the first 12 unfiltered rewards of the step's generation batches, i.e. "
+                "generation batch 0's 12 rewards, dropped groups included, in batch order: "
+                "line i's `rewards` is not line i's reward (rows[].rewards_column vs "
+                "rows[].reward). The estimator recomputes baseline and std on the kept rows "
+                "(prompt_ids_for_adv of the filtered batch); whole groups are kept here, so the "
+                "kept groups' advantages equal what the unfiltered batch would give. "
+                "steps[].generation_batches lists every generation batch: dataset rows, "
+                "environment rewards, the std dynamic sampling tested, whether the batch was "
+                "complete, dynamic_sampling_num_discarded_valid_samples."
+            ),
+        },
+        "dynamic_sampling_partial_groups": {
+            "description": (
+                "As dynamic_sampling, but with groups where one sample's leave-one-out std is "
+                "exactly 0: dynamic sampling filters SAMPLES, not groups, so such a sample is "
+                "dropped and the rest of its group kept, and the final slice can cut a group. "
+                "Step 1: batch 0 rows 0,1,2 (group [0.25,0.25,0.25,1.0] loses its 1.0 sample; "
+                "0.5 x4 dropped) keeps 7, batch 1 rows 3,4,5 keeps 12; the first 12 of 19 are "
+                "taken, leaving a 3-row group and a 1-row group (batch 1 row 4's first "
+                "generation) in the file. Step 2 (binary rewards): [0,0,0,1] loses its only "
+                "correct sample (its 3 wrong ones then get advantage 0), [1,1,1,0] its only "
+                "wrong one, and the slice cuts batch 1's first group [1,0,0,0] (its 1 dropped) "
+                "to 2 rows."
+            ),
+            "steps": 2,
+            "overrides": {"grpo.use_dynamic_sampling": True},
+            "val": False,
+            "gen_batches": [[[0, 1, 2], [3, 4, 5]], [[1, 3, 5], [0, 2, 4]]],
+            "scripted_rewards": _flat(
+                [
+                    [0.9, 0.2, 0.55, 0.0],
+                    [0.5] * 4,
+                    [0.25, 0.25, 0.25, 1.0],
+                    [0.35, 0.8, 0.05, 0.6],
+                    [0.0, 1.0, 0.5, 0.25],
+                    [0.7, 0.15, 0.95, 0.45],
+                    [0.0, 0.0, 0.0, 1.0],
+                    [1.0, 1.0, 1.0, 0.0],
+                    [0.0, 1.0, 0.0, 1.0],
+                    [1.0, 0.0, 0.0, 0.0],
+                    [0.0, 1.0, 1.0, 0.0],
+                    [1.0, 1.0, 0.0, 1.0],
+                ]
+            ),
+            "detail": True,
+            "notes": (
+                "See dynamic_sampling's notes for the two reward columns. Here dynamic sampling "
+                "(grpo.py dynamic_sampling: non_zero_std_mask = std != 0.0 over samples, "
+                "select_indices, from_batches, slice(0, 12)) leaves partial groups in the file: "
+                "NeMo's estimator then computes the leave-one-out baseline and std over the rows "
+                "left (a 1-row group gets baseline = reward, advantage 0). rows[].group is "
+                "NeMo's group in the file (equal prompt tokens); generation_batch and "
+                "generation_batch_row say which rows of the generation batch survived."
+            ),
+        },
+        "reward_scaling": {
+            "description": (
+                "2 GRPO steps (leave-one-out, std normalisation), 3 prompts x 4 generations, "
+                "grpo.reward_scaling enabled with source [0, 1] -> target [-0.5, 0.5]; some "
+                "environment rewards lie outside [0, 1] (1.4, -0.3, 1.2) and are clamped before "
+                "scaling."
+            ),
+            "steps": 2,
+            "overrides": {
+                "grpo.reward_scaling.enabled": True,
+                "grpo.reward_scaling.source_min": 0.0,
+                "grpo.reward_scaling.source_max": 1.0,
+                "grpo.reward_scaling.target_min": -0.5,
+                "grpo.reward_scaling.target_max": 0.5,
+            },
+            "val": False,
+            "scripted_rewards": _flat(
+                [
+                    [1.4, 1.0, 0.2, -0.3],
+                    [0.75, 0.3, 0.9, 0.1],
+                    [0.6, 0.0, 1.2, 0.45],
+                    [0.35, 0.8, 0.05, 0.6],
+                    [-0.3, 1.0, 0.5, 0.25],
+                    [0.7, 0.15, 0.95, 0.45],
+                ]
+            ),
+            "detail": True,
+            "notes": (
+                "scale_rewards (grpo.py) runs right after the rollout and overwrites repeated_"
+                "batch['total_reward'] with target_min + (clamp(r, source_min, source_max) - "
+                "source_min) / (source_max - source_min) * (target_max - target_min); grpo_train "
+                "then takes rewards = repeated_batch['total_reward'], so the file's `rewards` "
+                "are the SCALED rewards, the ones the estimator used; the environment's rewards "
+                "(rows[].reward_from_environment) are not in the file, nor is any trace of the "
+                "scaling or the clamping (it prints a warning only)."
+            ),
+        },
+        "clip_advantages": {
+            "description": (
+                "2 GRPO steps (leave-one-out, std normalisation), 3 prompts x 4 generations, "
+                "grpo.advantage_clip_low=-1.0, advantage_clip_high=1.0: _clip_grpo_advantages "
+                "clamps the estimator's advantages before they are logged; several rows reach "
+                "beyond +-1 (float rewards)."
+            ),
+            "steps": 2,
+            "overrides": {"grpo.advantage_clip_low": -1.0, "grpo.advantage_clip_high": 1.0},
+            "val": False,
+            "scripted_rewards": _flat(R_STEP_A[:3]) + _flat(R_STEP_B[:3]),
+            "detail": True,
+            "notes": (
+                "grpo_train calls _clip_grpo_advantages(train_data['advantages'], grpo) after "
+                "the estimator and before the log block: the file's `advantages` are clamped to "
+                "[advantage_clip_low, advantage_clip_high]; nothing in the file says so. "
+                "rows[].advantage = the logged (clipped) value, rows[].advantage_before_clip = "
+                "GRPOAdvantageEstimator's."
+            ),
+        },
+    }
+)
+
+
+def versions() -> dict[str, str]:
+    import omegaconf
+    import pydantic
+    import tokenizers
+    import transformers
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "pydantic": pydantic.__version__,
+        "omegaconf": omegaconf.__version__,
+        "numpy": np.__version__,
+    }
+
 
 def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Path, commit: str):
     seed_all(42)
@@ -1103,11 +1611,17 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
     data = [make_datum(nemo, tokenizer, task_spec, max_seq, i) for i in range(6)]
     p = mc.grpo.num_prompts_per_step
     rows = []
+    steps_info = []
     for step in range(spec["steps"]):
-        if "batches" in spec:  # a case's own dataset rows for the step (a row may repeat)
-            batch = nemo.rl_collate_fn([copy.deepcopy(data[i]) for i in spec["batches"][step]])
+        if "gen_batches" in spec:  # dynamic sampling: the dataloader batches the step draws
+            batches = [
+                nemo.rl_collate_fn([copy.deepcopy(data[i]) for i in gb])
+                for gb in spec["gen_batches"][step]
+            ]
+        elif "batches" in spec:  # a case's own dataset rows for the step (a row may repeat)
+            batches = [nemo.rl_collate_fn([copy.deepcopy(data[i]) for i in spec["batches"][step]])]
         else:
-            batch = nemo.rl_collate_fn(data[step * p : (step + 1) * p])
+            batches = [nemo.rl_collate_fn(data[step * p : (step + 1) * p])]
         info = train_step(
             nemo,
             mc,
@@ -1116,12 +1630,15 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
             model,
             tokenizer,
             logger,
-            batch,
+            batches,
             step,
             grouping=spec.get("grouping", "prompt_tokens"),
             adv_rule=spec.get("adv_rule", "7ea279a"),
-            responses=spec["responses"][step] if "responses" in spec else None,
+            responses=[spec["responses"][step]] if "responses" in spec else None,
+            detail=spec.get("detail", False),
         )
+        if spec.get("detail"):
+            steps_info.append({"file": f"{Path(log_dir).name}/{info['file']}", **info["step_info"]})
         n = mc.grpo.num_generations_per_prompt
         for line, g in enumerate(info["groups"]):
             row = {
@@ -1134,7 +1651,7 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
                 "sample_loss_mask": info["sample_loss_mask"][line],
                 "truncated": info["truncated"][line],
             }
-            if "scripted_rewards" in spec:
+            if "scripted_rewards" in spec and not spec.get("detail"):
                 row["reward_scripted"] = spec["scripted_rewards"][step * len(info["groups"]) + line]
             if spec.get("grouping") == "rollout_identity":
                 # the coordinates a NeMo-Gym row would carry (#3861); the dump has none of them
@@ -1209,12 +1726,30 @@ def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Pa
             "random tiny Qwen2 (generation in bf16, prev in fp32). Validation lines have no "
             "advantage or loss mask."
         ),
-        "source_lines": SOURCE_LINES,
+        "source_lines": (
+            SOURCE_LINES
+            if spec.get("detail")
+            else {k: v for k, v in SOURCE_LINES.items() if k not in DETAIL_ONLY_SOURCE}
+        ),
         "rows": rows,
     }
-    if "later_prs" in spec:  # only the later-PR cases: what is rebuilt from PR text, not run
+    if "notes" in spec:  # the case's own notes (the later-PR cases and the detailed ones)
         truth["notes"] = spec["notes"]
+    if "later_prs" in spec:  # only the later-PR cases: what is rebuilt from PR text, not run
         truth["later_prs"] = spec["later_prs"]
+    if spec.get("detail"):
+        lf = mc.loss_fn
+        truth["settings"]["loss_fn"] = {
+            "use_kl_in_reward": lf.use_kl_in_reward,
+            "reference_policy_kl_penalty": lf.reference_policy_kl_penalty,
+            "reference_policy_kl_type": lf.reference_policy_kl_type,
+        }
+        truth["settings"]["dynamic_sampling_max_gen_batches"] = g.dynamic_sampling_max_gen_batches
+        truth["settings"]["batch_multiplier"] = g.batch_multiplier
+        truth["versions"] = versions()
+        truth["columns"] = COLUMNS
+        truth["steps"] = steps_info
+        truth["rows_fields"] = ROW_FIELDS
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return dest
 

@@ -18,7 +18,9 @@ not run here. What runs, unchanged:
 
 * verifiers 0.4.0 (PyPI): episodes built exactly as ``tools/dumps/prime_rl.py`` builds them
   (its ``make_episode``, ``build_tokenizer`` and scripted completions are reused), and
-  ``Episode.to_record(float_decimals=4)``, which rounds the per-token floats of the record.
+  ``Episode.to_record(float_decimals=4)``, which rounds the per-token floats of the record;
+  in case ``stream_retried_episode`` also ``verifiers.v1.utils.retries.run_episode_with_retry``
+  with ``RetryConfig(max_retries=1)`` (what ``Env.run_slot`` runs for every episode).
 * prime-rl's scoring code at ``prime_rl.PRIME_RL_COMMIT`` (559b4477, read with ``git show`` from
   the bare clone named by ``$PRIME_RL_GIT``, as ``tools/dumps/prime_rl.py`` does):
   ``GRPOAlgorithm.score_group``, ``assign_advantages``, ``scalar_advantage``, ``is_trainable``,
@@ -47,8 +49,23 @@ clock (``time.time`` is a fixed clock); and, in ``stream_multi_annotation``, the
 micro batch and model outputs (trainer logprobs = sampling logprob + seeded noise, entropies
 seeded random) fed to the real ``AnnotationWriter.export``. The model is scripted completions.
 The run is a snapshot taken while it is still running (``FileMonitor.finalize`` not called) in
-case ``stream``, so the live chunks stay plain; ``stream_multi_annotation`` ends cleanly
-(``finalize``: every chunk sealed).
+cases ``stream``, ``stream_superseded`` and ``stream_batch_cut``, so the live chunks stay plain;
+the other cases end cleanly (``finalize``: every chunk sealed).
+
+Cases (``CASES``; each ``description`` says more): ``stream`` and ``stream_multi_annotation`` as
+before; ``stream_failed_episode`` (one rollout fails on its first model call: ok false, no reward,
+in the stream, never annotated; its group scored over the other three); ``stream_superseded``
+(two traces each get an early, script-made orch record, from prime-rl's ``score_group`` run on
+the first three arrivals of the group, superseded by the real ``stamp_ship`` record later in the
+same orch stream, one pair across two chunks); ``stream_batch_cut`` (batch_size 10 over groups
+of 4: ``process_batch`` cuts by count, so one group ships at two steps and two scored traces with
+nonzero advantages are still in the sink at the snapshot); ``stream_retried_episode`` (a rollout
+whose first attempt failed and whose env retried it: the final episode is ok with the failed
+attempt's error in ``errors``, counts in its group and ships). The last four add to
+``truth.json`` per row ``episode_errors``, ``trace_errors``, ``trainable``, ``pending_in_sink``,
+``computed.node_advantages_to_record_4`` and ``written.orch_records_each_folded_alone``, a
+``groups`` summary, and ``settings.rounding`` / ``settings.failed_and_retried``; the truth files
+of the first two are unchanged.
 
 Versions that ran: Python 3.11.7, verifiers 0.4.0, pyzstd 0.20.0, orjson 3.13.0, pydantic
 2.14.4, torch 2.13.0+cpu, renderers 0.1.12, transformers 5.24.0, tokenizers 0.23.3.
@@ -56,11 +73,20 @@ Versions that ran: Python 3.11.7, verifiers 0.4.0, pyzstd 0.20.0, orjson 3.13.0,
 How to run::
 
     python3 -m venv /tmp/fw/prime
-    /tmp/fw/prime/bin/pip install verifiers==0.4.0 torch==2.13.0 orjson pyzstd
+    /tmp/fw/prime/bin/pip install verifiers==0.4.0 torch==2.13.0 transformers==5.24.0 \\
+        orjson pyzstd
     PRIME_RL_GIT=/path/to/prime-rl.git PRIME_RL_SRC=/tmp/fw/prime_src \\
-        /tmp/fw/prime/bin/python tools/dumps/prime_rl_stream.py tests/fixtures/real/prime-rl
+        /tmp/fw/prime/bin/python tools/dumps/prime_rl_stream.py tests/fixtures/real/prime-rl \\
+        [CASE ...]
 
-It writes only the case folders named in ``CASES`` (``stream``, ``stream_multi_annotation``);
+``PRIME_RL_GIT`` is a bare clone holding ``PRIME_RL_COMMIT`` (e.g. the search tool's ``fetch``
+of github:PrimeIntellect-ai/prime-rl); ``PRIME_RL_SRC/<owner>+<repo>@<commit>/<path>`` holds the
+``NEW_SOURCES`` texts as the code-search index stores them (its ``read_file`` with repo, path and
+commit), checked here against their blob ids. With no CASE it writes every case folder named in
+``CASES`` (``stream``, ``stream_multi_annotation``, ``stream_failed_episode``,
+``stream_superseded``, ``stream_batch_cut``, ``stream_retried_episode``); a case's seed and clock
+depend only on its place in ``CASES``, so writing some cases writes them exactly as writing all
+does.
 ``tools/dumps/prime_rl.py`` still writes ``default`` and ``all_only``.
 """
 
@@ -391,6 +417,126 @@ MULTI_STEPS = {
     ]
 }
 
+
+def _variant(steps: dict, step: int, group: int, **changes) -> dict:
+    """A copy of ``steps`` with group ``group`` (0-based) of ``step`` changed: ``outs`` given
+    as {sample: output}, any other key replaced."""
+    out = json.loads(json.dumps(steps))
+    out = {int(k): v for k, v in out.items()}
+    g = out[step][group]
+    for key, value in changes.items():
+        if key == "outs":
+            for k, o in value.items():
+                g["outs"][k] = o
+        else:
+            g[key] = value
+    return out
+
+
+# step 1 group 1 sample 1 ("two plus three is five", reward 1.0) fails on its first model call;
+# step 2's all-zero group goes first, so that (with this case's arrival order) it completes last
+# and the one trace step 2's batch of 11 leaves in the sink is a zero-advantage one
+FAILED_STEPS = _variant(base.STEPS, 1, 0, outs={1: "ERROR"})
+FAILED_STEPS[2] = [FAILED_STEPS[2][2], FAILED_STEPS[2][0], FAILED_STEPS[2][1]]
+# the same sample's first attempt fails, the env's retry (run_episode_with_retry) succeeds
+RETRIED_STEPS = _variant(base.STEPS, 1, 0, outs={1: {"retry": "two plus three is five"}})
+# an early (superseded) orch record for a trace of step 1 group 1 and of step 2 group 2
+SUPERSEDED_STEPS = _variant(_variant(base.STEPS, 1, 0, supersede=True), 2, 1, supersede=True)
+# batch_size 10 over groups of 4: process_batch cuts the pending traces by count, so groups
+# straddle batches. Step 1's window: the 3 groups of `default` step 1 (12 traces: 10 taken, 2
+# left); step 2's: its first 2 groups (2 + 8 = 10 taken); step 3's: 3 new groups (12: 10
+# taken, 2 still in the sink at the snapshot).
+BATCH_CUT_STEPS = {
+    1: base.STEPS[1],
+    2: base.STEPS[2][:2],
+    3: [
+        dict(
+            q="what is two times four ?",
+            a="eight",
+            dispatch_step=3,
+            policy=(2, 2),
+            outs=["two times four equals eight . #### eight", "#### six", "two times four is eight",
+                  "it is ten"],
+        ),
+        dict(
+            q="what is six plus three ?",
+            a="nine",
+            dispatch_step=3,
+            policy=(2, 2),
+            outs=["#### nine", "six plus three is nine", "#### eight",
+                  "six plus three equals seven"],
+        ),
+        dict(
+            q="what is eight minus five ?",
+            a="three",
+            dispatch_step=3,
+            policy=(2, 2),
+            outs=["eight minus five is three", "#### three", "i think it is four", "#### two"],
+        ),
+    ],
+}  # fmt: skip
+CHUNK_BYTES_SUPERSEDED = 1024  # the orch annotations roll too (2-3 records a chunk)
+
+ROUNDING = {
+    "stream_records": (
+        "FileMonitor.log_episodes (monitor.py@048a6e23) writes each episode on arrival as "
+        "Episode.to_record(float_decimals=config.float_decimals); FileMonitorConfig.float_decimals "
+        "defaults to 4 (configs/monitors.py@18f8bfa2). verifiers 0.4.0 "
+        "MessageNode.serialize_record_floats (verifiers/v1/graph.py, RECORD_FLOAT_DECIMALS = 4, "
+        "a pydantic field_serializer, when_used='json') applies Python round(v, 4) to each value "
+        "of nodes[].logprobs, advantages, reference_logprobs, trainer_logprobs, entropies. On "
+        "arrival a train episode is not scored yet (the main loop logs it before "
+        "TrainSink.add), so stream records carry rounded logprobs and no advantages."
+    ),
+    "orch_annotations": (
+        "orchestrator/annotations.py stamp_ship@f7980521 writes info.advantage "
+        "(routing.scalar_advantage: mean of the trace's nonzero token advantages) and "
+        "branches[k].advantages (verifiers Branch.advantages: node advantages spread over the "
+        "branch's tokens, 0.0 elsewhere) as they are in memory: the float32 values of "
+        "score_group's torch tensor, .tolist() to Python floats, written by orjson in shortest "
+        "repr. No rounding (no float_decimals on this path, monitor.py log_annotations dumps "
+        "the update as given)."
+    ),
+    "trainer_annotations": (
+        "trainer/rl/annotations.py _tensor_to_floats@65a18584: round(float32 value, "
+        "float_decimals) for trainer_logprobs and entropies (not advantages)."
+    ),
+    "consequence": (
+        "In this layout the per-token advantages on disk equal prime-rl's float32 values exactly "
+        "(rows' written.orch_stream_equals_computed). Four-decimal advantages appear only where a "
+        "scored episode is serialized with to_record: the old layout's "
+        "rollouts/step_N/train/effective/traces.jsonl, or a reader that re-serializes a folded "
+        "record. rows' computed.node_advantages_to_record_4 hold what verifiers' serializer "
+        "makes of the scored trace (|difference| <= 5e-5)."
+    ),
+}
+
+FAILED_AND_RETRIED = {
+    "failed_episode": (
+        "The first model call fails (ProviderError 503): the call is recorded with its error and "
+        "no node, Trace.record_error sets trace ok false, stop_condition provider_error, errors "
+        "[ProviderError]; episode ok false, no rewards, no nodes. prime-rl's main loop stamps it "
+        "(stamp_arrival: info.kind / dispatch / arrival) and monitors.log(..., 'all') writes it "
+        "to the stream on arrival like any other episode ('Episode-level failures are "
+        "preserved'); its index row has ok false, reward null, advantage null. TrainSink.add "
+        "counts it toward its group (the group is complete at group_size arrivals); "
+        "process_group's iter_trainable_traces skips trace.has_error (= not trace.ok), so "
+        "GRPOAlgorithm.score_group centres the group's other traces on their own mean "
+        "(3 of 4 here). The failed trace gets no advantages, is never in the batch, never "
+        "shipped, never annotated."
+    ),
+    "retried_episode": (
+        "verifiers' env reruns a failed episode when env retries allow it "
+        "(verifiers/v1/env.py Env.run_slot -> verifiers/v1/utils/retries.py "
+        "run_episode_with_retry; RetryConfig(max_retries=1) here, default 0). Each attempt "
+        "mints a fresh episode (new episode and trace ids); only the final one reaches prime-rl, "
+        "so the failed attempt is never in the stream. The final episode is ok true with the "
+        "failed attempt's errors prepended to episode.errors ('success is the ok stamp, never "
+        "errors-emptiness'); its trace is ok with no errors, has rewards, is trainable and "
+        "counts in its group (4 of 4). Index row: ok true, num_errors 1."
+    ),
+}
+
 CASES = {
     "stream": dict(
         steps=base.STEPS,
@@ -437,6 +583,96 @@ CASES = {
             "advantage (info and per-token advantages both replaced on fold), trace B an "
             "info-only make_update with a new scalar advantage (the fold replaces "
             "info.advantage but keeps the per-token advantages of the first record)."
+        ),
+    ),
+    "stream_failed_episode": dict(
+        steps=FAILED_STEPS,
+        partial=None,
+        batch_size=11,
+        chunk_bytes=CHUNK_BYTES_STREAM,
+        trainer=False,
+        extra_updates=False,
+        finalize=True,
+        detail=True,
+        description=(
+            "The groups of case `default` (2 training steps x 3 groups x group_size 4) except "
+            "that step 1 group 1 sample 1 failed on its first model call (ProviderError 503): "
+            "episode ok false, trace ok false, no nodes, no rewards. It is in the stream "
+            "(written on arrival, index row ok false, reward null) and never annotated. GRPO "
+            "scores its group over the 3 ok traces (rewards 1.5, 0.5, 0.0; float32 mean "
+            "0.6666666865348816; advantages 0.8333333134651184, -0.1666666865348816, "
+            "-0.6666666865348816, all three shipped at step 1). batch_size 11 (prime-rl counts "
+            "trainable traces): step 1 = 11 traces, 5 shipped after filter_zero_advantages; "
+            "step 2 (its groups dispatched in the order three times three, ten minus ten, one "
+            "plus one) = 12 traces: process_batch takes the first 11 in insertion order, and the "
+            "12th (of the all-zero group, advantage 0) stays in the sink when the run ends "
+            "(rows' pending_in_sink). Clean finish (finalize): every chunk sealed."
+        ),
+    ),
+    "stream_superseded": dict(
+        steps=SUPERSEDED_STEPS,
+        partial=None,
+        batch_size=12,
+        chunk_bytes=CHUNK_BYTES_SUPERSEDED,
+        trainer=False,
+        extra_updates=False,
+        finalize=False,
+        detail=True,
+        description=(
+            "The groups of case `default` (2 steps x 3 groups x 4, all episodes ok). For step 1 "
+            "group 1 and step 2 group 2, when the group's third episode arrived the script wrote "
+            "a script-made orch record: prime-rl's score_group run on copies of the three "
+            "arrived episodes (one member still out), then prime-rl's stamp_ship for the first "
+            "copied trace with a nonzero advantage (info.effective, info.ship.step, "
+            "info.advantage, branches[0].advantages: all from a 3-member mean). The group's real "
+            "stamp_ship at ship time comes later in the same orch stream and supersedes it "
+            "(fold_trace_updates, newest wins): the folded advantages are the full-group GRPO "
+            "values; a reader keeping the first record gets the 3-member values instead "
+            "(rows' written.orch_records_each_folded_alone). chunk_bytes 6 KiB: the stream and "
+            "the orch annotations both roll (sealed .zst chunks + a live plain chunk, snapshot "
+            "mid-run, finalize not called)."
+        ),
+    ),
+    "stream_batch_cut": dict(
+        steps=BATCH_CUT_STEPS,
+        partial=None,
+        batch_size=10,
+        chunk_bytes=CHUNK_BYTES_STREAM,
+        trainer=False,
+        extra_updates=False,
+        finalize=False,
+        detail=True,
+        description=(
+            "batch_size 10 with groups of 4 (all episodes ok): TrainSink.process_batch takes the "
+            "first batch_size traces of pending_batch in insertion order (items[:batch_size]), "
+            "whatever their group. Step 1's window (the 3 groups of `default` step 1) leaves the "
+            "last 2 traces of its last-completed group in the sink: they ship at step 2 while "
+            "their group-mates shipped at step 1 (one group, two ship steps). Step 2's window "
+            "(`default` step 2's first 2 groups) takes exactly 10. Step 3's window (3 new groups, "
+            "every reward distinct within its group) takes 10 of 12: the last 2 traces of its "
+            "last-completed group, scored by GRPO with nonzero advantages, are still in the sink "
+            "when the snapshot is taken (finalize not called): in the stream, never annotated "
+            "(rows' pending_in_sink). Each group's advantages are computed once, over the whole "
+            "group, when it completes."
+        ),
+    ),
+    "stream_retried_episode": dict(
+        steps=RETRIED_STEPS,
+        partial=None,
+        batch_size=12,
+        chunk_bytes=CHUNK_BYTES_STREAM,
+        trainer=False,
+        extra_updates=False,
+        finalize=True,
+        detail=True,
+        description=(
+            "The groups of case `default` (2 steps x 3 groups x 4) except that step 1 group 1 "
+            "sample 1's first attempt failed (ProviderError 503) and verifiers' "
+            "run_episode_with_retry (env retries max_retries 1) reran it; the second attempt "
+            "succeeded. Only the final episode is in the stream: ok true, errors [ProviderError "
+            "of the failed attempt], its trace ok with rewards. It counts in its group (4 of 4, "
+            "the same advantages as case `default`) and ships. The failed attempt (its own "
+            "episode and trace ids) is nowhere on disk. Clean finish: every chunk sealed."
         ),
     ),
 }
@@ -563,6 +799,44 @@ async def run_case(
     )
     order_rng = random.Random(seed + 1)
     progress_step = 1
+    retried: dict[str, list[str]] = {}  # final episode id -> ids of its failed attempts
+    supersede_groups: set[str] = set()
+    early_records: list[dict] = []
+
+    async def early_orch_update(arrived):
+        """A superseded orch record (script-made, case ``stream_superseded``): prime-rl's
+        ``score_group`` run on copies of the group's first arrivals only (one member still out),
+        then prime-rl's ``stamp_ship`` for the first copied trace given a nonzero advantage, at
+        the current step. The real ``stamp_ship`` of the full group's cohort comes later in the
+        same orch stream, so ``fold_trace_updates`` (newest wins) replaces it."""
+        early = [e.model_copy(deep=True) for e in arrived]
+        await score_group(algo, early)
+        e, tr = next(
+            (e, tr)
+            for e, tr in old["iter_trainable_traces"](early)
+            if old["scalar_advantage"](tr) not in (None, 0.0)
+        )
+        adv = old["scalar_advantage"](tr)
+        tr.info["advantage"] = adv  # what TrainEpisodes.vf_episodes stamps before stamp_ship
+        updates = new["stamp_ship"]([e.model_copy(update={"traces": [tr]})], progress_step)
+        await orch.log_annotations(updates)
+        early_records.append(
+            {
+                "trace_id": tr.id,
+                "kind": (
+                    "superseded: prime-rl stamp_ship of a copy scored by prime-rl score_group "
+                    f"over the group's first {len(arrived)} arrivals (of {base.GROUP_SIZE}); "
+                    "written before the real ship record"
+                ),
+                "step": progress_step,
+                "advantage": adv,
+                "node_advantages": {
+                    str(i): n.advantages for i, n in enumerate(tr.nodes) if any(n.mask)
+                },
+                "early_group_trace_ids": [t.id for _, t in old["iter_trainable_traces"](early)],
+            }
+        )
+
     all_episodes = []  # in memory, after scoring: the truth's "computed" values
     shipped = []  # (step, cohort vf_episodes)
     idx = 0
@@ -574,6 +848,8 @@ async def run_case(
         all_episodes.append(ep)
         gid = ep.group.id
         pending_groups[gid].append(ep)
+        if gid in supersede_groups and len(pending_groups[gid]) == base.GROUP_SIZE - 1:
+            await early_orch_update(pending_groups[gid])
         if len(pending_groups[gid]) < base.GROUP_SIZE:
             return None
         group = pending_groups.pop(gid)  # TrainSink.process_group
@@ -655,28 +931,57 @@ async def run_case(
         )  # prime_rl.monitors
         await asyncio.to_thread(writer.flush)  # flush() calls asyncio.run(...)
 
+    async def build_episode(g, k, idx, step):
+        """One rollout of group ``g``. An output ``{"retry": text}`` is a rollout whose first
+        attempt failed (ProviderError 503, as an "ERROR" output) and whose env reran it:
+        verifiers' own ``run_episode_with_retry`` (env ``retries.max_retries`` 1) calls the
+        attempt twice and prepends the failed attempt's errors to the final episode."""
+        out = g["outs"][k]
+        if not isinstance(out, dict):
+            return base.make_episode(
+                vf, tok, renderer, MathTask, MathTaskData, g, k, idx, ids, clock, run_id, step
+            )
+        from verifiers.v1.configs.retries import RetryConfig
+        from verifiers.v1.utils.retries import run_episode_with_retry
+
+        attempts = []
+        for text in ("ERROR", out["retry"]):
+            outs = list(g["outs"])
+            outs[k] = text
+            attempts.append(dict(g, outs=outs))
+
+        async def attempt():
+            episode = base.make_episode(
+                vf,
+                tok,
+                renderer,
+                MathTask,
+                MathTaskData,
+                attempts.pop(0),
+                k,
+                idx,
+                ids,
+                clock,
+                run_id,
+                step,
+            )
+            made_attempts.append(episode)
+            return episode
+
+        made_attempts: list = []
+        episode = await run_episode_with_retry(attempt, RetryConfig(max_retries=1))
+        retried[episode.id] = [a.id for a in made_attempts if a.id != episode.id]
+        return episode
+
     pending_groups: dict[str, list] = defaultdict(list)
     for step, specs in sorted(spec["steps"].items()):
         episodes = []
         for g in specs:
             g["_gid"] = ids.uuid()
+            if g.get("supersede"):
+                supersede_groups.add(g["_gid"])
             for k in range(base.GROUP_SIZE):
-                episodes.append(
-                    base.make_episode(
-                        vf,
-                        tok,
-                        renderer,
-                        MathTask,
-                        MathTaskData,
-                        g,
-                        k,
-                        idx,
-                        ids,
-                        clock,
-                        run_id,
-                        step,
-                    )
-                )
+                episodes.append(await build_episode(g, k, idx, step))
             idx += 1
         arrival = episodes[:]
         order_rng.shuffle(arrival)
@@ -722,7 +1027,9 @@ async def run_case(
             stream.flush()
             index.flush()
         orch.file.flush()
-    return all_episodes, shipped, extra, config
+    extra = extra + early_records
+    state = {"retried": retried, "pending_in_sink": list(sink.pending_batch)}
+    return all_episodes, shipped, extra, config, state
 
 
 async def extra_orch_updates(orch, old, new, shipped) -> list[dict]:
@@ -792,7 +1099,17 @@ def read_back(case_dir: Path, new: dict) -> tuple[list[dict], dict[str, list[dic
 
 
 def truth_for(
-    case: str, case_dir: Path, spec: dict, all_eps, shipped, extra, config, old, new, provenance
+    case: str,
+    case_dir: Path,
+    spec: dict,
+    all_eps,
+    shipped,
+    extra,
+    config,
+    old,
+    new,
+    provenance,
+    state,
 ):
     import copy
 
@@ -909,7 +1226,7 @@ def truth_for(
     ):
         with contextlib.suppress(md.PackageNotFoundError):
             versions[pkg] = md.version(pkg)
-    return {
+    out = {
         "made_by": "tools/dumps/prime_rl_stream.py",
         "framework": (
             "prime-rl file monitor, new layout (PRs #3444, #3465) with verifiers 0.4.0 episodes"
@@ -954,10 +1271,122 @@ def truth_for(
         "files": files,
         "rows": rows,
     }
+    if spec.get("detail"):
+        add_detail(out, episodes, updates, mem, shipped_at, state, old, new)
+    return out
 
 
-def main(outdir: str) -> None:
+def add_detail(out, episodes, updates, mem, shipped_at, state, old, new) -> None:
+    """Cases made after ``stream`` / ``stream_multi_annotation`` (their truth files are left as
+    they were): errors and retries per row, the rounding, every orch record of a trace and
+    which of them the fold replaced, and one summary per group."""
+    import copy
+
+    import torch
+
+    rows = {(r["episode_id"], r.get("trace_index")): r for r in out["rows"]}
+    groups: dict[str, dict] = {}
+    for item in episodes:
+        rec = item["record"]
+        ep = mem[rec["id"]]
+        trainable = {tr.id for _, tr in old["iter_trainable_traces"]([ep])}
+        rounded = ep.to_record(float_decimals=4)  # verifiers' own serializer, after scoring
+        for t_index, (tr_rec, tr) in enumerate(zip(rec["traces"], ep.traces, strict=True)):
+            row = rows[(rec["id"], t_index)]
+            sampled = row["sampled_nodes"]
+            row["episode_errors"] = [e.get("type") for e in rec.get("errors") or []]
+            row["trace_ok"] = tr_rec.get("ok")
+            row["trace_errors"] = [e.get("type") for e in tr_rec.get("errors") or []]
+            row["retried_attempts_not_in_stream"] = state["retried"].get(rec["id"], [])
+            row["trainable"] = tr.id in trainable
+            row["pending_in_sink"] = tr.id in state["pending_in_sink"]
+            row["computed"]["node_advantages_to_record_4"] = (
+                {str(i): rounded["traces"][t_index]["nodes"][i].get("advantages") for i in sampled}
+                if row["computed"]["node_advantages"] is not None
+                else None
+            )
+            orch = [u for u in updates.get(tr.id, []) if u["producer"] == PRODUCER_ORCH]
+            alone = []
+            for n, u in enumerate(orch):
+                folded = copy.deepcopy(tr_rec)
+                new["fold_trace_updates"](folded, [u["record"]])
+                alone.append(
+                    {
+                        "index_line": u["index_line"],
+                        "chunk": u["chunk"],
+                        "offset": u["offset"],
+                        "superseded": n < len(orch) - 1,
+                        "ship_step": u["record"]["info"].get("ship", {}).get("step"),
+                        "advantage": u["record"]["info"].get("advantage"),
+                        "node_advantages": {
+                            str(i): folded["nodes"][i].get("advantages") for i in sampled
+                        },
+                    }
+                )
+            row["written"]["orch_records_each_folded_alone"] = alone
+            g = groups.setdefault(
+                rec["group"]["id"],
+                {
+                    "group_id": rec["group"]["id"],
+                    "prompt": rec["task"]["data"]["prompt"],
+                    "episodes_in_stream": 0,
+                    "episodes_ok": 0,
+                    "episodes_failed": [],
+                    "episodes_retried": [],
+                    "trainable_trace_ids": [],
+                    "rewards_of_trainable": [],
+                    "advantage_by_trace": {},
+                    "shipped_at_step_by_trace": {},
+                    "zero_advantage_trace_ids": [],
+                    "pending_in_sink_trace_ids": [],
+                },
+            )
+            if t_index == 0:
+                g["episodes_in_stream"] += 1
+                g["episodes_ok"] += bool(rec["ok"])
+                if not rec["ok"]:
+                    g["episodes_failed"].append(rec["id"])
+                if rec["id"] in state["retried"]:
+                    g["episodes_retried"].append(rec["id"])
+            if tr.id in trainable:
+                g["trainable_trace_ids"].append(tr.id)
+                g["rewards_of_trainable"].append(tr.reward)
+                g["advantage_by_trace"][tr.id] = row["computed"]["scalar_advantage"]
+                if row["computed"]["zero_advantage"]:
+                    g["zero_advantage_trace_ids"].append(tr.id)
+            if shipped_at.get(tr.id):
+                g["shipped_at_step_by_trace"][tr.id] = shipped_at[tr.id]
+            if row["pending_in_sink"]:
+                g["pending_in_sink_trace_ids"].append(tr.id)
+    for g in groups.values():
+        rewards = g["rewards_of_trainable"]
+        g["complete"] = g["episodes_in_stream"] == base.GROUP_SIZE
+        g["scored"] = g["complete"] and bool(rewards)
+        g["mean_reward_float32"] = (
+            torch.tensor(rewards, dtype=torch.float32).mean().item() if g["scored"] else None
+        )
+        g["n"] = {
+            "in_stream": g["episodes_in_stream"],
+            "trainable_in_mean": len(g["trainable_trace_ids"]) if g["scored"] else 0,
+            "shipped": len(g["shipped_at_step_by_trace"]),
+        }
+    out["groups"] = list(groups.values())
+    out["settings"]["rounding"] = ROUNDING
+    out["settings"]["failed_and_retried"] = FAILED_AND_RETRIED
+    out["settings"]["verifiers_code_run_unchanged"] = [
+        "verifiers/v1/episode.py Episode.to_record (float_decimals 4, the file monitor's)",
+        "verifiers/v1/graph.py MessageNode.serialize_record_floats (round(v, 4) per value)",
+        "verifiers/v1/trace.py Trace.record_error, record_reward, Branch.advantages, has_error",
+        "verifiers/v1/utils/retries.py run_episode_with_retry, RetryState, backoff and "
+        "verifiers/v1/configs/retries.py RetryConfig (only where a rollout was retried)",
+    ]
+
+
+def main(outdir: str, only: list[str]) -> None:
     outdir = Path(outdir).resolve()
+    unknown = sorted(set(only) - set(CASES))
+    if unknown:
+        sys.exit(f"unknown case(s) {unknown}: the cases are {list(CASES)}")
     clock_state = [1_788_000_000.0]
 
     def tick() -> float:
@@ -970,18 +1399,20 @@ def main(outdir: str) -> None:
     tok_dir = tempfile.mkdtemp(prefix="prime_tok_")
     tok = base.build_tokenizer(tok_dir)
     renderer = DefaultRenderer(tok)
-    for i, (case, spec) in enumerate(CASES.items()):
+    for i, (case, spec) in enumerate(CASES.items()):  # i (seed, clock) does not depend on `only`
+        if only and case not in only:
+            continue
         case_dir = outdir / case
         if case_dir.exists():
             shutil.rmtree(case_dir)
         case_dir.mkdir(parents=True)
         spec = dict(spec, steps=json.loads(json.dumps(spec["steps"])))  # fresh copies
         clock_state[0] = 1_788_000_000.0 + 10_000 * i
-        all_eps, shipped, extra, config = asyncio.run(
+        all_eps, shipped, extra, config, state = asyncio.run(
             run_case(case_dir, spec, old, new, tok, renderer, SEED + 100 * i, clock_state)
         )
         truth = truth_for(
-            case, case_dir, spec, all_eps, shipped, extra, config, old, new, provenance
+            case, case_dir, spec, all_eps, shipped, extra, config, old, new, provenance, state
         )
         (case_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
         print(f"{case}: {len(truth['rows'])} trace rows, files {truth['files']}")
@@ -989,6 +1420,6 @@ def main(outdir: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: prime_rl_stream.py OUTDIR")
-    main(sys.argv[1])
+    if len(sys.argv) < 2:
+        sys.exit("usage: prime_rl_stream.py OUTDIR [CASE ...]")
+    main(sys.argv[1], sys.argv[2:])

@@ -2,13 +2,15 @@
 
 Made from slime github.com/THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515 (2026-08-21),
 torch 2.13.0+cpu, transformers 5.24.0, tokenizers 0.23.3, numpy 2.4.6, httpx, aiohttp, sympy,
-pylatexenc (what slime's rollout modules import), Python 3.11, on CPU, offline. slime is not on
+pylatexenc, requests, omegaconf, pillow (what slime's rollout modules import), and for the
+reinforce_pp_* cases megatron-core 0.16.1 (`pip install --no-deps`; the newest for Python 3.11:
+slime's train side imports `megatron.core.mpu`), Python 3.11, on CPU, offline. slime is not on
 PyPI (the PyPI `slime` is another project): its source comes from the bare git dir that the search
 tool's `fetch github:THUDM/slime` returned.
 
 Run (from the repository root, with the framework venv, never as part of CI):
 
-    /tmp/fw/src/bin/python tools/dumps/slime.py OUTDIR --slime-src PATH [--fixtures DIR] [CASE..]
+    /tmp/fw/slime/bin/python tools/dumps/slime.py OUTDIR --slime-src PATH [--fixtures DIR] [CASE..]
 
 PATH is a bare git clone of THUDM/slime (`slime/` is extracted from its
 HEAD into OUTDIR/src) or a folder that already holds the extracted `slime/` package (commit from
@@ -41,7 +43,28 @@ Stubbed (imported by those modules, unused on this path): `ray` (slime/utils/dat
 `sglang.srt.server_args.ServerArgs` and `sglang_router.launch_router.RouterArgs` (their
 `add_cli_args` add nothing, so the SGLang server's own flags are absent; `sglang_dp_size` is set
 to SGLang's default 1). `RolloutManager._split_train_data_by_dp` (DP scheduling after the dump) is
-replaced by a function that keeps the train data.
+replaced by a function that keeps the train data (and, in the reinforce_pp_* cases, then calls
+slime's own, below).
+
+The reinforce_pp_* cases (`--advantage-estimator reinforce_plus_plus_baseline` or
+`reinforce_plus_plus`, `--normalize-advantages`, which slime requires for both; 3 rollouts of 4
+prompts x 4 samples) also run slime's train side for one data-parallel rank, so truth.json holds
+slime's own per-token `advantages` for every response token: the RolloutManager methods
+`set_train_parallel_config` and `_split_train_data_by_dp` (taken out of slime/ray/rollout.py with
+`ast`, unchanged; they call `build_dp_schedule` and `tensorize_rollout_data_for_training`, `ray.put`
+is the identity), `MegatronTrainRayActor._get_rollout_data` (taken out of
+slime/backends/megatron_utils/actor.py with `ast`, unchanged: `process_rollout_data`,
+`slice_log_prob_with_cp`; its device is the CPU), then `compute_advantages_and_returns`
+(slime/backends/megatron_utils/loss.py, imported unchanged; it calls
+`get_reinforce_plus_plus_baseline_advantages`, or `get_reinforce_plus_plus_returns` and
+`chunked_discounted_returns`, then `distributed_masked_whiten`). Megatron-core's parallel state
+is initialised with TP = PP = CP = 1 on a real gloo WORLD of size 1 (a FileStore in OUTDIR), so
+the whitening all-reduces over
+`mpu.get_data_parallel_group(with_context_parallel=True)`, a gloo group of one rank. Not run: the
+policy and reference forward passes and the optimizer steps of `train_actor`; with `--kl-coef 0`
+(slime's default, used here) the advantages read only the log-probs' shape (kl = zeros shaped like
+them, here the rollout_log_probs). These cases' scripts use only words of the other cases'
+vocabulary (checked), so the other fixtures stay byte-identical.
 
 Stand-ins (not slime code):
 - the SGLang server behind `post(url, payload)` / `get(.../workers)` (patched into slime's
@@ -151,6 +174,76 @@ COMPACTION = {  # rollout 1 of mixed_compaction: prompts 3-5
 EVAL = {6: [["\\boxed{2}"], ["1 plus 1 is \\boxed{3}"]], 7: [["so \\boxed{4}"], ["\\boxed{4}"]]}
 SUMMARY = "summary : the tool said {result} ."
 
+# The REINFORCE++ cases (reinforce_pp_*): 4 prompts a rollout (--rollout-batch-size 4) over the 6
+# train prompts, so rollout 0 holds prompts 0-3, rollout 1 prompts 4, 5, 0, 1 (the data source
+# wraps to its second epoch) and rollout 2 prompts 2-5; each rollout has a script of its own.
+# Their words are all in the vocabulary that all_texts() builds (checked), which these scripts
+# leave unchanged so the other cases' token ids stay the same.
+RPP_SINGLE = [
+    {  # rollout 0; group 1 has equal rewards (0 before the whitening, not after)
+        0: [["5"], ["the answer is 5"], ["2 plus 3 is 5 so 5"], ["it is 6"]],
+        1: [["8"], ["8"], ["8"], ["8"]],
+        2: [
+            ["9 minus 7 is 2"],
+            ["2"],
+            ["it is 3"],
+            ["let me think 9 minus 7 is 2 so the answer is 2"],
+        ],
+        3: [["6"], ["3 plus 3 is 6"], ["it is 9"], ["6 so 6"]],
+    },
+    {  # rollout 1
+        4: [["10"], ["5 times 2 is 10"], ["the answer is 12"], ["10 so 10"]],
+        5: [["8 minus 1 is 7"], ["7"], ["7"], ["it is 9 so 9"]],
+        0: [["the answer is 5"], ["so 5"], ["5"], ["it is 5"]],
+        1: [["4 times 2 is 8"], ["the answer is 6"], ["8"], ["let me think"]],
+    },
+    {  # rollout 2
+        2: [["2"], ["2"], ["the answer is 2"], ["3"]],
+        3: [["it is 6"], ["6"], ["3 times 3 is 9"], ["so the answer is 6"]],
+        4: [["10"], ["10"], ["10"], ["it is 10"]],
+        5: [["7"], ["the answer is 8"], ["8 minus 1 is 7 so 7"], ["it is 7"]],
+    },
+]
+# Multi-turn (slime_dump_hooks.multi_turn_generate): a "calc" turn gets the tool's output
+# appended with loss_mask 0. A sample of three turns whose first two call the tool fills the
+# 16-token budget with its second tool output: the third turn gets max_new_tokens 0 (finish
+# "length", status truncated) and the response ends on masked tool tokens.
+RPP_MULTI_TURN = [
+    {  # rollout 0
+        0: [
+            ["calc 2 plus 3", "so 5"],
+            ["5"],
+            ["calc 2 times 3", "calc 6 minus 1", "so 5"],
+            ["the answer is 5"],
+        ],
+        1: [["calc 4 times 2", "so 8"], ["8"], ["calc 4 plus 2", "so 6"], ["it is 8"]],
+        2: [["2"], ["calc 9 minus 7", "so 2"], ["calc 9 minus 7", "the answer is 2"], ["3"]],
+        3: [["calc 3 plus 3", "6"], ["calc 3 times 3", "so 9"], ["6"], ["it is 6"]],
+    },
+    {  # rollout 1
+        4: [
+            ["calc 5 times 2", "so 10"],
+            ["10"],
+            ["calc 5 plus 2", "so 7"],
+            ["calc 5 times 2", "10"],
+        ],
+        5: [["7"], ["calc 8 minus 1", "so 7"], ["calc 8 plus 1", "it is 9"], ["it is 7"]],
+        0: [
+            ["5"],
+            ["calc 2 plus 3", "5"],
+            ["the answer is 5"],
+            ["calc 2 minus 3", "calc 3 plus 2", "5"],
+        ],
+        1: [["calc 4 times 2", "so 8"], ["calc 4 times 2", "8"], ["8"], ["it is 6"]],
+    },
+    {  # rollout 2
+        2: [["calc 9 minus 7", "2"], ["2"], ["it is 2"], ["calc 9 plus 7", "so 16"]],
+        3: [["6"], ["calc 3 plus 3", "so 6"], ["calc 3 minus 3", "so 0"], ["the answer is 6"]],
+        4: [["calc 5 times 2", "the answer is 10"], ["10"], ["so 10"], ["calc 5 plus 2", "7"]],
+        5: [["calc 8 minus 1", "so 7"], ["7"], ["calc 8 minus 1", "it is 7"], ["9"]],
+    },
+]
+
 
 def tool(text: str) -> str | None:
     m = re.search(r"calc (\d+) (plus|minus|times) (\d+)", text)
@@ -205,7 +298,7 @@ def install_stubs() -> None:
             return args[0]
         return lambda f: f
 
-    _stub("ray", remote=remote, get=lambda x: x)
+    _stub("ray", remote=remote, get=lambda x: x, put=lambda x, **kwargs: x)
     _stub("wandb")
     _stub("sglang")
     _stub("sglang.srt")
@@ -518,6 +611,10 @@ MANAGER_METHODS = [
     "_convert_samples_to_train_data",
 ]
 SOURCE_LINES: dict[str, str] = {}
+# the train side's (reinforce_pp_* cases): slime/ray/rollout.py's DP split, the actor's
+# _get_rollout_data (slime/backends/megatron_utils/actor.py)
+SPLIT_METHODS = ["set_train_parallel_config", "_split_train_data_by_dp"]
+TRAIN_SOURCE_LINES: dict[str, str] = {}
 
 
 def manager_class(root: Path) -> type:
@@ -561,6 +658,26 @@ def manager_class(root: Path) -> type:
         )
     exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), ns)
 
+    # The DP split that the train side reads (the reinforce_pp_* cases only), unchanged, in a
+    # namespace of its own so that the stand-in below keeps its name for the other cases.
+    from slime.observability.rollout_data_utils import tensorize_rollout_data_for_training
+    from slime.utils.dp_schedule import build_dp_schedule
+    from slime.utils.misc import Box
+
+    split_ns = {
+        "__name__": "slime_rollout_manager_split_extracted",
+        "ray": sys.modules["ray"],
+        "Box": Box,
+        "build_dp_schedule": build_dp_schedule,
+        "tensorize_rollout_data_for_training": tensorize_rollout_data_for_training,
+    }
+    split_body = [nodes[name] for name in SPLIT_METHODS]
+    for node in split_body:
+        TRAIN_SOURCE_LINES[f"slime/ray/rollout.py:RolloutManager.{node.name}"] = (
+            f"L{node.lineno}-{node.end_lineno}"
+        )
+    exec(compile(ast.Module(body=split_body, type_ignores=[]), str(path), "exec"), split_ns)
+
     class RolloutManagerStandIn:
         """Carries what RolloutManager.__init__ (slime/ray/rollout.py L370-409) sets for these
         methods; no servers (the SGLang stand-in answers), no health monitors."""
@@ -576,15 +693,160 @@ def manager_class(root: Path) -> type:
             self.rollout_id = -1
             self._health_monitors: list = []
             self.train_data: dict[int, dict] = {}
+            self.train_parallel_config: dict | None = None
 
         def _split_train_data_by_dp(self, data):
-            """Stand-in for DP scheduling (after the dump): keep the train data."""
+            """Keep the train data; then, once the train side has given its parallel config
+            (set_train_parallel_config, as slime's train actors do), run slime's own
+            RolloutManager._split_train_data_by_dp on it and return its per-rank Boxes."""
             self.train_data[self.rollout_id] = data
-            return data
+            if self.train_parallel_config is None:
+                return data
+            return split_ns["_split_train_data_by_dp"](self, data)
 
     for name in MANAGER_METHODS:
         setattr(RolloutManagerStandIn, name, ns[name])
+    RolloutManagerStandIn.set_train_parallel_config = split_ns["set_train_parallel_config"]
     return RolloutManagerStandIn
+
+
+# --------------------------------------------------------------------------------------------------
+# The train side (reinforce_pp_* cases): slime's Megatron actor with one data-parallel rank
+
+
+def _def_lines(root: Path, rel: str, qualname: str) -> str:
+    """`L{first}-{last}` of a top-level function or Class.method of slime's file `rel`."""
+    tree = ast.parse((root / rel).read_text())
+    body = tree.body
+    *outer, name = qualname.split(".")
+    for cls_name in outer:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls_name).body
+    node = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return f"L{node.lineno}-{node.end_lineno}"
+
+
+TRAIN_FUNCTIONS = [  # run unchanged on the train side, as imported from slime's package
+    ("slime/utils/dp_schedule.py", "build_dp_schedule"),
+    ("slime/observability/rollout_data_utils.py", "tensorize_rollout_data_for_training"),
+    ("slime/utils/data.py", "process_rollout_data"),
+    ("slime/backends/megatron_utils/cp_utils.py", "slice_log_prob_with_cp"),
+    ("slime/backends/megatron_utils/loss.py", "compute_advantages_and_returns"),
+    ("slime/utils/ppo_utils.py", "get_reinforce_plus_plus_baseline_advantages"),
+    ("slime/utils/ppo_utils.py", "get_reinforce_plus_plus_returns"),
+    ("slime/utils/ppo_utils.py", "chunked_discounted_returns"),
+    ("slime/utils/distributed_utils.py", "distributed_masked_whiten"),
+]
+
+
+class SlimeTrainSide:
+    """What slime's train actor (MegatronTrainRayActor.train -> train_actor, actor.py) does with
+    one rollout's data before its first optimizer step, for one data-parallel rank:
+    `_get_rollout_data` (taken out of actor.py with `ast`, unchanged; it calls slime's
+    `process_rollout_data`) and then `compute_advantages_and_returns` (loss.py, imported
+    unchanged), whose `distributed_masked_whiten` all-reduces over
+    `mpu.get_data_parallel_group(with_context_parallel=True)`: Megatron-core's own parallel
+    state, initialised with TP = PP = CP = 1 on a real gloo WORLD of size 1 (a FileStore in the
+    scratch folder). Not run: the policy/ref forward passes of train_actor (with --kl-coef 0,
+    slime's default, the advantages read only the shape of the log-probs: kl is zeros shaped
+    like them, here the rollout_log_probs) and the optimizer steps; the GPU device of
+    `_get_rollout_data` is the CPU."""
+
+    def __init__(self, root: Path, outdir: Path):
+        import torch.distributed as dist
+        from megatron.core import mpu
+
+        store = outdir / "gloo_store"
+        if store.exists():
+            store.unlink()
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        mpu.initialize_model_parallel(
+            tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1
+        )
+        import slime.backends.megatron_utils.loss as loss
+        from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
+        from slime.utils.data import process_rollout_data
+        from slime.utils.misc import Box
+        from slime.utils.types import RolloutBatch
+
+        self.dist, self.mpu, self.loss = dist, mpu, loss
+        rel = "slime/backends/megatron_utils/actor.py"
+        path = root / rel
+        tree = ast.parse(path.read_text(), filename=str(path))
+        cls = next(
+            n
+            for n in tree.body
+            if isinstance(n, ast.ClassDef) and n.name == "MegatronTrainRayActor"
+        )
+        node = next(
+            n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_get_rollout_data"
+        )
+        TRAIN_SOURCE_LINES[f"{rel}:MegatronTrainRayActor._get_rollout_data"] = (
+            f"L{node.lineno}-{node.end_lineno}"
+        )
+        ns = {
+            "__name__": "slime_megatron_actor_extracted",
+            "torch": torch,
+            "mpu": mpu,
+            "process_rollout_data": process_rollout_data,
+            "slice_log_prob_with_cp": slice_log_prob_with_cp,
+            "accelerator": types.SimpleNamespace(current_device=lambda: "cpu"),
+            "Box": Box,
+            "RolloutBatch": RolloutBatch,
+        }
+        exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), ns)
+        self._get_rollout_data = types.MethodType(ns["_get_rollout_data"], self)
+        for rel, name in TRAIN_FUNCTIONS:
+            TRAIN_SOURCE_LINES[f"{rel}:{name}"] = _def_lines(root, rel, name)
+        self.args = None
+
+    def parallel_config(self) -> dict:
+        """train_parallel_config as MegatronTrainRayActor.init computes it (no VPP)."""
+        mpu = self.mpu
+        return {
+            "dp_size": mpu.get_data_parallel_world_size(with_context_parallel=False),
+            "cp_size": mpu.get_context_parallel_world_size(),
+            "vpp_size": mpu.get_virtual_pipeline_model_parallel_world_size() or 1,
+            "microbatch_group_size_per_vp_stage": 1,
+        }
+
+    def process_group(self) -> dict:
+        group = self.mpu.get_data_parallel_group(with_context_parallel=True)
+        return {
+            "backend": str(self.dist.get_backend(group)),
+            "world_size": self.dist.get_world_size(group),
+            "from": "megatron.core.mpu.get_data_parallel_group(with_context_parallel=True)",
+        }
+
+    def advantages(self, args, rollout_data_ref) -> dict:
+        """One rollout's train data on rank 0 with slime's advantages and returns."""
+        self.args = args
+        rollout_data = self._get_rollout_data(rollout_data_ref)
+        self.loss.compute_advantages_and_returns(args, rollout_data)
+        return rollout_data
+
+    def close(self) -> None:
+        self.mpu.destroy_model_parallel()
+        self.dist.destroy_process_group()
+
+
+def check_vocabulary(tokenizer, scripts: list[dict]) -> None:
+    """The reinforce_pp_* scripts must not grow the vocabulary (the other cases' token ids)."""
+    unk = tokenizer.unk_token_id
+    for script in scripts:
+        for samples in script.values():
+            for turns in samples:
+                for turn in turns:
+                    ids = tokenizer(turn, add_special_tokens=False)["input_ids"]
+                    assert unk not in ids, f"word outside the vocabulary in {turn!r}"
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    out = {"python": sys.version.split()[0]}
+    for dist_name in ("torch", "transformers", "tokenizers", "numpy", "megatron-core"):
+        out[dist_name] = version(dist_name)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -657,6 +919,99 @@ CASES: dict[str, dict] = {
         "flags": ["--rm-type", "f1"],
         "eval": True,
     },
+    "reinforce_pp_baseline": {
+        "description": (
+            "--advantage-estimator reinforce_plus_plus_baseline --normalize-advantages: 3 "
+            "rollouts (0.pt, 1.pt, 2.pt), 4 groups x 4 samples each, slime's default "
+            "single-turn generate, f1 rewards (floats, int 0 when nothing overlaps), responses "
+            "of 2 to 14 tokens. --global-batch-size 8: 2 training steps a rollout, whitened "
+            "together. Rollout 0's group 1 has equal rewards (0 before the whitening, not after)."
+        ),
+        "rollouts": [("train", script, None) for script in RPP_SINGLE],
+        "flags": [
+            "--rm-type",
+            "f1",
+            "--advantage-estimator",
+            "reinforce_plus_plus_baseline",
+            "--normalize-advantages",
+            "--rollout-batch-size",
+            "4",
+            "--global-batch-size",
+            "8",
+        ],
+        "train": True,
+    },
+    "reinforce_pp_baseline_multi_turn": {
+        "description": (
+            "--advantage-estimator reinforce_plus_plus_baseline --normalize-advantages: 3 "
+            "rollouts, 4 groups x 4 each, the multi-turn tool-calling generate function: the "
+            "tool's output tokens sit inside the response with loss_mask 0; a sample whose "
+            "second tool output fills the 16-token budget ends on masked tokens (status "
+            "truncated). f1 reward on the whole response text. --global-batch-size 16."
+        ),
+        "rollouts": [
+            ("train", script, "slime_dump_hooks.multi_turn_generate") for script in RPP_MULTI_TURN
+        ],
+        "flags": [
+            "--rm-type",
+            "f1",
+            "--advantage-estimator",
+            "reinforce_plus_plus_baseline",
+            "--normalize-advantages",
+            "--rollout-batch-size",
+            "4",
+            "--global-batch-size",
+            "16",
+        ],
+        "train": True,
+    },
+    "reinforce_pp": {
+        "description": (
+            "--advantage-estimator reinforce_plus_plus --normalize-advantages, --kl-coef 0 and "
+            "--gamma 1 (slime's defaults): the rollouts of reinforce_pp_baseline (same scripts "
+            "and rewards). No group baseline: the raw reward is the return of every response "
+            "token up to the last one with loss_mask 1, then whitened. --global-batch-size 16."
+        ),
+        "rollouts": [("train", script, None) for script in RPP_SINGLE],
+        "flags": [
+            "--rm-type",
+            "f1",
+            "--advantage-estimator",
+            "reinforce_plus_plus",
+            "--normalize-advantages",
+            "--rollout-batch-size",
+            "4",
+            "--global-batch-size",
+            "16",
+        ],
+        "train": True,
+    },
+    "reinforce_pp_multi_turn_gamma": {
+        "description": (
+            "--advantage-estimator reinforce_plus_plus --normalize-advantages --gamma 0.9 "
+            "(--kl-coef 0): the rollouts of reinforce_pp_baseline_multi_turn. slime puts the "
+            "reward on the last loss_mask-1 token and discounts over every response token, the "
+            "masked tool tokens included; tokens after the last trained one get return 0. "
+            "--global-batch-size 8."
+        ),
+        "rollouts": [
+            ("train", script, "slime_dump_hooks.multi_turn_generate") for script in RPP_MULTI_TURN
+        ],
+        "flags": [
+            "--rm-type",
+            "f1",
+            "--advantage-estimator",
+            "reinforce_plus_plus",
+            "--normalize-advantages",
+            "--gamma",
+            "0.9",
+            "--rollout-batch-size",
+            "4",
+            "--global-batch-size",
+            "8",
+        ],
+        "train": True,
+    },
 }
 
 
@@ -669,6 +1024,28 @@ NOTES = (
     " position, not by group_index. get_grpo_returns broadcasts it over every response token"
     " (advantage_tokens_equal). raw_reward is slime's train_data raw_reward. Eval files have no"
     " advantage."
+)
+
+
+NOTES_TRAIN = (
+    "advantages = slime's own per-token advantages of the sample's response tokens "
+    "(rollout_data['advantages'] after compute_advantages_and_returns, float32), as its train "
+    "actor computes them for one rollout id (one rollout_data/{N}.pt) before the first training "
+    "step. Rewards: RolloutManager._post_process_rewards gives reward_post_processed = raw reward "
+    "minus the mean of its block of n_samples_per_prompt consecutive samples "
+    "(reinforce_plus_plus_baseline; no std division), or the raw reward (reinforce_plus_plus). "
+    "returns = slime's unwhitened per-token values (rollout_data['returns']): "
+    "reinforce_plus_plus_baseline: reward_post_processed on every response token (kl_coef 0); "
+    "reinforce_plus_plus: token rewards 0 except the raw reward on the last token whose loss_mask "
+    "is 1, discounted G_t = r_t + gamma * G_{t+1} over all response tokens (masked ones included). "
+    "Whitening (--normalize-advantages, distributed_masked_whiten, shift_mean True, epsilon 1e-8): "
+    "over the tokens with loss_mask 1 of every sample of the rollout (all its training steps "
+    "together, all-reduced over the data-parallel group): mean = sum(x*m)/sum(m), var = "
+    "(sum(x^2*m)/sum(m) - mean^2) * n/(n-1) with n = sum(m) (unbiased when n >= 2), advantage = "
+    "(x - mean) * rsqrt(var + 1e-8), applied to every response token, masked ones included (their "
+    "values are never trained on). loss_mask is what slime trained on (None in the dump = all 1). "
+    "files[*].whiten_reference: n, mean and unbiased std recomputed in float64 from returns and "
+    "loss_mask, for reference only."
 )
 
 
@@ -772,6 +1149,14 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
     dump.mkdir(parents=True)
     args = make_args(ctx["model_dir"], ctx["train"], ctx["eval"], dump, spec)
     manager = ctx["manager_cls"](args)
+    train_side = None
+    if spec.get("train"):
+        check_vocabulary(server.tokenizer, [script for _, script, _ in spec["rollouts"]])
+        if "train_side" not in ctx:
+            ctx["train_side"] = SlimeTrainSide(root, outdir)
+        train_side = ctx["train_side"]
+        manager.set_train_parallel_config(train_side.parallel_config())
+    trained: dict[int, dict] = {}
     rows = []
     rollout_id = 0
     for kind, script, gen_path in spec["rollouts"]:
@@ -780,10 +1165,13 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
         if kind == "eval":
             manager.eval(rollout_id)
             continue
-        manager.generate(rollout_id)
+        refs = manager.generate(rollout_id)
+        if train_side is not None:
+            trained[rollout_id] = train_side.advantages(args, refs)
         rollout_id += 1
 
     files = sorted((dump / "rollout_data").iterdir())
+    files_info: dict[str, dict] = {}
     keep = spec.get("keep")
     dest = fixtures / name
     if dest.exists():
@@ -800,6 +1188,9 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
             train_data = manager.train_data[n]
             kl = [torch.zeros(r) for r in train_data["response_lengths"]]
             returns = get_grpo_returns(torch.tensor(train_data["rewards"]), kl)
+        if train_side is not None:
+            rows += train_rows(f, data, manager.train_data[n], trained[n], files_info)
+            continue
         for i, s in enumerate(data["samples"]):
             row = {
                 "file": f"rollout_data/{f.name}",
@@ -844,8 +1235,83 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
         "source_lines": SOURCE_LINES,
         "rows": rows,
     }
+    if train_side is not None:
+        settings = truth["settings"]
+        del settings["eps"]  # GRPO's std eps: not used by these estimators
+        settings.update(
+            {
+                "kl_coef": args.kl_coef,
+                "gamma": args.gamma,
+                "global_batch_size": args.global_batch_size,
+                "micro_batch_size": args.micro_batch_size,
+                "use_dynamic_batch_size": args.use_dynamic_batch_size,
+                "balance_data": args.balance_data,
+                "use_rollout_logprobs": args.use_rollout_logprobs,
+                "train_parallel_config": train_side.parallel_config(),
+                "whiten": {
+                    "function": "slime.utils.distributed_utils.distributed_masked_whiten",
+                    "shift_mean": True,
+                    "epsilon": 1e-8,
+                    "process_group": train_side.process_group(),
+                },
+            }
+        )
+        truth = {
+            **{k: truth[k] for k in ("made_by", "framework", "case", "description", "settings")},
+            "versions": versions(),
+            "notes": NOTES_TRAIN,
+            "source_lines": {**SOURCE_LINES, **TRAIN_SOURCE_LINES},
+            "files": files_info,
+            "rows": rows,
+        }
     (dest / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return dest
+
+
+def train_rows(f: Path, data: dict, train_data: dict, rd: dict, files_info: dict) -> list[dict]:
+    """truth.json rows of one rollout file from slime's train-side rollout_data (rank 0, its
+    samples in DP-partition order, mapped back to the file's order by rollout_data['partition'])."""
+    samples = data["samples"]
+    partition = list(rd["partition"])
+    assert sorted(partition) == list(range(len(samples))), "every sample is trained on"
+    where = {pos: k for k, pos in enumerate(partition)}
+    rows = []
+    for i, s in enumerate(samples):
+        k = where[i]
+        assert train_data["sample_indices"][i] == s["index"] == rd["sample_indices"][k]
+        mask = [int(v) for v in rd["loss_masks"][k].tolist()]
+        advantages = [float(v) for v in rd["advantages"][k].tolist()]
+        assert len(mask) == len(advantages) == s["response_length"]
+        rows.append(
+            {
+                "file": f"rollout_data/{f.name}",
+                "row": i,
+                "group_index": s["group_index"],
+                "index": s["index"],
+                "rollout_id": s["rollout_id"],
+                "reward": s["reward"],
+                "status": s["status"],
+                "response_length": s["response_length"],
+                "raw_reward": train_data["raw_reward"][i],
+                "reward_post_processed": train_data["rewards"][i],
+                "loss_mask": mask,
+                "returns": [float(v) for v in rd["returns"][k].tolist()],
+                "advantages": advantages,
+            }
+        )
+    x = np.concatenate([np.asarray(r["returns"], dtype=np.float64) for r in rows])
+    m = np.concatenate([np.asarray(r["loss_mask"], dtype=np.float64) for r in rows])
+    n = m.sum()
+    mean = (x * m).sum() / n
+    var = ((x - mean) ** 2 * m).sum() / (n - 1)
+    files_info[f"rollout_data/{f.name}"] = {
+        "rollout_id": data["rollout_id"],
+        "samples": len(samples),
+        "training_steps": len(rd["num_microbatches"]),
+        "dp_partition_rank0": partition,
+        "whiten_reference": {"n": int(n), "mean": float(mean), "std": float(np.sqrt(var))},
+    }
+    return rows
 
 
 def main() -> None:
@@ -879,6 +1345,8 @@ def main() -> None:
     for name in a.cases:
         dest = run_case(name, CASES[name], root, outdir, a.fixtures, commit, ctx)
         print(f"wrote {dest}")
+    if "train_side" in ctx:
+        ctx["train_side"].close()
     asyncio.set_event_loop(None)
 
 

@@ -292,6 +292,22 @@ def repeated_dataset():
     )
 
 
+def distinct_dataset(n: int):
+    """n tasks whose prompt texts all differ (unlike text_dataset's, which repeat after 9)."""
+    from datasets import Dataset
+
+    ops = ["plus", "minus", "times"]
+    prompts = [f"what is {i % 10} {ops[(i // 10) % 3]} {(i // 30) % 10} ?" for i in range(n)]
+    assert len(set(prompts)) == n
+    return Dataset.from_dict(
+        {
+            "prompt": prompts,
+            "question_id": [f"q{i}" for i in range(n)],
+            "kind": ["const" if i == 1 else "plain" for i in range(n)],
+        }
+    )
+
+
 def conversational_dataset(n: int):
     from datasets import Dataset
 
@@ -455,6 +471,64 @@ CASES = {
         config=dict(
             per_device_train_batch_size=6, gradient_accumulation_steps=2, steps_per_generation=4
         ),
+        funcs=TWO,
+        train=lambda: text_dataset(6),
+    ),
+    "batch_weights_none": dict(
+        description="Three settings at once: scale_rewards='batch', reward_weights=[1.0, 0.5] and "
+        "reward functions returning None (the none_rewards functions and kinds: allnone, mixed, "
+        "single, plain, plain, const). TRL: reward = nansum(w_k * r_k), NaN where every function "
+        "returned None; advantage = (reward - group nanmean) / (nanstd over the whole generation "
+        "batch + 1e-4), then NaN -> 0. The weights are not in the file.",
+        config=dict(scale_rewards="batch", reward_weights=[1.0, 0.5]),
+        funcs="none",
+        train=lambda: text_dataset(
+            6, kinds=["allnone", "mixed", "single", "plain", "plain", "const"]
+        ),
+    ),
+    "all_zero": dict(
+        description="Every prompt is kind=const: every completion gets accuracy 1.0 and format "
+        "0.5, so every group has zero std and TRL logs advantage 0 for all 72 rows. Nothing in "
+        "the file (rewards or advantages) tells the group size.",
+        config={},
+        funcs=TWO,
+        train=lambda: text_dataset(6, kinds=["const"] * 6),
+    ),
+    "eval_n1": dict(
+        description="eval_strategy='steps', eval_steps=1, eval_on_start=True, "
+        "num_generations_eval=1 for an eval set of 3 prompts (per_device_eval_batch_size=3: one "
+        "eval batch of 3 rows, each its own group of one). TRL's group path sets std to 0 when "
+        "num_generations_eval is 1 and the mean is the reward itself, so every eval advantage "
+        "is 0. The evaluation before training (eval_on_start) writes completions_00000.parquet "
+        "holding only those 3 eval rows; at steps 1-3 TRL writes the 24 train rows, then the "
+        "eval log overwrites the step's file with the last 21 train rows followed by the 3 eval "
+        "rows (the first train group in the file is cut to 1 member). Nothing in the file marks a "
+        "row as eval.",
+        config=dict(
+            eval_strategy="steps",
+            eval_steps=1,
+            eval_on_start=True,
+            num_generations_eval=1,
+            per_device_eval_batch_size=3,
+        ),
+        funcs=TWO,
+        train=lambda: text_dataset(6),
+        eval=lambda: text_dataset(3, start=6),
+    ),
+    "g4_for_check": dict(
+        description="num_generations=4 with 18 prompts per step (per_device_train_batch_size=72, "
+        "a dataset of 54 tasks with distinct prompt texts): 18 groups of 4 per file, for "
+        "checking a group size the user gives wrongly (e.g. 8).",
+        config=dict(per_device_train_batch_size=72),
+        funcs=TWO,
+        train=lambda: distinct_dataset(54),
+    ),
+    "gdpo_weights": dict(
+        description="multi_objective_aggregation='normalize_then_sum' with reward_weights=[1.0, "
+        "0.5]: each reward function is normalised within its group, the normalised values are "
+        "summed with the weights 1.0 and 0.5, then the sum is normalised over the whole batch. "
+        "The weights are not in the file.",
+        config=dict(multi_objective_aggregation="normalize_then_sum", reward_weights=[1.0, 0.5]),
         funcs=TWO,
         train=lambda: text_dataset(6),
     ),
@@ -640,6 +714,8 @@ def derive_truth(case: str, spec: dict, trainer, args, comp_dir: Path, versions:
         "loss_type": args.loss_type,
         "eval_strategy": str(getattr(args.eval_strategy, "value", args.eval_strategy)),
         "eval_steps": args.eval_steps,
+        # Only where set, so that the cases made before it was recorded stay byte-identical.
+        **({"eval_on_start": True} if args.eval_on_start else {}),
         "per_device_eval_batch_size": args.per_device_eval_batch_size,
         "train_dataset_rows": len(trainer.train_dataset),
         "eval_dataset_rows": len(trainer.eval_dataset)
