@@ -53,6 +53,7 @@ from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
+from advcli.presets import Setting
 from advcli.results import AnnotateResult
 
 
@@ -155,6 +156,9 @@ class Run:
     agreement: reproduce.Agreement | None = None  # against the framework's logged advantages
     settled: str | None = None  # the log's settings found from those (Log.settled)
     reproduced_by: str | None = None  # flags that give the logged advantages where these differ
+    log: Log | None = None  # the log it was planned on
+    token_agreement: reproduce.TokenAgreement | None = None  # per-token advantages against the
+    # logged ones, filled by the final pass
     n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
 
     def final_pass(self, name: str) -> contextlib.AbstractContextManager[None]:
@@ -212,7 +216,24 @@ class Run:
                 columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)
+                if self.token_agreement is not None:
+                    self.token_agreement.add(row0, table, tok.mask, columns["advantages"])
                 yield row0, table, tok, columns
+        if self.token_agreement is not None:
+            self.agreement, self.token_agreement = self.token_agreement.result(), None
+            if self.agreement is not None:
+                self.settle_agreement()
+
+    def settle_agreement(self) -> None:
+        """Where the advantages differ from the framework's logged ones, the warning that says
+        so, naming the setting that gives those if one of the framework's does."""
+        assert self.agreement is not None and self.log is not None
+        if self.agreement.reproduces:
+            return
+        log = self.log
+        found = reproduce.reproducing(log, self.params, log.roles["reward"], token_fits)
+        self.reproduced_by = found.sentence() if found is not None else None
+        self.warnings.append(reproduce.disagreement(log, self, found))
 
     def token_names(self, *, values: bool) -> list[str]:
         """The token columns a pass before the final one reads (``values``: with the critic
@@ -383,12 +404,15 @@ def plan_run(
     scorer: Scorer | None = None,
     batch_rows: int = BATCH_ROWS,
     measure: Measure | None = None,
+    compare: bool = True,
 ) -> Run:
     """Validate the log's per-row columns and plan ``method`` with ``params`` (running the
     passes it needs).
 
     ``scorer`` gives the values when the log has none (a critic); ``measure`` runs the token
-    passes elsewhere (default: here, :func:`measured_here`).
+    passes elsewhere (default: here, :func:`measured_here`); ``compare``: compare the
+    advantages with those the framework logged, if the log has them (per row here, per token
+    as the final pass streams).
     """
     measure = measure or measured_here
     source, roles = log.source, log.roles
@@ -424,31 +448,38 @@ def plan_run(
                     token_pass.add(run.plan, row0, measured)
                 run.plan = token_pass.finish(run.plan)
     run.settled = log.settled
-    run.agreement = reproduce.agreement(run, log.preset)
-    if run.agreement is not None and not run.agreement.reproduces:
-        run.warnings.append(disagreement(log, run))
+    run.log = log
+    if compare and reproduce.logs_advantages(log):
+        run.agreement = reproduce.agreement(run, log.preset)
+        if run.agreement is not None:
+            run.settle_agreement()
+        elif run.has_tokens and log.preset is not None and log.preset.logged == TOKENWISE:
+            run.token_agreement = reproduce.TokenAgreement(
+                log.preset.framework, TOKENWISE, log.preset.tol
+            )
     return run
 
 
-def disagreement(log: Log, run: Run) -> str:
-    """The loud warning of advantages that are not the framework's logged ones, naming the
-    setting that gives those where one of the framework's does."""
-    assert run.agreement is not None and log.preset is not None
-    p = run.params
-    flags = run.reproduced_by = reproduce.reproducing(log, log.preset, p)
-    fix = (
-        f"{flags} reproduces them"
-        if flags
-        else f"none of {log.preset.framework}'s settings advcli knows reproduces them "
-        "(check --group-size, --reward-columns, --reward-weights, --scale)"
-    )
-    where = ""
-    if run.agreement.worst_row is not None:
-        where = f", the most at {log.sources.at(run.agreement.worst_row, log.preset.logged)}"
-    return (
-        f"THESE ARE NOT {log.preset.framework.upper()}'S ADVANTAGES: {p.method} under the "
-        f"{p.convention} convention {run.agreement.sentence()}{where}; {fix}"
-    )
+TOKENWISE = "source_advantages"
+"""The column of a framework's logged per-token advantages."""
+
+
+def token_fits(log: Log, setting: Setting, params: Params) -> reproduce.Agreement | None:
+    """A per-token setting of the framework's run on ``log`` (the reward column it names read
+    as the reward), its advantages compared with the logged ones token by token."""
+    if setting.reward is not None:
+        if setting.reward not in log.source.schema.names:
+            return None
+        log = dataclasses.replace(log, roles=Roles({**log.roles.columns, "reward": setting.reward}))
+    try:
+        run = plan_run(log, methods.get(params.method), params, compare=False)
+    except (DataError, UsageError):
+        return None
+    assert log.preset is not None
+    agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE, log.preset.tol)
+    for row0, table, tok, columns in run.computed():
+        agreement.add(row0, table, tok.mask, columns["advantages"])
+    return agreement.result()
 
 
 Measure = Callable[["Run", TokenPass[Any]], Iterator[tuple[int, Any]]]

@@ -64,6 +64,11 @@ class UsageError(AdvcliError):
     exit_code = 2
 
 
+class ContradictsLog(UsageError):
+    """An option the user gave contradicts what the log's own logged advantages say (TRL's
+    ``--group-size``). Exit code 2; ``check`` counts it as a difference (4)."""
+
+
 class OutputError(AdvcliError):
     """An output cannot be written: it exists, or it is one of the inputs. Exit code 2."""
 

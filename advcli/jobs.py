@@ -122,8 +122,23 @@ class Job:
             from advcli.on_ray import tasks
 
             measure = tasks.measured_on_ray(self.ray.ray)
-        return plan_run(log, self.method, self.params, scorer=scorer,
+        params = with_reward_columns(self.params, log.options)
+        return plan_run(log, self.method, params, scorer=scorer,
                         batch_rows=self.batch_rows, measure=measure)  # fmt: skip
+
+
+def with_reward_columns(params: Params, options: PresetOptions) -> Params:
+    """``params`` with the reward columns (and their weights) the log's reader settled on
+    (TRL's reward functions, found from its logged advantages), for a method that reads
+    reward columns (gdpo) and was given none."""
+    found = options.reward_columns
+    if "reward_columns" not in params or params.reward_columns is not None or not found:
+        return params
+    values = {k: v for k, v in params.as_dict().items() if k not in ("method", "convention")}
+    values["reward_columns"] = ",".join(found)
+    if params.reward_weights is None and options.reward_weights:
+        values["reward_weights"] = ",".join(f"{k}={w!r}" for k, w in options.reward_weights.items())
+    return Params(params.method, params.convention, values)
 
 
 def job(

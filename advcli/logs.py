@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from advcli import presets, reproduce
@@ -60,6 +60,8 @@ class Log:
     options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
     settled: str | None = None  # what was found from the logged advantages (TRL's group size)
     mapped: bool = False  # --col named some of its columns
+    reopen: Callable[[presets.PresetOptions], Log] | None = None  # the log read again with
+    # other preset options (with --from)
 
     @property
     def sources(self) -> Sources:

@@ -1,16 +1,20 @@
-"""Whether advcli gives the advantages a framework logged beside its rollouts, and what
-setting would.
+"""Whether advcli gives the advantages a framework logged beside its rollouts, and which of the
+framework's settings would.
 
 Some dumps carry the trainer's own advantages (TRL's ``advantage``, NeMo-RL's and prime-rl's
 per-token ``advantages``), read as ``source_advantage`` (one per row) or ``source_advantages``
-(per token). Every command that computes advantages compares them with its own
-(:func:`agreement`: one subtraction per row), says so in its summary, and where they differ
-names a setting of the framework that gives them (:func:`reproducing`), tried over the
-preset's :attr:`~advcli.presets.Preset.settings` on the rows already read.
+(per token). Every command that computes advantages compares them with its own: one
+subtraction per row (:func:`agreement`), or per token as the final pass streams
+(:class:`TokenAgreement`), says so in its summary, and where they differ searches the
+preset's settings (:meth:`advcli.presets.Preset.settings`, the framework's known settings in
+combination) for one that gives them (:func:`reproducing`). That setting is named as the
+options that turn the user's run into it (:meth:`Setting.hint`): ``--flag VALUE``, never a
+placeholder, so that following the hint reaches the logged numbers.
 
 TRL's dump leaves out two of the settings that shape its numbers, the group size
 (``num_generations``) and which float columns are reward functions; :func:`settle` finds them
-from the logged advantages, or refuses naming the option.
+from the logged advantages, or refuses naming the options only the user knows. A group size the
+user gives that the logged advantages contradict is refused, naming the one they fit.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from advcli import methods, presets
-from advcli.errors import DataError, UsageError
+from advcli.errors import ContradictsLog, DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import Rows, extract_rows, row_columns
 from advcli.lazy_imports import np, pa, pc
 from advcli.params import Params
+from advcli.presets import Setting
 
 TOL = 1e-5
 """Largest absolute difference that counts as the same advantage (the logged ones are float32
-from the framework's own float32 arithmetic)."""
+from the framework's own float32 arithmetic), unless the preset says its dump rounds them."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Agreement:
     differ: int
     max_difference: float
     worst_row: int | None  # row of the log (0-based) with the largest difference
+    tol: float = TOL
 
     @property
     def reproduces(self) -> bool:
@@ -49,12 +55,19 @@ class Agreement:
         if self.reproduces:
             return (
                 f"reproduces {self.framework}'s logged advantages ({self.compared} rows, "
-                f"max |Δ| {self.max_difference:.1e})"
+                f"max |Δ| {self.max_difference:.1e}{self._rounded()})"
             )
+        return f"differs from {self.framework}'s logged advantages in {self.counts()}"
+
+    def counts(self) -> str:
+        """``N of M rows (max |Δ| d)``: the rows that differ."""
         return (
-            f"differs from {self.framework}'s logged advantages in {self.differ} of "
-            f"{self.compared} rows (max |Δ| {self.max_difference:.3g})"
+            f"{self.differ} of {self.compared} rows (max |Δ| {self.max_difference:.3g}"
+            f"{self._rounded()})"
         )
+
+    def _rounded(self) -> str:
+        return f", compared to {self.tol:g}: the dump rounds them" if self.tol != TOL else ""
 
 
 def logged_per_row(source: Any, roles: Any, column: str) -> np.ndarray:
@@ -90,7 +103,7 @@ def _floats(values: pa.Array) -> np.ndarray:
 
 
 def compare(
-    ours: np.ndarray, logged: np.ndarray, kept: np.ndarray | None, framework: str
+    ours: np.ndarray, logged: np.ndarray, kept: np.ndarray | None, framework: str, tol: float = TOL
 ) -> Agreement:
     """``ours`` (per row) against ``logged`` on the kept rows (None: all) where a value was
     logged."""
@@ -101,33 +114,229 @@ def compare(
     return Agreement(
         framework=framework,
         compared=int(have.sum()),
-        differ=int((diff > TOL).sum()),
+        differ=int((diff > tol).sum()),
         max_difference=float(diff.max()) if have.any() else 0.0,
         worst_row=worst,
+        tol=tol,
     )
+
+
+def logs_advantages(log: Any) -> bool:
+    """Whether the log was read with a preset whose dump carries the framework's advantages."""
+    preset = log.preset
+    return preset is not None and preset.logged is not None and (
+        preset.logged in log.source.schema.names)  # fmt: skip
 
 
 def agreement(run: Any, preset: presets.Preset | None) -> Agreement | None:
     """The run's advantages against the framework's logged ones, if the log has them and the
-    method gives one advantage per rollout."""
+    method gives one advantage per rollout (a per-token method: :class:`TokenAgreement`)."""
     if preset is None or preset.logged is None or preset.logged not in run.source.schema.names:
         return None
-    if not hasattr(run.plan, "advantage"):  # a per-token method: compared by ``check``
+    if not hasattr(run.plan, "advantage"):
         return None
     logged = logged_per_row(run.source, run.roles, preset.logged)
-    return compare(run.plan.advantage, logged, run.plan.kept, preset.framework)
+    return compare(run.plan.advantage, logged, run.plan.kept, preset.framework, preset.tol)
+
+
+class TokenAgreement:
+    """A per-token method's advantages against the logged per-token ones, batch by batch as
+    the final pass streams them, over the action tokens where a value was logged."""
+
+    def __init__(self, framework: str, column: str, tol: float = TOL):
+        self.framework, self.column, self.tol = framework, column, tol
+        self.compared = self.differ = 0
+        self.max_difference = 0.0
+        self.worst_row: int | None = None
+
+    def add(self, row0: int, table: pa.Table, mask: np.ndarray, ours: np.ndarray) -> None:
+        values, offsets = flat_list(table.column(self.column))
+        logged = _floats(values)
+        if len(logged) != len(ours):  # a row without logged values (null): none to compare
+            return
+        have = mask & np.isfinite(logged)
+        diff = np.where(have, np.abs(ours.astype(np.float64) - np.where(have, logged, 0.0)), 0.0)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        n = len(offsets) - 1
+        rows = np.repeat(np.arange(n), np.diff(offsets))
+        compared = np.bincount(rows[have], minlength=n) > 0
+        worst = np.zeros(n)
+        np.maximum.at(worst, rows, diff)
+        self.compared += int(compared.sum())
+        self.differ += int((compared & (worst > self.tol)).sum())
+        if n and worst.max() > self.max_difference:
+            self.max_difference = float(worst.max())
+            self.worst_row = row0 + int(np.argmax(worst))
+
+    def result(self) -> Agreement | None:
+        if not self.compared:
+            return None
+        return Agreement(self.framework, self.compared, self.differ, self.max_difference,
+                         self.worst_row, self.tol)  # fmt: skip
+
+
+def params_of(setting: Setting, convention: str) -> Params | None:
+    """The parameters of a run of ``setting`` under ``convention`` (None: it cannot run)."""
+    try:
+        return methods.resolve(setting.method, setting.convention or convention,
+                               **dict(setting.given))  # fmt: skip
+    except UsageError:
+        return None
+
+
+def _spelled(name: str, value: Any) -> str | None:
+    """A parameter's value as the option that gives it (None: no option can: a None)."""
+    flag = methods.PARAMETERS[name].flag
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag.removeprefix("--")
+    if isinstance(value, float):
+        return f"{flag} {value:g}"
+    return f"{flag} {value}"
+
+
+def hint(setting: Setting, convention: str, user: Params, user_reward: str | None) -> str | None:
+    """The options that turn the user's run (``user``, the reward read from ``user_reward``)
+    into ``setting`` under the framework's ``convention``: the method and convention where
+    they change, then every parameter whose value differs (from the user's, or from the new
+    method's defaults), then the reward column; None where a value has no option."""
+    target = params_of(setting, convention)
+    if target is None:
+        return None
+    parts = []
+    base = user
+    if target.method != user.method or user.convention != target.convention:
+        if user.convention != target.convention:
+            parts.append(f"--convention {target.convention}")
+        if target.method != user.method:
+            parts.append(f"--method {target.method}")
+        base = methods.resolve(target.method, target.convention)
+    had = base.as_dict()
+    for name, value in target.as_dict().items():
+        if name in ("method", "convention") or had.get(name) == value:
+            continue
+        spelled = _spelled(name, value)
+        if spelled is None:
+            return None
+        parts.append(spelled)
+    reward = setting.reward or "reward"
+    if reward != (user_reward or "reward"):
+        parts.append(f"--col reward={reward}")
+    return " ".join(parts)
+
+
+def asked_for_own(preset: presets.Preset, log: Any, user: Params, user_reward: str | None) -> bool:
+    """Whether the user's run is one of the framework's own estimators at its defaults (the
+    method named alone): then advantages that differ from the logged ones are a surprise."""
+    if user.convention != preset.convention:
+        return False
+    for setting in preset.settings(log.source.schema.names, log.options):
+        if setting.own and params_of(setting, preset.convention) == user and (
+                (setting.reward or "reward") == (user_reward or "reward")):  # fmt: skip
+            return True
+    return False
+
+
+TokenFits = Callable[[Any, Setting, Params], "Agreement | None"]
+"""How a per-token setting is tried on a log: the engine runs it (its final pass) and compares
+its advantages with the logged ones."""
 
 
 @dataclass(frozen=True)
-class Setting:
-    """A way to run a framework's numbers: what the user would pass, and the run it makes."""
+class Found:
+    """A setting of the framework's that gives its logged advantages, and the options that
+    turn the user's run into it."""
 
-    flags: str  # e.g. "--scale batch"
-    params: Params
-    options: presets.PresetOptions
+    setting: Setting
+    flags: str
+
+    def sentence(self) -> str:
+        note = f" ({self.setting.note})" if self.setting.note else ""
+        return f"{self.flags}{note}"
 
 
-def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray] | None:
+def reproducing(
+    log: Any, user: Params, user_reward: str | None, token_fits: TokenFits
+) -> Found | None:
+    """The first of the framework's settings, other than the user's run, that gives its
+    logged advantages on this log; None when none does."""
+    preset = log.preset
+    if not logs_advantages(log):
+        return None
+    convention = preset.convention
+    settings = preset.settings(log.source.schema.names, log.options)
+    rows = None
+    for setting in settings:
+        p = params_of(setting, convention)
+        if p is None or (p == user and (setting.reward or "reward") == (user_reward or "reward")):
+            continue
+        flags = hint(setting, convention, user, user_reward)
+        if not flags:
+            continue
+        if _per_token(p):
+            found = token_fits(log, setting, p)
+        else:
+            if rows is None:
+                rows = _rows(log, settings)
+            found = _row_agreement(rows, setting, p, preset)
+        if found is not None and found.reproduces:
+            return Found(setting, flags)
+    return None
+
+
+def _per_token(p: Params) -> bool:
+    """Whether a run of ``p`` gives advantages per token (no one advantage per rollout)."""
+    return "advantage" not in methods.get(p.method).outputs
+
+
+@dataclass
+class _Read:
+    rows: Rows
+    logged: np.ndarray
+
+
+def _rows(log: Any, settings: list[Setting]) -> _Read:
+    """The log's rows, with every column a setting reads by name (its reward column, GDPO's
+    reward columns), and the logged advantage of each row."""
+    convention = log.preset.convention
+    named: list[str] = []
+    for setting in settings:
+        p = params_of(setting, convention)
+        if p is not None:
+            named += _named(p)
+        if setting.reward is not None:
+            named.append(setting.reward)
+    wanted = tuple(n for n in dict.fromkeys(named) if n in log.source.schema.names)
+    table = log.source.columns(list(dict.fromkeys([*row_columns(log.roles), *wanted])))
+    rows = extract_rows(table, log.roles, log.source.sources, named=wanted)
+    return _Read(rows, logged_per_row(log.source, log.roles, log.preset.logged))
+
+
+def _named(p: Params) -> tuple[str, ...]:
+    """The columns a setting's method reads by name (none where its options are wrong)."""
+    try:
+        return methods.get(p.method).named_columns(p)
+    except UsageError:
+        return ()
+
+
+def _row_agreement(
+    read: _Read, setting: Setting, p: Params, preset: presets.Preset
+) -> Agreement | None:
+    rows = read.rows
+    if setting.reward is not None:
+        if setting.reward not in rows.named:
+            return None
+        rows = replace(rows, reward=np.where(np.isnan(rows.named[setting.reward]), 0.0,
+                                             rows.named[setting.reward]))  # fmt: skip
+    got = _advantages(rows, p)
+    if got is None:
+        return None
+    return compare(got[0], read.logged, got[1], preset.framework, preset.tol)
+
+
+def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray | None] | None:
     """Per row, the advantages of ``p`` on ``rows`` and the rows kept; None when the method
     cannot run on them (a missing column, a refused singleton)."""
     method = methods.get(p.method)
@@ -141,80 +350,62 @@ def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray] | None:
     return None if advantage is None else (advantage, plan.kept)
 
 
-def _settings(
-    preset: presets.Preset, options: presets.PresetOptions, reward_columns: list[str]
-) -> Iterator[Setting]:
-    """The preset's settings, each under the framework's convention."""
-    for flags, method, given in preset.settings(reward_columns, options.reward_weights):
-        try:
-            p = methods.resolve(method, preset.convention, **given)
-        except UsageError:
-            continue
-        yield Setting(flags, p, options)
+def disagreement(log: Any, run: Any, found: Found | None) -> str:
+    """The warning for advantages that are not the framework's logged ones. Loud where the
+    user asked for one of the framework's own estimators (a surprise), calm where they chose
+    another on purpose; each names the setting that gives the logged ones, if one does, else
+    the settings only the user knows that the dump leaves out."""
+    preset, p, agreement = log.preset, run.params, run.agreement
+    assert preset is not None and agreement is not None
+    where = ""
+    if agreement.worst_row is not None:
+        where = f", the most at {log.sources.at(agreement.worst_row, preset.logged)}"
+    user_reward = log.roles["reward"]
+    if asked_for_own(preset, log, p, user_reward):
+        fix = (
+            f"{found.sentence()} reproduces them"
+            if found is not None
+            else f"none of {preset.framework}'s settings advcli knows reproduces them"
+            + _unknowns(preset, log)
+        )
+        return (
+            f"THESE ARE NOT {preset.framework.upper()}'S ADVANTAGES: {p.method} under the "
+            f"{p.convention} convention {agreement.sentence()}{where}; {fix}"
+        )
+    ours = f"these are {p.method}'s under the {p.convention} convention, as asked"
+    if found is None:
+        return f"{ours}, and {agreement.sentence()}"
+    label = found.setting.note or found.setting.method
+    return (
+        f"{preset.framework}'s logged advantages are its {label}, which {found.flags} gives; "
+        f"{ours}: they differ in {agreement.counts()}"
+    )
 
 
-def reproducing(log: Any, preset: presets.Preset | None, params: Params) -> str | None:
-    """The flags of a setting that gives the framework's logged advantages on this log, when
-    the run with ``params`` does not; None when none of the preset's settings does."""
-    if preset is None or preset.logged is None or preset.logged not in log.source.schema.names:
-        return None
-    rows, logged, names = _rows(log)
-    for setting in _settings(preset, log.options, names):
-        if setting.params == params:
-            continue
-        got = _advantages(_with_rewards(rows, preset, setting), setting.params)
-        if got is not None and compare(got[0], logged, got[1], "").reproduces:
-            return setting.flags
-    return None
-
-
-def _rows(log: Any) -> tuple[Rows, np.ndarray, list[str]]:
-    """The log's rows (with its float reward columns, for settings that sum others), the
-    logged advantage of each, and those columns."""
-    preset = log.preset
-    names = preset.reward_components(log.source.schema, log.options)
-    read = [n for s in _settings(preset, log.options, names)
-            for n in _named(s.params)]  # fmt: skip
-    wanted = [n for n in dict.fromkeys([*names, *read]) if n in log.source.schema.names]
-    table = log.source.columns(list(dict.fromkeys([*row_columns(log.roles), *wanted])))
-    rows = extract_rows(table, log.roles, log.source.sources, named=tuple(wanted))
-    return rows, logged_per_row(log.source, log.roles, preset.logged), wanted
-
-
-def _named(p: Params) -> tuple[str, ...]:
-    """The columns a setting's method reads by name (none where its options are wrong)."""
-    try:
-        return methods.get(p.method).named_columns(p)
-    except UsageError:
-        return ()
-
-
-def _with_rewards(rows: Rows, preset: presets.Preset, setting: Setting) -> Rows:
-    """``rows`` with the reward (and unscored flags) the preset makes of the setting's reward
-    columns, where it makes one (TRL); else as they are."""
-    columns = setting.options.reward_columns
-    if not columns or not set(columns) <= set(rows.named):
-        return rows
-    made = preset.reward_of({c: rows.named[c] for c in columns}, setting.options)
-    if made is None:
-        return rows
-    reward, unscored = made
-    return replace(rows, reward=reward, unscored=unscored)
+def _unknowns(preset: presets.Preset, log: Any) -> str:
+    """The settings of the framework that its dump leaves out and the user has not given, as
+    options (bare: only the user knows their values)."""
+    missing = preset.unknowns(log.options)
+    return f" (its dump does not hold {', '.join(missing)})" if missing else ""
 
 
 Opener = Callable[[presets.PresetOptions], Any]
-"""Opens the log with these preset options (a :class:`advcli.engine.Log`)."""
+"""Opens the log with these preset options (a :class:`advcli.logs.Log`)."""
 
 
 def _fits(preset: presets.Preset, log: Any) -> bool:
-    """Whether one of the preset's settings gives the logged advantages on ``log``."""
+    """Whether one of the preset's per-row settings gives the logged advantages on ``log``."""
     try:
-        rows, logged, names = _rows(log)
+        settings = preset.settings(log.source.schema.names, log.options)
+        read = _rows(log, settings)
     except DataError:
         return False
-    for setting in _settings(preset, log.options, names):
-        got = _advantages(_with_rewards(rows, preset, setting), setting.params)
-        if got is not None and compare(got[0], logged, got[1], "").reproduces:
+    for setting in settings:
+        p = params_of(setting, preset.convention)
+        if p is None or _per_token(p):
+            continue
+        got = _row_agreement(read, setting, p, preset)
+        if got is not None and got.reproduces:
             return True
     return False
 
@@ -239,14 +430,55 @@ def _regrouped(
     return log
 
 
+def _column_sets(names: list[str], options: presets.PresetOptions) -> Iterator[list[str]]:
+    """The reward columns to try: those given, else each run of the float columns from the
+    first (reward functions come first, ``log_extra`` columns after), holding every column
+    the weights name."""
+    if options.reward_columns is not None:
+        yield list(options.reward_columns)
+        return
+    for k in range(1, len(names) + 1):
+        if set(options.reward_weights) <= set(names[:k]):
+            yield names[:k]
+
+
+def _search(
+    preset: presets.Preset, trial: Any, options: presets.PresetOptions
+) -> dict[tuple[str, ...], list[str]]:
+    """On ``trial`` (the log opened with one group size), the reward column sets under which
+    one of the framework's settings gives its logged advantages."""
+    names = preset.reward_components(trial.source.schema, trial.options)
+    fitting: dict[tuple[str, ...], list[str]] = {}
+    for columns in _column_sets(names, options):
+        tried = replace(options, reward_columns=columns)
+        settings = preset.settings(trial.source.schema.names, tried)
+        read = _rows(trial, settings)
+        made = preset.reward_of({c: read.rows.named[c] for c in columns if c in read.rows.named}
+                                if set(columns) <= set(read.rows.named) else {}, tried)  # fmt: skip
+        for setting in settings:
+            p = params_of(setting, preset.convention)
+            if p is None or _per_token(p):
+                continue
+            rows = read.rows
+            if made is not None and setting.method != "gdpo":
+                rows = replace(rows, reward=made[0], unscored=made[1])
+            got = _row_agreement(_Read(rows, read.logged), setting, p, preset)
+            if got is not None and got.reproduces:
+                fitting.setdefault(tuple(columns), []).append(setting.method)
+    return fitting
+
+
 def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Opener) -> Any:
     """The log opened with what the preset's dump leaves out filled in from its logged
     advantages (TRL: ``--group-size`` and ``--reward-columns``); the log as ``options`` open it
-    when nothing is left out. Refuses, naming the option, when the advantages do not tell."""
+    when nothing is left out. Refuses, naming the options only the user knows, while the
+    advantages do not tell and one of them is missing; refuses a group size the user gave
+    that they contradict, naming the one they fit."""
     log = open_with(options)
-    if not preset.leaves_out(options):
-        return log
+    log.reopen = open_with
     if not preset.needs_group_size():
+        if not preset.leaves_out(options):
+            return log
         return _regrouped(preset, options, open_with, log)
     if preset.logged is None or preset.logged not in log.source.schema.names:
         if options.group_size is not None:
@@ -257,39 +489,29 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
             "with --group-size"
         )
         raise UsageError(msg)
-    found: dict[tuple[int, tuple[str, ...]], list[str]] = {}
-    for size in preset.group_sizes(log) if options.group_size is None else [options.group_size]:
-        trial = open_with(replace(options, group_size=size))
-        rows, logged, names = _rows(trial)
-        column_sets = [names[:k] for k in range(1, len(names) + 1)
-                       if set(options.reward_weights) <= set(names[:k])]  # fmt: skip
-        if options.reward_columns is not None:
-            column_sets = [list(options.reward_columns)]
-        for columns in column_sets:
-            tried = replace(options, group_size=size, reward_columns=columns)
-            for setting in _settings(preset, tried, columns):
-                got = _advantages(_with_rewards(rows, preset, setting), setting.params)
-                if got is not None and compare(got[0], logged, got[1], "").reproduces:
-                    found.setdefault((size, tuple(columns)), []).append(setting.flags)
-    sizes = sorted({size for size, _ in found})
-    if len(sizes) != 1:
-        fits = (
-            f"fit --group-size {' and '.join(map(str, sizes))}"
-            if sizes
-            else "fit no group size with its reward columns"
-            + (
-                " and --reward-weights"
-                if options.reward_weights
-                else " (TRL's reward_weights are not in the dump either: --reward-weights)"
-            )
+    given = options.group_size
+    ungrouped = log if given is None else open_with(replace(options, group_size=None))
+    sizes = preset.group_sizes(ungrouped)
+    if given is not None and given not in sizes:
+        sizes.append(given)
+    found: dict[int, dict[tuple[str, ...], list[str]]] = {}
+    trials: dict[int, Any] = {}
+    for size in sizes:
+        trials[size] = trial = (
+            log if size == given else open_with(replace(options, group_size=size))
         )
-        msg = (
-            f"{log.files}: {preset.framework}'s dump does not say how many rollouts a prompt "
-            f"has, and its logged advantages {fits}. Hint: give TRL's num_generations with "
-            "--group-size"
-        )
-        raise UsageError(msg)
-    fitting = sorted({columns for size, columns in found}, key=len)
+        if column_sets := _search(preset, trial, options):
+            found[size] = column_sets
+    if given is not None:
+        _refuse_contradicted(preset, log, given, found, trials)
+    fits = sorted(found) if given is None else [given] if given in found else []
+    if len(fits) != 1:
+        weighed = bool(options.reward_weights or options.reward_columns)
+        if given is not None and weighed:
+            return log  # all the user knows is given: the run's warning names the rest
+        _refuse_unsettled(preset, log, fits, given, weighed)
+    size = fits[0]
+    fitting = sorted(found[size], key=len)
     if len(fitting) > 1:
         listed = " or ".join(",".join(c) for c in fitting)
         msg = (
@@ -298,10 +520,66 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
             "columns with --reward-columns"
         )
         raise UsageError(msg)
-    settled = replace(options, group_size=sizes[0], reward_columns=list(fitting[0]))
+    settled = replace(options, group_size=size, reward_columns=list(fitting[0]))
+    if settled == options:
+        return log
     log = open_with(settled)
-    log.settled = (
-        f"--group-size {sizes[0]} --reward-columns {','.join(fitting[0])} "
-        f"(found from {preset.framework}'s logged advantages)"
-    )
+    log.reopen = open_with
+    told = [f"--group-size {size}"] if given is None else []
+    if options.reward_columns is None:
+        told.append(f"--reward-columns {','.join(fitting[0])}")
+    log.settled = f"{' '.join(told)} (found from {preset.framework}'s logged advantages)"
     return log
+
+
+def _refuse_unsettled(
+    preset: presets.Preset, log: Any, fits: list[int], given: int | None, weighed: bool
+) -> None:
+    """Refuse a log whose logged advantages fit several group sizes, or none with the reward
+    columns weighted alike, naming the options the user has not given (bare: only they know
+    TRL's num_generations and reward_weights)."""
+    if fits:
+        told = f"fit --group-size {' and '.join(map(str, fits))}"
+        missing = ["--group-size"]
+    else:
+        alike = "" if weighed else " with its reward columns weighted alike"
+        told = (
+            f"fit no group size{alike}" if given is None else f"do not fit groups of {given}{alike}"
+        )
+        known = {"--group-size": given is not None, "--reward-weights": weighed}
+        missing = [flag for flag, have in known.items() if not have]
+    msg = (
+        f"{log.files}: {preset.framework}'s dump holds neither num_generations nor "
+        f"reward_weights, and its logged advantages {told}. Hint: give {' and '.join(missing)}"
+    )
+    raise UsageError(msg)
+
+
+def _refuse_contradicted(
+    preset: presets.Preset,
+    log: Any,
+    given: int,
+    found: dict[int, dict[tuple[str, ...], list[str]]],
+    trials: dict[int, Any],
+) -> None:
+    """A group size the user gave that the logged advantages contradict: they fit another
+    size and not it, or fit both but it reads more rows as something else (evaluation rows,
+    a cut group) than the other does."""
+    fitting = sorted(found, key=lambda s: (trials[s].source.set_aside, s != given))
+    if not fitting or fitting[0] == given:
+        return
+    best = fitting[0]
+    aside = log.source.set_aside
+    if given in found and aside <= trials[best].source.set_aside:
+        return
+    why = (
+        f"{aside} of its rows are not whole groups of {given} (read as evaluation rows or a "
+        "cut group)"
+        if given in found
+        else f"its logged advantages do not fit groups of {given}"
+    )
+    msg = (
+        f"--group-size {given}: {log.files}: {why}, and {preset.framework}'s logged "
+        f"advantages fit --group-size {best}. Hint: --group-size {best}"
+    )
+    raise ContradictsLog(msg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from advcli import jobs
-from advcli.errors import DataError
+from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError
 from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np
 from advcli.logs import (
@@ -42,7 +42,10 @@ def check(
                    batch_rows=batch_rows)  # fmt: skip
     chosen = job.reading.preset
     assert chosen is not None
-    log = job.open()
+    try:
+        log = job.open()
+    except ContradictsLog as exc:  # an option that contradicts the logged advantages
+        raise AdvantagesDiffer(str(exc)) from None
     names = log.source.schema.names
     per_token = "source_advantages" in names
     if not per_token and "source_advantage" not in names:

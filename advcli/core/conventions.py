@@ -34,7 +34,8 @@ class Convention:
     :func:`advcli.core.group.nemo_float32_stats`). ``zero_variance_tol``: a group whose
     rewards span at most this is zero-variance (advantage 0). ``kl_on``: the tokens a
     temporal method's KL penalty sits on: the actions, or every step (with ``observations``
-    ``"step"``, the tool tokens between them too: miles).
+    ``"step"``, the tool tokens between them too: miles). ``whiten_eps_placement``: whitening
+    divides by ``sqrt(var + 1e-8)`` (``"add"``) or ``sqrt(max(var, 1e-8))`` (``"max"``).
     """
 
     name: str
@@ -51,6 +52,7 @@ class Convention:
     tied_std: TiedStd = "zero"
     zero_variance_tol: float = ZERO_VARIANCE_TOL
     kl_on: KlOn = "actions"
+    whiten_eps_placement: EpsPlacement = "add"
 
 
 CONVENTIONS: dict[str, Convention] = {
@@ -61,9 +63,14 @@ CONVENTIONS: dict[str, Convention] = {
         Convention("trl", "group", "group", 1, 1e-4, "add", "zero", "skip", "none", 1),
         Convention("openrlhf", "group", "group", 1, 1e-9, "add", "error", "step", "batch", 0),
         Convention("torchrl", "group", "group", 1, 1e-6, "max", "error", "skip", "none", 1),
+        # SkyRL 0.4.0 skyrl/train/utils/ppo_utils.py compute_grpo_outcome_advantage: verl's
+        # (torch.std, ddof 1; + 1e-6; a group of one: mean 0, std 1)
+        Convention("skyrl", "group", "group", 1, 1e-6, "add", "raw", "skip", "batch", 1),
         # nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt; grpo.py. Since
         # PR #4158 (Sept 2026) equal rewards are not divided by their std: that is exact
         # arithmetic's std of 0. Before it, NeMo-RL divided by its float32 rounding noise.
+        # advantage_estimator.py ReinforcePlusPlusAdvantageEstimator whitens each step with
+        # the population variance: (A - mean) * rsqrt(clamp(var, min=1e-8)).
         Convention(
             "nemo-rl",
             "leave-one-out",
@@ -74,8 +81,9 @@ CONVENTIONS: dict[str, Convention] = {
             "zero",
             "skip",
             "none",
-            1,
+            0,
             zero_variance_tol=0.0,
+            whiten_eps_placement="max",
         ),
         Convention(
             "nemo-rl-pre-4158",
@@ -87,9 +95,10 @@ CONVENTIONS: dict[str, Convention] = {
             "zero",
             "skip",
             "none",
-            1,
+            0,
             tied_std="float32",
             zero_variance_tol=0.0,
+            whiten_eps_placement="max",
         ),  # fmt: skip
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
@@ -116,8 +125,10 @@ CONVENTIONS: dict[str, Convention] = {
         # areal/utils/data.py Normalization, as the GRPO examples set reward_norm; one: 0
         Convention("areal", "group", "group", 1, 1e-5, "add", "zero", "skip", "none", 1),
         # slime@624b824 slime/utils/arguments.py (rewards and GRPO std normalisation on),
-        # slime/ray/rollout.py: (r - mean) / (torch.std + 1e-6); one sample per prompt: 0
-        Convention("slime", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1),
+        # slime/ray/rollout.py: (r - mean) / (torch.std + 1e-6); one sample per prompt: 0.
+        # utils/ppo_utils.py discounts over every response token, a tool's too (steps), and
+        # distributed_masked_whiten whitens over the loss mask, ddof 1
+        Convention("slime", "group", "group", 1, 1e-6, "add", "zero", "step", "none", 1),
         # miles@31f1ca9 miles/backends/training_utils/loss_hub/math_utils.py
         # get_reinforce_plus_plus_returns: slime's GRPO, but REINFORCE++'s token rewards are
         # -kl_coef * kl on every response token, tool tokens too, each a discounted step

@@ -184,18 +184,27 @@ def turn_ends(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-def turn_counts(mask: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: its turns, and whether its last token is an action (1 or 0).
+def turn_counts(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row: its turns (action spans).
 
-    >>> [x.tolist() for x in turn_counts(np.array([1, 0, 1, 1, 0], bool), np.array([0, 4, 5]))]
-    [[2, 0], [1, 0]]
+    >>> turn_counts(np.array([1, 0, 1, 1, 0], bool), np.array([0, 4, 5])).tolist()
+    [2, 0]
     """
     starts = np.r_[0, np.cumsum(turn_starts(mask, offsets))]
-    spans = np.diff(starts[offsets]).astype(np.int64)
-    nonempty = np.diff(offsets) > 0
-    last = np.zeros(len(spans), dtype=np.int64)
-    last[nonempty] = mask[offsets[1:][nonempty] - 1]
-    return spans, last
+    spans: np.ndarray = np.diff(starts[offsets]).astype(np.int64)
+    return spans
+
+
+def last_actions(mask: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that have an action token, and the flat index of each one's last.
+
+    >>> [x.tolist() for x in last_actions(np.array([1, 1, 0, 0, 1], bool), np.array([0, 3, 4, 5]))]
+    [[0, 2], [1, 4]]
+    """
+    at = np.flatnonzero(mask)
+    rows = row_of(offsets)[at]
+    last = np.r_[rows[1:] != rows[:-1], True] if len(at) else np.zeros(0, dtype=bool)
+    return rows[last], at[last]
 
 
 def turn_returns(
@@ -224,7 +233,7 @@ def row_turn_returns(
     [[1.5], [2]]
     """
     ends = turn_ends(mask, offsets)
-    turns, _ = turn_counts(mask, offsets)
+    turns = turn_counts(mask, offsets)
     returns = turn_returns(token_rewards[ends], turns, gamma)
     first = np.r_[0, np.cumsum(turns)][:-1]
     at_start = np.where(turns > 0, returns[np.minimum(first, max(len(returns) - 1, 0))], 0.0)
@@ -237,20 +246,20 @@ def action_reward_moments(
     mask: np.ndarray, offsets: np.ndarray, token_rewards: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Per row: Σ r and Σ r² of the token rewards over its action tokens, and the reward on
-    its last token (what whitening the rewards over a batch's actions needs).
+    its last action token (what whitening the rewards over a batch's actions needs).
 
-    >>> {k: v.tolist() for k, v in action_reward_moments(np.array([1, 0, 1], bool),
-    ...     np.array([0, 3]), np.array([1.0, 5.0, 2.0])).items()}
-    {'action_reward_sum': [3.0], 'action_reward_sq': [5.0], 'last_token_reward': [2.0]}
+    >>> {k: v.tolist() for k, v in action_reward_moments(np.array([1, 1, 0], bool),
+    ...     np.array([0, 3]), np.array([1.0, 2.0, 5.0])).items()}
+    {'action_reward_sum': [3.0], 'action_reward_sq': [5.0], 'last_action_reward': [2.0]}
     """
     rows = row_of(offsets)
     n = len(offsets) - 1
     r = np.where(mask, token_rewards, 0.0)
     last = np.zeros(n)
-    nonempty = np.diff(offsets) > 0
-    last[nonempty] = token_rewards[offsets[1:][nonempty] - 1]
+    owners, at = last_actions(mask, offsets)
+    last[owners] = token_rewards[at]
     return {
         "action_reward_sum": np.bincount(rows, weights=r, minlength=n),
         "action_reward_sq": np.bincount(rows, weights=r * r, minlength=n),
-        "last_token_reward": last,
+        "last_action_reward": last,
     }

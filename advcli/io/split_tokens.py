@@ -46,9 +46,7 @@ def spans_column(schema: pa.Schema, mapping: dict[str, str]) -> str | None:
 class SplitTokens(DerivedColumns):
     """A split-layout log with the sequence and the action mask as columns of their own."""
 
-    def __init__(
-        self, base: LogSource, per_token: tuple[str, ...] = (), spans: str | None = None
-    ):
+    def __init__(self, base: LogSource, per_token: tuple[str, ...] = (), spans: str | None = None):
         self.base = base
         self.per_token = per_token  # read over the sequence
         self.spans = spans  # the spans column: it gives the action mask

@@ -124,7 +124,7 @@ def _turn_rewards(
     a null list a row without turn rewards."""
     column = table.column(col)
     rewards, reward_offsets = flat_list(column)
-    turns, _ = turn_counts(mask, offsets)
+    turns = turn_counts(mask, offsets)
     given = ~column.is_null().to_numpy(zero_copy_only=False)
     bad = given & (lengths(reward_offsets) != turns)
     if bad.any():

@@ -133,11 +133,10 @@ class Method(ABC, Generic[PlanT]):
 
     def row_sums(self, p: Params) -> tuple[str, ...]:
         """The per-row sums of token columns :meth:`plan` reads from ``rows.sums``:
-        ``"actions"`` (action tokens), ``"turns"`` (action spans, with ``"ends_on_action"``:
-        whether the row's last token is one), ``"turn_return"`` (Σ_k γ^k·r_k of the token
-        rewards on its turns' last tokens, with ``"off_turn_rewards"`` and the sums of
-        :func:`~advcli.core.steps.action_reward_moments`; where the log has token rewards) and
-        ``"kl"`` (sum of kl_t over them, with --kl-coef).
+        ``"actions"`` (action tokens), ``"turns"`` (action spans), ``"turn_return"`` (Σ_k
+        γ^k·r_k of the token rewards on its turns' last tokens, with ``"off_turn_rewards"``
+        and the sums of :func:`~advcli.core.steps.action_reward_moments`; where the log has
+        token rewards) and ``"kl"`` (sum of kl_t over them, with --kl-coef).
         The engine makes one pass for them before planning."""
         return ("actions", "kl") if signals.kl_coef(p) else ()
 
@@ -191,7 +190,7 @@ def sum_rows(tokens: Tokens, wanted: tuple[str, ...], p: Params) -> dict[str, np
     """The per-row sums of :meth:`Method.row_sums` over one batch of rows."""
     sums = {"actions": tokens.action_counts()}
     if "turns" in wanted:
-        sums["turns"], sums["ends_on_action"] = turn_counts(tokens.mask, tokens.offsets)
+        sums["turns"] = turn_counts(tokens.mask, tokens.offsets)
     if "turn_return" in wanted and tokens.token_rewards is not None:
         sums["turn_return"], sums["off_turn_rewards"] = row_turn_returns(
             tokens.mask, tokens.offsets, tokens.token_rewards, p.step_gamma)  # fmt: skip

@@ -36,8 +36,8 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
   trajectory's turns, later segments' included; r_k is the token reward on turn k's last token
   (ROLL ignores the others: the summary counts them), and s = R normalised as above (over the
   trajectories) is added on the last turn, so without token rewards turn k turns before the
-  last gets γ^k·s. s is lost when the trajectory's last token is not an action (ROLL's reward
-  lands on that token and is masked away).
+  last gets γ^k·s, on the trajectory's last action token (ROLL's row ends with its last
+  response; an environment's reply logged after it is not ROLL's).
 - ``step-grpo`` (Trinity-RFT ``step_wise_grpo``): the trajectory's GRPO advantage
   (R − mean)/(std + eps) over its group (a lone one: R/(1 + eps)) on every step, divided by
   its number of steps with ``--divide-by-steps``; ``--std-threshold`` leaves out the groups of
@@ -370,7 +370,8 @@ class RollPlan(OutcomePlan):
 
 class RollTokens(StepMethod):
     """ROLL's way from a step's scalar s to token advantages (``agentic_compute_advantage``):
-    s goes on the row's last token (lost if that token is not an action); the token rewards
+    s goes on the row's last action token (ROLL's step row ends with its response: an
+    environment's reply logged after it is the next step's prompt); the token rewards
     are whitened over the batch's action tokens (``--whiten-rewards``) and masked; the
     advantage is their reward-to-go, A_j = Σ_{k ≥ j} γ^{k−j}·r_k (``--token-gamma``), or,
     per turn, the returns of :func:`advcli.core.steps.turn_returns` (agentic-reinforce); it is
@@ -410,7 +411,7 @@ class RollTokens(StepMethod):
         if not self.rolls(p):
             return plan
         last = rows.is_last_segment() if self.per_turn else np.ones(rows.n_rows, dtype=bool)
-        lands = (rows.sums["ends_on_action"] > 0) & last
+        lands = (rows.sums["turns"] > 0) & last
         end_reward = np.where(lands, plan.advantage, 0.0)
         batch_id, _, n_batches = completion_batches(rows, None)
         batch = batch_id[rows.rollout_codes]
@@ -423,7 +424,7 @@ class RollTokens(StepMethod):
             tokens = sums.get("action_reward_sum", zero)
             s1 = np.bincount(batch, weights=tokens + end_reward, minlength=n_batches)
             s2 = np.bincount(batch, minlength=n_batches, weights=sums.get(
-                "action_reward_sq", zero) + (2 * sums.get("last_token_reward", zero) +
+                "action_reward_sq", zero) + (2 * sums.get("last_action_reward", zero) +
                                              end_reward) * end_reward)  # fmt: skip
             with np.errstate(invalid="ignore", divide="ignore"):
                 m = s1 / n
@@ -436,7 +437,7 @@ class RollTokens(StepMethod):
         stats = {**plan.stats}
         off = (~lands & last).sum()
         if off:
-            stats["rows_ending_off_actions"] = int(off)
+            stats["rows_without_actions"] = int(off)
         return RollPlan(**{**plan.__dict__, "stats": stats}, end_reward=end_reward,
                         reward_mean=mean, reward_std=std, adv_mean=none, adv_std=none,
                         batch_of_row=batch, carry=carry)  # fmt: skip
@@ -465,15 +466,15 @@ class RollTokens(StepMethod):
         rewards = np.zeros(len(tokens.mask))
         if self.per_turn and tokens.token_rewards is not None:
             rewards += tokens.token_rewards
-        nonempty = lengths > 0
-        rewards[tokens.offsets[1:][nonempty] - 1] += plan.end_reward[row0 : row0 + n][nonempty]
+        owners, at = S.last_actions(tokens.mask, tokens.offsets)
+        rewards[at] += plan.end_reward[row0 : row0 + n][owners]
         mean, std = (np.repeat(x[row0 : row0 + n], lengths) for x in
                      (plan.reward_mean, plan.reward_std))  # fmt: skip
         rewards = np.where(np.isnan(mean), rewards, (rewards - mean) / std) * tokens.mask
         if not self.per_turn:
             return reverse_discounted_scan(rewards, p.token_gamma, tokens.offsets)
         ends = S.turn_ends(tokens.mask, tokens.offsets)
-        turns, _ = S.turn_counts(tokens.mask, tokens.offsets)
+        turns = S.turn_counts(tokens.mask, tokens.offsets)
         returns = S.turn_returns(rewards[ends], turns, p.step_gamma, plan.carry[row0 : row0 + n])
         turn_of = np.cumsum(S.turn_starts(tokens.mask, tokens.offsets)) - 1
         out = np.zeros(len(tokens.mask))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, get_args
 
 from advcli.core import group as G
 from advcli.core import temporal as T
-from advcli.core.conventions import Convention, KlOn, Observations, Whiten
+from advcli.core.conventions import Convention, EpsPlacement, KlOn, Observations, Whiten
 from advcli.core.ragged import lengths
 from advcli.errors import RowError, UsageError
 from advcli.lazy_imports import np
@@ -127,6 +127,15 @@ WHITEN = Param(
 WHITEN_DDOF = Param(
     "whiten_ddof", int, None, "ddof of whitening.", PANEL, conventional=True, check=ddof_check
 )
+WHITEN_EPS_PLACEMENT = Param(
+    "whiten_eps_placement",
+    str,
+    None,
+    "Whitening divides by sqrt(var + 1e-8) (add) or sqrt(max(var, 1e-8)) (max, NeMo-RL).",
+    PANEL,
+    choices=get_args(EpsPlacement),
+    conventional=True,
+)
 STRICT = Param(
     "strict", bool, False, "A reward on a non-action token is an error, not moved.", PANEL
 )
@@ -146,9 +155,10 @@ KL_ON = Param(
     ),
 )
 
-PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, STRICT,
-              KL_ON)  # fmt: skip
-_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, BATCH_SIZE, STRICT, KL_ON)
+PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF,
+              WHITEN_EPS_PLACEMENT, STRICT, KL_ON)  # fmt: skip
+_COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, WHITEN_EPS_PLACEMENT, BATCH_SIZE,
+           STRICT, KL_ON)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -208,6 +218,7 @@ class TemporalMethod(Method[TemporalPlan]):
             columns={},
             stats=signals.kl_stats(rows, p),
             outcome=outcome,
+            alone=last_seg & (rows.segment_rank == 0),
             tail=tail,
             tail_critic=tail.copy(),
             lam=p.lam if "lam" in p else 1.0,  # without a lambda of its own: unused
@@ -248,7 +259,8 @@ class TemporalMethod(Method[TemporalPlan]):
                 tokens.mask, tokens.offsets, outcome, tokens.token_rewards
             )
             rewards = per_token[positions]
-        _check_rewards(orphaned, moved, row0, strict=p.strict)
+        untrained = plan.alone[rows] & (step_offsets[1:] == step_offsets[:-1])
+        _check_rewards(orphaned & ~untrained, moved, row0, strict=p.strict)
         if p.kl_coef:  # the penalty sits on the action tokens (or every step), before any
             # estimate
             on = positions if "kl_on" in p and p.kl_on == "steps" else None

@@ -28,6 +28,9 @@ Lam: TypeAlias = "float | np.ndarray"  # a scalar, or one per row
 @dataclass(frozen=True, kw_only=True)
 class TemporalPlan(Plan):
     outcome: np.ndarray  # per row: the reward on its last action (0 for a chained segment's)
+    alone: np.ndarray  # per row: the only row of its rollout (without an action, it is a row
+    # the trainer did not train on, as a sample NeMo-RL's overlong filter masked: its reward
+    # has no token to go to, and nothing after it to carry to)
     tail: np.ndarray  # per row: the value after its last step, for the advantages
     tail_critic: np.ndarray  # the same for the returns (their lambda may differ)
     lam: Lam  # scalar, or one per row (adaptive)
@@ -148,7 +151,8 @@ class ChainPass(TokenPass[TemporalPlan]):
 
 class WhitenPass(TokenPass[TemporalPlan]):
     """Mean and variance of the advantages over each batch's action tokens (``--whiten
-    batch``): (A - mean) / sqrt(var + 1e-8), token-weighted, with ``--whiten-ddof``."""
+    batch``): (A - mean) / sqrt(var + 1e-8), token-weighted, with ``--whiten-ddof`` (or
+    sqrt(max(var, 1e-8)): ``--whiten-eps-placement max``)."""
 
     title = "whitening statistics"
 
@@ -172,7 +176,9 @@ class WhitenPass(TokenPass[TemporalPlan]):
         self.moments.merge(measured)
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
-        std = np.sqrt(self.moments.var(self.p.whiten_ddof) + WHITEN_EPS)
+        var = self.moments.var(self.p.whiten_ddof)
+        std = np.sqrt(var + WHITEN_EPS if self.p.whiten_eps_placement == "add"
+                      else np.maximum(var, WHITEN_EPS))  # fmt: skip
         return replace(
             plan,
             whiten_mean=self.moments.mean[self.batch_of_row],

@@ -61,11 +61,30 @@ class PresetOptions:
 @dataclass
 class Converted:
     """One framework file in advcli's schema: the table, and the 1-based line each row came
-    from (None: rows are not lines; errors then name the row)."""
+    from (None: rows are not lines; errors then name the row); ``set_aside``: rows the
+    options made the reader skip or read as something else (TRL: not whole groups of
+    ``--group-size``)."""
 
     table: pa.Table
     lines: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    set_aside: int = 0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One of a framework's settings that shape its advantages, as advcli runs it: the method
+    and the parameters given to it (under the framework's convention), the column read as the
+    reward (None: the reader's), the framework's names for it, and whether it is one of the
+    framework's estimators at its defaults (``own``: what naming the method alone asks for);
+    ``convention``: where it runs under another convention than the framework's."""
+
+    method: str
+    given: tuple[tuple[str, Any], ...] = ()
+    reward: str | None = None
+    note: str = ""
+    own: bool = False
+    convention: str | None = None  # another than the framework's (an older release's)
 
 
 class Preset(ABC):
@@ -82,6 +101,8 @@ class Preset(ABC):
     # command runs under unless told otherwise
     logged: ClassVar[str | None] = None  # where the dump carries the framework's own
     # advantages: ``source_advantage`` (one per row) or ``source_advantages`` (per token)
+    tol: ClassVar[float] = 1e-5  # the difference from those that counts as the same (more
+    # where the dump rounds them)
 
     def files(self, inputs: list[str]) -> list[str]:
         """The dump files named by ``inputs``: files, or folders searched for ``patterns``,
@@ -128,13 +149,17 @@ class Preset(ABC):
         which ``report`` charts one by one; none for most frameworks."""
         return []
 
-    def settings(
-        self, reward_columns: list[str], weights: dict[str, float]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        """The framework's own settings that change its advantages, as ``(flags, method,
-        parameters)`` under its convention: tried when the logged advantages differ, to name
-        the one that gives them (:mod:`advcli.reproduce`). The first is the default."""
-        return [("", "grpo", {})]
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
+        """The framework's known settings that change its advantages, in combination, on a
+        log with the columns ``names`` read with ``options``: tried when the logged advantages
+        differ, to name the one that gives them (:mod:`advcli.reproduce`). The first is the
+        default."""
+        return [Setting("grpo", own=True)]
+
+    def unknowns(self, options: PresetOptions) -> list[str]:
+        """The options for settings that shape the advantages, that the dump does not hold and
+        ``options`` do not give (bare: only the user knows their values)."""
+        return []
 
     def reward_of(
         self, columns: dict[str, np.ndarray], options: PresetOptions
@@ -150,8 +175,9 @@ class Preset(ABC):
 
     def needs_group_size(self) -> bool:
         """Whether rows cannot be grouped without the group size the dump leaves out (TRL);
-        else it is an alternative grouping the logged advantages may call for (NeMo-RL)."""
-        return True
+        else, where the dump leaves one out, it is an alternative grouping the logged
+        advantages may call for (NeMo-RL)."""
+        return False
 
     def group_sizes(self, log: Any) -> list[int]:
         """Group sizes to try when the dump does not say (:meth:`leaves_out`)."""
@@ -385,12 +411,14 @@ class PresetSource(LogSource):
         counts: list[int] = []
         self.warnings: list[str] = []
         empty: list[str] = []
+        self.set_aside = 0  # rows the options made the preset skip or relabel
         repeated: list[str] = []
         kept: list[str] = []
         previous = None
         for i, path in enumerate(files):
             converted = _convert(preset, path, options)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
+            self.set_aside += converted.set_aside
             progress.read(sum(counts), (i + 1) / len(files))
             if not converted.table.num_rows:  # TRL writes one when no step ran; a stream
                 # chunk may hold only groups left out

@@ -13,13 +13,22 @@ messages and the reward: a group is the rows of a step with the same first user 
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np, pl
-from advcli.presets.base import Converted, Preset, PresetOptions, json_frame, need, step_of
+from advcli.presets.base import (
+    Converted,
+    Preset,
+    PresetOptions,
+    Setting,
+    json_frame,
+    need,
+    step_of,
+)
 
 STEP = r"_step(\d+)"
 
@@ -54,27 +63,41 @@ class NemoRl(Preset):
         frozenset({"content", "rewards", "idx"}),
     )
 
-    def settings(
-        self, reward_columns: list[str], weights: dict[str, float]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        return [
-            ("", "grpo", {}),
-            ("--scale none (normalize_rewards false)", "grpo", {"scale": "none"}),
-            ("--baseline group --scale group (use_leave_one_out_baseline false)", "grpo",
-             {"baseline": "group", "scale": "group"}),
-            (f"--convention nemo-rl-pre-4158 ({BEFORE_4158})", "grpo", {"tied_std": "float32"}),
-            (f"--convention nemo-rl-pre-4158 --baseline group --scale group ({BEFORE_4158}, "
-             "use_leave_one_out_baseline false)", "grpo",
-             {"tied_std": "float32", "baseline": "group", "scale": "group"}),
-        ]  # fmt: skip
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
+        """NeMo-RL's estimators and their switches, in combination: grpo with
+        use_leave_one_out_baseline and normalize_rewards on or off (and the tied-reward std
+        of NeMo-RL before its PR #4158), reinforce_plus_plus with minus_baseline on or off;
+        each on the reward, and on the unfiltered rewards where dynamic sampling logged both."""
+        found = []
+        for reward in (None, *(["rewards"] if "filtered_rewards" in names else [])):
+            for loo, normalize, tied in itertools.product((True, False), repeat=3):
+                given: dict[str, Any] = {}
+                notes = []
+                if not loo:
+                    given.update(baseline="group", scale="group")
+                    notes.append("use_leave_one_out_baseline false")
+                if not normalize:
+                    given["scale"] = "none"
+                    notes.append("normalize_rewards false")
+                if not tied:
+                    if not normalize:
+                        continue  # the std is not read
+                    notes.append(BEFORE_4158)
+                found.append(Setting("grpo", tuple(given.items()), reward, "; ".join(notes),
+                                     own=not notes,
+                                     convention=None if tied else "nemo-rl-pre-4158"))  # fmt: skip
+            found += [
+                Setting("reinforce-pp-baseline", (), reward,
+                        "adv_estimator reinforce_plus_plus", own=True),
+                Setting("reinforce-pp", (), reward,
+                        "adv_estimator reinforce_plus_plus, minus_baseline false", own=True),
+            ]  # fmt: skip
+        return found
 
     def leaves_out(self, options: PresetOptions) -> bool:
         """Whether groups are blocks of lines (rollout identity) or equal prompt tokens is not
         in the dump: the logged advantages tell, where the prompt tokens' groups miss them."""
         return options.group_size is None
-
-    def needs_group_size(self) -> bool:
-        return False
 
     def group_sizes(self, log: Any) -> list[int]:
         """Where a prompt's rows are more than the runs of consecutive rows with one prompt
@@ -98,7 +121,12 @@ class NemoRl(Preset):
         canonical: dict[str, pl.Series] = {
             "rollout_id": step + idx.cast(pl.String),
             "reward": df["rewards"].cast(pl.Float64),
+            "batch": pl.Series([step] * df.height, dtype=pl.String),  # a step is whitened alone
         }
+        warnings = []
+        if "filtered_rewards" in df.columns:
+            canonical["reward"] = df["filtered_rewards"].cast(pl.Float64)
+            warnings.append(FILTERED_REWARDS)
         if "token_ids" in df.columns:
             need(path, set(df.columns), ["input_lengths", "token_loss_mask"], self.framework)
             canonical.update(tokens(df))
@@ -115,8 +143,14 @@ class NemoRl(Preset):
         padded = [c for c in df.columns if c in PER_TOKEN and c != "token_ids"]
         table = df.drop([c for c in (*canonical, *padded, "token_ids") if c in df.columns])
         table = table.with_columns(**{k: v.alias(k) for k, v in canonical.items()})
-        return Converted(table.to_arrow(), lines)
+        return Converted(table.to_arrow(), lines, warnings)
 
+
+FILTERED_REWARDS = (
+    "the reward is NeMo-RL's filtered_rewards: with dynamic sampling on, it logs there the "
+    "rewards of the rows it trained on, and under rewards those of its first generation "
+    "batch, dropped groups included, which are not the rows' own"
+)
 
 BEFORE_4158 = (
     "NeMo-RL before its PR #4158 divided equal rewards by the rounding noise of their float32 std"

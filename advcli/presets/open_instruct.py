@@ -31,6 +31,7 @@ from advcli.presets.base import (
     Converted,
     Preset,
     PresetOptions,
+    Setting,
     floats,
     frame,
     json_records,
@@ -89,13 +90,11 @@ class OpenInstruct(Preset):
             out, lines = out.filter(~again), lines[~again.to_numpy()]
         return Converted(out.to_arrow(), lines, warnings)
 
-    def settings(
-        self, reward_columns: list[str], weights: dict[str, float]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
         return [
-            ("", "grpo", {}),
-            ("--scale group (advantage_normalization_type standard, the default before "
-             "2026-03-20)", "grpo", {"scale": "group"}),
+            Setting("grpo", own=True),
+            Setting("grpo", (("scale", "group"),), note="advantage_normalization_type "
+                    "standard, the default before 2026-03-20"),
         ]  # fmt: skip
 
 

@@ -44,7 +44,7 @@ from advcli.errors import DataError, where
 from advcli.io import jsonl
 from advcli.io.arrow import list_array
 from advcli.lazy_imports import np, pa
-from advcli.presets.base import Converted, Preset, PresetOptions, json_records, step_of
+from advcli.presets.base import Converted, Preset, PresetOptions, Setting, json_records, step_of
 from advcli.presets.slime import passthrough
 
 STREAM_PATTERNS = (
@@ -83,13 +83,11 @@ class PrimeRl(Preset):
     def files(self, inputs: list[str]) -> list[str]:
         return without_sealed_twins(super().files(inputs))
 
-    def settings(
-        self, reward_columns: list[str], weights: dict[str, float]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
         return [
-            ("", "grpo", {}),
-            ("--method grpo-length ([orchestrator.algo.length_penalty] type linear, its "
-             "default weights)", "grpo-length", {}),
+            Setting("grpo", own=True),
+            Setting("grpo-length", note="[orchestrator.algo.length_penalty] type linear, its "
+                    "default weights", own=True),
         ]  # fmt: skip
 
     def convert(self, path: str, options: PresetOptions) -> Converted:

@@ -80,6 +80,9 @@ class Slime(Preset):
         table = samples_table(path, samples, options)
         if train_paths:
             table = with_train_dump(train_paths, samples, table)
+        # slime whitens (REINFORCE++) over one rollout's samples: the file is the batch
+        batch = f"rollout {dump.get('rollout_id', Path(path).stem)}"
+        table = table.append_column("batch", pa.array([batch] * table.num_rows, pa.string()))
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
             return Converted(table)

@@ -105,6 +105,7 @@ class SkyRl(Preset):
     ``input_prompt``; a list ``score`` (token-level rewards) counts by its sum."""
 
     name = "skyrl"
+    convention = "skyrl"
     framework = "SkyRL"
     switch = "trainer.dump_eval_results=True (the default)"
     writes = "EXPORT_PATH/dumped_evals/global_step_{N}_evals/{data_source}.jsonl"

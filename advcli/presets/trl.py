@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from advcli.errors import DataError, UsageError
 from advcli.lazy_imports import np, pa, pc, pl, pq
-from advcli.presets.base import Converted, Preset, PresetOptions, need, step_of
+from advcli.presets.base import Converted, Preset, PresetOptions, Setting, need, step_of
 
 
 class Trl(Preset):
@@ -90,7 +90,13 @@ class Trl(Preset):
             **{k: v.alias(k) for k, v in canonical.items()}
         )
         warnings = []
-        if groups.evaluation.any():
+        if groups.evaluation.all():
+            warnings.append(
+                f"{path}: step {_steps(step, groups.evaluation)}: every row is an evaluation "
+                f"row (no run of one prompt is a whole group of {options.group_size}): TRL's "
+                "evaluation before its first training step, which marks no row as eval"
+            )
+        elif groups.evaluation.any():
             warnings.append(
                 f"{path}: step {_steps(step, groups.evaluation)}: rows "
                 f"{_spans(groups.evaluation)} are evaluation rows (runs of one prompt that are "
@@ -104,20 +110,30 @@ class Trl(Preset):
                 "buffer cut (it keeps the last generation_batch_size rows; evaluation rows "
                 "pushed the others out): their advantages came from rollouts the file lacks"
             )
-        return Converted(table.to_arrow(), warnings=warnings)
+        set_aside = int(groups.cut.sum() + groups.evaluation.sum())
+        return Converted(table.to_arrow(), warnings=warnings, set_aside=set_aside)
 
-    def settings(
-        self, reward_columns: list[str], weights: dict[str, float]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        named = ",".join(reward_columns)
-        weighted = ",".join(f"{k}={w!r}" for k, w in weights.items()) or None
-        return [
-            ("", "grpo", {}),
-            ("--scale batch", "grpo", {"scale": "batch"}),
-            ("--scale none", "grpo", {"scale": "none"}),
-            (f"--method gdpo --reward-columns {named} (TRL's normalize_then_sum)", "gdpo",
-             {"reward_columns": named, "reward_weights": weighted}),
-        ]  # fmt: skip
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
+        """scale_rewards group (the default), batch or none; multi_objective_aggregation
+        normalize_then_sum (gdpo over the reward columns, with their weights)."""
+        found = [
+            Setting("grpo", own=True),
+            Setting("grpo", (("scale", "batch"),), note='scale_rewards="batch"'),
+            Setting("grpo", (("scale", "none"),), note='scale_rewards="none"'),
+        ]
+        if options.reward_columns:
+            weights = ",".join(f"{k}={w!r}" for k, w in options.reward_weights.items()) or None
+            given = (("reward_columns", ",".join(options.reward_columns)),
+                     ("reward_weights", weights))  # fmt: skip
+            found.append(
+                Setting(
+                    "gdpo", given, note='multi_objective_aggregation="normalize_then_sum"', own=True
+                )  # fmt: skip
+            )
+        return found
+
+    def unknowns(self, options: PresetOptions) -> list[str]:
+        return [] if options.reward_weights else ["reward_weights (--reward-weights)"]
 
     def reward_of(
         self, columns: dict[str, np.ndarray], options: PresetOptions
@@ -131,6 +147,9 @@ class Trl(Preset):
 
     def leaves_out(self, options: PresetOptions) -> bool:
         return options.group_size is None or options.reward_columns is None
+
+    def needs_group_size(self) -> bool:
+        return True
 
     def group_sizes(self, log: Any) -> list[int]:
         """The divisors of the runs of one prompt text (num_generations, a multiple where
@@ -246,7 +265,8 @@ def blocks(prompt: np.ndarray, group_size: int | None) -> Blocks:
     """TRL's groups from the prompt text: runs of one prompt, cut into blocks of
     ``group_size`` (None: each run a group). The file's first run, when it is not whole
     blocks, begins with the rest of a cut group; a later run that is not whole blocks holds
-    evaluation rows (groups of ``num_generations_eval``), a group of its own."""
+    evaluation rows (groups of ``num_generations_eval``), a group of its own; so does every
+    run of a file without a whole block."""
     run, place, length = prompt_runs(prompt)
     n = len(prompt)
     cut = np.zeros(n, dtype=bool)
@@ -255,7 +275,9 @@ def blocks(prompt: np.ndarray, group_size: int | None) -> Blocks:
         return Blocks(run.astype(str).astype(object), cut, evaluation)
     spare = length % group_size
     whole = spare[run] == 0
-    first_run = run == 0
+    # A file without a whole group holds evaluation rows only (TRL's evaluation before the
+    # first step): nothing of it was cut
+    first_run = (run == 0) & bool((spare == 0).any())
     cut = first_run & ~whole & (place < spare[run])
     evaluation = ~whole & ~first_run
     shifted = np.where(first_run, place - spare[run], place)

@@ -113,7 +113,8 @@ class Verl(Preset):
             if not options.merge_repeated_prompts:
                 refuse_repeated_prompts(path, lines, prompt)
             ids = {"prompt_id": prompt, "rollout_id": scope + pl.Series(lines).cast(pl.String)}
-        canonical = {**ids, "reward": number(df, "score", path, lines), "step": step}
+        canonical = {**ids, "reward": number(df, "score", path, lines), "step": step,
+                     "batch": step.cast(pl.String)}  # fmt: skip
         table = df.drop([c for c in canonical if c in df.columns]).with_columns(
             **{k: v.alias(k) for k, v in canonical.items()}
         )

@@ -175,7 +175,8 @@ def test_unknown_convention_is_a_usage_error(small_log, tmp_path):
     assert proc.returncode == 2
     assert err(proc) == (
         "advcli: error: unknown convention 'x'. Conventions: advcli, verl, trl, openrlhf, torchrl, "
-        "nemo-rl, nemo-rl-pre-4158, prime-rl, tinker, open-instruct, areal, slime, miles, roll"
+        "skyrl, nemo-rl, nemo-rl-pre-4158, prime-rl, tinker, open-instruct, areal, slime, miles, "
+        "roll"
     )
 
 

@@ -77,14 +77,18 @@ def write_lines(path: Path, records: list[dict], *, python_json: bool = False) -
     return path
 
 
-def reference_log(path: Path, rs: list[Rollout], *, tokens: bool, key: str = "uuid") -> Path:
-    """The rollouts in advcli's own schema (rows in the order given)."""
+def reference_log(
+    path: Path, rs: list[Rollout], *, tokens: bool, key: str = "uuid", batch: bool = False
+) -> Path:
+    """The rollouts in advcli's own schema (rows in the order given); ``batch``: each step a
+    batch (the rows whitened together)."""
     rows = []
     for r in rs:
         row = {
             "prompt_id": r.uuid if key == "uuid" else f"{r.step}:{r.prompt}",
             "rollout_id": f"{r.step}:{r.prompt}:{r.sample}",
             "reward": r.reward,
+            **({"batch": str(r.step)} if batch else {}),
         }
         if tokens:
             row.update(input_ids=r.tokens, action_mask=r.mask)

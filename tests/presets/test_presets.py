@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+import advcli.presets
 from tests.conftest import run
 from tests.presets import frameworks as fw
 
@@ -93,13 +94,18 @@ def test_a_preset_gives_the_advantages_of_the_same_rollouts_in_advclis_schema(
 
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c][3]])
 def test_token_presets_run_the_per_token_methods(tmp_path, case):
+    """REINFORCE++ under the framework's convention, whitened over its batch: a step of
+    NeMo-RL's, a rollout file of slime's (the step here), the whole log of prime-rl's."""
     writer, preset, options, _ = CASES[case]
     dump = writer(tmp_path / "dump", RS) or tmp_path / "dump"
     method = ("--method", "reinforce-pp-baseline", "--gamma", "0.9")
     rows = annotated(dump, tmp_path / "out.parquet", "--from", preset, *method, *options)
     want = {}
-    ref = fw.reference_log(tmp_path / "reference.parquet", RS, tokens=True, key="step")
-    for r, row in zip(RS, annotated(ref, tmp_path / "ref.parquet", *method), strict=True):
+    ref = fw.reference_log(tmp_path / "reference.parquet", RS, tokens=True, key="step",
+                           batch=preset in ("nemo-rl", "slime"))  # fmt: skip
+    convention = ("--convention", advcli.presets.get(preset).convention)
+    for r, row in zip(RS, annotated(ref, tmp_path / "ref.parquet", *method, *convention),
+                      strict=True):  # fmt: skip
         want[(r.step, r.prompt, r.sample)] = row["advantages"]
     for row in rows:
         assert row["advantages"] == pytest.approx(want[KEYS[preset](row)], rel=1e-5, abs=1e-6)

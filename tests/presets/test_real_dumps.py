@@ -108,10 +108,11 @@ def test_trl_eval_rows_and_cut_groups(tmp_path: Path) -> None:
 def test_trl_a_setting_that_differs_is_named(tmp_path: Path) -> None:
     summary, _ = annotate(tmp_path, TRL / "scale_batch")
     assert summary["logged_advantages"].startswith("differs from TRL's logged advantages")
-    assert any("--scale batch reproduces them" in w for w in summary["warnings"])
+    fix = '--scale batch (scale_rewards="batch") reproduces them'
+    assert any(fix in w for w in summary["warnings"])
     proc = run("check", str(TRL / "scale_batch"), "--from", "trl")
     assert proc.returncode == 4
-    assert "Hint: --scale batch reproduces them" in proc.stderr.splitlines()[-1]
+    assert f"Hint: {fix}" in proc.stderr.splitlines()[-1]
     assert (
         run("check", str(TRL / "scale_batch"), "--from", "trl", "--scale", "batch").returncode == 0
     )
