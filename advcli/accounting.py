@@ -139,6 +139,7 @@ def audit_log(
 ) -> Audit:
     """The audit of an opened log (what ``audit`` and ``report`` share); ``count`` counts the
     tokens elsewhere (default: here, :func:`token_counts`)."""
+    log.trust_reward()
     source, roles = log.source, log.roles
     if roles["prompt_id"] is None and log.looks_like is None:
         msg = (
@@ -165,5 +166,5 @@ def audit_log(
     report = audit_groups(rewards, codes, stats, action_tokens, near_tie=near_tie)
     if "state" in rows.labels:
         report = replace(report, **audit_steps(*step_signal(rows), tol))
-    warnings = [*log.warnings, *group_warnings(rows, roles)]
+    warnings = [*log.warnings, *group_warnings(log, rows)]
     return Audit(report, source.sources.files, rows, stats, warnings, action_tokens)

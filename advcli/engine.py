@@ -161,6 +161,11 @@ class Run:
     # logged ones, filled by the final pass
     n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to a Ray task (a part of the log): the comparison with the logged advantages
+        # stays here, and the log it searches is this process's
+        return {**self.__dict__, "log": None, "token_agreement": None}
+
     def final_pass(self, name: str) -> contextlib.AbstractContextManager[None]:
         """The progress stage of the pass that streams :meth:`annotated`."""
         return progress.stage(name, number=self.n_passes, total=self.n_passes)
@@ -415,6 +420,7 @@ def plan_run(
     as the final pass streams).
     """
     measure = measure or measured_here
+    log.trust_reward()
     source, roles = log.source, log.roles
     if roles["input_ids"] is None and (plain := method.without_tokens(params)) is not None:
         method = plain
@@ -430,7 +436,7 @@ def plan_run(
         steps = method.reads_steps
         table = source.columns(row_columns(roles, steps=steps, named=named))
         rows = extract_rows(table, roles, source.sources, steps=steps, named=named)
-    warnings = [*log.warnings, *group_warnings(rows, roles)]
+    warnings = [*log.warnings, *group_warnings(log, rows)]
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
     with located(source.sources, roles):
         if wanted := method.row_sums(params):
@@ -454,9 +460,7 @@ def plan_run(
         if run.agreement is not None:
             run.settle_agreement()
         elif run.has_tokens and log.preset is not None and log.preset.logged == TOKENWISE:
-            run.token_agreement = reproduce.TokenAgreement(
-                log.preset.framework, TOKENWISE, log.preset.tol
-            )
+            run.token_agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE)
     return run
 
 
@@ -476,7 +480,7 @@ def token_fits(log: Log, setting: Setting, params: Params) -> reproduce.Agreemen
     except (DataError, UsageError):
         return None
     assert log.preset is not None
-    agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE, log.preset.tol)
+    agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE)
     for row0, table, tok, columns in run.computed():
         agreement.add(row0, table, tok.mask, columns["advantages"])
     return agreement.result()

@@ -62,6 +62,13 @@ class Log:
     mapped: bool = False  # --col named some of its columns
     reopen: Callable[[presets.PresetOptions], Log] | None = None  # the log read again with
     # other preset options (with --from)
+    reward_doubt: str | None = None  # why its reward may not be what the framework trained on
+    # (an error where a reward is read, until --col reward= names the column)
+
+    def trust_reward(self) -> None:
+        """Refuse to read the reward while it is in doubt (:attr:`reward_doubt`)."""
+        if self.reward_doubt is not None:
+            raise DataError(self.reward_doubt)
 
     @property
     def sources(self) -> Sources:
@@ -108,8 +115,9 @@ def open_log(
             converted = presets.PresetSource(chosen, inputs, given)
             source: LogSource = _lift_nested(converted, mapping)
             roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))
+            doubt = converted.reward_doubt if "reward" not in mapping else None
             return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
-                       options=given)  # fmt: skip
+                       options=given, reward_doubt=doubt)  # fmt: skip
 
         settled: Log = reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
         return settled
@@ -178,18 +186,19 @@ def _lift_nested(source: LogSource, mapping: dict[str, str]) -> LogSource:
     return NestedFields(source, paths) if paths else source
 
 
-def group_warnings(rows: Rows, roles: Roles) -> list[str]:
+def group_warnings(log: Log, rows: Rows) -> list[str]:
     """Signs that the group key is not the prompt: every group a single rollout, or groups of
-    sizes other than the common one (singletons aside: they are flagged and counted anyway)."""
-    if rows.group_keys is None or rows.n_rollouts < 2:
+    sizes other than the common one (singletons aside: they are flagged and counted anyway).
+    None for a framework's dump: its reader groups rows as the framework did."""
+    if rows.group_keys is None or rows.n_rollouts < 2 or log.preset is not None:
         return []
     sizes = np.bincount(rows.rollout_groups(), minlength=len(rows.group_keys))
-    column = roles["prompt_id"]
+    column = log.roles["prompt_id"]
     if (sizes == 1).all():
         return [
             f"every group has a single rollout: is '{column}' really the prompt? (a key unique "
-            "to each rollout gives no group signal). Hint: name the group key with --col "
-            "prompt_id=COLUMN, or read a framework's dump with --from"
+            "to each rollout gives no group signal). Hint: name the group key's column with "
+            "--col, or read a framework's dump with --from"
         ]
     groups = sizes[sizes > 1]
     values, counts = np.unique(groups, return_counts=True)

@@ -33,7 +33,25 @@ from advcli.presets import Setting
 
 TOL = 1e-5
 """Largest absolute difference that counts as the same advantage (the logged ones are float32
-from the framework's own float32 arithmetic), unless the preset says its dump rounds them."""
+from the framework's own float32 arithmetic)."""
+
+ROUNDED_TOL = 5e-5
+"""The same, for logged advantages rounded to 4 decimals (prime-rl's episode records)."""
+
+
+def on_grid(values: np.ndarray) -> bool:
+    """Whether every finite value has at most 4 decimals (up to float32's rounding of them)."""
+    v = values[np.isfinite(values)]
+    scaled = v * 1e4
+    return bool(len(v)) and bool(
+        (np.abs(scaled - np.round(scaled)) <= np.maximum(1e-6, 1e-3 * np.abs(v))).all()
+    )
+
+
+def tolerance(values: np.ndarray) -> float:
+    """The difference that counts as the same for these logged values: :data:`TOL`, or
+    :data:`ROUNDED_TOL` where they all have 4 decimals (half their last digit)."""
+    return ROUNDED_TOL if on_grid(values) else TOL
 
 
 @dataclass(frozen=True)
@@ -67,7 +85,7 @@ class Agreement:
         )
 
     def _rounded(self) -> str:
-        return f", compared to {self.tol:g}: the dump rounds them" if self.tol != TOL else ""
+        return f", to {self.tol:g}: the logged values have 4 decimals" if self.tol != TOL else ""
 
 
 def logged_per_row(source: Any, roles: Any, column: str) -> np.ndarray:
@@ -103,10 +121,11 @@ def _floats(values: pa.Array) -> np.ndarray:
 
 
 def compare(
-    ours: np.ndarray, logged: np.ndarray, kept: np.ndarray | None, framework: str, tol: float = TOL
+    ours: np.ndarray, logged: np.ndarray, kept: np.ndarray | None, framework: str
 ) -> Agreement:
     """``ours`` (per row) against ``logged`` on the kept rows (None: all) where a value was
-    logged."""
+    logged, to the :func:`tolerance` of the logged values."""
+    tol = tolerance(logged)
     have = np.isfinite(logged) if kept is None else kept & np.isfinite(logged)
     diff = np.where(have, np.abs(ours - np.where(have, logged, 0.0)), 0.0)
     diff = np.where(np.isnan(diff), np.inf, diff)
@@ -136,18 +155,20 @@ def agreement(run: Any, preset: presets.Preset | None) -> Agreement | None:
     if not hasattr(run.plan, "advantage"):
         return None
     logged = logged_per_row(run.source, run.roles, preset.logged)
-    return compare(run.plan.advantage, logged, run.plan.kept, preset.framework, preset.tol)
+    return compare(run.plan.advantage, logged, run.plan.kept, preset.framework)
 
 
 class TokenAgreement:
     """A per-token method's advantages against the logged per-token ones, batch by batch as
-    the final pass streams them, over the action tokens where a value was logged."""
+    the final pass streams them, over the action tokens where a value was logged; each row's
+    largest difference is kept, to count those beyond the :func:`tolerance` of all the logged
+    values at the end."""
 
-    def __init__(self, framework: str, column: str, tol: float = TOL):
-        self.framework, self.column, self.tol = framework, column, tol
-        self.compared = self.differ = 0
-        self.max_difference = 0.0
-        self.worst_row: int | None = None
+    def __init__(self, framework: str, column: str):
+        self.framework, self.column = framework, column
+        self.worst: list[np.ndarray] = []  # per row compared: its largest difference
+        self.rows: list[np.ndarray] = []  # and its row of the log
+        self.rounded = True  # every logged value so far has 4 decimals
 
     def add(self, row0: int, table: pa.Table, mask: np.ndarray, ours: np.ndarray) -> None:
         values, offsets = flat_list(table.column(self.column))
@@ -155,6 +176,7 @@ class TokenAgreement:
         if len(logged) != len(ours):  # a row without logged values (null): none to compare
             return
         have = mask & np.isfinite(logged)
+        self.rounded = self.rounded and (on_grid(logged[have]) or not have.any())
         diff = np.where(have, np.abs(ours.astype(np.float64) - np.where(have, logged, 0.0)), 0.0)
         diff = np.where(np.isnan(diff), np.inf, diff)
         n = len(offsets) - 1
@@ -162,17 +184,17 @@ class TokenAgreement:
         compared = np.bincount(rows[have], minlength=n) > 0
         worst = np.zeros(n)
         np.maximum.at(worst, rows, diff)
-        self.compared += int(compared.sum())
-        self.differ += int((compared & (worst > self.tol)).sum())
-        if n and worst.max() > self.max_difference:
-            self.max_difference = float(worst.max())
-            self.worst_row = row0 + int(np.argmax(worst))
+        self.worst.append(worst[compared])
+        self.rows.append(row0 + np.flatnonzero(compared))
 
     def result(self) -> Agreement | None:
-        if not self.compared:
+        worst = np.concatenate(self.worst) if self.worst else np.zeros(0)
+        if not len(worst):
             return None
-        return Agreement(self.framework, self.compared, self.differ, self.max_difference,
-                         self.worst_row, self.tol)  # fmt: skip
+        tol = ROUNDED_TOL if self.rounded else TOL
+        at = int(np.argmax(worst))
+        return Agreement(self.framework, len(worst), int((worst > tol).sum()),
+                         float(worst[at]), int(np.concatenate(self.rows)[at]), tol)  # fmt: skip
 
 
 def params_of(setting: Setting, convention: str) -> Params | None:
@@ -333,7 +355,7 @@ def _row_agreement(
     got = _advantages(rows, p)
     if got is None:
         return None
-    return compare(got[0], read.logged, got[1], preset.framework, preset.tol)
+    return compare(got[0], read.logged, got[1], preset.framework)
 
 
 def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray | None] | None:

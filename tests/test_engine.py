@@ -175,7 +175,7 @@ def test_group_key_warnings(tmp_path):
         log = logs.open_log([str(path)])
         source = log.source
         rows_ = extract_rows(source.columns(row_columns(log.roles)), log.roles, source.sources)
-        return logs.group_warnings(rows_, log.roles)
+        return logs.group_warnings(log, rows_)
 
     assert warnings_for(["a"] * 4 + ["b"] * 4 + ["c"]) == []
     (wrong,) = warnings_for(["a"] * 4 + ["b"] * 4 + ["c"] * 8)

@@ -362,7 +362,7 @@ def test_a_failed_prime_rl_episode_without_tokens_is_skipped_and_said():
     )  # fmt: skip
     proc = run("audit", str(all_file), "--from", "prime-rl", "--json")
     assert proc.returncode == 0
-    assert any("skipped 1 failed episode(s) without tokens" in w
+    assert any("left out 1 failed episode(s) (ok false: no tokens, no reward)" in w
                for w in json.loads(proc.stdout)["warnings"])  # fmt: skip
 
 

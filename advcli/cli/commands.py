@@ -221,8 +221,12 @@ def check(
         typer.Option(help="Default: the framework's own (--from trl: trl, nemo-rl, prime-rl)."),
     ] = None,
     tol: Annotated[
-        float, typer.Option(help="Largest absolute difference that counts as the same.")
-    ] = 1e-5,
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            help="Largest absolute difference that counts as the same. Default: 1e-5, "
+            "or 5e-5 where the logged advantages have 4 decimals."
+        ),
+    ] = None,
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
@@ -252,7 +256,7 @@ def check(
     if not result.ok:
         msg = (
             f"{result.rows_beyond_tol} of {result.rows} rows (in {result.groups_beyond_tol} "
-            f"groups) differ from the logged advantages by more than --tol {tol:g}"
+            f"groups) differ from the logged advantages by more than --tol {result.tol:g}"
         )
         if result.reproduced_by:
             msg += f". Hint: {result.reproduced_by} reproduces them"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advcli import jobs
+from advcli import jobs, reproduce
 from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError
 from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np
@@ -25,7 +25,7 @@ def check(
     preset_options: PresetOptions | None = None,
     method: str | None = None,
     convention: str | None = None,
-    tol: float = 1e-5,
+    tol: float | None = None,
     worst: int = 5,
     col: list[str] | None = None,
     batch_rows: int = BATCH_ROWS,
@@ -35,7 +35,10 @@ def check(
     ``advantage``, NeMo-RL's and prime-rl's per-token ``advantages``) and compare them.
 
     ``method`` and ``convention`` default to the framework's own (``grpo`` under its
-    convention). ``ok`` is False when a row differs by more than ``tol`` (absolute).
+    convention). ``ok`` is False when a row differs by more than ``tol`` (absolute; default
+    1e-5, or 5e-5 where the logged advantages have 4 decimals: a dump that rounds them), or
+    when an option the user gave contradicts the logged advantages. A row without a logged
+    value (prime-rl's trace not shipped yet) is not compared, and counted.
     """
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method or "grpo", convention=convention, params=params,
@@ -58,7 +61,8 @@ def check(
     p = run.params
     if per_token and not run.has_tokens:
         raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
-    diffs, logged, ours, prompts, rollouts = [], [], [], [], []
+    diffs, logged, ours, prompts, rollouts, have = [], [], [], [], [], []
+    rounded = True  # every logged value has 4 decimals
     with run.final_pass("comparing"):
         for batch in run.annotated():
             t = batch.table
@@ -71,21 +75,38 @@ def check(
                 a = t.column("source_advantage").to_numpy().astype(np.float64)
                 b = t.column("advantage").to_numpy().astype(np.float64)
                 offsets = np.arange(len(a) + 1)
+            unlogged = np.isnan(a)  # no value logged there: not compared
+            if (~unlogged).any():
+                rounded = rounded and reproduce.on_grid(a[~unlogged])
             d = np.abs(a - b)
-            d[np.isnan(a) & np.isnan(b)] = 0.0
+            d[unlogged] = 0.0
             d[np.isnan(d)] = np.inf
+            rows_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            have.append(np.bincount(rows_of[~unlogged], minlength=len(offsets) - 1) > 0)
             at = _row_argmax(d, offsets)  # each row's worst token (or the row itself)
             diffs.append(np.where(at >= 0, d[np.maximum(at, 0)], 0.0))
             logged.append(np.where(at >= 0, a[np.maximum(at, 0)], np.nan))
             ours.append(np.where(at >= 0, b[np.maximum(at, 0)], np.nan))
             prompts.append(t.column(log.roles.column("prompt_id")).to_pylist())
             rollouts.append(t.column(log.roles.column("rollout_id")).to_pylist())
-    diff = np.concatenate(diffs)
-    prompt_ids = [k for part in prompts for k in part]
+    compared = np.concatenate(have)
+    diff = np.concatenate(diffs)[compared]
+    prompt_ids = [k for i, k in enumerate(k for part in prompts for k in part) if compared[i]]
+    warnings = list(run.warnings)
+    if tol is None:  # looser only where rounding to 4 decimals makes the difference
+        rounding = (diff > reproduce.TOL) & (diff <= reproduce.ROUNDED_TOL)
+        tol = reproduce.ROUNDED_TOL if rounded and rounding.any() else reproduce.TOL
+        if tol != reproduce.TOL:
+            warnings.append(f"the logged advantages have 4 decimals: compared to {tol:g}")
+    if not compared.all():
+        warnings.append(
+            f"{int((~compared).sum())} row(s) have no logged advantage ({chosen.framework} had "
+            "not shipped them, or left them out): not compared"
+        )
     beyond = diff > tol
     order = np.argsort(-diff, kind="stable")[: min(worst, int(beyond.sum()))]
-    rollout_ids = [k for part in rollouts for k in part]
-    logged_at, ours_at = np.concatenate(logged), np.concatenate(ours)
+    rollout_ids = [k for i, k in enumerate(k for part in rollouts for k in part) if compared[i]]
+    logged_at, ours_at = np.concatenate(logged)[compared], np.concatenate(ours)[compared]
     return CheckResult(
         method=p.method,
         convention=p.convention,
@@ -108,7 +129,7 @@ def check(
         ok=not beyond.any(),
         reproduced_by=run.reproduced_by,
         found=run.settled or None,
-        warnings=run.warnings,
+        warnings=warnings,
     )
 
 

@@ -58,7 +58,7 @@ def describe(
     if sample is not None:
         sample.sample(SAMPLE_BYTES)
         sample.keep_parsed()  # parsed once: the token counts read it back
-    warnings = list(log.warnings)
+    warnings = list(log.warnings) + ([log.reward_doubt] if log.reward_doubt else [])
     role_of = {column: role for role, column in roles.columns.items() if column}
     info: dict[str, Any] = {
         "files": source.sources.files,
@@ -79,7 +79,7 @@ def describe(
         )
         if sample is None or sample.sampled_bytes is None:  # (a sample's last group is cut
             # short: no group check)
-            warnings += group_warnings(rows, roles)
+            warnings += group_warnings(log, rows)
     except DataError as exc:
         problems.append(str(exc))
         info["rows"] = source.n_rows

@@ -53,8 +53,9 @@ class PresetOptions:
     reward_key: str | None = field(default=None, metadata=option(
         "slime, miles: the reward to take from a dict reward.", panel=FROM))  # fmt: skip
     merge_repeated_prompts: bool = field(default=False, metadata=option(
-        "verl legacy: score the rows of a step that share a prompt text as one group (verl "
-        "scored each dataset row apart; its legacy dump has no uid to tell them).",
+        "verl legacy, skyrl: score the rows of a step (skyrl: a file) that share a prompt text "
+        "as one group (the framework scored each dataset row apart; the dump has no uid to tell "
+        "them).",
         flag="--merge-repeated-prompts", panel=FROM))  # fmt: skip
 
 
@@ -63,12 +64,15 @@ class Converted:
     """One framework file in advcli's schema: the table, and the 1-based line each row came
     from (None: rows are not lines; errors then name the row); ``set_aside``: rows the
     options made the reader skip or read as something else (TRL: not whole groups of
-    ``--group-size``)."""
+    ``--group-size``); ``reward_doubt``: why its reward may not be what the framework trained
+    on, an error unless the user names the reward column (verl's DAPO dicts)."""
 
     table: pa.Table
     lines: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
     set_aside: int = 0
+    reward_doubt: str | None = None  # why its reward may not be the one trained on: an
+    # error unless ``--col reward=`` names the column to read
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,6 @@ class Preset(ABC):
     # command runs under unless told otherwise
     logged: ClassVar[str | None] = None  # where the dump carries the framework's own
     # advantages: ``source_advantage`` (one per row) or ``source_advantages`` (per token)
-    tol: ClassVar[float] = 1e-5  # the difference from those that counts as the same (more
-    # where the dump rounds them)
 
     def files(self, inputs: list[str]) -> list[str]:
         """The dump files named by ``inputs``: files, or folders searched for ``patterns``,
@@ -318,6 +320,46 @@ def need(path: str, present: set[str] | list[str], fields: list[str], framework:
             raise DataError(msg)
 
 
+def repeated_prompts(
+    path: str,
+    lines: np.ndarray,
+    keys: pl.Series,
+    texts: pl.Series,
+    *,
+    column: str,
+    within: str,
+    apart: str,
+    merge: bool,
+) -> list[str]:
+    """Refuse a dump without a group id where a prompt text (``keys``: the texts as grouped,
+    ``texts``: as shown) has a multiple of the common number of rows: several dataset rows
+    with one text, which the framework scored ``apart`` and the dump cannot tell apart. With
+    ``merge`` (``--merge-repeated-prompts``), the warning that they are merged."""
+    counts = keys.value_counts()
+    sizes = counts["count"].to_numpy()
+    values, times = np.unique(sizes, return_counts=True)
+    common = int(values[np.argmax(times)])
+    merged = np.flatnonzero((sizes >= 2 * common) & (sizes % common == 0))
+    if not len(merged):
+        return []
+    at = int(merged[0])
+    row = int(np.flatnonzero((keys == counts[keys.name][at]).to_numpy())[0])
+    shown = str(texts[row])
+    shown = shown if len(shown) <= 60 else "..." + shown[-57:]  # the question ends it
+    head = f"{where(path, int(lines[row]), column, line=True)}: {int(sizes[at])} rows{within}"
+    if merge:
+        return [
+            f"{head} and {len(merged) - 1} other prompt text(s) scored as one group each "
+            "(--merge-repeated-prompts): not the framework's numbers, which scored each "
+            "dataset row apart"
+        ]
+    msg = (
+        f"{head} share the prompt {shown!r}, where the others have {common}: several dataset "
+        f"rows with one text, which {apart}"
+    )
+    raise DataError(msg)
+
+
 def number(df: pl.DataFrame, column: str, path: str, lines: np.ndarray | None) -> pl.Series:
     """A column as float64: numbers, or numbers written as text ("0.5"); anything else is an
     error naming the line (or row)."""
@@ -412,6 +454,7 @@ class PresetSource(LogSource):
         self.warnings: list[str] = []
         empty: list[str] = []
         self.set_aside = 0  # rows the options made the preset skip or relabel
+        self.reward_doubt: str | None = None  # the first file's (Converted.reward_doubt)
         repeated: list[str] = []
         kept: list[str] = []
         previous = None
@@ -419,6 +462,7 @@ class PresetSource(LogSource):
             converted = _convert(preset, path, options)
             self.warnings += [w for w in converted.warnings if w not in self.warnings]
             self.set_aside += converted.set_aside
+            self.reward_doubt = self.reward_doubt or converted.reward_doubt
             progress.read(sum(counts), (i + 1) / len(files))
             if not converted.table.num_rows:  # TRL writes one when no step ran; a stream
                 # chunk may hold only groups left out

@@ -27,9 +27,12 @@ Which stream rollouts are read: the stream holds every arrival, trained or not. 
 read when one of its traces was shipped (``info.effective``), or when it is complete (as many
 episodes as the smallest trained group) with one reward for all (prime-rl drops such a group,
 every advantage 0, from the batch). Groups still in flight, or not yet shipped, are left out,
-said in a warning. A trace of a read group that was never annotated had advantage 0 (prime-rl
-ships only traces with a non-zero advantage), so 0 is its logged advantage. The orchestrator
-writes advantages unrounded; the episode's log-probabilities are rounded to 4 decimals.
+said in a warning. A trace of a read group that was never annotated has no logged advantage:
+prime-rl ships only traces with a non-zero advantage, and one may wait for the next batch. A
+failed episode (``ok`` false: no tokens, no reward) is left out, as prime-rl leaves it out of
+its group's scoring. The orchestrator's annotations hold advantages unrounded; an episode
+record rounds its floats to 4 decimals (``float_decimals``): the step files' advantages, and
+the log-probabilities everywhere.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ STREAM_PATTERNS = (
 )
 """The chunks of a run's stream, in the folders a user may give: the run's output folder,
 its ``monitors/file`` folder, or its ``traces`` folder."""
+
+FAILED = (
+    "{path}: left out {failed} failed episode(s) (ok false: no tokens, no reward), as prime-rl "
+    "does: it scores their groups over the other episodes"
+)
 
 UNTRAINED = (
     "prime-rl's trace stream: left out {groups} group(s) ({episodes} episode(s)) that were "
@@ -110,7 +118,7 @@ class PrimeRl(Preset):
                 del row["source_advantages"]
         warnings = turn_reward_warnings(path, rows)
         if failed:
-            warnings.append(f"{path}: skipped {failed} failed episode(s) without tokens")
+            warnings.append(FAILED.format(path=path, failed=failed))
         if "/all/" in Path(path).as_posix():
             warnings.append(
                 f"{path}: prime-rl's 'all' traces hold every finished episode, errors too, "
@@ -170,6 +178,9 @@ def episode_rows(
             }
             if stream:
                 row["effective"] = info.get("effective") is True
+                if not any(isinstance(n, dict) and "advantages" in n for n in path_nodes):
+                    # not annotated: not shipped yet, or left out for an advantage of 0
+                    row["source_advantages"] = np.full(len(ids), np.nan, np.float32)
             if isinstance(info.get("turn_rewards"), list):
                 kept = path_turn_rewards(nodes, branch, mask, info["turn_rewards"])
                 row["turn_rewards"] = False if kept is None else kept  # False: said, left out
@@ -240,14 +251,18 @@ def stream_chunk(path: str) -> Converted:
     records, lines, torn = chunk_records(path)
     rows: list[dict[str, Any]] = []
     row_lines: list[int] = []
+    failed = 0
     for episode, line in zip(records, lines.tolist(), strict=True):
         if str((episode.get("group") or {}).get("id")) not in run.kept_groups:
             continue
         run.fold(path, line, episode)
         found = episode_rows(path, line, episode, None, stream=True)
+        failed += not found and episode.get("ok") is False
         rows += found
         row_lines += [line] * len(found)
     warnings = turn_reward_warnings(path, rows)
+    if failed:
+        warnings.append(FAILED.format(path=path, failed=failed))
     if torn:
         warnings.append(f"{path}: its last line is cut short (the run was writing it): left out")
     if run.left_out[0]:

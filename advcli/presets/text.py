@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from advcli.errors import DataError, where
 from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
@@ -16,6 +17,7 @@ from advcli.presets.base import (
     json_records,
     need,
     number,
+    repeated_prompts,
     step_of,
     to_json_text,
     with_canonical,
@@ -97,12 +99,43 @@ AREAL_NORMALISED = (
 
 STEP = r"global_step_(\d+)"  # SkyRL's folder of a step's evaluation
 
+SKYRL_APART = (
+    "SkyRL scored as separate groups (its uid, which its eval dump leaves out). Hint: pass "
+    "--merge-repeated-prompts to score them as one group (not SkyRL's numbers)"
+)
+
+
+def refuse_step_wise(path: str, lines: np.ndarray, prompts: pl.Series) -> None:
+    """Refuse a step-wise dump (``generator.step_wise_trajectories``: a row per turn, a later
+    turn's prompt the earlier turns' conversation): SkyRL gives every turn of a trajectory
+    the GRPO advantage of its last turn, and the dump does not say which turns make one. A
+    prompt that continues another's tells (two adjacent ones in sorted order do, if any)."""
+    texts = sorted(set(prompts.drop_nulls().to_list()))
+    for before, text in zip(texts[:-1], texts[1:], strict=True):
+        if text.startswith(before):
+            row = prompts.to_list().index(text)
+            first = prompts.to_list().index(before)
+            msg = (
+                f"{where(path, int(lines[row]), 'input_prompt', line=True)}: its prompt "
+                f"continues line {int(lines[first])}'s conversation: a step-wise dump "
+                "(generator.step_wise_trajectories, a row per turn), whose trajectories it does "
+                "not say, and SkyRL gives every turn its trajectory's last-turn advantage. "
+                "Hint: this dump cannot give SkyRL's advantages; dump without step-wise "
+                "trajectories"
+            )
+            raise DataError(msg)
+
 
 class SkyRl(Preset):
     """SkyRL: ``trainer.dump_eval_results=True`` (the default) →
     ``{export_path}/dumped_evals/global_step_{N}_evals/{data_source}.jsonl``: evaluation
-    rollouts only, repeats of a prompt contiguous. A group is the rows of a step with the same
-    ``input_prompt``; a list ``score`` (token-level rewards) counts by its sum."""
+    rollouts only, repeats of a prompt contiguous. SkyRL groups by its uid, a dataset row of
+    one data source, which the dump leaves out: a group is the rows of a file (a step's data
+    source) with the same ``input_prompt``, and a file whose prompt texts come in other row
+    counts than its common one (eval_n_samples_per_prompt) is refused: two dataset rows with
+    one text (``--merge-repeated-prompts`` merges them), or a step-wise dump (a row per turn,
+    ``generator.step_wise_trajectories``). A list ``score`` (token-level rewards) counts by
+    its sum."""
 
     name = "skyrl"
     convention = "skyrl"
@@ -126,10 +159,15 @@ class SkyRl(Preset):
             reward = number(pl.DataFrame({"score": total}), "score", path, lines)
         else:
             reward = number(df, "score", path, lines)
-        scope = f"{step_of(path, STEP)}:"
+        scope = f"{step_of(path, STEP)}:{Path(path).name}:"
+        prompt = scope + df["input_prompt"].cast(pl.String)
+        refuse_step_wise(path, lines, df["input_prompt"].cast(pl.String))
+        merged = repeated_prompts(path, lines, prompt, df["input_prompt"], within="",
+                                  column="input_prompt", apart=SKYRL_APART,
+                                  merge=options.merge_repeated_prompts)  # fmt: skip
         canonical = {
-            "prompt_id": scope + df["input_prompt"].cast(pl.String),
+            "prompt_id": prompt,
             "rollout_id": f"{scope}{Path(path).name}:" + pl.Series(lines).cast(pl.String),
             "reward": reward,
         }
-        return Converted(with_canonical(df, canonical).to_arrow(), lines)
+        return Converted(with_canonical(df, canonical).to_arrow(), lines, merged)

@@ -26,6 +26,7 @@ from advcli.presets.base import (
     json_records,
     need,
     number,
+    repeated_prompts,
     step_of,
 )
 
@@ -47,31 +48,6 @@ def numbers_from_text(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(**out) if out else df
 
 
-def refuse_repeated_prompts(path: str, lines: np.ndarray, prompt: pl.Series) -> None:
-    """Refuse a legacy dump where a step's prompt text has a multiple of the common number of
-    rows (rollout.n): two dataset rows with one text, which verl scored as two groups and its
-    dump, without a uid and with rows reordered (balance_batch), cannot tell apart."""
-    counts = prompt.value_counts()
-    sizes = counts["count"].to_numpy()
-    values, times = np.unique(sizes, return_counts=True)
-    common = int(values[np.argmax(times)])
-    merged = np.flatnonzero((sizes >= 2 * common) & (sizes % common == 0))
-    if not len(merged):
-        return
-    text = counts[prompt.name][int(merged[0])]
-    row = int(np.flatnonzero((prompt == text).to_numpy())[0])
-    step, _, shown = text.partition(":")
-    shown = shown if len(shown) <= 60 else "..." + shown[-57:]  # the question ends it
-    msg = (
-        f"{where(path, int(lines[row]), 'input', line=True)}: {int(sizes[merged[0]])} rows of "
-        f"step {step} share the prompt {shown!r}, where the others have {common}: several dataset "
-        "rows with one text, which verl scored as separate groups and its legacy dump (no uid) "
-        "cannot tell apart. Hint: pass --merge-repeated-prompts to score them as one group "
-        "(not verl's numbers), or dump with verl's V1 trainer, which writes the uid"
-    )
-    raise DataError(msg)
-
-
 class Verl(Preset):
     name = "verl"
     framework = "verl"
@@ -90,6 +66,7 @@ class Verl(Preset):
             if "step" in df.columns
             else pl.Series([step_of(path, r"(\d+)\.jsonl")] * df.height)
         )
+        merged: list[str] = []
         if "uid" in df.columns:
             parts = df["uid"].cast(pl.String).str.extract_groups(UID)
             bad = parts.struct.field("1").is_null().to_numpy()
@@ -110,12 +87,91 @@ class Verl(Preset):
             need(path, set(df.columns), ["input"], self.framework)
             scope = step.cast(pl.String) + ":"
             prompt = scope + df["input"].cast(pl.String)
-            if not options.merge_repeated_prompts:
-                refuse_repeated_prompts(path, lines, prompt)
+            merged = repeated_prompts(path, lines, prompt, df["input"], column="input",
+                                      within=f" of step {step[0]}", apart=VERL_APART,
+                                      merge=options.merge_repeated_prompts)  # fmt: skip
             ids = {"prompt_id": prompt, "rollout_id": scope + pl.Series(lines).cast(pl.String)}
-        canonical = {**ids, "reward": number(df, "score", path, lines), "step": step,
-                     "batch": step.cast(pl.String)}  # fmt: skip
+        reward, warnings, doubt = trained_reward(path, df, lines)
+        warnings += merged
+        canonical = {**ids, "reward": reward, "step": step, "batch": step.cast(pl.String)}
         table = df.drop([c for c in canonical if c in df.columns]).with_columns(
             **{k: v.alias(k) for k, v in canonical.items()}
         )
-        return Converted(table.to_arrow(), lines)
+        return Converted(table.to_arrow(), lines, warnings, reward_doubt=doubt)
+
+
+VERL_APART = (
+    "verl scored as separate groups and its legacy dump (no uid) cannot tell apart. Hint: "
+    "pass --merge-repeated-prompts to score them as one group (not verl's numbers), or dump "
+    "with verl's V1 trainer, which writes the uid"
+)
+
+MATH_DAPO = {"acc", "pred"}
+"""The fields beside ``score`` of the dict verl's ``math_dapo.compute_score`` returns."""
+
+PENALISED = (
+    "the reward is score + overlong_reward: verl's DAPO reward manager trained on the reward "
+    "function's score plus its overlong penalty, and the dump's score is the reward function's "
+    "own (its dict's score overwrites the trained one)"
+)
+
+
+def trained_reward(
+    path: str, df: pl.DataFrame, lines: np.ndarray
+) -> tuple[pl.Series, list[str], str | None]:
+    """The reward verl trained on, what to say about it, and a doubt about it that only naming
+    the reward column settles (None: none).
+
+    verl's dump writer puts the trained reward in ``score`` and then every field of the reward
+    function's dict over it, ``score`` included. Under the DAPO reward manager the trained
+    reward is that score plus the overlong penalty: where the dump logs ``overlong_reward``
+    and the function returned a dict (its ``acc`` is not the raw score that makes ``score ==
+    acc + overlong_reward`` of a number result), the reward is their sum. math_dapo's dict
+    (``acc`` and ``pred``) without ``overlong_reward`` may hide a penalty nowhere in the dump.
+    """
+    score = number(df, "score", path, lines)
+    extras = set(df.columns) - {*TEXT, "score", "step", "input", "output", "gts"}
+    if "overlong_reward" in df.columns:
+        _refuse_misaligned(path, df, lines)
+        penalty = number(df, "overlong_reward", path, lines)
+        acc = df["acc"] if "acc" in df.columns else None
+        if acc is not None and acc.dtype.is_float():
+            gap = (score - (acc + penalty)).abs().fill_null(np.inf).to_numpy()
+            if (gap <= 1e-6 * (1 + np.abs(score.to_numpy()))).all():
+                return score, [], None  # a number result: score is the trained reward
+        return score + penalty, [PENALISED], None
+    if extras - {"overlong"} == MATH_DAPO:
+        _refuse_misaligned(path, df, lines)
+        doubt = (
+            f"{where(path, int(lines[0]), 'score', line=True)}: the reward function returned "
+            "math_dapo's dict (score, acc, pred), whose score is the dump's: verl's DAPO reward "
+            "manager may have trained on it plus an overlong penalty that only "
+            "overlong_buffer_cfg.log=true writes (as overlong_reward). Hint: --col reward=score "
+            "reads the score as the reward knowingly"
+        )
+        return score, [], doubt
+    return score, [], None
+
+
+def _refuse_misaligned(path: str, df: pl.DataFrame, lines: np.ndarray) -> None:
+    """Refuse a dump whose reward-function fields are not its rows' own: math_dapo's ``pred``
+    (the answer it read in the response) found in few rows' ``output``. verl's DAPO recipe
+    trainer logs those fields in the order it generated the rows and the text after
+    ``balance_batch`` reordered them."""
+    if "pred" not in df.columns or "output" not in df.columns:
+        return
+    pred, output = df["pred"].cast(pl.String).to_list(), df["output"].cast(pl.String).to_list()
+    read = [i for i, p in enumerate(pred) if p and p != "[INVALID]"]
+    found = [i for i in read if pred[i] in (output[i] or "")]
+    if len(read) < 4 or 2 * len(found) >= len(read):
+        return
+    row = next(i for i in read if i not in set(found))
+    msg = (
+        f"{where(path, int(lines[row]), 'pred', line=True)}: the reward function's fields are "
+        f"not the lines' own: its answer {pred[row]!r} is not in the line's output, and only "
+        f"{len(found)} of {len(read)} lines hold theirs (verl's DAPO recipe trainer writes "
+        "them, score included, in the order it generated the rows, and input and output after "
+        "balance_batch reordered them). Hint: this dump cannot give verl's rewards; dump with "
+        "trainer.balance_batch=False"
+    )
+    raise DataError(msg)
