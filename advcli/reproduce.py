@@ -278,16 +278,39 @@ class Found:
         return f"{self.flags}{note}"
 
 
+def carried(user: Params, settings: list[Setting]) -> dict[str, Any]:
+    """The parameters the user set away from their method's defaults that no setting of the
+    framework's varies (a KL coefficient, a discount): facts of their run, which every setting
+    tried keeps."""
+    varied = {name for setting in settings for name, _ in setting.given}
+    base = methods.resolve(user.method, user.convention).as_dict()
+    return {
+        name: value
+        for name, value in user.as_dict().items()
+        if name not in ("method", "convention", *varied) and base.get(name) != value
+    }
+
+
+def keeping(setting: Setting, facts: dict[str, Any]) -> Setting:
+    """``setting`` with the user's ``facts`` (:func:`carried`) its method takes."""
+    takes = {param.name for param in methods.get(setting.method).takes}
+    kept = {name: value for name, value in facts.items() if name in takes}
+    return replace(setting, given=tuple({**kept, **dict(setting.given)}.items()))
+
+
 def reproducing(
     log: Any, user: Params, user_reward: str | None, token_fits: TokenFits
 ) -> Found | None:
     """The first of the framework's settings, other than the user's run, that gives its
-    logged advantages on this log; None when none does."""
+    logged advantages on this log (each keeping what the user set that no setting varies);
+    None when none does."""
     preset = log.preset
     if not logs_advantages(log):
         return None
     convention = preset.convention
     settings = preset.settings(log.source.schema.names, log.options)
+    facts = carried(user, settings)
+    settings = [keeping(setting, facts) for setting in settings]
     rows = None
     for setting in settings:
         p = params_of(setting, convention)
@@ -388,7 +411,7 @@ def disagreement(log: Any, run: Any, found: Found | None) -> str:
             f"{found.sentence()} reproduces them"
             if found is not None
             else f"none of {preset.framework}'s settings advcli knows reproduces them"
-            + _unknowns(preset, log)
+            + _unknowns(preset, log, p)
         )
         return (
             f"THESE ARE NOT {preset.framework.upper()}'S ADVANTAGES: {p.method} under the "
@@ -404,10 +427,16 @@ def disagreement(log: Any, run: Any, found: Found | None) -> str:
     )
 
 
-def _unknowns(preset: presets.Preset, log: Any) -> str:
+def _unknowns(preset: presets.Preset, log: Any, user: Params) -> str:
     """The settings of the framework that its dump leaves out and the user has not given, as
     options (bare: only the user knows their values)."""
-    missing = preset.unknowns(log.options)
+    facts = carried(user, preset.settings(log.source.schema.names, log.options))
+    missing = [
+        f"{name} ({flag})"
+        for name, flag in preset.unknowns()
+        if (key := flag.removeprefix("--").replace("-", "_")) not in facts
+        and not getattr(log.options, key, None)
+    ]
     return f" (its dump does not hold {', '.join(missing)})" if missing else ""
 
 

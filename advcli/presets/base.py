@@ -158,9 +158,10 @@ class Preset(ABC):
         default."""
         return [Setting("grpo", own=True)]
 
-    def unknowns(self, options: PresetOptions) -> list[str]:
-        """The options for settings that shape the advantages, that the dump does not hold and
-        ``options`` do not give (bare: only the user knows their values)."""
+    def unknowns(self) -> list[tuple[str, str]]:
+        """The framework's settings that shape its advantages and its dump does not hold, as
+        ``(its name, the option that gives it)``: named, where the user has not given them,
+        when none of :meth:`settings` reproduces the logged advantages."""
         return []
 
     def reward_of(

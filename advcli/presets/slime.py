@@ -36,7 +36,7 @@ from advcli.errors import DataError, UsageError, where
 from advcli.io.arrow import list_array
 from advcli.io.sources import refuse_pickle
 from advcli.lazy_imports import np, pa, pc
-from advcli.presets.base import Converted, Preset, PresetOptions
+from advcli.presets.base import Converted, Preset, PresetOptions, Setting
 
 PER_TOKEN = {"rollout_log_probs": "logprobs", "teacher_log_probs": "teacher_logprobs"}
 """Per-response-token fields, and the advcli column each becomes (0 over the prompt)."""
@@ -60,6 +60,17 @@ class Slime(Preset):
     patterns = ("[0-9]*.pt", "rollout_data/[0-9]*.pt")
     suffixes = (".pt",)
     logged = "source_advantages"  # where a train dump is joined
+
+    def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
+        return [
+            Setting("grpo", note="advantage_estimator grpo", own=True),
+            Setting("reinforce-pp-baseline",
+                    note="advantage_estimator reinforce_plus_plus_baseline", own=True),
+            Setting("reinforce-pp", note="advantage_estimator reinforce_plus_plus", own=True),
+        ]  # fmt: skip
+
+    def unknowns(self) -> list[tuple[str, str]]:
+        return [("kl_coef", "--kl-coef")]
 
     def files(self, inputs: list[str]) -> list[str]:
         """The rollout dumps: a train dump named (or found in a folder) stands for its rollout

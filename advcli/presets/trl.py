@@ -132,8 +132,8 @@ class Trl(Preset):
             )
         return found
 
-    def unknowns(self, options: PresetOptions) -> list[str]:
-        return [] if options.reward_weights else ["reward_weights (--reward-weights)"]
+    def unknowns(self) -> list[tuple[str, str]]:
+        return [("reward_weights", "--reward-weights")]
 
     def reward_of(
         self, columns: dict[str, np.ndarray], options: PresetOptions

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import run as run_bytes
 
 
@@ -345,3 +346,158 @@ def test_areal_v2_fields_are_kept_and_normalised_rewards_said(tmp_path: Path) ->
     assert [r["segments"] is not None for r in rows] == [t["has_segments"] for t in truth]
     assert [r["advantage"] for r in rows] == pytest.approx([t["reward"] for t in truth],
                                                            abs=1e-6)  # fmt: skip
+
+
+def test_check_refuses_a_group_size_the_logged_advantages_contradict() -> None:
+    """A TRL run with groups of 4 read with --group-size 8: every run of one prompt would be
+    an evaluation row; check fails (exit 4) naming the size the logged advantages fit, and
+    annotate refuses it (exit 2); a found size is said found, a given one is not."""
+    folder = str(TRL / "g4_for_check" / "completions")
+    proc = run("check", folder, "--from", "trl", "--group-size", "8")
+    assert proc.returncode == 4
+    assert proc.stderr.endswith(
+        "216 of its rows are not whole groups of 8 (read as evaluation rows or a cut group), "
+        "and TRL's logged advantages fit --group-size 4. Hint: --group-size 4\n"
+    )
+    assert proc.stderr.startswith("advcli: error: --group-size 8: ")
+    proc = run("annotate", folder, "--from", "trl", "--method", "grpo", "--group-size", "8",
+               "--out", "-", "--format", "jsonl")  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    proc = run("check", folder, "--from", "trl", "--group-size", "4", "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["found"] == (
+        "--reward-columns accuracy_reward,format_reward (found from TRL's logged advantages)"
+    )
+
+
+def test_trl_another_method_chosen_on_purpose_is_said_calmly(tmp_path: Path) -> None:
+    summary, _ = annotate(tmp_path, TRL / "default", "--method", "rloo")
+    (said,) = [w for w in summary["warnings"] if "logged advantages" in w]
+    assert said.startswith(
+        "TRL's logged advantages are its grpo, which --method grpo gives; these are rloo's "
+        "under the trl convention, as asked: they differ in "
+    )
+    (tmp_path / "b").mkdir()
+    summary, _ = annotate(tmp_path / "b", TRL / "default", "--scale", "none")
+    (said,) = [w for w in summary["warnings"] if "logged advantages" in w]
+    assert said.startswith("TRL's logged advantages are its grpo, which --scale group gives")
+
+
+def test_trl_gdpo_takes_the_reward_columns_the_reader_found(tmp_path: Path) -> None:
+    """sample_data's run trained with grpo: gdpo (TRL's normalize_then_sum) runs on the
+    columns found from the logged advantages, and the loud warning names --method grpo."""
+    out = tmp_path / "gdpo.parquet"
+    proc = run("annotate", str(ROOT / "sample_data" / "trl" / "completions"), "--from", "trl",
+               "--method", "gdpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    params = json.loads(pq.read_metadata(out).metadata[b"advcli"])["params"]
+    assert params["reward_columns"] == "accuracy_reward,format_reward"
+    (loud,) = summary["warnings"]
+    assert loud.startswith("THESE ARE NOT TRL'S ADVANTAGES: gdpo under the trl convention")
+    assert loud.endswith("; --method grpo reproduces them")
+
+
+def test_trl_a_file_of_evaluation_rows_only_loses_none(tmp_path: Path) -> None:
+    """num_generations_eval=1 with an evaluation before the first step: its file holds 3
+    evaluation rows and no training group, none of them the rest of a cut group."""
+    summary, out = annotate(tmp_path, TRL / "eval_n1")
+    assert summary["rows"] == 72 and pq.read_table(out).num_rows == 72
+    assert summary["warnings"][0].endswith(
+        "completions_00000.parquet: step 0: every row is an evaluation row (no run of one prompt "
+        "is a whole group of 4): TRL's evaluation before its first training step, which marks "
+        "no row as eval"
+    )
+    assert not any("00000.parquet: skipped" in w for w in summary["warnings"])
+
+
+@pytest.mark.parametrize(("case", "said"), [
+    ("dapo_dict_logged", "the reward is score + overlong_reward"),
+    ("dapo_float_logged", None), ("dapo_float_unlogged", None), ("dapo_dict_extra_keys", None),
+])  # fmt: skip
+def test_verl_dapo_trains_on_the_penalised_score(tmp_path: Path, case: str, said: str | None):
+    """verl's DAPO reward manager trains on score + overlong_reward; a dict result's score
+    overwrites the dumped one (logged: the sum is read, and said), a number result's is the
+    trained one (acc holds the raw score)."""
+    out = tmp_path / "out.jsonl"
+    proc = run("annotate", str(REAL / "verl" / case / "rollout"), "--from", "verl",
+               "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    warnings = json.loads(proc.stdout)["warnings"]
+    assert [w for w in warnings if w.startswith("the reward is")] == ([] if said is None else [
+        "the reward is score + overlong_reward: verl's DAPO reward manager trained on the "
+        "reward function's score plus its overlong penalty, and the dump's score is the "
+        "reward function's own (its dict's score overwrites the trained one)"])  # fmt: skip
+    truth = json.loads((REAL / "verl" / case / "truth.json").read_text())["rows"]
+    ours = [r["reward"] for r in _jsonl(out)]
+    assert np.abs(np.array(ours) - [t["score"] for t in truth]).max() <= 1e-6
+
+
+def test_verl_dapo_without_its_penalty_is_refused_until_the_score_is_named(tmp_path: Path):
+    folder = str(REAL / "verl" / "dapo_dict_unlogged" / "rollout")
+    out = str(tmp_path / "out.jsonl")
+    proc = run("annotate", folder, "--from", "verl", "--method", "grpo", "--out", out)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.endswith(
+        "1.jsonl: line 1, column 'score': the reward function returned math_dapo's dict "
+        "(score, acc, pred), whose score is the dump's: verl's DAPO reward manager may have "
+        "trained on it plus an overlong penalty that only overlong_buffer_cfg.log=true writes "
+        "(as overlong_reward). Hint: --col reward=score reads the score as the reward "
+        "knowingly\n"
+    )
+    named = run("annotate", folder, "--from", "verl", "--method", "grpo", "--col",
+                "reward=score", "--out", out)  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    schema = run("schema", folder, "--from", "verl")  # what it holds is shown, the doubt said
+    assert schema.returncode == 0 and "math_dapo's dict" in schema.stderr
+
+
+def test_verl_dapo_recipe_fields_on_other_lines_are_refused() -> None:
+    """verl-recipe's RayDAPOTrainer logs the reward function's fields in generation order,
+    the text after balance_batch: math_dapo's answers are not in their lines' outputs."""
+    proc = run("audit", str(REAL / "verl" / "recipe_dapo_dict_logged" / "rollout"), "--from",
+               "verl")  # fmt: skip
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+    assert "1.jsonl: line 2, column 'pred': the reward function's fields are not the lines' " \
+           "own: its answer '20' is not in the line's output, and only 3 of 18 lines hold " \
+           "theirs" in proc.stderr  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "refused"), [
+    ("repeated_prompt", "8 rows share the prompt"),
+    ("step_wise", "its prompt continues line 1's conversation: a step-wise dump"),
+])  # fmt: skip
+def test_skyrl_dumps_whose_groups_it_cannot_tell_are_refused(case: str, refused: str) -> None:
+    proc = run("audit", str(REAL / "skyrl" / case / "dumped_evals"), "--from", "skyrl")
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+    assert refused in proc.stderr
+
+
+def test_skyrl_reads_under_its_own_convention(tmp_path: Path) -> None:
+    """SkyRL's GRPO is verl's: torch.std, + 1e-6, a lone sample keeps its reward."""
+    for case in ("default", "singleton"):
+        out = tmp_path / f"{case}.jsonl"
+        proc = run("annotate", str(REAL / "skyrl" / case / "dumped_evals"), "--from", "skyrl",
+                   "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads(proc.stdout)
+        assert summary["convention"] == "skyrl" and summary["warnings"] == []
+        truth = json.loads((REAL / "skyrl" / case / "truth.json").read_text())["rows"]
+        ours = [r["advantage"] for r in _jsonl(out)]
+        assert np.abs(np.array(ours) - [t["grpo_advantage"] for t in truth]).max() <= 1e-6
+
+
+def test_prime_rl_a_failed_episode_leaves_its_group_one_short(tmp_path: Path) -> None:
+    """A failed episode (ok false) is left out as prime-rl leaves it out: its group scored
+    over the other 3 (mean 2/3), no group-size warning, said once."""
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(REAL / "prime-rl" / "stream_failed_episode"), "--from",
+               "prime-rl", "--method", "grpo", "--out", str(out), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows"] == 23 and summary["logged_advantages"].startswith("reproduces")
+    (said,) = summary["warnings"]
+    assert said.endswith(
+        "left out 1 failed episode(s) (ok false: no tokens, no reward), as prime-rl does: it "
+        "scores their groups over the other episodes"
+    )
