@@ -160,6 +160,9 @@ class Run:
     token_agreement: reproduce.TokenAgreement | None = None  # per-token advantages against the
     # logged ones, filled by the final pass
     n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
+    held: list[TokenPass[Any]] = dataclasses.field(default_factory=list)  # passes the final
+    # pass runs itself, batch by batch (TokenPass.per_batch): each batch of the log is held
+    # until its last row is read, measured, then annotated
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to a Ray task (a part of the log): the comparison with the logged advantages
@@ -175,20 +178,59 @@ class Run:
         return self.source.sources
 
     def tokens(
-        self, names: list[str] | None, *, values: bool
+        self,
+        names: list[str] | None,
+        *,
+        values: bool,
+        cuts: np.ndarray | None = None,
+        ahead: int = 2,
     ) -> Iterator[tuple[int, pa.Table, Tokens]]:
         """Batches of validated tokens (values from the log, or scored by the critic); a pass
-        that reads only some columns (``names``) reads the token ids only if it must."""
+        that reads only some columns (``names``) reads the token ids only if it must. ``cuts``:
+        rows where a read batch is cut in two (where one of the log's batches begins);
+        ``ahead``: batches read ahead of the consumer."""
         from_log = values and self.scorer is None
         extra = self.method.token_roles(self.params)
         ids = names is None or self.roles["input_ids"] in names
-        for row0, table in prefetch(self.source.batches(names, self.batch_rows)):
-            tok = extract_tokens(
-                table, self.roles, self.sources, row0, values=from_log, extra=extra, ids=ids
-            )
-            if values and self.scorer is not None:
-                tok.values = self.scorer(row0, table, tok)
-                _check_scored(tok, row0)
+        for start, whole in prefetch(self.source.batches(names, self.batch_rows), ahead):
+            for row0, table in _cut(start, whole, cuts):
+                tok = extract_tokens(
+                    table, self.roles, self.sources, row0, values=from_log, extra=extra, ids=ids
+                )
+                if values and self.scorer is not None:
+                    tok.values = self.scorer(row0, table, tok)
+                    _check_scored(tok, row0)
+                yield row0, table, tok
+
+    def _held_batches(self) -> Iterator[tuple[int, pa.Table, Tokens]]:
+        """The final pass's batches of tokens, each of the log's batches (rows in a row) held
+        until its last row is read, the :attr:`held` passes run on it, and the plan refined.
+        The first pass measures each piece on a worker thread as it arrives, while the next
+        are read."""
+        batch = self.held[0].batch_of_row
+        cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
+        # the next batch is read while this one is written
+        ahead = int(np.diff(np.r_[0, cuts, len(batch)]).max()) // self.batch_rows + 2
+        first = self.held[0]
+        held: list[tuple[int, pa.Table, Tokens, concurrent.futures.Future[Any]]] = []
+        pieces = self.tokens(None, values=self.method.reads_values, cuts=cuts, ahead=ahead)
+        with concurrent.futures.ThreadPoolExecutor(PASS_WORKERS) as pool:
+            for row0, table, tok in pieces:
+                if held and batch[row0] != batch[held[0][0]]:
+                    yield from self._released(held)
+                    held = []
+                held.append((row0, table, tok, pool.submit(first.measure, self.plan, row0, tok)))
+            yield from self._released(held)
+
+    def _released(
+        self, held: list[tuple[int, pa.Table, Tokens, concurrent.futures.Future[Any]]]
+    ) -> Iterator[tuple[int, pa.Table, Tokens]]:
+        for i, token_pass in enumerate(self.held):
+            for row0, _, tok, measured in held:
+                found = measured.result() if i == 0 else token_pass.measure(self.plan, row0, tok)
+                token_pass.add(self.plan, row0, found)
+            self.plan = token_pass.finish(self.plan)
+        for row0, table, tok, _ in held:
             yield row0, table, tok
 
     @property
@@ -217,7 +259,12 @@ class Run:
         with located(self.sources, self.roles), contextlib.ExitStack() as done:
             if isinstance(self.scorer, ValueCache):
                 done.callback(self.scorer.close)  # the last pass that reads the values
-            for row0, table, tok in self.tokens(None, values=self.method.reads_values):
+            batches = (
+                self._held_batches()
+                if self.held
+                else self.tokens(None, values=self.method.reads_values)
+            )
+            for row0, table, tok in batches:
                 columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)
@@ -419,6 +466,7 @@ def plan_run(
     advantages with those the framework logged, if the log has them (per row here, per token
     as the final pass streams).
     """
+    local = measure is None
     measure = measure or measured_here
     log.trust_reward()
     source, roles = log.source, log.roles
@@ -444,6 +492,10 @@ def plan_run(
                 rows.sums = run.row_sums(wanted)
         run.plan = method.plan(rows, params)
         passes = method.passes(rows, params)
+        if local and held_per_batch(passes):
+            run.held, passes = passes, []
+            for token_pass in run.held:
+                token_pass.hold()
         if scorer is not None and method.reads_values and any(p.reads_values for p in passes):
             run.scorer = ValueCache(scorer)  # several passes read the values: score them once
         done = 1 + bool(wanted)
@@ -462,6 +514,36 @@ def plan_run(
         elif run.has_tokens and log.preset is not None and log.preset.logged == TOKENWISE:
             run.token_agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE)
     return run
+
+
+HELD_ROWS = 1 << 16
+"""Most rows of one of the log's batches that the final pass holds to measure it itself."""
+
+
+def held_per_batch(passes: list[TokenPass[Any]]) -> bool:
+    """Whether the final pass can run ``passes`` itself, one of the log's batches at a time
+    (a step of NeMo-RL's or verl's, a rollout file of slime's): each pass is
+    :attr:`~advcli.methods.TokenPass.per_batch`, on the same batches, each batch consecutive
+    rows (none comes back later) of at most :data:`HELD_ROWS`; so the log is read once."""
+    if not passes or not all(p.per_batch for p in passes):
+        return False
+    batch = passes[0].batch_of_row
+    if len(batch) < 2 or any(not np.array_equal(p.batch_of_row, batch) for p in passes):
+        return False
+    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    if len(starts) < 2 or len(starts) != len(np.unique(batch)):
+        return False  # one batch (the whole log), or a batch whose rows come back later
+    return int(np.diff(np.r_[starts, len(batch)]).max()) <= HELD_ROWS
+
+
+def _cut(row0: int, table: pa.Table, cuts: np.ndarray | None) -> Iterator[tuple[int, pa.Table]]:
+    """``table`` (rows from ``row0``) in pieces, cut at the rows ``cuts`` names."""
+    if cuts is None:
+        yield row0, table
+        return
+    inside = cuts[(cuts > row0) & (cuts < row0 + table.num_rows)] - row0
+    for lo, hi in zip(np.r_[0, inside], np.r_[inside, table.num_rows], strict=True):
+        yield row0 + int(lo), table.slice(int(lo), int(hi - lo))
 
 
 TOKENWISE = "source_advantages"

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from bench import presets, startup
 from bench import report as report_bench
-from bench.generate import generate
+from bench.generate import generate, split_steps
 from bench.measure import measured
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +78,13 @@ ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log wit
 
 
 AGENT_STEPS = ("grpo", "gigpo")  # on a log of 8-step trajectories: gigpo's cost over grpo's
+
+STEPS = 8  # the main log cut into this many step files, each whitened alone
+PER_STEP = {  # whitened per step, in one read of the log (against the 2-column floor)
+    "reinforce-pp (whitened per step)": ["--method", "reinforce-pp", "--gamma", "0.99"],
+    "gae (verl, whitened per step)": ["--method", "gae", "--gamma", "0.99", "--convention",
+                                      "verl"],
+}  # fmt: skip
 
 
 def tokens_in(path: Path) -> int:
@@ -157,6 +164,18 @@ def main() -> None:
         steps[f"s: annotate {name}"] = [
             *advcli, "annotate", str(agent), "--method", name, "--out", out, "--force", "-q",
         ]  # fmt: skip
+    stepped = work / f"log-{args.tokens:.0f}-steps"
+    if not stepped.exists():
+        print(f"cutting {log} into {STEPS} step files …", file=sys.stderr)
+        split_steps(str(log), str(stepped), STEPS)
+    steps["steps: I/O floor, 2 columns"] = [
+        py, "-m", "bench.floor", "advcli", str(stepped), str(work / "floor-steps.parquet"), "2"
+    ]  # fmt: skip
+    for name, options in PER_STEP.items():
+        out = str(work / f"steps-{name.split()[0]}.parquet")
+        steps[f"steps: annotate {name}"] = [
+            *advcli, "annotate", str(stepped), *options, "--out", out, "--force", "-q",
+        ]  # fmt: skip
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
     if not jsonl.exists():
@@ -197,7 +216,7 @@ def main() -> None:
         f"{'peak MB':>10}"
     )
     for name, seconds, peak in results:
-        if name.startswith(("x: ", "s: ", "JSONL")):
+        if name.startswith(("x: ", "s: ", "JSONL", "steps: ")):
             continue
         rate = n_tokens / seconds / 1e6
         compared = name.startswith(("annotate", "shard"))
@@ -212,6 +231,17 @@ def main() -> None:
         "reading and writing the shard columns once)"
     )
     lines.append(f"(median of {args.repeat} runs per step, taking turns; peak: the largest)")
+    steps_floor = floors["steps: I/O floor, 2 columns"]
+    lines.append(
+        f"{stepped.name} (the log in {STEPS} step files, a batch column; floor: the same read "
+        f"and two columns written, {steps_floor:.2f} s):"
+    )
+    for name in PER_STEP:
+        seconds = floors[f"steps: annotate {name}"]
+        lines.append(
+            f"  annotate {name:<34}{seconds:>9.2f} s  floor/step {steps_floor / seconds:.2f}  "
+            f"peak {peak_mb[f'steps: annotate {name}']:.0f} MB"
+        )
     lines.append(
         f"estimators reading more columns: {extras.name}, {x_tokens:,} tokens, "
         f"{extras.stat().st_size / 2**20:,.0f} MiB (floor: the same read and write)"

@@ -4,7 +4,8 @@ two: a method that also writes ``returns`` is compared with the floor that write
 No computation: what any read-annotate-write tool must at least spend on the same file. The
 extra column is a copy of the log's ``values`` (float32, one per token): advantages are as hard
 to compress as values, while a column of zeros would compress to nothing and flatter the floor.
-``python -m bench.floor advcli|pyarrow|polars|shard IN OUT [COLUMNS]``:
+``python -m bench.floor advcli|pyarrow|polars|shard IN OUT [COLUMNS]`` (IN a file, or for
+``advcli`` a folder of them, read in name order):
 
 - ``advcli``: advcli's own reader and writer (pyarrow batches read on a thread, polars' Parquet
   sink encoding on every core), i.e. ``annotate`` minus the computation;
@@ -40,12 +41,15 @@ EXTRA = ("advantages", "returns")
 
 
 def with_extra_column(src: str, columns: int = 1) -> Iterator[pa.Table]:
-    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
-    for batch in prefetch(pf.iter_batches(batch_size=512)):
-        table = pa.Table.from_batches([batch])
-        for name in EXTRA[:columns]:
-            table = table.append_column(name, table.column("values"))
-        yield table
+    """The log's batches (a folder: its files in name order), each with the extra columns."""
+    files = sorted(Path(src).glob("*.parquet")) if Path(src).is_dir() else [Path(src)]
+    for path in files:
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=8 << 20)
+        for batch in prefetch(pf.iter_batches(batch_size=512)):
+            table = pa.Table.from_batches([batch])
+            for name in EXTRA[:columns]:
+                table = table.append_column(name, table.column("values"))
+            yield table
 
 
 def floor_advcli(src: str, out: str, columns: int = 1) -> None:

@@ -10,6 +10,7 @@ memory stays bounded whatever the size:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +90,33 @@ def chunk(
         columns["state"] = pa.array((row % agent_steps) * 4 + rng.integers(0, 4, n_rows))
         columns["step_reward"] = pa.array(rng.integers(0, 2, n_rows).astype(np.float64) / 4)
     return pa.table(columns)
+
+
+def split_steps(src: str, folder: str, steps: int, group_size: int = 16) -> None:
+    """``src`` cut into ``steps`` files of consecutive whole groups (``folder/step_NNN.parquet``),
+    each with a ``batch`` column naming its step: a run's log, one file per trainer step."""
+    pf = pq.ParquetFile(src)
+    per_step = -(-pf.metadata.num_rows // steps // group_size) * group_size
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    rows = 0
+    writer = None
+    for batch in pf.iter_batches(batch_size=group_size * 64):
+        table = pa.Table.from_batches([batch])
+        while table.num_rows:
+            step = rows // per_step
+            take = min(table.num_rows, (step + 1) * per_step - rows)
+            part = table.slice(0, take)
+            part = part.append_column("batch", pa.array([f"step {step}"] * take))
+            if writer is None or writer[0] != step:
+                if writer is not None:
+                    writer[1].close()
+                path = Path(folder) / f"step_{step:03d}.parquet"
+                writer = (step, pq.ParquetWriter(path, part.schema, **parquet_options(part.schema)))
+            writer[1].write_table(part, row_group_size=ROW_GROUP_ROWS)
+            rows += take
+            table = table.slice(take)
+    if writer is not None:
+        writer[1].close()
 
 
 def generate(

@@ -218,3 +218,75 @@ def test_a_value_cache_scores_once_and_arrives_empty_elsewhere():
     assert elsewhere.file is None and elsewhere.scored_rows == 0
     assert np.array_equal(elsewhere(2, None, batch()), first[1]) and CALLS == [0, 2, 2]
     cache.close()
+
+
+def stepped_log(tmp_path, steps=4, seed=3) -> list[str]:
+    """Rollouts of several steps (a ``batch`` column), each step a file, some with
+    observation tokens and values; rows of a step in a row."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for step in range(steps):
+        rows = []
+        for r in range(int(rng.integers(5, 12))):
+            n = int(rng.integers(3, 30))
+            mask = (rng.uniform(size=n) < 0.7).astype(int).tolist()
+            mask[-1] = 1
+            rows.append({"prompt_id": f"s{step}p{r % 3}", "batch": f"step {step}",
+                         "input_ids": rng.integers(0, 100, n).tolist(), "action_mask": mask,
+                         "values": rng.uniform(-1, 1, n).tolist(),
+                         "reward": float(rng.normal())})  # fmt: skip
+        path = tmp_path / f"step{step}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("case", [
+    {"method": "reinforce-pp", "gamma": 0.9},
+    {"method": "reinforce-pp-baseline", "convention": "nemo-rl"},
+    {"method": "gae", "convention": "verl", "lam": 0.9},
+    {"method": "gae", "convention": "openrlhf"},
+])  # fmt: skip
+def test_whitening_per_step_reads_the_log_once_with_the_numbers_of_two_passes(
+    tmp_path, monkeypatch, case
+):
+    """Where each batch is a step of consecutive rows, the final pass holds a step until its
+    last row, whitens it and writes it: one read of the tokens, the numbers of the pass that
+    measures every step first (however the reads cut the steps), and each step whitened
+    alone (its action tokens: mean 0, and the convention's variance)."""
+    from advcli import engine
+    from advcli.io import file_sources as sources
+
+    inputs = stepped_log(tmp_path)
+    reads = []
+    batches = sources.ParquetSource.batches
+
+    def counted(self, names, rows):
+        reads.append(names)
+        return batches(self, names, rows)
+
+    monkeypatch.setattr(sources.ParquetSource, "batches", counted)
+    outs = {}
+    for held, batch_rows in ((True, 3), (True, 7), (True, 512), (False, 5)):
+        monkeypatch.setattr(engine, "HELD_ROWS", (1 << 16) if held else 0)
+        reads.clear()
+        out = tmp_path / f"{held}{batch_rows}.parquet"
+        advcli.annotate(inputs, str(out), **case, batch_rows=batch_rows)
+        assert sum(names is None or "action_mask" in names for names in reads) == (
+            1 if held else 2)  # fmt: skip
+        outs[held, batch_rows] = pq.read_table(out)
+    first = outs[True, 3]
+    for other in outs.values():
+        assert other.column("advantages").equals(first.column("advantages"))
+    table = first.to_pydict()
+    for step in set(table["batch"]):
+        adv = np.concatenate(
+            [
+                np.asarray(a)[np.asarray(m) == 1]
+                for a, m, b in zip(
+                    table["advantages"], table["action_mask"], table["batch"], strict=True
+                )
+                if b == step
+            ]
+        )
+        assert abs(adv.mean()) < 1e-5  # fmt: skip

@@ -241,6 +241,18 @@ def moments(x: np.ndarray, batch: np.ndarray, n_batches: int) -> Moments:
     return count, mean, m2
 
 
+def moments_of_one(x: np.ndarray, batch: int, n_batches: int) -> Moments:
+    """:func:`moments` of values ``x`` that are all of batch ``batch``."""
+    x = np.asarray(x, dtype=np.float64)
+    count, mean, m2 = np.zeros(n_batches), np.zeros(n_batches), np.zeros(n_batches)
+    if len(x):
+        count[batch] = len(x)
+        mean[batch] = x.mean()
+        centred = x - mean[batch]
+        m2[batch] = np.dot(centred, centred)
+    return count, mean, m2
+
+
 class BatchMoments:
     """Count, mean and M2 (sum of squared deviations) of values per batch, built up chunk by
     chunk: each chunk's moments are taken in two passes, then merged with Chan et al.'s

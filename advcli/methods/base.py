@@ -74,11 +74,17 @@ class TokenPass(ABC, Generic[PlanT]):
     For every batch of rows the engine calls :meth:`measure` (on a worker thread: it must
     only read the plan and the batch) and then :meth:`add` with what it measured, in batch
     order; then :meth:`finish`, which returns the refined plan. So the batches' arithmetic
-    runs on several cores and the result is the same as one batch after another.
+    runs on several cores and the result is the same as one batch after another. A pass
+    ``per_batch`` may instead see one batch of its own (``batch_of_row``) at a time, in the
+    final pass: :meth:`finish` after each, the plan then refined for that batch's rows.
     """
 
     title: ClassVar[str]  # what the progress line shows while it runs
     reads_values: bool = False  # whether it reads the critic values
+    per_batch: ClassVar[bool] = False  # what :meth:`finish` gives the rows of one batch
+    # (``batch_of_row``) depends on that batch's rows alone, and it is cheap: where batches
+    # are consecutive rows, the engine measures each batch in the final pass itself
+    batch_of_row: np.ndarray  # with per_batch: each row's batch
 
     @abstractmethod
     def measure(self, plan: PlanT, row0: int, tokens: Tokens) -> Any:
@@ -94,6 +100,10 @@ class TokenPass(ABC, Generic[PlanT]):
 
     @abstractmethod
     def finish(self, plan: PlanT) -> PlanT: ...
+
+    def hold(self) -> None:
+        """Told that the final pass runs it (``per_batch``): it may keep what it measured of
+        a batch for that pass, which reads the same rows next."""
 
 
 class Method(ABC, Generic[PlanT]):

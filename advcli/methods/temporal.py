@@ -302,16 +302,20 @@ class TemporalMethod(Method[TemporalPlan]):
     def apply(
         self, plan: TemporalPlan, tokens: Tokens, row0: int, p: Params
     ) -> dict[str, np.ndarray]:
-        """Whiten if planned, then the steps' results as per-token float32 columns."""
-        est = self.steps(plan, tokens, row0, p)
+        """Whiten if planned, then the steps' results as per-token float32 columns (the
+        estimates a held whitening pass measured on these rows, where it kept them)."""
+        est = plan.measured.pop(row0, None) or self.steps(plan, tokens, row0, p)
         steps, adv = est.steps, est.advantages
         if plan.whiten_mean is not None:
-            assert plan.whiten_std is not None
-            # The rows' statistics repeated over their steps: a gather per step costs more.
-            rows = slice(row0, row0 + len(steps.step_offsets) - 1)
-            step_lens = lengths(steps.step_offsets)
-            mean = np.repeat(plan.whiten_mean[rows], step_lens)
-            std = np.repeat(plan.whiten_std[rows], step_lens)
+            assert plan.whiten_std is not None and plan.whiten_batch is not None
+            batch = plan.whiten_batch[row0 : row0 + len(steps.step_offsets) - 1]
+            if len(batch) and (batch == batch[0]).all():  # one batch: its statistics alone
+                mean, std = plan.whiten_mean[batch[0]], plan.whiten_std[batch[0]]
+            else:  # the rows' statistics repeated over their steps (a gather per step costs
+                # more)
+                step_lens = lengths(steps.step_offsets)
+                mean = np.repeat(plan.whiten_mean[batch], step_lens)
+                std = np.repeat(plan.whiten_std[batch], step_lens)
             whitened = (adv - mean) / std
             adv = whitened if steps.is_action.all() else np.where(steps.is_action, whitened, adv)
         returns = est.returns + steps.values if self.value_returns else est.returns

@@ -6,7 +6,7 @@ it), and the whitening moments of each batch (merged with Chan's formula).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeAlias
 
 from advcli.core import temporal as T
@@ -19,7 +19,7 @@ from advcli.methods.base import Plan, TokenPass, completion_batches
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
     from advcli.io.tokens import Tokens
-    from advcli.methods.temporal import TemporalMethod
+    from advcli.methods.temporal import Estimates, TemporalMethod
     from advcli.params import Params
 
 Lam: TypeAlias = "float | np.ndarray"  # a scalar, or one per row
@@ -36,9 +36,12 @@ class TemporalPlan(Plan):
     lam: Lam  # scalar, or one per row (adaptive)
     scale: np.ndarray | None = None  # compaction: (gamma * lambda) ** N_{>s}, per row
     scale_critic: np.ndarray | None = None  # the same with the returns' lambda
-    whiten_mean: np.ndarray | None = None  # per row: its batch's whitening statistics
+    whiten_batch: np.ndarray | None = None  # per row: its batch, whose whitening statistics
+    whiten_mean: np.ndarray | None = None  # are these (one per batch)
     whiten_std: np.ndarray | None = None
     baseline: np.ndarray | None = None  # per row: subtracted from every step's advantage
+    measured: dict[int, Estimates] = field(default_factory=dict)  # the estimates a held pass
+    # measured in the final pass (by a batch's first row), each taken once by ``apply``
 
 
 def adaptive(p: Params) -> bool:
@@ -155,6 +158,7 @@ class WhitenPass(TokenPass[TemporalPlan]):
     sqrt(max(var, 1e-8)): ``--whiten-eps-placement max``)."""
 
     title = "whitening statistics"
+    per_batch = True
 
     def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
         self.method, self.p = method, p
@@ -162,25 +166,41 @@ class WhitenPass(TokenPass[TemporalPlan]):
         batch_id, _, n_batches = completion_batches(rows, p.batch_size)
         self.batch_of_row = batch_id[rows.rollout_codes]
         self.moments = T.BatchMoments(n_batches)
+        self.held = False  # run by the final pass: the estimates are kept for it
+        self.kept: dict[int, Estimates] = {}
 
-    def measure(self, plan: TemporalPlan, row0: int, tokens: Tokens) -> T.Moments:
-        est = self.method.steps(plan, tokens, row0, self.p, returns=False)
+    def hold(self) -> None:
+        self.held = True
+
+    def measure(
+        self, plan: TemporalPlan, row0: int, tokens: Tokens
+    ) -> tuple[T.Moments, Estimates | None]:
+        est = self.method.steps(plan, tokens, row0, self.p, returns=self.held)
         n = len(tokens.offsets) - 1
-        step_batch = np.repeat(self.batch_of_row[row0 : row0 + n], lengths(est.steps.step_offsets))
         adv, act = est.advantages, est.steps.is_action
         if not act.all():  # steps over observations: only the actions count
-            adv, step_batch = adv[act], step_batch[act]
-        return T.moments(adv, step_batch, len(self.moments.count))
+            adv = adv[act]
+        batches = self.batch_of_row[row0 : row0 + n]
+        if n and (batches == batches[0]).all():  # one batch: no batch per step to gather by
+            moments = T.moments_of_one(adv, int(batches[0]), len(self.moments.count))
+        else:
+            step_batch = np.repeat(batches, lengths(est.steps.step_offsets))
+            step_batch = step_batch if act.all() else step_batch[act]
+            moments = T.moments(adv, step_batch, len(self.moments.count))
+        return moments, est if self.held else None
 
-    def add(self, plan: TemporalPlan, row0: int, measured: T.Moments) -> None:
-        self.moments.merge(measured)
+    def add(
+        self, plan: TemporalPlan, row0: int, measured: tuple[T.Moments, Estimates | None]
+    ) -> None:
+        moments, est = measured
+        self.moments.merge(moments)
+        if est is not None:
+            self.kept[row0] = est
 
     def finish(self, plan: TemporalPlan) -> TemporalPlan:
         var = self.moments.var(self.p.whiten_ddof)
         std = np.sqrt(var + WHITEN_EPS if self.p.whiten_eps_placement == "add"
                       else np.maximum(var, WHITEN_EPS))  # fmt: skip
-        return replace(
-            plan,
-            whiten_mean=self.moments.mean[self.batch_of_row],
-            whiten_std=std[self.batch_of_row],
-        )
+        kept, self.kept = self.kept, {}
+        return replace(plan, whiten_batch=self.batch_of_row, whiten_mean=self.moments.mean,
+                       whiten_std=std, measured=kept)  # fmt: skip
