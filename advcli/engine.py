@@ -283,7 +283,7 @@ class Run:
         if self.agreement.reproduces:
             return
         log = self.log
-        found = reproduce.reproducing(log, self.params, log.roles["reward"], token_fits)
+        found = reproduce.reproducing(log, self.params, log.roles["reward"], engine_fits)
         self.reproduced_by = found.sentence() if found is not None else None
         self.warnings.append(reproduce.disagreement(log, self, found))
 
@@ -550,21 +550,26 @@ TOKENWISE = "source_advantages"
 """The column of a framework's logged per-token advantages."""
 
 
-def token_fits(log: Log, setting: Setting, params: Params) -> reproduce.Agreement | None:
-    """A per-token setting of the framework's run on ``log`` (the reward column it names read
-    as the reward), its advantages compared with the logged ones token by token."""
+def engine_fits(log: Log, setting: Setting, params: Params) -> reproduce.Agreement | None:
+    """A setting of the framework's run on ``log`` by the engine (the reward column it names
+    read as the reward), its advantages compared with the logged ones: per row where the
+    method gives one advantage per rollout, else token by token as its final pass streams."""
     if setting.reward is not None:
         if setting.reward not in log.source.schema.names:
             return None
         log = dataclasses.replace(log, roles=Roles({**log.roles.columns, "reward": setting.reward}))
+    assert log.preset is not None
     try:
         run = plan_run(log, methods.get(params.method), params, compare=False)
+        if per_row := reproduce.agreement(run, log.preset):
+            return per_row
+        if log.preset.logged != TOKENWISE or not run.has_tokens:
+            return None
+        agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE)
+        for row0, table, tok, columns in run.computed():
+            agreement.add(row0, table, tok.mask, columns["advantages"])
     except (DataError, UsageError):
         return None
-    assert log.preset is not None
-    agreement = reproduce.TokenAgreement(log.preset.framework, TOKENWISE)
-    for row0, table, tok, columns in run.computed():
-        agreement.add(row0, table, tok.mask, columns["advantages"])
     return agreement.result()
 
 

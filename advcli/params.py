@@ -195,7 +195,10 @@ def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> d
         try:
             given[name] = params[name].from_text(raw)
         except ValueError:
-            msg = f"--param {item!r}: expected {params[name].expected}. Hint: --param {key}=VALUE"
+            example = {int: "1", float: "0.5", bool: "true"}.get(params[name].kind, "...")
+            msg = (
+                f"--param {item!r}: expected {params[name].expected}. Hint: --param {key}={example}"
+            )
             raise UsageError(msg) from None
     return given
 

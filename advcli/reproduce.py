@@ -8,7 +8,7 @@ subtraction per row (:func:`agreement`), or per token as the final pass streams
 (:class:`TokenAgreement`), says so in its summary, and where they differ searches the
 preset's settings (:meth:`advcli.presets.Preset.settings`, the framework's known settings in
 combination) for one that gives them (:func:`reproducing`). That setting is named as the
-options that turn the user's run into it (:meth:`Setting.hint`): ``--flag VALUE``, never a
+options that turn the user's run into it (:func:`hint`): ``--flag VALUE``, never a
 placeholder, so that following the hint reaches the logged numbers.
 
 TRL's dump leaves out two of the settings that shape its numbers, the group size
@@ -260,9 +260,9 @@ def asked_for_own(preset: presets.Preset, log: Any, user: Params, user_reward: s
     return False
 
 
-TokenFits = Callable[[Any, Setting, Params], "Agreement | None"]
-"""How a per-token setting is tried on a log: the engine runs it (its final pass) and compares
-its advantages with the logged ones."""
+EngineFits = Callable[[Any, Setting, Params], "Agreement | None"]
+"""How a setting that needs the engine is tried on a log: the engine runs it and compares its
+advantages with the logged ones."""
 
 
 @dataclass(frozen=True)
@@ -298,8 +298,31 @@ def keeping(setting: Setting, facts: dict[str, Any]) -> Setting:
     return replace(setting, given=tuple({**kept, **dict(setting.given)}.items()))
 
 
+def clamped(settings: list[Setting], logged: np.ndarray, names: str) -> list[Setting]:
+    """The settings again, with the clamp (the framework's ``names`` for it) the logged
+    advantages show: a lowest or highest value that two rows or more share, past which the
+    settings' own advantages would go; none where neither shows."""
+    values = logged[np.isfinite(logged)]
+    if not len(values):
+        return []
+    low, high = float(values.min()), float(values.max())
+    bounds = {
+        name: bound
+        for name, bound in (("advantage_clip_low", low), ("advantage_clip_high", high))
+        if (values == bound).sum() >= 2
+    }
+    if not bounds:
+        return []
+    said = ", ".join(f"{name} {bound:g}" for name, bound in bounds.items())
+    return [
+        replace(setting, given=(*setting.given, *bounds.items()),
+                note=f"{setting.note}; {said}" if setting.note else said, own=False)
+        for setting in settings
+    ]  # fmt: skip
+
+
 def reproducing(
-    log: Any, user: Params, user_reward: str | None, token_fits: TokenFits
+    log: Any, user: Params, user_reward: str | None, engine_fits: EngineFits
 ) -> Found | None:
     """The first of the framework's settings, other than the user's run, that gives its
     logged advantages on this log (each keeping what the user set that no setting varies);
@@ -311,6 +334,9 @@ def reproducing(
     settings = preset.settings(log.source.schema.names, log.options)
     facts = carried(user, settings)
     settings = [keeping(setting, facts) for setting in settings]
+    if preset.clips is not None:
+        settings += clamped(settings, logged_per_row(log.source, log.roles, preset.logged),
+                            preset.clips)  # fmt: skip
     rows = None
     for setting in settings:
         p = params_of(setting, convention)
@@ -320,7 +346,7 @@ def reproducing(
         if not flags:
             continue
         if _per_token(p):
-            found = token_fits(log, setting, p)
+            found = engine_fits(log, setting, p)
         else:
             if rows is None:
                 rows = _rows(log, settings)
@@ -331,8 +357,10 @@ def reproducing(
 
 
 def _per_token(p: Params) -> bool:
-    """Whether a run of ``p`` gives advantages per token (no one advantage per rollout)."""
-    return "advantage" not in methods.get(p.method).outputs
+    """Whether a run of ``p`` needs the engine: it gives advantages per token (no one
+    advantage per rollout), or plans on sums of the tokens (a KL penalty)."""
+    method = methods.get(p.method)
+    return "advantage" not in method.outputs or bool(method.row_sums(p))
 
 
 @dataclass

@@ -27,7 +27,7 @@ def test_text_is_parsed_by_the_declared_type():
 @pytest.mark.parametrize(
     ("item", "needle"),
     [
-        ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=VALUE"),
+        ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=0.5"),
         ("batch_size=1.5", "expected an integer"),
         ("strict=maybe", "expected true or false"),
         ("nope=1", "--param 'nope=1': no parameter 'nope'. Parameters: baseline, scale, std-ddof,"),

@@ -37,7 +37,7 @@ def output_format(path: str, fmt: str | None) -> str:
         if fmt == "parquet":
             msg = (
                 "--out -: Parquet needs a file it can seek in, which a pipe is not. Hint: "
-                "--format jsonl or arrow for a pipe, or --out NAME.parquet"
+                "--format jsonl or arrow for a pipe, or --out with a .parquet name"
             )
             raise UsageError(msg)
         raise UsageError(f"--format {fmt!r}: expected jsonl or arrow for --out -")

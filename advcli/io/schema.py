@@ -164,7 +164,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
         if chosen is not None and not _fits(kind, schema.field(chosen).type):
             msg = (
                 f"{files}: column '{chosen}' ({role}) has type {schema.field(chosen).type}, "
-                f"expected {_KIND_TEXT[kind]}. Hint: map another column with --col {role}=COLUMN"
+                f"expected {_KIND_TEXT[kind]}. Hint: map another column with --col"
             )
             raise SchemaError(msg)
         columns[role] = chosen

@@ -146,7 +146,7 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: s
         if _holds(column.type, _is_bytes):
             msg = (
                 f"{out}: column '{name}' holds bytes, which JSON lines cannot hold. Hint: "
-                "write Parquet (--out NAME.parquet)"
+                "write Parquet (--out with a .parquet name)"
             )
             raise UsageError(msg)
         if name not in checked or not _holds(column.type, pa.types.is_floating):

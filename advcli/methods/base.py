@@ -176,11 +176,12 @@ class Method(ABC, Generic[PlanT]):
         return f"{self.name} with {' and '.join(flags)}" if flags else self.name
 
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
-        """:meth:`apply`, then the entropy bonus of ``--entropy-coef`` and the distillation
-        term of ``--opd-coef``."""
+        """:meth:`apply`, then the entropy bonus of ``--entropy-coef``, the distillation term
+        of ``--opd-coef`` and the clamp of ``--advantage-clip-low/high``."""
         columns = self.apply(plan, tokens, row0, p)
         shaped = signals.entropy_bonus(columns["advantages"], tokens, p)
-        columns["advantages"] = signals.distill(shaped, tokens, p)
+        distilled = signals.distill(shaped, tokens, p)
+        columns["advantages"] = signals.clamped(distilled, p, tokens.mask)
         return columns
 
     @abstractmethod

@@ -137,7 +137,9 @@ class Gdpo(OutcomeMethod):
     def named_columns(self, p: Params) -> tuple[str, ...]:
         names = columns(p)
         if not names:
-            raise UsageError("gdpo needs --reward-columns NAME,NAME (the log's reward columns)")
+            raise UsageError(
+                "gdpo needs --reward-columns: the log's reward columns, comma separated"
+            )
         if len(set(names)) < len(names):
             raise UsageError(f"--reward-columns {p.reward_columns}: a column is named twice")
         try:

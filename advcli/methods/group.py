@@ -228,14 +228,15 @@ class OutcomeMethod(Method[OutcomePlan]):
             dropped["zero_variance"] = int(zero_var[codes].sum())
         stats = {**r.stats, **signals.kl_stats(rows, p)}
         stats["zero_variance_rollout_share"] = float(zero_var.mean()) if len(zero_var) else 0.0
-        columns = {"advantage": r.advantage[codes].astype(np.float32)}
+        advantage = signals.clamped(r.advantage, p)
+        columns = {"advantage": advantage[codes].astype(np.float32)}
         columns.update({name: values[codes] for name, values in r.columns.items()})
         return OutcomePlan(
             columns=columns,
             kept=~drop[codes],
             dropped=dropped,
             stats=stats,
-            advantage=r.advantage[codes],
+            advantage=advantage[codes],
         )
 
     def apply(

@@ -11,6 +11,8 @@ an on-policy distillation term in the advantage (``--opd-coef``) and an entropy 
 - ``--entropy-coef alpha --entropy-kappa kappa`` (Cheng et al. 2025): after the method and
   before the distillation term, A_t += min(alpha * H_t, |A_t| / kappa) on every action token,
   H_t the log's per-token ``entropies``.
+- ``--advantage-clip-low lo --advantage-clip-high hi`` (NeMo-RL's ``_clip_grpo_advantages``):
+  last, every advantage clamped to [lo, hi] (the per-row ``advantage`` too).
 
 The formulas are in :mod:`advcli.core.signals`.
 """
@@ -76,9 +78,41 @@ ENTROPY_KAPPA = Param(
     check=finite("--entropy-kappa", 0.0, above=True),
 )
 
-PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA)
+
+def _bound(flag: str) -> Any:
+    check = finite(flag)
+
+    def bound(value: Any, values: Any) -> str | None:
+        if value is None:
+            return None
+        low, high = values.get("advantage_clip_low"), values.get("advantage_clip_high")
+        if low is not None and high is not None and low > high:
+            return f"--advantage-clip-low {low} is above --advantage-clip-high {high}"
+        return check(value, values)
+
+    return bound
+
+
+CLIP_LOW = Param(
+    "advantage_clip_low",
+    float,
+    None,
+    "Clamp every advantage to at least this, last (NeMo-RL's grpo.advantage_clip_low).",
+    PANEL,
+    check=_bound("--advantage-clip-low"),
+)
+CLIP_HIGH = Param(
+    "advantage_clip_high",
+    float,
+    None,
+    "Clamp every advantage to at most this, last (NeMo-RL's grpo.advantage_clip_high).",
+    PANEL,
+    check=_bound("--advantage-clip-high"),
+)
+
+PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA, CLIP_LOW, CLIP_HIGH)
 """The modifiers every method accepts unless it declares fewer (``Method.shared``)."""
-WITHOUT_KL = (OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA)
+WITHOUT_KL = (OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA, CLIP_LOW, CLIP_HIGH)
 """What a method that puts no reward on the tokens accepts (gdpo, grpo-process, opd)."""
 KL_ROLES = ("logprobs", "ref_logprobs")
 OPD_ROLES = ("logprobs", "teacher_logprobs")
@@ -167,3 +201,13 @@ def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
     out: np.ndarray = advantages.copy()
     out[m] = (advantages[m].astype(np.float64) - p.opd_coef * gap).astype(np.float32)
     return out
+
+
+def clamped(advantages: np.ndarray, p: Params, mask: np.ndarray | None = None) -> np.ndarray:
+    """The advantages clamped to ``--advantage-clip-low`` and ``--advantage-clip-high`` (on
+    the action tokens ``mask`` where given: 0 elsewhere stays 0), as given without either."""
+    low, high = p.advantage_clip_low, p.advantage_clip_high
+    if low is None and high is None:
+        return advantages
+    out: np.ndarray = np.clip(advantages, low, high).astype(advantages.dtype)
+    return out if mask is None else np.where(mask, out, advantages)

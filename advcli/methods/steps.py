@@ -60,6 +60,7 @@ from advcli.core.conventions import WHITEN_EPS, Convention
 from advcli.core.scan import reverse_discounted_scan
 from advcli.errors import SchemaError, UsageError
 from advcli.lazy_imports import np
+from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass, completion_batches
 from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
 from advcli.params import Param, Params, finite, in_unit_interval
@@ -334,7 +335,7 @@ class StepMethod(Method[OutcomePlan]):
             out[keep] = x
             return out
 
-        advantage = np.where(keep, full(r.advantage), 0.0)
+        advantage = signals.clamped(np.where(keep, full(r.advantage), 0.0), p)
         drop = np.zeros(rows.n_rows, dtype=bool)
         dropped = {}
         for reason, flags in r.drop.items():

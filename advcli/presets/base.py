@@ -105,6 +105,8 @@ class Preset(ABC):
     # command runs under unless told otherwise
     logged: ClassVar[str | None] = None  # where the dump carries the framework's own
     # advantages: ``source_advantage`` (one per row) or ``source_advantages`` (per token)
+    clips: ClassVar[str | None] = None  # the framework's names for a clamp of its logged
+    # advantages that its dump does not record (tried with the bounds they show)
 
     def files(self, inputs: list[str]) -> list[str]:
         """The dump files named by ``inputs``: files, or folders searched for ``patterns``,

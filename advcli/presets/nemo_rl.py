@@ -58,6 +58,7 @@ class NemoRl(Preset):
     patterns = ("train_data_step*.jsonl", "*/train_data_step*.jsonl")
     convention = "nemo-rl"
     logged = "source_advantages"
+    clips = "advantage_clip_low/high"
     marks = (
         frozenset({"token_ids", "token_loss_mask", "input_lengths", "rewards"}),
         frozenset({"content", "rewards", "idx"}),

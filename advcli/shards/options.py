@@ -127,7 +127,7 @@ def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
         raise UsageError(msg)
     if opts.truncate and opts.pack is None:
         msg = "--truncate cuts rollouts longer than --pack N; without --pack it does nothing"
-        raise UsageError(msg + ". Hint: add --pack N, or drop --truncate")
+        raise UsageError(msg + ". Hint: add --pack, or drop --truncate")
     if opts.loss_weights is not None and opts.loss_weights not in LOSS_WEIGHTS:
         msg = (
             f"--loss-weights {opts.loss_weights!r}: expected one of {', '.join(LOSS_WEIGHTS)}. "

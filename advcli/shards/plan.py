@@ -255,7 +255,7 @@ def plan_shards(s: Samples, opts: ShardOptions, locate: Callable[[int], str]) ->
     if needs_groups and s.group is None:
         msg = (
             f"{needs_groups[0]} needs prompt ids, and the log has no 'prompt_id' column. "
-            "Hint: name it with --col prompt_id=COLUMN"
+            "Hint: name its column with --col"
         )
         raise UsageError(msg)
     lens, truncated = truncate(s, kept, opts, locate)

@@ -34,7 +34,7 @@ def test_missing_column_lists_columns_found(tmp_path):
     assert proc.returncode == 1
     assert err(proc) == (
         f"advcli: error: {path}: no 'reward' column. Columns found: prompt_id, input_ids, "
-        "action_mask. Hint: name it with --col reward=COLUMN"
+        "action_mask. Hint: name its column with --col"
     )
 
 
@@ -44,7 +44,7 @@ def test_group_method_without_group_key(tmp_path):
     assert proc.returncode == 1
     assert err(proc) == (
         f"advcli: error: {path}: no 'prompt_id' column. Columns found: input_ids, reward. "
-        "Hint: name it with --col prompt_id=COLUMN"
+        "Hint: name its column with --col"
     )
 
 

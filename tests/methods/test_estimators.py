@@ -250,7 +250,7 @@ def test_gdpo_trl_skips_missing_rewards():
 
 def test_gdpo_usage_errors():
     t = log([0, 0], "aa", acc=[1.0, 0.0])
-    with pytest.raises(UsageError, match="^gdpo needs reward_columns NAME,NAME"):
+    with pytest.raises(UsageError, match="^gdpo needs reward_columns: the log's reward columns"):
         per_row(t, "gdpo")
     with pytest.raises(UsageError, match="no column 'fmt'"):
         per_row(t, "gdpo", reward_columns="acc,fmt")

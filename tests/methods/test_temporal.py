@@ -77,7 +77,7 @@ def test_missing_values_for_a_value_method(tmp_path):
     text, path = fail(tmp_path, [row], "--method", "gae")
     assert text == (
         f"advcli: error: {path}: no 'values' column. Columns found: prompt_id, input_ids, "
-        "action_mask, reward. Hint: name it with --col values=COLUMN"
+        "action_mask, reward. Hint: name its column with --col"
     )
 
 

@@ -63,7 +63,8 @@ CASES = [
     *[Case(f"nemo-rl/{c}", "nemo-rl") for c in (
         "default", "near_constant", "no_loo", "overlong_filtered", "std_off", "validation",
         "reinforce_pp", "reinforce_pp_no_baseline", "reinforce_pp_overlong", "no_loo_no_norm",
-        "dynamic_sampling", "dynamic_sampling_partial_groups", "reward_scaling")],
+        "dynamic_sampling", "dynamic_sampling_partial_groups", "reward_scaling",
+        "clip_advantages")],
     Case("nemo-rl/rollout_identity", "nemo-rl", knows={"--group-size": "4"}),
     *[Case(f"prime-rl/{c}", "prime-rl") for c in (
         "default", "stream", "stream_failed_episode", "stream_superseded", "stream_batch_cut",
