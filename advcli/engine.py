@@ -178,21 +178,15 @@ class Run:
         return self.source.sources
 
     def tokens(
-        self,
-        names: list[str] | None,
-        *,
-        values: bool,
-        cuts: np.ndarray | None = None,
-        ahead: int = 2,
+        self, names: list[str] | None, *, values: bool, cuts: np.ndarray | None = None
     ) -> Iterator[tuple[int, pa.Table, Tokens]]:
         """Batches of validated tokens (values from the log, or scored by the critic); a pass
         that reads only some columns (``names``) reads the token ids only if it must. ``cuts``:
-        rows where a read batch is cut in two (where one of the log's batches begins);
-        ``ahead``: batches read ahead of the consumer."""
+        rows where a read batch is cut in two (where one of the log's batches begins)."""
         from_log = values and self.scorer is None
         extra = self.method.token_roles(self.params)
         ids = names is None or self.roles["input_ids"] in names
-        for start, whole in prefetch(self.source.batches(names, self.batch_rows), ahead):
+        for start, whole in prefetch(self.source.batches(names, self.batch_rows)):
             for row0, table in _cut(start, whole, cuts):
                 tok = extract_tokens(
                     table, self.roles, self.sources, row0, values=from_log, extra=extra, ids=ids
@@ -209,11 +203,9 @@ class Run:
         are read."""
         batch = self.held[0].batch_of_row
         cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
-        # the next batch is read while this one is written
-        ahead = int(np.diff(np.r_[0, cuts, len(batch)]).max()) // self.batch_rows + 2
         first = self.held[0]
         held: list[tuple[int, pa.Table, Tokens, concurrent.futures.Future[Any]]] = []
-        pieces = self.tokens(None, values=self.method.reads_values, cuts=cuts, ahead=ahead)
+        pieces = self.tokens(None, values=self.method.reads_values, cuts=cuts)
         with concurrent.futures.ThreadPoolExecutor(PASS_WORKERS) as pool:
             for row0, table, tok in pieces:
                 if held and batch[row0] != batch[held[0][0]]:

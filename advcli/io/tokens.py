@@ -87,12 +87,12 @@ def extract_tokens(
         return flat
 
     mask = _mask(check, roles, table, offsets, token_list("action_mask"))
-    at_actions = np.flatnonzero(mask)
     floats: dict[str, np.ndarray] = {}
     for role in extra:
         if (flat_floats := token_list(role)) is not None:
             x = numeric(flat_floats, floats=True)  # widened later, only at the action tokens
-            if not (np.abs(x[at_actions]) <= FLOAT32_MAX).all():  # off actions: anything
+            if not (np.abs(x[mask]) <= FLOAT32_MAX).all():  # off actions: anything
+                at_actions = np.flatnonzero(mask)
                 check.finite(roles.column(role), x[at_actions], offsets, at_actions)
             floats[role] = x
     token_rewards = vals = None
@@ -110,6 +110,7 @@ def extract_tokens(
     if values and (flat := token_list("values")) is not None:
         vals = numeric(flat, floats=True)  # widened later, only at the action steps
         if not (np.abs(vals) <= FLOAT32_MAX).all():  # any value off actions is allowed
+            at_actions = np.flatnonzero(mask)
             check.finite(roles.column("values"), vals[at_actions], offsets, at_actions)
     return Tokens(
         offsets=offsets, mask=mask, values=vals, token_rewards=token_rewards, extra=floats
