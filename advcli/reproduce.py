@@ -48,10 +48,12 @@ def on_grid(values: np.ndarray) -> bool:
     )
 
 
-def tolerance(values: np.ndarray) -> float:
-    """The difference that counts as the same for these logged values: :data:`TOL`, or
-    :data:`ROUNDED_TOL` where they all have 4 decimals (half their last digit)."""
-    return ROUNDED_TOL if on_grid(values) else TOL
+def tolerance(rounded: bool, differences: np.ndarray) -> float:
+    """The difference that counts as the same: :data:`TOL`, or :data:`ROUNDED_TOL` (half the
+    last digit) where the logged values all have 4 decimals (``rounded``) and a difference
+    falls between the two, where rounding decides."""
+    between = (differences > TOL) & (differences <= ROUNDED_TOL)
+    return ROUNDED_TOL if rounded and bool(between.any()) else TOL
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,10 @@ def compare(
 ) -> Agreement:
     """``ours`` (per row) against ``logged`` on the kept rows (None: all) where a value was
     logged, to the :func:`tolerance` of the logged values."""
-    tol = tolerance(logged)
     have = np.isfinite(logged) if kept is None else kept & np.isfinite(logged)
     diff = np.where(have, np.abs(ours - np.where(have, logged, 0.0)), 0.0)
     diff = np.where(np.isnan(diff), np.inf, diff)
+    tol = tolerance(on_grid(logged[have]), diff)
     worst = int(np.argmax(diff)) if have.any() else None
     return Agreement(
         framework=framework,
@@ -191,7 +193,7 @@ class TokenAgreement:
         worst = np.concatenate(self.worst) if self.worst else np.zeros(0)
         if not len(worst):
             return None
-        tol = ROUNDED_TOL if self.rounded else TOL
+        tol = tolerance(self.rounded, worst)
         at = int(np.argmax(worst))
         return Agreement(self.framework, len(worst), int((worst > tol).sum()),
                          float(worst[at]), int(np.concatenate(self.rows)[at]), tol)  # fmt: skip

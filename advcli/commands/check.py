@@ -94,8 +94,7 @@ def check(
     prompt_ids = [k for i, k in enumerate(k for part in prompts for k in part) if compared[i]]
     warnings = list(run.warnings)
     if tol is None:  # looser only where rounding to 4 decimals makes the difference
-        rounding = (diff > reproduce.TOL) & (diff <= reproduce.ROUNDED_TOL)
-        tol = reproduce.ROUNDED_TOL if rounded and rounding.any() else reproduce.TOL
+        tol = reproduce.tolerance(rounded and bool(len(diff)), diff)
         if tol != reproduce.TOL:
             warnings.append(f"the logged advantages have 4 decimals: compared to {tol:g}")
     if not compared.all():
