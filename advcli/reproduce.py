@@ -244,10 +244,14 @@ def hint(setting: Setting, convention: str, user: Params, user_reward: str | Non
         if spelled is None:
             return None
         parts.append(spelled)
-    reward = setting.reward or "reward"
-    if reward != (user_reward or "reward"):
-        parts.append(f"--col reward={reward}")
+    if not _same_reward(setting, user_reward):
+        parts.append(f"--col reward={setting.reward or 'reward'}")
     return " ".join(parts)
+
+
+def _same_reward(setting: Setting, user_reward: str | None) -> bool:
+    """Whether ``setting`` reads the reward from the column the user's run reads it from."""
+    return (setting.reward or "reward") == (user_reward or "reward")
 
 
 def asked_for_own(preset: presets.Preset, log: Any, user: Params, user_reward: str | None) -> bool:
@@ -256,8 +260,8 @@ def asked_for_own(preset: presets.Preset, log: Any, user: Params, user_reward: s
     if user.convention != preset.convention:
         return False
     for setting in preset.settings(log.source.schema.names, log.options):
-        if setting.own and params_of(setting, preset.convention) == user and (
-                (setting.reward or "reward") == (user_reward or "reward")):  # fmt: skip
+        own = params_of(setting, preset.convention) == user and _same_reward(setting, user_reward)
+        if setting.own and own:
             return True
     return False
 
@@ -342,12 +346,12 @@ def reproducing(
     rows = None
     for setting in settings:
         p = params_of(setting, convention)
-        if p is None or (p == user and (setting.reward or "reward") == (user_reward or "reward")):
+        if p is None or (p == user and _same_reward(setting, user_reward)):
             continue
         flags = hint(setting, convention, user, user_reward)
         if not flags:
             continue
-        if _per_token(p):
+        if _needs_engine(p):
             found = engine_fits(log, setting, p)
         else:
             if rows is None:
@@ -358,7 +362,7 @@ def reproducing(
     return None
 
 
-def _per_token(p: Params) -> bool:
+def _needs_engine(p: Params) -> bool:
     """Whether a run of ``p`` needs the engine: it gives advantages per token (no one
     advantage per rollout), or plans on sums of the tokens (a KL penalty)."""
     method = methods.get(p.method)
@@ -371,11 +375,11 @@ class _Read:
     logged: np.ndarray
 
 
-def _rows(log: Any, settings: list[Setting]) -> _Read:
+def _rows(log: Any, settings: list[Setting], more: list[str] | None = None) -> _Read:
     """The log's rows, with every column a setting reads by name (its reward column, GDPO's
-    reward columns), and the logged advantage of each row."""
+    reward columns) and the columns ``more`` names, and the logged advantage of each row."""
     convention = log.preset.convention
-    named: list[str] = []
+    named: list[str] = list(more or [])
     for setting in settings:
         p = params_of(setting, convention)
         if p is not None:
@@ -483,7 +487,7 @@ def _fits(preset: presets.Preset, log: Any) -> bool:
         return False
     for setting in settings:
         p = params_of(setting, preset.convention)
-        if p is None or _per_token(p):
+        if p is None or _needs_engine(p):
             continue
         got = _row_agreement(read, setting, p, preset)
         if got is not None and got.reproduces:
@@ -525,27 +529,26 @@ def _column_sets(names: list[str], options: presets.PresetOptions) -> Iterator[l
 
 def _search(
     preset: presets.Preset, trial: Any, options: presets.PresetOptions
-) -> dict[tuple[str, ...], list[str]]:
+) -> set[tuple[str, ...]]:
     """On ``trial`` (the log opened with one group size), the reward column sets under which
     one of the framework's settings gives its logged advantages."""
     names = preset.reward_components(trial.source.schema, trial.options)
-    fitting: dict[tuple[str, ...], list[str]] = {}
+    fitting: set[tuple[str, ...]] = set()
     for columns in _column_sets(names, options):
         tried = replace(options, reward_columns=columns)
         settings = preset.settings(trial.source.schema.names, tried)
-        read = _rows(trial, settings)
-        made = preset.reward_of({c: read.rows.named[c] for c in columns if c in read.rows.named}
-                                if set(columns) <= set(read.rows.named) else {}, tried)  # fmt: skip
+        read = _rows(trial, settings, columns)
+        made = preset.reward_of({c: read.rows.named[c] for c in columns}, tried)
         for setting in settings:
             p = params_of(setting, preset.convention)
-            if p is None or _per_token(p):
+            if p is None or _needs_engine(p):
                 continue
             rows = read.rows
-            if made is not None and setting.method != "gdpo":
+            if made is not None and not _named(p):  # (a setting naming columns reads them)
                 rows = replace(rows, reward=made[0], unscored=made[1])
             got = _row_agreement(_Read(rows, read.logged), setting, p, preset)
             if got is not None and got.reproduces:
-                fitting.setdefault(tuple(columns), []).append(setting.method)
+                fitting.add(tuple(columns))
     return fitting
 
 
@@ -575,7 +578,7 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
     sizes = preset.group_sizes(ungrouped)
     if given is not None and given not in sizes:
         sizes.append(given)
-    found: dict[int, dict[tuple[str, ...], list[str]]] = {}
+    found: dict[int, set[tuple[str, ...]]] = {}
     trials: dict[int, Any] = {}
     for size in sizes:
         trials[size] = trial = (
@@ -640,7 +643,7 @@ def _refuse_contradicted(
     preset: presets.Preset,
     log: Any,
     given: int,
-    found: dict[int, dict[tuple[str, ...], list[str]]],
+    found: dict[int, set[tuple[str, ...]]],
     trials: dict[int, Any],
 ) -> None:
     """A group size the user gave that the logged advantages contradict: they fit another

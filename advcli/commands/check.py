@@ -91,7 +91,7 @@ def check(
             rollouts.append(t.column(log.roles.column("rollout_id")).to_pylist())
     compared = np.concatenate(have)
     diff = np.concatenate(diffs)[compared]
-    prompt_ids = [k for i, k in enumerate(k for part in prompts for k in part) if compared[i]]
+    prompt_ids = _compared(prompts, compared)
     warnings = list(run.warnings)
     if tol is None:  # looser only where rounding to 4 decimals makes the difference
         tol = reproduce.tolerance(rounded and bool(len(diff)), diff)
@@ -104,7 +104,7 @@ def check(
         )
     beyond = diff > tol
     order = np.argsort(-diff, kind="stable")[: min(worst, int(beyond.sum()))]
-    rollout_ids = [k for i, k in enumerate(k for part in rollouts for k in part) if compared[i]]
+    rollout_ids = _compared(rollouts, compared)
     logged_at, ours_at = np.concatenate(logged)[compared], np.concatenate(ours)[compared]
     return CheckResult(
         method=p.method,
@@ -130,6 +130,12 @@ def check(
         found=run.settled or None,
         warnings=warnings,
     )
+
+
+def _compared(parts: list[list[Any]], compared: np.ndarray) -> list[Any]:
+    """The values of the compared rows, from the batches' lists."""
+    return [value for value, kept in zip((v for part in parts for v in part), compared,
+                                         strict=True) if kept]  # fmt: skip
 
 
 def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -349,16 +349,17 @@ def repeated_prompts(
     row = int(np.flatnonzero((keys == counts[keys.name][at]).to_numpy())[0])
     shown = str(texts[row])
     shown = shown if len(shown) <= 60 else "..." + shown[-57:]  # the question ends it
-    head = f"{where(path, int(lines[row]), column, line=True)}: {int(sizes[at])} rows{within}"
+    at_line = where(path, int(lines[row]), column, line=True)
     if merge:
         return [
-            f"{head} and {len(merged) - 1} other prompt text(s) scored as one group each "
+            f"{at_line}: {len(merged)} prompt text(s){within} with a multiple of the others' "
+            f"{common} rows (this one {int(sizes[at])}), each scored as one group "
             "(--merge-repeated-prompts): not the framework's numbers, which scored each "
             "dataset row apart"
         ]
     msg = (
-        f"{head} share the prompt {shown!r}, where the others have {common}: several dataset "
-        f"rows with one text, which {apart}"
+        f"{at_line}: {int(sizes[at])} rows{within} share the prompt {shown!r}, where the "
+        f"others have {common}: several dataset rows with one text, which {apart}"
     )
     raise DataError(msg)
 

@@ -240,3 +240,16 @@ def test_an_action_span_over_a_split_logs_prompt_is_refused(tmp_path):
         "sequence, 'prompt_ids' then 'response_ids'. Hint: count the spans from the prompt's "
         "first token\n"
     )
+
+
+def test_a_split_log_with_both_a_response_mask_and_spans_is_refused(tmp_path):
+    split, _ = logs(3)
+    rows = [{**r, "spans": s["spans"]} for r, s in zip(split, _with_spans(split), strict=True)]
+    path = tmp_path / "both.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert proc.stderr.decode() == (
+        f"advcli: error: {path}: both 'response_mask' and 'spans' say which response tokens "
+        "are actions. Hint: keep one of the two columns\n"
+    )

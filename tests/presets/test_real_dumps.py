@@ -239,6 +239,12 @@ def test_verl_legacy_repeated_prompt_text_is_refused(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
     merged = run("audit", folder, "--from", "verl", "--merge-repeated-prompts", "--json")
     assert merged.returncode == 0 and json.loads(merged.stdout)["groups"] == 7
+    (said,) = [w for w in json.loads(merged.stdout)["warnings"] if "merge" in w]
+    assert said.endswith(
+        "1.jsonl: line 1, column 'input': 1 prompt text(s) of step 1 with a multiple of the "
+        "others' 4 rows (this one 8), each scored as one group (--merge-repeated-prompts): not "
+        "the framework's numbers, which scored each dataset row apart"
+    )
 
 
 def test_trl_a_generation_logged_at_two_steps_is_read_once(tmp_path: Path) -> None:
