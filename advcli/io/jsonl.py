@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
@@ -53,11 +54,35 @@ def open_stream(path: str) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
+RATIO_VARIABLE = "ADVCLI_MAX_DECOMPRESSION_RATIO"
+DEFAULT_RATIO = 1000
+FLOOR_BYTES = 1 << 20  # a small file may always decompress this far
+
+
+def decompression_limit(compressed: int) -> int:
+    """Most bytes a compressed file of ``compressed`` bytes may decompress to: ``ratio`` times
+    its size (``ADVCLI_MAX_DECOMPRESSION_RATIO``, default 1,000; JSONL logs compress some 3 to
+    50 times, a crafted zstd frame 30,000), and at least 1 MiB."""
+    given = os.environ.get(RATIO_VARIABLE, str(DEFAULT_RATIO))
+    try:
+        ratio = float(given)
+    except ValueError:
+        ratio = float("nan")
+    if not ratio > 0:
+        msg = f"{RATIO_VARIABLE}={given}: expected a number > 0. Hint: unset it for {DEFAULT_RATIO}"
+        raise UsageError(msg)
+    return max(int(min(ratio * compressed, 1 << 62)), FLOOR_BYTES)
+
+
 class _Checked(io.RawIOBase):
-    """A decompressing stream whose errors are :class:`DataError` s naming the file."""
+    """A decompressing stream whose errors are :class:`DataError` s naming the file, and
+    which stops at :func:`decompression_limit`."""
 
     def __init__(self, path: str, kind: str, raw: Any):
         self.path, self.kind, self.raw = path, kind, raw
+        self.compressed = os.path.getsize(path)
+        self.limit = decompression_limit(self.compressed)
+        self.given = 0  # bytes decompressed so far
 
     def readable(self) -> bool:
         return True
@@ -72,6 +97,15 @@ class _Checked(io.RawIOBase):
                 "Hint: check the file is complete"
             )
             raise DataError(msg) from None
+        self.given += len(data)
+        if self.given > self.limit:
+            msg = (
+                f"{self.path}: its {self.compressed:,} bytes of {self.kind} data decompress to "
+                f"more than {self.limit:,}, beyond advcli's bound of "
+                f"{os.environ.get(RATIO_VARIABLE, DEFAULT_RATIO)} times the file's size. Hint: "
+                f"set {RATIO_VARIABLE} higher if the file is really this repetitive"
+            )
+            raise DataError(msg)
         buffer[: len(data)] = data
         return len(data)
 
@@ -82,7 +116,13 @@ class _Checked(io.RawIOBase):
 
 class _ZstdFrames(io.RawIOBase):
     """Zstandard frames one after another, decompressed; input that ends inside a frame is
-    an error (zstandard's own readers stop there quietly)."""
+    an error (zstandard's own readers stop there quietly).
+
+    Linear in what it gives: the compressed data goes in ``FEED`` bytes at a time (the most
+    one feed can give is some 30,000 times that), and each read takes its bytes from the
+    decompressed piece at an offset rather than cutting the piece again."""
+
+    FEED = 4096
 
     def __init__(self, path: str):
         import zstandard
@@ -91,21 +131,26 @@ class _ZstdFrames(io.RawIOBase):
         self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
         self._frame = zstandard.ZstdDecompressor().decompressobj()
         self._started = False  # the current frame has consumed input
-        self._pending = b""
+        self._input = memoryview(b"")  # compressed bytes read, not yet fed
+        self._pending = b""  # decompressed bytes not yet given, from ``_at`` on
+        self._at = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
-        while not self._pending:
-            chunk = self._file.read(1 << 20)
-            if not chunk:
-                if self._started:
-                    raise EOFError("the input ends inside a frame")
-                return b""
-            self._pending = self._feed(chunk)
-        size = len(self._pending) if size < 0 else size
-        out, self._pending = self._pending[:size], self._pending[size:]
+        while self._at == len(self._pending):
+            if not self._input:
+                self._input = memoryview(self._file.read(1 << 20))
+                if not self._input:
+                    if self._started:
+                        raise EOFError("the input ends inside a frame")
+                    return b""
+            feed, self._input = self._input[: self.FEED], self._input[self.FEED :]
+            self._pending, self._at = self._feed(bytes(feed)), 0
+        end = len(self._pending) if size < 0 else min(self._at + size, len(self._pending))
+        out = self._pending[self._at : end]
+        self._at = end
         return out
 
     def _feed(self, chunk: bytes) -> bytes:

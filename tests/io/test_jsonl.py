@@ -20,7 +20,7 @@ from advcli.io import jsonl
 from advcli.io.file_sources import JsonlSource, open_source, read_inputs
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl import refuse_duplicate_keys
-from tests.conftest import annotate_in_memory, rollout, write_jsonl
+from tests.conftest import annotate_in_memory, rollout, run, write_jsonl
 
 
 def log_rows(n: int = 40, seed: int = 0) -> list[dict]:
@@ -268,3 +268,47 @@ def test_no_room_for_the_parsed_rows_parses_again(tmp_path):
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     assert pq.read_table(outs[0]).equals(pq.read_table(outs[1]))
+
+
+def _packed(path: Path, data: bytes) -> Path:
+    """``data`` compressed as ``path``'s suffix says (.gz or .zst)."""
+    packed = (
+        gzip.compress(data) if path.suffix == ".gz" else zstandard.ZstdCompressor().compress(data)
+    )
+    path.write_bytes(packed)
+    return path
+
+
+def test_a_long_line_decompresses_whole_in_one_pass(tmp_path, monkeypatch):
+    """A 48 MiB line of a few kilobytes of zstd: each read takes its bytes at an offset of the
+    piece decompressed (re-cutting the piece at every read made it quadratic: minutes)."""
+    line = b'{"prompt_id": "p", "reward": 1.0, "pad": "' + b"a" * (48 << 20) + b'"}\n'
+    path = _packed(tmp_path / "long.jsonl.zst", line + b'{"prompt_id": "q", "reward": 0.0}\n')
+    monkeypatch.setenv(jsonl.RATIO_VARIABLE, "1e6")
+    with jsonl.open_stream(str(path)) as fh:
+        lines = list(fh)
+    whole_text = jsonl.read_bytes(str(path))
+    assert [len(x) for x in lines] == [len(line), 34]
+    assert lines[0] == line and whole_text == line + lines[1]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_a_file_decompressing_past_its_bound_is_refused(tmp_path, monkeypatch, suffix):
+    """A few kilobytes that decompress to 4 MiB: past ADVCLI_MAX_DECOMPRESSION_RATIO times the
+    file's size (and 1 MiB), refused naming the variable; raised, read."""
+    pad = "a" * (4 << 20)
+    rows = [{"prompt_id": "p", "reward": float(i), "pad": pad if i == 0 else ""} for i in range(2)]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path = str(_packed(tmp_path / f"log.jsonl{suffix}", text))
+    monkeypatch.setenv(jsonl.RATIO_VARIABLE, "50")
+    with pytest.raises(DataError) as info:
+        advcli.audit([path])
+    assert str(info.value).startswith(f"{path}: its ")
+    assert f"bound of 50 times the file's size. Hint: set {jsonl.RATIO_VARIABLE}" in str(info.value)
+    monkeypatch.setenv(jsonl.RATIO_VARIABLE, "1e6")
+    assert advcli.audit([path]).report.rollouts == 2
+    if suffix == ".zst":  # some 20,000 times: past the default bound too, one line
+        monkeypatch.delenv(jsonl.RATIO_VARIABLE)
+        proc = run("audit", path)
+        assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1
+        assert b"bound of 1000 times" in proc.stderr
