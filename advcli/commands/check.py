@@ -15,6 +15,7 @@ from advcli.logs import (
     input_paths,
 )
 from advcli.presets import PresetOptions
+from advcli.presets.base import non_finite
 from advcli.results import CheckResult
 
 
@@ -62,6 +63,7 @@ def check(
     if per_token and not run.has_tokens:
         raise DataError(f"{log.files}: per-token advantages but no token ids to compare them on")
     diffs, logged, ours, prompts, rollouts, have = [], [], [], [], [], []
+    no_number, no_number_at = [], []  # per row: whether it logs a NaN or an infinity; which
     rounded = True  # every logged value has 4 decimals
     with run.final_pass("comparing"):
         for batch in run.annotated():
@@ -69,20 +71,25 @@ def check(
             if per_token:
                 theirs, offsets = flat_list(t.column("source_advantages"))
                 mine = flat_list(t.column("advantages"))[0]
-                a = theirs.to_numpy(zero_copy_only=False).astype(np.float64)
                 b = mine.to_numpy(zero_copy_only=False).astype(np.float64)
             else:
-                a = t.column("source_advantage").to_numpy().astype(np.float64)
+                theirs = t.column("source_advantage")
                 b = t.column("advantage").to_numpy().astype(np.float64)
-                offsets = np.arange(len(a) + 1)
-            unlogged = np.isnan(a)  # no value logged there: not compared
-            if (~unlogged).any():
-                rounded = rounded and reproduce.on_grid(a[~unlogged])
+                offsets = np.arange(len(b) + 1)
+            a = theirs.to_numpy(zero_copy_only=False).astype(np.float64)
+            unlogged = theirs.is_null().to_numpy(zero_copy_only=False)  # not compared
+            strange = ~unlogged & ~np.isfinite(a)  # a NaN or an infinity logged: no number
+            finite = ~unlogged & ~strange
+            if finite.any():
+                rounded = rounded and reproduce.on_grid(a[finite])
             d = np.abs(a - b)
-            d[unlogged] = 0.0
+            d[~finite] = 0.0
             d[np.isnan(d)] = np.inf
             rows_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
             have.append(np.bincount(rows_of[~unlogged], minlength=len(offsets) - 1) > 0)
+            flagged, flagged_value = _first_per_row(strange, offsets, a)
+            no_number.append(flagged)
+            no_number_at.append(flagged_value)
             at = _row_argmax(d, offsets)  # each row's worst token (or the row itself)
             diffs.append(np.where(at >= 0, d[np.maximum(at, 0)], 0.0))
             logged.append(np.where(at >= 0, a[np.maximum(at, 0)], np.nan))
@@ -102,9 +109,18 @@ def check(
             f"{int((~compared).sum())} row(s) have no logged advantage ({chosen.framework} had "
             "not shipped them, or left them out): not compared"
         )
-    beyond = diff > tol
-    order = np.argsort(-diff, kind="stable")[: min(worst, int(beyond.sum()))]
+    unread = np.concatenate(no_number)[compared]
+    beyond = (diff > tol) | unread
+    order = np.argsort(-diff, kind="stable")[: min(worst, int((diff > tol).sum()))]
     rollout_ids = _compared(rollouts, compared)
+    if unread.any():
+        first = int(np.argmax(unread))
+        value = float(np.concatenate(no_number_at)[compared][first])
+        warnings.append(
+            f"{int(unread.sum())} row(s) log an advantage that is no number, counted as "
+            f"differing: the first, rollout {rollout_ids[first]} of prompt {prompt_ids[first]}, "
+            f"logs {non_finite(value)}"
+        )
     logged_at, ours_at = np.concatenate(logged)[compared], np.concatenate(ours)[compared]
     return CheckResult(
         method=p.method,
@@ -136,6 +152,19 @@ def _compared(parts: list[list[Any]], compared: np.ndarray) -> list[Any]:
     """The values of the compared rows, from the batches' lists."""
     return [value for value, kept in zip((v for part in parts for v in part), compared,
                                          strict=True) if kept]  # fmt: skip
+
+
+def _first_per_row(
+    flags: np.ndarray, offsets: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (``offsets``): whether one of its ``flags`` is set, and the value at the first
+    (0 where none is)."""
+    flagged = np.zeros(len(offsets) - 1, dtype=bool)
+    first = np.zeros(len(offsets) - 1)
+    hits = np.flatnonzero(flags)
+    rows, at = np.unique(np.searchsorted(offsets, hits, side="right") - 1, return_index=True)
+    flagged[rows], first[rows] = True, values[hits[at]]
+    return flagged, first
 
 
 def _row_argmax(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

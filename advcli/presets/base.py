@@ -412,6 +412,11 @@ def floats(values: list[Any], what: str) -> list[float]:
         raise DataError(f"{what} is not a number") from None
 
 
+def non_finite(value: float) -> str:
+    """A value that is no number, in words: ``NaN``, ``infinity`` or ``-infinity``."""
+    return "NaN" if value != value else "infinity" if value > 0 else "-infinity"
+
+
 def json_text(value: Any) -> str | None:
     """A value as JSON text (None stays None)."""
     return (

@@ -40,14 +40,24 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from advcli.core.ragged import offsets_from_lengths, ranges
 from advcli.errors import DataError, where
 from advcli.io import jsonl
 from advcli.io.arrow import list_array
 from advcli.lazy_imports import np, pa
-from advcli.presets.base import Converted, Preset, PresetOptions, Setting, json_records, step_of
+from advcli.presets.base import (
+    Converted,
+    Preset,
+    PresetOptions,
+    Setting,
+    json_records,
+    non_finite,
+    step_of,
+)
 from advcli.presets.slime import passthrough
 
 STREAM_PATTERNS = (
@@ -89,7 +99,9 @@ class PrimeRl(Preset):
     logged = "source_advantages"
 
     def files(self, inputs: list[str]) -> list[str]:
-        return without_sealed_twins(super().files(inputs))
+        found = super().files(inputs)
+        read = [chunk_form(Path(p))[0] if is_stream_chunk(p) else Path(p) for p in found]
+        return list(dict.fromkeys(str(p) for p in read))
 
     def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
         return [
@@ -107,8 +119,8 @@ class PrimeRl(Preset):
         step = step_of(path, r"step_(\d+)")
         failed = 0
         for episode, line in zip(records, lines.tolist(), strict=True):
-            found = episode_rows(path, line, episode, step)
-            failed += not found and episode.get("ok") is False
+            found, skipped = episode_rows(path, line, episode, step)
+            failed += skipped > 0
             rows += found
             row_lines += [line] * len(found)
         if not rows:
@@ -138,33 +150,53 @@ def _logs_advantages(records: list[dict[str, Any]]) -> bool:
 
 
 def episode_rows(
-    path: str, line: int, episode: dict[str, Any], step: int | None, *, stream: bool = False
-) -> list[dict[str, Any]]:
-    """One row per root-to-leaf path of every trace of an episode; from the stream, also
-    whether the trace was trained on (``effective``), and its step the one it shipped at."""
+    path: str,
+    line: int,
+    episode: dict[str, Any],
+    step: int | None,
+    run: StreamRun | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """One row per root-to-leaf path of every trace of an episode, and how many of its traces
+    were left out (a failed episode's, without nodes); from the stream (``run``), the traces
+    folded with the run's annotations, and each row says whether its trace was trained on
+    (``effective``), its step the one it shipped at."""
     group = episode.get("group")
     if not isinstance(group, dict) or group.get("id") is None:
         msg = f"{where(path, line, 'group', line=True)}: no group.id, which a prime-rl episode has"
         raise DataError(msg + ". Hint: check the file and --from")
     work = (episode.get("run") or {}).get("work") or {}
     out = []
+    skipped = 0
     for t, trace in enumerate(episode.get("traces") or []):
         nodes = trace.get("nodes") or []
         if not nodes and episode.get("ok") is False:  # an episode that failed: no tokens
+            skipped += 1
             continue
+        tree = trace_tree(path, line, t, nodes)
+        tokens = trace_tokens(path, line, t, nodes)
+        if run is not None:
+            run.fold(path, line, t, trace, tree, tokens)
         info = trace.get("info") or {}
         shipped = (info.get("ship") or {}).get("step")
-        for leaf, branch in tree_paths(path, line, t, nodes):
-            path_nodes = [nodes[i] for i in branch]
-            ids, mask, logprobs, advantages = concatenate(path, line, path_nodes)
+        ids, mask = tokens.ids[tree.positions], tokens.mask[tree.positions]
+        logprobs, advantages = tokens.logprobs[tree.positions], tokens.advantages[tree.positions]
+        logged = np.r_[0, np.cumsum(tokens.logged[tree.path_nodes])]
+        turn_rewards = (
+            path_turn_rewards(nodes, tree, mask, info["turn_rewards"])
+            if isinstance(info.get("turn_rewards"), list)
+            else None
+        )
+        costs = trace_costs(trace, nodes)
+        at, nb = tree.token_bounds, tree.node_bounds
+        for k, leaf in enumerate(tree.leaves.tolist()):
             row = {
                 "prompt_id": str(group["id"]),
                 "rollout_id": f"{episode.get('id')}/{t}/{leaf}",
-                "input_ids": ids,
-                "action_mask": mask,
+                "input_ids": ids[at[k] : at[k + 1]],
+                "action_mask": mask[at[k] : at[k + 1]].astype(np.int8),
                 "reward": trace_reward(trace),
-                "logprobs": logprobs,
-                "source_advantages": advantages,
+                "logprobs": logprobs[at[k] : at[k + 1]],
+                "source_advantages": advantages[at[k] : at[k + 1]],
                 "step": shipped if shipped is not None else work.get("step", step),
                 "ok": episode.get("ok"),
                 "env": (episode.get("env") or {}).get("name"),
@@ -174,37 +206,44 @@ def episode_rows(
                 if isinstance(agent := trace.get("agent"), dict)
                 else None,
                 "episode": None if episode.get("id") is None else str(episode.get("id")),
-                **trace_costs(trace, nodes),
+                **costs,
             }
-            if stream:
+            if run is not None:
                 row["effective"] = info.get("effective") is True
-                if not any(isinstance(n, dict) and "advantages" in n for n in path_nodes):
+                if logged[nb[k + 1]] == logged[nb[k]]:
                     # not annotated: not shipped yet, or left out for an advantage of 0
-                    row["source_advantages"] = np.full(len(ids), np.nan, np.float32)
-            if isinstance(info.get("turn_rewards"), list):
-                kept = path_turn_rewards(nodes, branch, mask, info["turn_rewards"])
+                    row["source_advantages"] = None
+            if turn_rewards is not None:
+                kept = turn_rewards[k]
                 row["turn_rewards"] = False if kept is None else kept  # False: said, left out
             out.append(row)
-    return out
+    return out, skipped
 
 
 def path_turn_rewards(
-    nodes: list[dict[str, Any]], branch: list[int], mask: np.ndarray, rewards: list[Any]
-) -> list[float | None] | None:
-    """The turn rewards of one root-to-leaf path: ``info.turn_rewards`` holds one per sampled
-    node of the trace, in node order; the path keeps its sampled nodes'. None where they do
-    not line up with the path's action spans (a count that differs, two sampled nodes with
-    no token between them)."""
-    sampled = [i for i, node in enumerate(nodes) if isinstance(node, dict) and node.get("sampled")]
-    if len(sampled) != len(rewards) or not all(
+    nodes: list[dict[str, Any]], tree: Tree, mask: np.ndarray, rewards: list[Any]
+) -> list[list[float | None] | None]:
+    """The turn rewards of each root-to-leaf path (``mask``: the paths' masks end to end):
+    ``info.turn_rewards`` holds one per sampled node of the trace, in node order; a path keeps
+    its sampled nodes'. None where they do not line up with the path's action spans (a count
+    that differs, two sampled nodes with no token between them)."""
+    sampled = np.array([bool(node.get("sampled")) for node in nodes], dtype=bool)
+    if int(sampled.sum()) != len(rewards) or not all(
         r is None or (isinstance(r, int | float) and not isinstance(r, bool)) for r in rewards
     ):
-        return None
-    reward_of = dict(zip(sampled, rewards, strict=True))
-    kept = [reward_of[i] for i in branch if i in reward_of]
-    m = mask.astype(bool)
-    spans = int(np.count_nonzero(m & ~np.r_[False, m[:-1]]))
-    return [None if r is None else float(r) for r in kept] if spans == len(kept) else None
+        return [None] * len(tree.leaves)
+    reward_of = np.full(len(nodes), None, dtype=object)
+    reward_of[sampled] = [None if r is None else float(r) for r in rewards]
+    starts = np.zeros(len(mask), dtype=bool)
+    starts[tree.token_bounds[:-1][np.diff(tree.token_bounds) > 0]] = True
+    opens = mask & (starts | ~np.r_[False, mask[:-1]])  # a span of action tokens begins
+    spans = np.diff(np.r_[0, np.cumsum(opens)][tree.token_bounds])
+    out: list[list[float | None] | None] = []
+    for k in range(len(tree.leaves)):
+        on_path = tree.path_nodes[tree.node_bounds[k] : tree.node_bounds[k + 1]]
+        kept = reward_of[on_path[sampled[on_path]]].tolist()
+        out.append(kept if len(kept) == spans[k] else None)
+    return out
 
 
 def turn_reward_warnings(path: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -249,24 +288,25 @@ def stream_chunk(path: str) -> Converted:
     traces = Path(path).parent.parent
     run = stream_run(str(traces), _written(traces))
     records, lines, torn = chunk_records(path)
+    twins = chunk_form(Path(path))[1]
     rows: list[dict[str, Any]] = []
     row_lines: list[int] = []
     failed = 0
     for episode, line in zip(records, lines.tolist(), strict=True):
         if str((episode.get("group") or {}).get("id")) not in run.kept_groups:
             continue
-        run.fold(path, line, episode)
-        found = episode_rows(path, line, episode, None, stream=True)
-        failed += not found and episode.get("ok") is False
+        found, skipped = episode_rows(path, line, episode, None, run)
+        failed += skipped > 0
         rows += found
         row_lines += [line] * len(found)
-    warnings = turn_reward_warnings(path, rows)
+    warnings = turn_reward_warnings(path, rows) + ([twins] if twins else [])
     if failed:
         warnings.append(FAILED.format(path=path, failed=failed))
     if torn:
         warnings.append(f"{path}: its last line is cut short (the run was writing it): left out")
     if run.left_out[0]:
         warnings.append(UNTRAINED.format(groups=run.left_out[0], episodes=run.left_out[1]))
+    warnings += [*run.warnings, *unlisted(path, records, run)]
     if not rows:
         return Converted(pa.table({}), np.zeros(0, np.int64), warnings)
     if not run.annotated:  # nothing shipped yet: no advantages to compare with, not zeros
@@ -275,15 +315,52 @@ def stream_chunk(path: str) -> Converted:
     return Converted(rollout_table(rows), np.array(row_lines), warnings)
 
 
+def unlisted(path: str, records: list[dict[str, Any]], run: StreamRun) -> list[str]:
+    """Warnings for the episodes of groups read that the index lists in this chunk and the
+    chunk lacks, and in chunks that are not there at all: left out, counted."""
+    number = int(Path(path).name.split(".")[0])
+    held = {str(r.get("id")) for r in records}
+    lacking = run.listed.get(number, frozenset()) - held
+    out = []
+    if lacking:
+        out.append(
+            f"{path}: {len(lacking)} episode(s) the index lists in this chunk are not in it "
+            f"(the first: {min(lacking)}): left out"
+        )
+    there = {int(p.name.split(".")[0]) for p in chunks(Path(path).parent)}
+    gone = {n: len(e) for n, e in run.listed.items() if e and n not in there}
+    if gone:
+        out.append(
+            f"prime-rl's trace stream: left out {sum(gone.values())} episode(s) the index lists "
+            f"in chunk(s) {', '.join(map(str, sorted(gone)))}, which {Path(path).parent} does "
+            "not hold"
+        )
+    return out
+
+
 EXPANDED_TOKENS = 1 << 25
 """Most tokens the root-to-leaf paths of one episode may hold in all: each path is a rollout
 that repeats its shared prefix, so a deep tree of few tokens can expand past any memory."""
 
 
-def tree_paths(path: str, line: int, t: int, nodes: list[Any]) -> list[tuple[int, list[int]]]:
-    """``(leaf, node indices from the root)`` for every root-to-leaf path of trace ``t``'s
-    node tree, checked first: every parent another node of the trace (or null for a root),
-    no cycle, and the paths within :data:`EXPANDED_TOKENS`."""
+@dataclass(frozen=True)
+class Tree:
+    """A trace's node tree, checked, as its root-to-leaf paths (one per leaf, in node order):
+    path k's nodes, root first, are ``path_nodes[node_bounds[k]:node_bounds[k + 1]]``, its
+    tokens ``positions[token_bounds[k]:token_bounds[k + 1]]`` of the trace's tokens in node
+    order (:class:`TraceTokens`)."""
+
+    leaves: np.ndarray
+    path_nodes: np.ndarray
+    node_bounds: np.ndarray
+    positions: np.ndarray
+    token_bounds: np.ndarray
+
+
+def trace_tree(path: str, line: int, t: int, nodes: list[Any]) -> Tree:
+    """Trace ``t``'s node tree, checked first: every parent another node of the trace (or null
+    for a root), no cycle, and its paths within :data:`EXPANDED_TOKENS` tokens and nodes in all,
+    counted before a path is built."""
     at = where(path, line, "traces", line=True)
     if not nodes:  # (a failed episode's traces may have none: skipped before)
         raise DataError(f"{at}: trace {t} has no nodes, so no tokens. Hint: check the file")
@@ -298,8 +375,9 @@ def tree_paths(path: str, line: int, t: int, nodes: list[Any]) -> list[tuple[int
             )
             raise DataError(msg)
         parent.append(p)
-    tokens = [len(node.get("token_ids") or []) for node in nodes]
+    sizes = [len(node.get("token_ids") or []) for node in nodes]
     reach = [-1] * n  # tokens from the root to the node, once known
+    depth = [0] * n  # nodes from the root to the node
     for i in range(n):
         chain: list[int] = []
         j: int | None = i
@@ -309,76 +387,135 @@ def tree_paths(path: str, line: int, t: int, nodes: list[Any]) -> list[tuple[int
                 raise DataError(msg)
             chain.append(j)
             j = parent[j]
-        above = 0 if j is None else reach[j]
+        above, steps = (0, 0) if j is None else (reach[j], depth[j])
         for k in reversed(chain):
-            above = reach[k] = above + tokens[k]
-    leaves = sorted(set(range(n)) - {p for p in parent if p is not None})
-    expanded = sum(reach[leaf] for leaf in leaves)
-    if expanded > EXPANDED_TOKENS:
+            above, steps = above + sizes[k], steps + 1
+            reach[k], depth[k] = above, steps
+    leaves = np.array(sorted(set(range(n)) - {p for p in parent if p is not None}), np.int64)
+    expanded = sum(reach[leaf] for leaf in leaves.tolist())
+    visits = sum(depth[leaf] for leaf in leaves.tolist())
+    if max(expanded, visits) > EXPANDED_TOKENS:
+        held = f"{expanded:,} tokens" if expanded > EXPANDED_TOKENS else f"{visits:,} nodes"
         msg = (
             f"{at}: trace {t}'s tree expands to {len(leaves):,} root-to-leaf paths of "
-            f"{expanded:,} tokens in all (each path a rollout, its prefix repeated), beyond "
+            f"{held} in all (each path a rollout, its prefix repeated), beyond "
             f"advcli's limit of {EXPANDED_TOKENS:,}. Hint: split the episode, or drop it"
         )
         raise DataError(msg)
-    out = []
-    for leaf in leaves:
-        branch = []
-        j = leaf
-        while j is not None:
-            branch.append(j)
-            j = parent[j]
-        out.append((leaf, branch[::-1]))
-    return out
-
-
-def concatenate(path: str, line: int, nodes: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
-    """Tokens and masks of a path's nodes end to end; log-probabilities and advantages, given
-    over each node's sampled tokens, placed on them (0 elsewhere)."""
-    ids: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    logprobs: list[np.ndarray] = []
-    advantages: list[np.ndarray] = []
-    for node in nodes:
-        tokens = np.asarray(node.get("token_ids") or [], dtype=np.int32)
-        mask = np.asarray(node.get("mask") or [False] * len(tokens), dtype=bool)
-        if len(mask) != len(tokens):
-            msg = (
-                f"{where(path, line, 'nodes', line=True)}: a node has {len(tokens)} token ids "
-                f"and {len(mask)} mask entries. Hint: check the file"
-            )
-            raise DataError(msg)
-        for name, out in (("logprobs", logprobs), ("advantages", advantages)):
-            values = np.zeros(len(tokens), dtype=np.float32)
-            given = node.get(name)
-            if given is not None:
-                if len(given) != int(mask.sum()):
-                    msg = (
-                        f"{where(path, line, 'nodes', line=True)}: a node's {name} has "
-                        f"{len(given)} values for {int(mask.sum())} sampled tokens. "
-                        "Hint: check the file"
-                    )
-                    raise DataError(msg)
-                values[mask] = given
-            out.append(values)
-        ids.append(tokens)
-        masks.append(mask)
-    return (
-        np.concatenate(ids) if ids else np.zeros(0, np.int32),
-        np.concatenate(masks).astype(np.int8) if masks else np.zeros(0, np.int8),
-        np.concatenate(logprobs) if logprobs else np.zeros(0, np.float32),
-        np.concatenate(advantages) if advantages else np.zeros(0, np.float32),
+    # every path climbed from its leaf at once, its nodes written from its end
+    up = np.array([-1 if p is None else p for p in parent], np.int64)
+    node_bounds = offsets_from_lengths(np.array(depth, np.int64)[leaves])
+    path_nodes = np.empty(int(node_bounds[-1]), np.int64)
+    at_node, slot = leaves, node_bounds[1:] - 1
+    while len(at_node):
+        path_nodes[slot] = at_node
+        at_node, slot = up[at_node], slot - 1
+        climbing = at_node >= 0
+        at_node, slot = at_node[climbing], slot[climbing]
+    size = np.array(sizes, np.int64)
+    return Tree(
+        leaves=leaves,
+        path_nodes=path_nodes,
+        node_bounds=node_bounds,
+        positions=ranges(offsets_from_lengths(size)[:-1][path_nodes], size[path_nodes]),
+        token_bounds=offsets_from_lengths(np.array(reach, np.int64)[leaves]),
     )
 
 
+@dataclass(frozen=True)
+class TraceTokens:
+    """A trace's tokens, its nodes' end to end in node order: ids, masks, and the
+    log-probabilities and advantages given over each node's sampled tokens placed on them (0
+    elsewhere); ``logged``: the nodes that carry advantages (the fold may add some)."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+    logprobs: np.ndarray
+    advantages: np.ndarray
+    logged: np.ndarray
+    node_of: np.ndarray  # each token's node
+
+
+def trace_tokens(path: str, line: int, t: int, nodes: list[dict[str, Any]]) -> TraceTokens:
+    """Trace ``t``'s :class:`TraceTokens`, each node's lists checked against its tokens, and
+    its logged advantages finite."""
+    at = where(path, line, "nodes", line=True)
+    ids: list[Any] = []
+    masks: list[Any] = []
+    sizes = []
+    given: dict[str, list[Any]] = {"logprobs": [], "advantages": []}  # per node: None or list
+    for i, node in enumerate(nodes):
+        tokens = node.get("token_ids") or []
+        mask = node.get("mask") or [False] * len(tokens)
+        if not isinstance(tokens, list) or not isinstance(mask, list):
+            msg = f"{at}: trace {t}, node {i}: token_ids and mask are not lists"
+            raise DataError(msg + ". Hint: check the file")
+        if len(mask) != len(tokens):
+            msg = (
+                f"{at}: a node has {len(tokens)} token ids and {len(mask)} mask entries. "
+                "Hint: check the file"
+            )
+            raise DataError(msg)
+        ids += tokens
+        masks += mask
+        sizes.append(len(tokens))
+        for name, values in given.items():
+            values.append(node.get(name))
+    node_of = np.repeat(np.arange(len(nodes), dtype=np.int64), sizes)
+    mask_flat = np.array(masks, dtype=bool)
+    sampled = np.bincount(node_of[mask_flat], minlength=len(nodes)).tolist()
+    placed = {}
+    for name, values in given.items():
+        for own, count in zip(values, sampled, strict=True):
+            if own is not None and (not isinstance(own, list) or len(own) != count):
+                held = len(own) if isinstance(own, list) else "no list of"
+                msg = (
+                    f"{at}: a node's {name} has {held} values for {count} sampled tokens. "
+                    "Hint: check the file"
+                )
+                raise DataError(msg)
+        flat = np.zeros(len(mask_flat), dtype=np.float32)
+        has = np.array([v is not None for v in values], dtype=bool)
+        flat[mask_flat & has[node_of]] = list(chain.from_iterable(v for v in values if v))
+        placed[name] = flat
+    not_finite = np.flatnonzero(mask_flat & ~np.isfinite(placed["advantages"]))
+    if len(not_finite):
+        first = int(not_finite[0])
+        msg = (
+            f"{at}: trace {t}, node {int(node_of[first])}: a logged advantage is "
+            f"{non_finite(placed['advantages'][first])}, which prime-rl never trains on. "
+            "Hint: check the file"
+        )
+        raise DataError(msg)
+    return TraceTokens(
+        ids=np.array(ids, dtype=np.int32),
+        mask=mask_flat,
+        logprobs=placed["logprobs"],
+        advantages=placed["advantages"],
+        logged=np.array([v is not None for v in given["advantages"]], dtype=bool),
+        node_of=node_of,
+    )
+
+
+PER_TOKEN = {"input_ids": "int32", "action_mask": "int8", "logprobs": "float32",
+             "source_advantages": "float32"}  # fmt: skip
+"""A row's per-token columns and their types."""
+
+
 def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """The rows as a table; a per-token column of None (a trace not annotated) is null on
+    each of its row's tokens."""
     lengths = [len(r["input_ids"]) for r in rows]
     offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
     columns: dict[str, pa.Array] = {}
     for name in rows[0]:
         values = [r[name] for r in rows]
-        if isinstance(values[0], np.ndarray):
-            columns[name] = list_array(np.concatenate(values), offsets)
+        if name in PER_TOKEN:
+            flat = np.concatenate([np.zeros(n, PER_TOKEN[name]) if v is None else v
+                                   for v, n in zip(values, lengths, strict=True)])  # fmt: skip
+            unknown = np.repeat([v is None for v in values], lengths)
+            array = pa.array(flat, mask=unknown) if unknown.any() else flat
+            columns[name] = list_array(array, offsets)
         else:
             columns[name] = passthrough(values)
     columns["reward"] = pa.array([r["reward"] for r in rows], pa.float64())
@@ -402,21 +539,68 @@ def is_stream_chunk(path: str) -> bool:
     )
 
 
-def without_sealed_twins(paths: list[str]) -> list[str]:
-    """``paths`` less each ``.jsonl.zst`` chunk whose plain twin is there too (a chunk caught
-    mid-seal: prime-rl reads the plain one)."""
-    plain = set(paths)
-    return [p for p in paths if not (p.endswith(".jsonl.zst") and p[: -len(".zst")] in plain)]
-
-
 def chunks(folder: Path) -> list[Path]:
-    """A folder's chunks in number order, the plain form where both exist."""
-    by_number: dict[int, Path] = {}
+    """A folder's chunks in number order, each in the form to read (:func:`chunk_form`)."""
+    numbers = {}
     for p in folder.iterdir():
         match = re.fullmatch(r"(\d+)\.jsonl(\.zst)?", p.name)
-        if match and (int(match[1]) not in by_number or not match[2]):
-            by_number[int(match[1])] = p
-    return [by_number[n] for n in sorted(by_number)]
+        if match:
+            numbers[int(match[1])] = p
+    return [chunk_form(numbers[n])[0] for n in sorted(numbers)]
+
+
+def chunk_form(chunk: Path) -> tuple[Path, str | None]:
+    """Which form of a chunk to read, and a warning where its plain and sealed forms are both
+    there and disagree. Mid-seal both are there, the sealed one still being written: the plain
+    one is read, as prime-rl reads it. Otherwise the one holding more whole lines is read,
+    said, with the number of lines only the other holds."""
+    plain = chunk.with_name(chunk.name.removesuffix(".zst"))
+    sealed = plain.with_name(plain.name + ".zst")
+    if not (plain.is_file() and sealed.is_file()):
+        return chunk, None
+    return _twins(str(plain), str(sealed), plain.stat().st_mtime_ns, sealed.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _twins(plain: str, sealed: str, *written: int) -> tuple[Path, str | None]:
+    """:func:`chunk_form` of a chunk in both forms (``written``: their times, so that a file
+    rewritten is compared again)."""
+    data = Path(plain).read_bytes()
+    plain_lines = [x for x in data[: data.rfind(b"\n") + 1].splitlines() if x.strip()]
+    sealed_lines, cut = _sealed_lines(sealed)
+    if sealed_lines == plain_lines[: len(sealed_lines)] and (cut or sealed_lines == plain_lines):
+        return Path(plain), None  # a seal under way, or done and the plain one not yet removed
+    chosen, other = (
+        (sealed, plain_lines) if len(sealed_lines) > len(plain_lines) else (plain, sealed_lines)
+    )
+    held = set(sealed_lines if chosen == sealed else plain_lines)
+    only_other = sum(line not in held for line in other)
+    warning = (
+        f"{plain} and {sealed}, one chunk of prime-rl's trace stream in two forms, disagree "
+        f"({len(plain_lines)} and {len(sealed_lines)} whole lines"
+        f"{', the sealed one cut short' if cut else ''}): read {chosen}, "
+        + (
+            f"the one holding more; {only_other} line(s) only the other holds are left out"
+            if only_other
+            else "which holds every line of the other"
+        )
+    )
+    return Path(chosen), warning
+
+
+def _sealed_lines(path: str) -> tuple[list[bytes], bool]:
+    """The whole lines of a sealed chunk, and whether it stops short (cut or corrupt: still
+    being written)."""
+    parts: list[bytes] = []
+    cut = False
+    try:
+        with jsonl.open_stream(path) as fh:
+            while part := fh.read(1 << 20):
+                parts.append(part)
+    except DataError:
+        cut = True
+    data = b"".join(parts)
+    return [x for x in data[: data.rfind(b"\n") + 1].splitlines() if x.strip()], cut
 
 
 def chunk_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray, bool]:
@@ -448,57 +632,73 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
 class StreamRun:
     """What the whole run says about each chunk's traces."""
 
-    updates: dict[str, list[dict[str, Any]]]  # per trace id, in fold order
+    updates: dict[str, list[tuple[str, dict[str, Any]]]]  # per trace id, in fold order: where
+    # each was read (file and line) and the update
     kept_groups: frozenset[str]
     left_out: tuple[int, int]  # groups, episodes
     annotated: bool  # some update carries advantages
+    listed: dict[int, frozenset[str]]  # per chunk, the episodes of kept groups the index lists
+    warnings: tuple[str, ...]  # about the annotations' chunks
 
-    def fold(self, path: str, line: int, episode: dict[str, Any]) -> None:
-        """The updates of each of the episode's traces folded onto it, in place."""
-        for t, trace in enumerate(episode.get("traces") or []):
-            for update in self.updates.get(str(trace.get("id")), []):
-                info = update.get("info")
-                if isinstance(info, dict):
-                    _merge(trace.setdefault("info", {}), info)
-                for branch in update.get("branches") or []:
-                    if isinstance(branch, dict) and branch.get("advantages") is not None:
-                        _fold_advantages(path, line, t, trace, branch)
+    def fold(
+        self, path: str, line: int, t: int, trace: dict[str, Any], tree: Tree, tokens: TraceTokens
+    ) -> None:
+        """The updates of trace ``t`` folded onto it: its ``info`` in place, the advantages
+        onto its ``tokens``."""
+        for read_at, update in self.updates.get(str(trace.get("id")), []):
+            info = update.get("info")
+            if isinstance(info, dict):
+                _merge(trace.setdefault("info", {}), info)
+            for branch in update.get("branches") or []:
+                if isinstance(branch, dict) and branch.get("advantages") is not None:
+                    _fold_advantages(read_at, trace, tree, tokens, branch)
 
 
 def _fold_advantages(
-    path: str, line: int, t: int, trace: dict[str, Any], branch: dict[str, Any]
+    at: str, trace: dict[str, Any], tree: Tree, tokens: TraceTokens, branch: dict[str, Any]
 ) -> None:
     """A branch's advantages (one per token of its root-to-leaf path) cut along the path onto
     its nodes: each node's sampled values replace its own, unless one of them is null. (The
-    trainer's streams, log-probabilities and entropies, are not read.)"""
-    nodes = trace.get("nodes") or []
-    if not nodes:
-        return
-    at = where(path, line, "traces", line=True)
-    paths = tree_paths(path, line, t, nodes)
+    trainer's streams, log-probabilities and entropies, are not read.) ``at``: where the
+    update was read, for errors."""
     index, values = branch.get("index"), branch["advantages"]
-    if type(index) is not int or not 0 <= index < len(paths):
+    if type(index) is not int or not 0 <= index < len(tree.leaves):
         msg = (
             f"{at}: trace {trace.get('id')}'s annotation names branch {index!r}, which the "
-            f"trace does not have (0 to {len(paths) - 1}). Hint: check the annotations folder"
+            f"trace does not have (0 to {len(tree.leaves) - 1}). Hint: check the annotations "
+            "folder"
         )
         raise DataError(msg)
-    order = paths[index][1]
-    sizes = [len(nodes[i].get("token_ids") or []) for i in order]
-    if not isinstance(values, list) or len(values) != sum(sizes):
+    positions = tree.positions[tree.token_bounds[index] : tree.token_bounds[index + 1]]
+    if not isinstance(values, list) or len(values) != len(positions):
         count = len(values) if isinstance(values, list) else "no list of"
         msg = (
             f"{at}: trace {trace.get('id')}'s annotation gives {count} advantages for a "
-            f"branch of {sum(sizes)} tokens. Hint: check the annotations folder"
+            f"branch of {len(positions)} tokens. Hint: check the annotations folder"
         )
         raise DataError(msg)
-    start = 0
-    for i, size in zip(order, sizes, strict=True):
-        mask = nodes[i].get("mask") or [False] * size
-        sampled = [v for v, m in zip(values[start : start + size], mask, strict=False) if m]
-        if sampled and all(v is not None for v in sampled):
-            nodes[i]["advantages"] = sampled
-        start += size
+    given = np.empty(len(values), dtype=object)
+    try:
+        given[:] = values
+        null = given == None  # noqa: E711 (element by element on an object array)
+        numbers = np.where(null, 0.0, given).astype(np.float64)
+    except (TypeError, ValueError):
+        msg = f"{at}: trace {trace.get('id')}'s annotation gives advantages that are not numbers"
+        raise DataError(msg + ". Hint: check the annotations folder") from None
+    sampled = tokens.mask[positions]
+    node = tokens.node_of[positions]
+    kept = sampled & ~np.isin(node, node[sampled & null])  # a node with a null keeps its own
+    not_finite = np.flatnonzero(kept & ~np.isfinite(numbers))
+    if len(not_finite):
+        first = int(not_finite[0])
+        msg = (
+            f"{at}: trace {trace.get('id')}'s annotation gives advantage "
+            f"{non_finite(numbers[first])} at token {first} of branch {index}, which prime-rl "
+            "never trains on. Hint: check the annotations folder"
+        )
+        raise DataError(msg)
+    tokens.advantages[positions[kept]] = numbers[kept]
+    tokens.logged[node[kept]] = True
 
 
 def _written(traces: Path) -> tuple[tuple[str, int, int], ...]:
@@ -514,25 +714,30 @@ def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> St
     """The folded annotations and the groups to read of the run whose ``traces`` folder this
     is: read once per folder and state of its files (``written``, :func:`_written`)."""
     traces = Path(traces_dir)
-    updates: dict[str, list[dict[str, Any]]] = {}
+    updates: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     annotations = traces / "annotations"
     producers = (
         sorted(p for p in annotations.iterdir() if p.is_dir()) if annotations.is_dir() else []
     )
+    warnings = []
     for producer in producers:
         for chunk in chunks(producer):
-            for record in chunk_records(str(chunk))[0]:
-                updates.setdefault(str(record.get("trace_id")), []).append(record)
+            if (twins := chunk_form(chunk)[1]) is not None:
+                warnings.append(twins)
+            records, lines, _ = chunk_records(str(chunk))
+            for record, n in zip(records, lines.tolist(), strict=True):
+                read_at = where(str(chunk), n, "branches", line=True)
+                updates.setdefault(str(record.get("trace_id")), []).append((read_at, record))
     effective = set()
     annotated = False
-    for trace_id, records in updates.items():
+    for trace_id, read in updates.items():
         info: dict[str, Any] = {}
-        for record in records:
+        for _, record in read:
             _merge(info, record.get("info") or {})
             annotated |= any("advantages" in b for b in record.get("branches") or [])
         if info.get("effective") is True:
             effective.add(trace_id)
-    groups = _groups(traces)
+    groups, listed = _groups(traces)
     trained = {g for g, episodes in groups.items() if any(effective & set(t) for t, _ in episodes)}
     sizes = [len(groups[g]) for g in trained] or [len(e) for e in groups.values()] or [0]
     complete = min(sizes) if trained else max(sizes)
@@ -552,20 +757,30 @@ def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> St
         kept_groups=frozenset(kept),
         left_out=(len(left), sum(len(groups[g]) for g in left)),
         annotated=annotated,
+        listed={
+            n: frozenset(e for e, g in episodes if g in kept) for n, episodes in listed.items()
+        },
+        warnings=tuple(warnings),
     )
 
 
-def _groups(traces: Path) -> dict[str, list[tuple[list[str], float | None]]]:
+def _groups(
+    traces: Path,
+) -> tuple[dict[str, list[tuple[list[str], float | None]]], dict[int, list[tuple[str, str]]]]:
     """Each group's episodes: their trace ids and their one reward (None when the episode
-    failed or its traces differ), from the index where there is one, else from the chunks."""
+    failed or its traces differ), from the index where there is one, else from the chunks;
+    and per chunk, the episodes (id, group) the index lists in it."""
     groups: dict[str, list[tuple[list[str], float | None]]] = {}
+    listed: dict[int, list[tuple[str, str]]] = {}
     index = traces / "stream.index.jsonl"
     if index.is_file():
         for row in json_records(str(index))[0]:
             ids = [str(t) for t in row.get("trace_ids") or []]
             reward = row.get("reward") if row.get("ok") and len(ids) == 1 else None
             groups.setdefault(str(row.get("group")), []).append((ids, reward))
-        return groups
+            if type(row.get("chunk")) is int and row.get("id") is not None:
+                listed.setdefault(row["chunk"], []).append((str(row["id"]), str(row["group"])))
+        return groups, listed
     for chunk in chunks(traces / "stream"):
         for episode in chunk_records(str(chunk))[0]:
             found = episode.get("traces") or []
@@ -573,4 +788,4 @@ def _groups(traces: Path) -> dict[str, list[tuple[list[str], float | None]]]:
             reward = rewards.pop() if episode.get("ok") and len(rewards) == 1 else None
             group = (episode.get("group") or {}).get("id")
             groups.setdefault(str(group), []).append(([str(t.get("id")) for t in found], reward))
-    return groups
+    return groups, listed

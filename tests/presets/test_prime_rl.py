@@ -59,7 +59,7 @@ def test_the_stream_reads_each_trace_with_its_folded_advantages(tmp_path: Path) 
         assert row["prompt_id"] == truth[(episode, int(trace))]["group_id"]
         assert row["effective"] == (not expected["zero_advantage"])
         if expected["zero_advantage"]:  # never annotated: no logged value
-            assert np.isnan(_sampled(row)).all()
+            assert all(a is None for a in _sampled(row))
             continue
         assert _sampled(row) == pytest.approx(
             [a for k in sorted(expected["node_advantages"], key=int)
@@ -81,18 +81,6 @@ def test_annotations_fold_newest_wins(tmp_path: Path) -> None:
         assert row["step"] == folded["ship_step"]
         restamped += folded["ship_step"] == 2
     assert restamped == 1 and len(rows) == 7  # the failed trace has no tokens
-
-
-def test_a_chunk_caught_mid_seal_is_read_once(tmp_path: Path) -> None:
-    zstandard = pytest.importorskip("zstandard")
-    run_dir = tmp_path / "run"
-    shutil.copytree(PRIME / "stream", run_dir)
-    stream = run_dir / "monitors" / "file" / "traces" / "stream"
-    sealed = (stream / "00000.jsonl.zst").read_bytes()
-    plain = zstandard.ZstdDecompressor().decompressobj().decompress(sealed)
-    (stream / "00000.jsonl").write_bytes(plain)
-    rows, _ = _annotated(tmp_path, run_dir)
-    assert len(rows) == 24 and len({r["rollout_id"] for r in rows}) == 24
 
 
 def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path) -> None:
@@ -215,3 +203,69 @@ def test_turn_rewards_are_kept_per_sampled_turn(tmp_path: Path) -> None:
         turn_values = sorted({a for a, m in zip(row["advantages"], row["action_mask"],
                                                 strict=True) if m})  # fmt: skip
         assert turn_values == pytest.approx(sorted([row["reward"] + 1.25, row["reward"] + 1.0]))
+
+
+def _lines(path: Path) -> list[bytes]:
+    """A chunk's lines, whichever its form."""
+    data = path.read_bytes()
+    if path.suffix == ".zst":
+        data = pytest.importorskip("zstandard").ZstdDecompressor().decompressobj().decompress(data)
+    return data.splitlines(keepends=True)
+
+
+def _seal(lines: list[bytes]) -> bytes:
+    return pytest.importorskip("zstandard").ZstdCompressor().compress(b"".join(lines))
+
+
+TWINS = {  # both forms of one chunk: (plain, sealed) from the chunk's lines, and the warning
+    "plain cut short": (lambda x: x[:2], lambda x: _seal(x), "which holds every line of the other"),
+    "plain with a line of its own": (
+        lambda x: [*x[:2], x[-1].rstrip(b"\n") + b" \n"],  # the same record, another line
+        lambda x: _seal(x),
+        "the one holding more; 1 line(s) only the other holds are left out",
+    ),
+    "mid-seal": (lambda x: x, lambda x: _seal(x)[:-40], None),
+    "sealed and not yet removed": (lambda x: x, lambda x: _seal(x), None),
+}
+
+
+@pytest.mark.parametrize("chunk", ["stream/00000.jsonl", "annotations/orch/00000.jsonl"])
+@pytest.mark.parametrize("case", TWINS)
+def test_a_chunk_in_both_forms_is_read_whole_and_a_disagreement_said(tmp_path, chunk, case):
+    """A chunk in both forms: mid-seal (the sealed one cut short) or sealed but not yet removed,
+    the plain one, quietly; where the forms disagree, the one holding more, said with the
+    lines only the other holds. Either way every episode and annotation of the run is read."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    traces = run_dir / "monitors" / "file" / "traces"
+    plain = traces / chunk
+    whole = _lines(plain.with_name(plain.name + ".zst") if chunk.startswith("stream") else plain)
+    make_plain, make_sealed, said = TWINS[case]
+    plain.write_bytes(b"".join(make_plain(whole)))
+    plain.with_name(plain.name + ".zst").write_bytes(make_sealed(whole))
+    proc = run("check", str(run_dir), "--from", "prime-rl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["rows"] == 13 and result["max_abs_difference"] <= 1e-6
+    twins = [w for w in result["warnings"] if "one chunk of prime-rl's trace stream" in w]
+    if said is None:
+        assert not twins
+    else:
+        assert len(twins) == 1 and f"read {plain}.zst, {said}" in twins[0]
+    assert not any("index lists" in w for w in result["warnings"])
+
+
+def test_episodes_the_index_lists_and_no_chunk_holds_are_counted(tmp_path):
+    """An episode of a group read that its chunk lacks, and a chunk gone: left out, said with
+    their count (the groups are still read from the index)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(PRIME / "stream", run_dir)
+    stream = run_dir / "monitors" / "file" / "traces" / "stream"
+    first = stream / "00000.jsonl.zst"
+    first.write_bytes(_seal(_lines(first)[1:]))
+    (stream / "00002.jsonl.zst").unlink()
+    _, summary = _annotated(tmp_path, run_dir)
+    assert (f"{first}: 1 episode(s) the index lists in this chunk are not in it (the first: "
+            "de624e008b5449899a6a9ce300dc4615): left out") in summary["warnings"]  # fmt: skip
+    assert any(w.startswith("prime-rl's trace stream: left out 6 episode(s) the index lists in "
+                            "chunk(s) 2, which") for w in summary["warnings"])  # fmt: skip
