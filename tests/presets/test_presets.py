@@ -282,6 +282,27 @@ def test_check_names_a_changed_advantage(tmp_path):
     assert worst["difference"] == pytest.approx(0.01, abs=1e-6)
 
 
+@pytest.mark.parametrize(("logged", "said"), [(np.nan, "NaN"), (np.inf, "infinity"),
+                                             (-np.inf, "-infinity")])  # fmt: skip
+def test_check_counts_a_logged_advantage_that_is_no_number(tmp_path, logged, said):
+    """A NaN or an infinity the framework logged is no advantage to compare with: the row
+    differs, said with its rollout; the largest difference stays that of the numbers."""
+    dump = fw.trl(tmp_path / "dump", RS)
+    path = dump / "completions" / "completions_00002.parquet"
+    table = pl.read_parquet(path)
+    advantage = table["advantage"].to_numpy().copy()
+    advantage[5] = logged
+    table.with_columns(advantage=pl.Series(advantage)).write_parquet(path)
+    proc = run("check", str(dump), "--from", "trl", "--reward-weights", "format_reward=2",
+               "--group-size", "4", "--reward-columns", "accuracy_reward,format_reward",
+               "--json")  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 4 and result["rows"] == 24 and result["rows_beyond_tol"] == 1
+    assert result["max_abs_difference"] < 1e-6 and result["worst"] == []
+    assert ("1 row(s) log an advantage that is no number, counted as differing: the first, "
+            f"rollout 2:5 of prompt 2:1.0, logs {said}") in result["warnings"]  # fmt: skip
+
+
 def test_check_needs_a_log_with_the_frameworks_advantages(tmp_path):
     dump = fw.verl_v1(tmp_path / "dump", RS)
     proc = run("check", str(dump), "--from", "verl")

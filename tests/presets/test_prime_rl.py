@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -269,3 +268,163 @@ def test_episodes_the_index_lists_and_no_chunk_holds_are_counted(tmp_path):
             "de624e008b5449899a6a9ce300dc4615): left out") in summary["warnings"]  # fmt: skip
     assert any(w.startswith("prime-rl's trace stream: left out 6 episode(s) the index lists in "
                             "chunk(s) 2, which") for w in summary["warnings"])  # fmt: skip
+
+
+def _tree(depth: int) -> list[dict]:
+    """A trace's nodes: a prompt at the root, then a binary tree of turns, each a token of
+    context and a sampled token (its log-probability and advantage its node's number / 1000)."""
+    nodes = [{"parent": None, "token_ids": [1, 2], "mask": [False, False]}]
+    level = [0]
+    for _ in range(depth):
+        level, parents = [], level
+        for p in parents:
+            for _ in range(2):
+                i = len(nodes)
+                nodes.append({"parent": p, "token_ids": [1000 + i, 5000 + i], "mask": [0, 1],
+                              "sampled": True, "logprobs": [-i / 1000],
+                              "advantages": [i / 1000]})  # fmt: skip
+                level.append(i)
+    return nodes
+
+
+def _root_paths(nodes: list[dict]) -> list[list[int]]:
+    """Every root-to-leaf path, leaves in node order: the rollouts, walked one by one."""
+    parents = {n["parent"] for n in nodes}
+    out = []
+    for leaf in (i for i in range(len(nodes)) if i not in parents):
+        path, j = [], leaf
+        while j is not None:
+            path, j = [j, *path], nodes[j]["parent"]
+        out.append(path)
+    return out
+
+
+def _episodes(nodes: list[dict], *, advantages: bool) -> list[dict]:
+    """One group: an episode of one trace with the tree, and one of a single turn."""
+    if not advantages:
+        nodes = [{k: v for k, v in n.items() if k != "advantages"} for n in nodes]
+    one = [nodes[0], {**nodes[1], "parent": 0}]
+    turns = sum(1 for n in nodes if n.get("sampled"))
+    return [
+        {"id": f"e{e}", "group": {"id": "g"}, "ok": True, "run": {"work": {"step": 1}},
+         "traces": [{"id": f"t{e}", "rewards": {"r": {"score": float(e), "weight": 1.0}},
+                     "nodes": n, "info": {"turn_rewards": [float(i) for i in range(1, len(n))]
+                                                          if e == 0 else [0.5] * 1},
+                     "num_output_tokens": turns, "num_total_tokens": 2 * turns + 2}]}
+        for e, n in enumerate((nodes, one))
+    ]  # fmt: skip
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _updates(nodes: list[dict]) -> tuple[list[dict], dict[int, list[float]]]:
+    """prime-rl's ship records for the tree's trace, one per branch in leaf order, values over
+    every token of the branch's path; branch 1 gives null on its leaf's parent (which keeps
+    what branch 0 gave it). And each node's sampled values after the fold, newest winning."""
+    records, folded = [], {}
+    for k, path in enumerate(_root_paths(nodes)):
+        values = []
+        for i in path:
+            for j, _ in enumerate(nodes[i]["token_ids"]):
+                values.append(None if (k == 1 and i == path[-2]) else k + i / 1000 + j / 10)
+        records.append({"trace_id": "t0", "info": {"effective": True, "ship": {"step": 2}},
+                        "branches": [{"index": k, "advantages": values}]})  # fmt: skip
+        start = 0
+        for i in path:
+            size = len(nodes[i]["token_ids"])
+            given = zip(values[start : start + size], nodes[i]["mask"], strict=True)
+            sampled = [v for v, m in given if m]
+            if sampled and None not in sampled:
+                folded[i] = sampled
+            start += size
+    records.append({"trace_id": "t1", "info": {"effective": True},
+                    "branches": [{"index": 0, "advantages": [0.0, 0.0, 0.25, 0.5]}]})  # fmt: skip
+    return records, folded
+
+
+@pytest.mark.parametrize("layout", ["step files", "trace stream"])
+def test_every_root_to_leaf_path_of_a_tree_is_a_rollout(tmp_path, layout):
+    """A tree of 64 leaves read as 64 rollouts, each the tokens of its path end to end, with
+    the path's log-probabilities, advantages (in the stream: the annotations folded, newest
+    winning, a null keeping the node's) and turn rewards; the trace's costs on every row."""
+    nodes = _tree(6)
+    if layout == "step files":
+        folded = {i: n["advantages"] for i, n in enumerate(nodes) if "advantages" in n}
+        _write(tmp_path / "run/rollouts/step_1/train/effective/traces.jsonl",
+               _episodes(nodes, advantages=True))  # fmt: skip
+    else:
+        traces = tmp_path / "run/monitors/file/traces"
+        _write(traces / "stream/00000.jsonl", _episodes(nodes, advantages=False))
+        updates, folded = _updates(nodes)
+        _write(traces / "annotations/orch/00000.jsonl", updates)
+    rows, _ = _annotated(tmp_path, tmp_path / "run")
+    paths = _root_paths(nodes)
+    tree_rows = [r for r in rows if r["episode"] == "e0"]
+    assert [r["rollout_id"] for r in tree_rows] == [f"e0/0/{p[-1]}" for p in paths]
+    for row, path in zip(tree_rows, paths, strict=True):
+        assert row["input_ids"] == [t for i in path for t in nodes[i]["token_ids"]]
+        assert row["action_mask"] == [int(m) for i in path for m in nodes[i]["mask"]]
+        sampled = [i for i in path if nodes[i].get("sampled")]
+        assert _sampled({**row, "source_advantages": row["logprobs"]}) == pytest.approx(
+            [-i / 1000 for i in sampled])  # fmt: skip
+        assert _sampled(row) == pytest.approx([a for i in sampled for a in folded[i]])
+        assert row["turn_rewards"] == [float(i) for i in sampled]
+        assert (row["num_turns"], row["num_output_tokens"]) == (len(nodes) - 1, len(nodes) - 1)
+    assert len(tree_rows) == 64 and len(rows) == 65
+
+
+def test_a_tree_whose_paths_visit_too_many_nodes_is_refused_before_they_are_built(
+    tmp_path, monkeypatch
+):
+    """Nodes without tokens cost nothing in tokens, and a path still visits them: a spine of
+    40 nodes with a leaf of one token on each is 40 paths of 900 nodes in all (and 40 tokens),
+    past a limit of 500."""
+    import advcli
+    from advcli.errors import DataError
+    from advcli.presets import prime_rl
+
+    nodes = [{"parent": None, "token_ids": [], "mask": []}]
+    spine = 0
+    for _ in range(40):
+        nodes.append({"parent": spine, "token_ids": [], "mask": []})
+        spine = len(nodes) - 1
+        nodes.append({"parent": spine, "token_ids": [7], "mask": [True], "sampled": True})
+    dump = _write(tmp_path / "step_1/train/effective/traces.jsonl",
+                  _episodes(nodes, advantages=False)[:1])  # fmt: skip
+    monkeypatch.setattr(prime_rl, "EXPANDED_TOKENS", 500)
+    with pytest.raises(DataError, match=r"trace 0's tree expands to 40 root-to-leaf paths of "
+                       r"900 nodes in all .* beyond advcli's limit of 500"):  # fmt: skip
+        advcli.audit([str(dump)], from_="prime-rl")
+
+
+@pytest.mark.parametrize(
+    ("layout", "value", "said"),
+    [("step files", float("nan"), "NaN"), ("trace stream", float("nan"), "NaN"),
+     ("trace stream", float("inf"), "infinity"), ("step files", float("-inf"), "-infinity")],
+)  # fmt: skip
+def test_a_logged_advantage_that_is_no_number_is_refused_where_it_is_read(
+    tmp_path, layout, value, said
+):
+    """prime-rl trains on finite advantages: a NaN or an infinity where one is logged (a node's
+    own, or an annotation's) is one line naming its file, line and trace, as the dump is read."""
+    nodes = _tree(2)
+    if layout == "step files":
+        nodes[4]["advantages"] = [value]
+        where = _write(tmp_path / "run/rollouts/step_1/train/effective/traces.jsonl",
+                       _episodes(nodes, advantages=True))  # fmt: skip
+        needle = f"{where}: line 1, column 'nodes': trace 0, node 4: a logged advantage is {said}"
+    else:
+        traces = tmp_path / "run/monitors/file/traces"
+        _write(traces / "stream/00000.jsonl", _episodes(nodes, advantages=False))
+        updates, _ = _updates(nodes)
+        updates[2]["branches"][0]["advantages"][-1] = value
+        where = _write(traces / "annotations/orch/00000.jsonl", updates)
+        needle = (f"{where}: line 3, column 'branches': trace t0's annotation gives advantage "
+                  f"{said} at token 5 of branch 2")  # fmt: skip
+    proc = run("check", str(tmp_path / "run"), "--from", "prime-rl")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert needle in proc.stderr
