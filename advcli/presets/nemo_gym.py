@@ -83,22 +83,24 @@ it) and the agent, nested objects of any shape."""
 def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None:
     """A rollout's tokens from its response's generated messages; None where no message
     carries token ids (a model server without ``return_token_id_information``)."""
-    messages = [m for m in (response or {}).get("output") or []
+    output = (response or {}).get("output") or []
+    messages = [(n, m) for n, m in enumerate(output)
                 if isinstance(m, dict) and m.get("generation_token_ids") is not None]  # fmt: skip
     if not messages:
         return None
     ids: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
-    for m in messages:
-        context = list(m.get("prompt_token_ids") or [])
+    for n, m in messages:
+        context = token_ids(path, line, n, m, "prompt_token_ids")
+        generated = token_ids(path, line, n, m, "generation_token_ids")
         if context[: len(ids)] != ids:
             msg = (
                 f"{path}: line {line}, column 'response': a message's prompt_token_ids do not "
                 "begin with the tokens before it, so its rollout is not one sequence"
             )
             raise DataError(msg)
-        added, generated = context[len(ids) :], list(m["generation_token_ids"])
+        added = context[len(ids) :]
         given = m.get("generation_log_probs") or [np.nan] * len(generated)
         if len(given) != len(generated):
             msg = (
@@ -113,3 +115,19 @@ def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None
         mask += [0] * len(added) + [1] * len(generated)
         logprobs += [np.nan] * len(added) + values
     return {"input_ids": ids, "action_mask": mask, "logprobs": logprobs}
+
+
+def token_ids(path: str, line: int, n: int, message: dict[str, Any], field: str) -> list[int]:
+    """A generated message's ``prompt_token_ids`` or ``generation_token_ids``: a list of token
+    ids. Missing or null, the message's prompt cannot be told from what it generated."""
+    value = message.get(field)
+    if isinstance(value, list):
+        return value
+    seen = "missing" if field not in message else "null" if value is None else "not a list"
+    msg = (
+        f"{path}: line {line}, column 'response': output message {n} carries "
+        f"generation_token_ids and its {field} is {seen}, so its prompt tokens cannot be told "
+        "from its generated ones. Hint: a model server with return_token_id_information "
+        "writes both for every generated message"
+    )
+    raise DataError(msg)

@@ -92,3 +92,30 @@ def test_nemo_gym_bad_responses_are_named(tmp_path: Path) -> None:
     assert "rollouts.jsonl: line 1, column 'response': a message has 11 generation_token_ids " in (
         _refused(_edited(tmp_path / "b", short), tmp_path)
     )
+
+
+@pytest.mark.parametrize("field", ["prompt_token_ids", "generation_token_ids"])
+@pytest.mark.parametrize(("value", "seen"), [(None, "null"), ("missing", "missing"),
+                                             ("1 2 3", "not a list")])  # fmt: skip
+def test_a_generated_message_without_its_prompt_tokens_is_refused(tmp_path, field, value, seen):
+    """A generated message's prompt_token_ids tell its prompt tokens from its actions: null or
+    missing (or no list), its rollout would read every token as an action; refused at the
+    line, on any line. (A missing generation_token_ids marks a message that generated nothing
+    the server recorded: the line has no token ids, refused where others have them.)"""
+
+    def edit(i: int, r: dict) -> dict:
+        if i == 3:
+            message = r["response"]["output"][0]
+            if value == "missing":
+                del message[field]
+            else:
+                message[field] = value
+        return r
+
+    stderr = _refused(_edited(tmp_path, edit), tmp_path)
+    if field == "generation_token_ids" and value in (None, "missing"):
+        assert "line 4, column 'response': no token ids, which line 1 has" in stderr
+    else:
+        assert (f"rollouts.jsonl: line 4, column 'response': output message 0 carries "
+                f"generation_token_ids and its {field} is {seen}, so its prompt tokens cannot "
+                "be told from its generated ones") in stderr  # fmt: skip
