@@ -499,8 +499,9 @@ class PresetSource(LogSource):
             )
         if repeated:
             self.warnings.append(
-                f"skipped {_listed(repeated)}: the rows of the file before, logged again "
-                f"({preset.framework} logs a generation at every step it serves)"
+                f"skipped {len(repeated)} file(s) holding the rows of the file before, logged "
+                f"again ({_listed(repeated)}; {preset.framework} logs a generation at every "
+                "step it serves)"
             )
         if not sum(counts):
             msg = f"{file_list(files)}: the input has no rows. Hint: check the files"

@@ -73,6 +73,8 @@ FAILED = (
     "does: it scores their groups over the other episodes"
 )
 
+TORN = "{path}: its last line is cut short (the run was writing it): left out"
+
 UNTRAINED = (
     "prime-rl's trace stream: left out {groups} group(s) ({episodes} episode(s)) that were "
     "still in flight or not yet trained on (no trace shipped, and not complete with one reward)"
@@ -303,7 +305,7 @@ def stream_chunk(path: str) -> Converted:
     if failed:
         warnings.append(FAILED.format(path=path, failed=failed))
     if torn:
-        warnings.append(f"{path}: its last line is cut short (the run was writing it): left out")
+        warnings.append(TORN.format(path=path))
     if run.left_out[0]:
         warnings.append(UNTRAINED.format(groups=run.left_out[0], episodes=run.left_out[1]))
     warnings += [*run.warnings, *unlisted(path, records, run)]
@@ -724,7 +726,9 @@ def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> St
         for chunk in chunks(producer):
             if (twins := chunk_form(chunk)[1]) is not None:
                 warnings.append(twins)
-            records, lines, _ = chunk_records(str(chunk))
+            records, lines, torn = chunk_records(str(chunk))
+            if torn:
+                warnings.append(TORN.format(path=chunk))
             for record, n in zip(records, lines.tolist(), strict=True):
                 read_at = where(str(chunk), n, "branches", line=True)
                 updates.setdefault(str(record.get("trace_id")), []).append((read_at, record))

@@ -106,7 +106,8 @@ class Trl(Preset):
         if groups.cut.any():
             table = table.filter(pl.Series(~groups.cut))
             warnings.append(
-                f"{path}: skipped rows {_spans(groups.cut)}, the rest of a group TRL's logging "
+                f"{path}: skipped {int(groups.cut.sum())} row(s) (rows {_spans(groups.cut)}), "
+                "the rest of a group TRL's logging "
                 "buffer cut (it keeps the last generation_batch_size rows; evaluation rows "
                 "pushed the others out): their advantages came from rollouts the file lacks"
             )

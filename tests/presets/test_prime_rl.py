@@ -82,14 +82,20 @@ def test_annotations_fold_newest_wins(tmp_path: Path) -> None:
     assert restamped == 1 and len(rows) == 7  # the failed trace has no tokens
 
 
-def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("live", ["stream/00004.jsonl", "annotations/orch/00000.jsonl"])
+def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path, live: str) -> None:
+    """The chunk a running job writes may end inside a line, an episode's or an annotation's:
+    its whole lines are read, and the cut one left out, said."""
     run_dir = tmp_path / "run"
     shutil.copytree(PRIME / "stream", run_dir)
-    live = run_dir / "monitors" / "file" / "traces" / "stream" / "00004.jsonl"
-    live.write_bytes(live.read_bytes() + b'{"id": "torn", "traces": [{"no')
+    chunk = run_dir / "monitors" / "file" / "traces" / live
+    chunk.write_bytes(chunk.read_bytes() + b'{"id": "torn", "traces": [{"no')
     rows, summary = _annotated(tmp_path, run_dir / "monitors" / "file")
     assert len(rows) == 24
-    assert any("00004.jsonl: its last line is cut short" in w for w in summary["warnings"])
+    assert (
+        f"{chunk}: its last line is cut short (the run was writing it): left out"
+        in (summary["warnings"])
+    )
 
 
 def test_an_annotation_for_a_branch_the_trace_lacks_is_one_line(tmp_path: Path) -> None:
