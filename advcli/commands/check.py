@@ -39,7 +39,8 @@ def check(
     convention). ``ok`` is False when a row differs by more than ``tol`` (absolute; default
     1e-5, or 5e-5 where the logged advantages have 4 decimals: a dump that rounds them), or
     when an option the user gave contradicts the logged advantages. A row without a logged
-    value (prime-rl's trace not shipped yet) is not compared, and counted.
+    value (null: prime-rl's trace not shipped yet) is not compared, and counted; one that logs
+    a NaN or an infinity differs, said with its rollout.
     """
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method or "grpo", convention=convention, params=params,

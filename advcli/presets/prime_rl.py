@@ -14,7 +14,8 @@ the sampled tokens, are kept as ``source_advantages``. ``effective`` holds what 
 **The trace stream** (PRs #3444, #3465) → ``{output_dir}/monitors/file/traces/``. Every
 episode is written once, on arrival, to an arrival-ordered stream of numbered chunks,
 ``stream/NNNNN.jsonl`` (older ones sealed as ``NNNNN.jsonl.zst``; mid-seal both forms exist and
-the plain one is read). What the trained cohort adds comes later, as update records under
+the plain one is read; where the two disagree, the one holding more, said: :func:`chunk_form`).
+What the trained cohort adds comes later, as update records under
 ``annotations/<producer>/`` (chunked the same way): ``{trace_id, info, branches: [{index,
 <stream>: [...]}]}``. They are folded onto the episode's traces by trace id as prime-rl's own
 reader folds them: producers in name order, each in write order, newest wins; ``info`` is
