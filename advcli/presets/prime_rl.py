@@ -289,7 +289,7 @@ def stream_chunk(path: str) -> Converted:
     """One chunk of a trace stream, its traces folded with the run's annotations; the rows of
     groups the run has not trained on left out (:func:`stream_run`)."""
     traces = Path(path).parent.parent
-    run = stream_run(str(traces), _written(traces))
+    run = stream_run(str(traces), _written(traces), frozenset(numbered(traces / "stream")))
     records, lines, torn = chunk_records(path)
     twins = chunk_form(Path(path))[1]
     rows: list[dict[str, Any]] = []
@@ -319,26 +319,16 @@ def stream_chunk(path: str) -> Converted:
 
 
 def unlisted(path: str, records: list[dict[str, Any]], run: StreamRun) -> list[str]:
-    """Warnings for the episodes of groups read that the index lists in this chunk and the
-    chunk lacks, and in chunks that are not there at all: left out, counted."""
-    number = int(Path(path).name.split(".")[0])
+    """A warning for the episodes of groups read that the index lists in this chunk and the
+    chunk lacks: left out, counted."""
     held = {str(r.get("id")) for r in records}
-    lacking = run.listed.get(number, frozenset()) - held
-    out = []
-    if lacking:
-        out.append(
-            f"{path}: {len(lacking)} episode(s) the index lists in this chunk are not in it "
-            f"(the first: {min(lacking)}): left out"
-        )
-    there = {int(p.name.split(".")[0]) for p in chunks(Path(path).parent)}
-    gone = {n: len(e) for n, e in run.listed.items() if e and n not in there}
-    if gone:
-        out.append(
-            f"prime-rl's trace stream: left out {sum(gone.values())} episode(s) the index lists "
-            f"in chunk(s) {', '.join(map(str, sorted(gone)))}, which {Path(path).parent} does "
-            "not hold"
-        )
-    return out
+    lacking = run.listed.get(int(Path(path).name.split(".")[0]), frozenset()) - held
+    if not lacking:
+        return []
+    return [
+        f"{path}: {len(lacking)} episode(s) the index lists in this chunk are not in it "
+        f"(one: {min(lacking)}): left out"
+    ]
 
 
 EXPANDED_TOKENS = 1 << 25
@@ -542,14 +532,20 @@ def is_stream_chunk(path: str) -> bool:
     )
 
 
-def chunks(folder: Path) -> list[Path]:
-    """A folder's chunks in number order, each in the form to read (:func:`chunk_form`)."""
-    numbers = {}
-    for p in folder.iterdir():
+def numbered(folder: Path) -> dict[int, Path]:
+    """A folder's chunks by number, in either form."""
+    found = {}
+    for p in folder.iterdir() if folder.is_dir() else []:
         match = re.fullmatch(r"(\d+)\.jsonl(\.zst)?", p.name)
         if match:
-            numbers[int(match[1])] = p
-    return [chunk_form(numbers[n])[0] for n in sorted(numbers)]
+            found[int(match[1])] = p
+    return found
+
+
+def chunks(folder: Path) -> list[Path]:
+    """A folder's chunks in number order, each in the form to read (:func:`chunk_form`)."""
+    found = numbered(folder)
+    return [chunk_form(found[n])[0] for n in sorted(found)]
 
 
 def chunk_form(chunk: Path) -> tuple[Path, str | None]:
@@ -713,16 +709,19 @@ def _written(traces: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 @functools.lru_cache(maxsize=4)
-def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> StreamRun:
+def stream_run(
+    traces_dir: str, written: tuple[tuple[str, int, int], ...], present: frozenset[int]
+) -> StreamRun:
     """The folded annotations and the groups to read of the run whose ``traces`` folder this
-    is: read once per folder and state of its files (``written``, :func:`_written`)."""
+    is: read once per folder and state of its files (``written``, :func:`_written`; ``present``:
+    the numbers of the stream's chunks, whose episodes the index lists)."""
     traces = Path(traces_dir)
     updates: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     annotations = traces / "annotations"
     producers = (
         sorted(p for p in annotations.iterdir() if p.is_dir()) if annotations.is_dir() else []
     )
-    warnings = []
+    warnings: list[str] = []
     for producer in producers:
         for chunk in chunks(producer):
             if (twins := chunk_form(chunk)[1]) is not None:
@@ -757,6 +756,13 @@ def stream_run(traces_dir: str, written: tuple[tuple[str, int, int], ...]) -> St
         ):
             kept.add(g)
     left = [g for g in groups if g not in kept]
+    gone = {n: sum(g in kept for _, g in e) for n, e in listed.items() if n not in present}
+    if any(gone.values()):
+        warnings.append(
+            f"prime-rl's trace stream: left out {sum(gone.values())} episode(s) the index lists "
+            f"in chunk(s) {', '.join(str(n) for n in sorted(gone) if gone[n])}, which "
+            f"{traces / 'stream'} does not hold"
+        )
     return StreamRun(
         updates=updates,
         kept_groups=frozenset(kept),

@@ -270,7 +270,7 @@ def test_episodes_the_index_lists_and_no_chunk_holds_are_counted(tmp_path):
     first.write_bytes(_seal(_lines(first)[1:]))
     (stream / "00002.jsonl.zst").unlink()
     _, summary = _annotated(tmp_path, run_dir)
-    assert (f"{first}: 1 episode(s) the index lists in this chunk are not in it (the first: "
+    assert (f"{first}: 1 episode(s) the index lists in this chunk are not in it (one: "
             "de624e008b5449899a6a9ce300dc4615): left out") in summary["warnings"]  # fmt: skip
     assert any(w.startswith("prime-rl's trace stream: left out 6 episode(s) the index lists in "
                             "chunk(s) 2, which") for w in summary["warnings"])  # fmt: skip
