@@ -29,7 +29,7 @@ import io
 import math
 import os
 import pickle
-import reprlib
+import re
 import struct
 import zipfile
 import zlib
@@ -68,9 +68,6 @@ ELEMENTS = {*STORAGES.values(), "uint16", "uint32", "uint64"}
 ``torch.<name>`` in a pickle; torch writes the last three as ``_rebuild_tensor_v3`` of bytes."""
 NUMERIC = "biufc"
 """The numpy dtype kinds a file's arrays may have (no objects, records or text)."""
-
-_shown = reprlib.Repr()
-_shown.maxstring = _shown.maxother = 60  # a value in a message: short, whatever its size
 
 
 class _Refused(Exception):
@@ -114,12 +111,16 @@ class _Unpickler(pickle._Unpickler):
 
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
     stack: list[Any]
+    metastack: list[list[Any]]
+    append: Callable[[Any], None]
+    _unframer: Any
     memo: dict[int, Any]
     pop_mark: Callable[[], list[Any]]
     readline: Callable[[], bytes]
 
     def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str, bound: int):
-        super().__init__(io.BytesIO(data))
+        self._data, self._buffer = data, io.BytesIO(data)
+        super().__init__(self._buffer)
         self._archive, self._prefix, self._bound = archive, prefix, bound
         self._made = 0  # bytes of storages, tensors, arrays and bytes made so far
         self._storages: dict[str, tuple[str, int, np.ndarray]] = {}
@@ -177,7 +178,7 @@ class _Unpickler(pickle._Unpickler):
 
     def _reconstruct(self, kind: Any, shape: Any, typecode: Any) -> np.ndarray:
         """``numpy ... _reconstruct``: an empty array, whose state is set next."""
-        if kind is not _NDARRAY or shape != (0,):
+        if kind is not _NDARRAY or not (isinstance(shape, tuple) and shape == (0,)):
             raise pickle.UnpicklingError("a numpy array not as numpy pickles one")
         array = np.ndarray((0,), np.uint8)
         self._unbuilt[id(array)] = array
@@ -276,8 +277,24 @@ class _Unpickler(pickle._Unpickler):
             raise pickle.UnpicklingError("a memo index beyond 32 bits")
         self.memo[index] = self.stack[-1]
 
+    def _mark(self) -> None:
+        """MARK; the numbers that follow it (a list's, up to the next memo or other opcode)
+        read at once by the C unpickler, which a run of them cannot lead astray: 4x faster."""
+        self.metastack.append(self.stack)
+        self.stack = []
+        self.append = self.stack.append
+        if self._unframer.current_frame is None:  # protocol 4 frames: read one by one
+            start = self._buffer.tell()
+            run = _NUMBERS.match(self._data, start)
+            if run is not None and run.end() - start > 64:
+                self.stack.extend(pickle.loads(b"\x80\x02(" + run.group() + b"l."))
+                self._buffer.seek(run.end())
+
     def _refuse(self) -> None:
         raise pickle.UnpicklingError("a set, or an object made by its class")
+
+    def _unknown(self) -> None:
+        raise pickle.UnpicklingError("an opcode pickle does not have")
 
 
 def _into_dict(target: Any, items: list[Any]) -> dict[Any, Any]:
@@ -286,6 +303,8 @@ def _into_dict(target: Any, items: list[Any]) -> dict[Any, Any]:
     if type(target) is not dict:
         raise pickle.UnpicklingError("items are set in something other than a dict")
     keys = items[::2]
+    if len(items) % 2:
+        raise pickle.UnpicklingError("a dict's items are not pairs")
     if not all(type(k) is str or (type(k) is int and -(1 << 63) <= k < 1 << 64) for k in keys):
         raise pickle.UnpicklingError("a dict key other than text or an integer")
     target.update(zip(keys, items[1::2], strict=True))
@@ -298,12 +317,20 @@ _REPLACED = {
     pickle.SETITEM: _Unpickler._setitem,
     pickle.DICT: _Unpickler._dict,
     pickle.PUT: _Unpickler._put,
+    pickle.MARK: _Unpickler._mark,
     **dict.fromkeys(
         [pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET, pickle.INST, pickle.OBJ,
          pickle.NEWOBJ, pickle.NEWOBJ_EX], _Unpickler._refuse,
     ),
 }  # fmt: skip
 _Unpickler.dispatch.update({op[0]: fn for op, fn in _REPLACED.items()})
+for _byte in set(range(256)) - set(_Unpickler.dispatch):
+    _Unpickler.dispatch[_byte] = _Unpickler._unknown
+
+
+_NUMBERS = re.compile(rb"(?:K.|M..|J....|G.{8}|N|\x88|\x89)+", re.DOTALL)
+"""Opcodes of numbers, None and booleans, one after the other (the bulk of a rollout: its
+token ids, masks and log-probabilities)."""
 
 
 class _TooLarge(Exception):
@@ -405,8 +432,10 @@ def flattened_size(path: str, value: Any, bound: int) -> int:
                 total = 8 + sum(size(item, depth + 1) for item in obj)
         elif isinstance(obj, dict):
             total = 8 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in obj.items())
-        else:
-            msg = f"{path}: the file holds a {type(obj).__name__[:40]}, which is not a plain value"
+        else:  # a global left as a value: a dtype, a torch type, a function
+            kind = "numpy dtype" if isinstance(obj, np.dtype) else "torch type" if isinstance(
+                obj, _Element) else "function"  # fmt: skip
+            msg = f"{path}: the file holds a {kind} as a value, where rollouts hold plain values"
             raise DataError(msg + ". Hint: advcli reads .pt files of plain values and tensors")
         inside.discard(key)
         if total > bound:
@@ -430,10 +459,11 @@ def _too_large(path: str, bound: int) -> DataError:
 UNREADABLE = (
     pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
     AttributeError, OverflowError, struct.error, zlib.error, zipfile.BadZipFile,
-    NotImplementedError, RuntimeError,
+    NotImplementedError, RuntimeError, OSError,
 )  # fmt: skip
 """What a damaged pickle or archive raises while it is read (a pickle's own errors, a short
-read, a bad CRC, a compression or encryption zipfile does not read)."""
+read, a bad CRC, an offset out of the file, a compression or encryption zipfile does not
+read)."""
 
 
 def load(path: str) -> Any:
