@@ -269,15 +269,16 @@ def bomb(kind: int) -> bytes:
     return b"]" * 5000 + b"a" * 4999  # nested 5,000 deep
 
 
-def pickle_mutant(data: bytes, rng: np.random.Generator, i: int) -> bytes:
-    """One opcode of a pickle changed (see the module's docstring), or its bytes."""
+def pickle_mutant(data: bytes, rng: np.random.Generator, way: int) -> bytes:
+    """One opcode of a pickle changed, one ``way`` of six (an integer made odd, a memo
+    reference pointed elsewhere, a global swapped, a value replaced by a bomb, an opcode dropped
+    or doubled), or its bytes flipped or cut."""
     ops = _ops(data)
 
     def pick(names: set[str]) -> tuple[str, object, int, int]:
         fitting = [op for op in ops if op[0] in names] or ops[-2:-1]
         return fitting[int(rng.integers(len(fitting)))]
 
-    way = i % 6
     if way == 0:
         _, _, start, end = pick({"BININT", "BININT1", "BININT2", "LONG1"})
         value = PT_ODD[int(rng.integers(len(PT_ODD)))]
@@ -300,25 +301,27 @@ def pickle_mutant(data: bytes, rng: np.random.Generator, i: int) -> bytes:
     return data[:start] + new + data[end:]
 
 
-def pt_mutant(path: Path, rng: np.random.Generator, i: int) -> None:
-    """A ``torch.save`` archive mutated in place: its pickle, a storage, or its bytes."""
+def pt_mutant(path: Path, rng: np.random.Generator, way: int) -> None:
+    """A ``torch.save`` archive mutated in place, one ``way`` of eight: its pickle
+    (:func:`pickle_mutant`'s six), a storage member cut or padded (or replaced by zeros that
+    inflate far beyond it; a file without storages has its pickle mutated instead), or the
+    archive's bytes."""
     with zipfile.ZipFile(path) as archive:
         members = {info.filename: archive.read(info) for info in archive.infolist()}
     storages = [name for name in members if "/data/" in name]
-    way = i % 4 if storages else 0
-    if way == 3:
-        path.write_bytes(binary_mutant(path.read_bytes(), rng, i))
+    if way == 7:
+        path.write_bytes(binary_mutant(path.read_bytes(), rng, int(rng.integers(3))))
         return
     deflated: set[str] = set()
-    if way == 0:
+    if way < 6 or not storages:
         pkl = next(name for name in members if name.endswith("data.pkl"))
-        members[pkl] = pickle_mutant(members[pkl], rng, i // 4)
+        members[pkl] = pickle_mutant(members[pkl], rng, way % 6)
     else:
         name = storages[int(rng.integers(len(storages)))]
         raw = members[name]
-        if way == 1:
+        if rng.random() < 0.5:
             members[name] = raw[: int(rng.integers(len(raw)))] + raw * int(rng.integers(2))
-        else:  # zeros that inflate far beyond what the storage takes
+        else:
             members[name], deflated = bytes(64 << 20), {name}
     with zipfile.ZipFile(path, "w") as archive:
         for name, raw in members.items():
@@ -369,8 +372,8 @@ def write_mutant(kind: str, i: int, rng: np.random.Generator, folder: Path) -> t
         preset, case = PT_CASES[i % len(PT_CASES)]
         dump = folder / "dump"
         shutil.copytree(case, dump, ignore=shutil.ignore_patterns("truth.json"))
-        files = sorted(dump.rglob("*.pt"))
-        pt_mutant(files[(i // len(PT_CASES)) % len(files)], rng, i // len(PT_CASES))
+        files = sorted(dump.rglob("*.pt"))  # the rollout dump, or a train dump beside it
+        pt_mutant(files[int(rng.integers(len(files)))], rng, i % 8)
         return dump, ["--from", preset]
     raise ValueError(kind)
 

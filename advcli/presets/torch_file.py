@@ -450,8 +450,8 @@ def _too_large(path: str, bound: int) -> DataError:
     msg = (
         f"{path}: the file's values would take more than {bound:,} bytes once read (a .pt file "
         f"may expand to {EXPANSION} times its size, or {EXPANSION_VARIABLE} bytes, default "
-        f"{FLOOR_BYTES:,}; a value shared in the file counts wherever it is used). Hint: if the "
-        f"file is a real dump, raise {EXPANSION_VARIABLE}"
+        f"{FLOOR_BYTES >> 30} GiB; a value shared in the file counts wherever it is used). "
+        f"Hint: if the file is a real dump, raise {EXPANSION_VARIABLE}"
     )
     return DataError(msg)
 
