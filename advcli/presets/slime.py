@@ -397,11 +397,14 @@ def shown(value: Any) -> str:
         return type(value).__name__
 
 
+def _python(value: Any) -> Any:
+    """A numpy scalar, or a tensor of one value (a 0-d array), as the Python number it holds."""
+    return value.item() if isinstance(value, np.ndarray | np.generic) and not value.shape else value
+
+
 def integer(path: str, row: int | None, field: str, value: Any) -> int:
     """An id or count: a 64-bit integer, or a whole float (as the JSONL reader takes ids)."""
-    number = (
-        value.item() if isinstance(value, np.ndarray | np.generic) and not value.shape else value
-    )
+    number = _python(value)
     if type(number) is float and number.is_integer():
         number = int(number)
     if type(number) is not int or not -(1 << 63) <= number < 1 << 63:
@@ -477,6 +480,8 @@ def checked_samples(path: str, samples: list[Any]) -> list[dict[str, Any]]:
             sample[name] = integer(path, row, name, s[name])
         if s.get("rollout_id") is not None:
             sample["rollout_id"] = rollout_id(path, row, "rollout_id", s["rollout_id"])
+        if not isinstance(s.get("status", ""), str | None):
+            raise _fail(path, row, "status", f"expected text, saw {shown(s['status'])}")
         for name in PER_TOKEN:
             if s.get(name) is not None:
                 sample[name] = numbers(path, row, name, s[name])
@@ -580,14 +585,14 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
             )
             raise DataError(msg)
         reward = reward[options.reward_key]
-    number = (
-        reward.item()
-        if isinstance(reward, np.ndarray | np.generic) and not reward.shape
-        else reward
-    )
+    number = _python(reward)
     if type(number) not in (int, float):  # not text, nor a boolean (as the other readers)
         raise _fail(path, row, "reward", f"expected a number, saw {shown(reward)}")
     return float(number)
+
+
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+"""A field as JSON text: numpy arrays as lists, a dict's integer keys as text."""
 
 
 def passthrough(values: list[Any]) -> pa.Array:
@@ -601,7 +606,7 @@ def passthrough(values: list[Any]) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass
     return pa.array(
-        [None if v is None else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        [None if v is None else orjson.dumps(v, option=JSON_OPTIONS).decode()
          for v in values],
         pa.string(),
     )  # fmt: skip
