@@ -1,6 +1,6 @@
-"""Seeded mutation fuzzing of every entry point: ``python -m tests.fuzz [MUTANTS]`` runs the
-full set (300 mutants of each kind by default); ``tests/test_fuzz.py`` runs a few of each kind
-in the suite.
+"""Seeded mutation fuzzing of every entry point: ``python -m tests.fuzz [MUTANTS [KIND ...]]``
+runs the full set (300 mutants of each kind by default, every kind unless some are named);
+``tests/test_fuzz.py`` runs a few of each kind in the suite.
 
 Each kind is an input and the commands that read it:
 

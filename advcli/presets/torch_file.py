@@ -404,6 +404,7 @@ def flattened_size(path: str, value: Any, bound: int) -> int:
     sizes: dict[int, int] = {}
     inside: set[int] = set()
     plain = (int, float, bool, type(None), complex)
+    plain_types = set(plain)
 
     def size(obj: Any, depth: int) -> int:
         if isinstance(obj, (*plain, np.generic)):
@@ -424,7 +425,7 @@ def flattened_size(path: str, value: Any, bound: int) -> int:
             total = 8 + obj.nbytes
         elif isinstance(obj, list | tuple):
             kinds = set(map(type, obj))
-            if kinds <= set(plain):  # token ids, masks: no loop in Python
+            if kinds <= plain_types:  # token ids, masks: no loop in Python
                 total = 8 + 8 * len(obj)
             elif kinds <= {str}:
                 total = 8 + 8 * len(obj) + sum(map(len, obj))
