@@ -1,6 +1,6 @@
-"""Seeded mutation fuzzing of every entry point: ``python -m tests.fuzz [MUTANTS]`` runs the
-full set (300 mutants of each kind by default); ``tests/test_fuzz.py`` runs a few of each kind
-in the suite.
+"""Seeded mutation fuzzing of every entry point: ``python -m tests.fuzz [MUTANTS [KIND ...]]``
+runs the full set (300 mutants of each kind by default, every kind unless some are named);
+``tests/test_fuzz.py`` runs a few of each kind in the suite.
 
 Each kind is an input and the commands that read it:
 
@@ -11,7 +11,13 @@ Each kind is an input and the commands that read it:
   on what it wrote) and, every few mutants, ``report``;
 - ``verl``, ``trl``: dumps the frameworks' own code wrote (``tests/fixtures/real``), mutated
   the same way and read with ``--from``;
-- ``shards``: a shard folder with one of its files mutated, through ``verify``.
+- ``shards``: a shard folder with one of its files mutated, through ``verify``;
+- ``pt``: slime's and miles' ``.pt`` dumps (a rollout dump, or a train dump beside it), their
+  pickle mutated opcode by opcode (an integer made odd, a memo reference pointed elsewhere, a
+  global swapped, a value replaced by a bomb: a list shared exponentially, one holding itself,
+  a codec chain, deep nesting), a storage member cut, padded or replaced by a deflated bomb, or
+  the archive's bytes flipped; read with ``--from``, ``ADVCLI_MAX_EXPANSION`` lowered, and
+  each command's peak memory (``VmHWM``, reset before it) held under :data:`PT_PEAK_BYTES`.
 
 Every command must exit 0 with a valid output (a table that reads back, a folder ``verify``
 passes), or exit 1 or 2 with exactly one line on stderr and nothing left in its output folder;
@@ -25,10 +31,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import pickle
+import pickletools
 import re
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -86,10 +95,13 @@ def assert_one_line(err: str, what: str) -> None:
     assert err.count("\n") == 1 and err.startswith("advcli: error: "), f"{what}: {err}"
 
 
-def command(out: Path, *args: str, valid: Callable[[], None]) -> int:
-    """Run one command whose output goes into the empty folder ``out``; check the outcome."""
-    code, err = main(*args)
+def command(out: Path, *args: str, valid: Callable[[], None], peak: int | None = None) -> int:
+    """Run one command whose output goes into the empty folder ``out``; check the outcome (and
+    that its peak memory grew by at most ``peak`` bytes, where given)."""
+    with peak_memory() as grown:
+        code, err = main(*args)
     what = " ".join(args)
+    assert peak is None or grown[0] is None or grown[0] <= peak, f"{what}: {grown[0]:,} bytes"
     assert code in (0, 1, 2), f"{what}: exit {code}: {err}"
     if code:
         assert_one_line(err, what)
@@ -99,6 +111,28 @@ def command(out: Path, *args: str, valid: Callable[[], None]) -> int:
     for path in out.iterdir():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     return code
+
+
+@contextlib.contextmanager
+def peak_memory() -> Iterator[list[int | None]]:
+    """How far the process's peak resident memory rose above its size at the start of the
+    block (Linux: the peak is reset through ``/proc/self/clear_refs``; elsewhere None)."""
+    grown: list[int | None] = [None]
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        start = _resident("VmRSS")
+    except OSError:
+        yield grown
+        return
+    yield grown
+    grown[0] = _resident("VmHWM") - start
+
+
+def _resident(field: str) -> int:
+    line = next(
+        x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field)
+    )
+    return int(line.split()[1]) * 1024
 
 
 # ----------------------------------------------------------------------------- mutations
@@ -175,6 +209,126 @@ def longer_log() -> bytes:
     )  # fmt: skip
 
 
+PT_CASES = [("slime", REAL / "slime" / "default"), ("slime", REAL / "slime-train" / "default"),
+            ("miles", REAL / "miles-train" / "default")]  # fmt: skip
+PT_EXPANSION = 16 << 20
+"""``ADVCLI_MAX_EXPANSION`` while the ``pt`` kind runs: the bound its files may expand to."""
+PT_PEAK_BYTES = 512 << 20
+"""How much a command's peak memory may rise over a ``pt`` mutant: the bound, several times
+over (Python objects are larger than the bytes counted), and room for the first command's
+imports; a bomb's gigabytes are far beyond."""
+PT_GLOBALS = [b"torch._utils\n_rebuild_sparse_tensor", b"builtins\neval", b"numpy\nndarray",
+              b"collections\nOrderedDict", b"_codecs\nencode", b"torch\nBFloat16Storage",
+              b"torch.storage\nUntypedStorage", b"numpy.core.multiarray\n_reconstruct",
+              b"numpy\ndtype", b"torch._utils\n_rebuild_tensor_v2",
+              b"torch._utils\n_rebuild_tensor_v3", b"torch\nuint16", b"torch\nfloat8_e4m3fn",
+              b"torch\nload", b"numpy.core.multiarray\nscalar", b"torch\nLongStorage"]  # fmt: skip
+PT_ODD = [0, -1, 1, 3, 255, 1 << 20, 1 << 31, 1 << 40, -(1 << 63), 1 << 64, 0.5, 2.0, None,
+          "7", True]  # fmt: skip
+_VALUE_OPS = {"NONE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT", "NEWTRUE",
+              "NEWFALSE", "SHORT_BINUNICODE", "BINUNICODE", "EMPTY_LIST", "EMPTY_DICT"}  # fmt: skip
+"""Opcodes that push one value, each of which a mutant may replace by another value."""
+
+
+def _ops(data: bytes) -> list[tuple[str, object, int, int]]:
+    """The pickle's opcodes: name, argument, start and end."""
+    found = [(op.name, arg, int(pos or 0)) for op, arg, pos in pickletools.genops(data)]
+    ends = [pos for _, _, pos in found[1:]] + [len(data)]
+    return [(name, arg, pos, end) for (name, arg, pos), end in zip(found, ends, strict=True)]
+
+
+def bomb(kind: int) -> bytes:
+    """A pickle fragment that pushes one value, made to expand, loop or nest (memo indices
+    from 10^6 up, which no fixture uses)."""
+    put = lambda k: b"r" + (1_000_000 + k).to_bytes(4, "little")  # noqa: E731
+    get = lambda k: b"j" + (1_000_000 + k).to_bytes(4, "little")  # noqa: E731
+    if kind == 0:  # [x, x] of [x, x] ... 40 times: 2^40 values once flattened
+        return (
+            b"(K\x01K\x02l"
+            + put(0)
+            + b"".join(b"(" + get(k) + get(k) + b"l" + put(k + 1) for k in range(40))
+        )
+    if kind == 1:  # a list that holds itself
+        return b"]" + put(0) + get(0) + b"a"
+    if kind == 2:  # a codec applied to its own output, 40 times
+        text = b"X\x01\x00\x00\x00a"
+        for _ in range(40):
+            text = b"c_codecs\nencode\n(" + text + b"X\x03\x00\x00\x00hextR"
+        return text
+    if kind == 3:  # 1 MB of text encoded 1,000 times
+        return (
+            b"(X"
+            + (1 << 20).to_bytes(4, "little")
+            + b"a" * (1 << 20)
+            + put(0)
+            + b"".join(
+                b"c_codecs\nencode\n(" + get(0) + b"X\x06\x00\x00\x00latin1tR" for _ in range(1000)
+            )
+            + b"l"
+        )
+    return b"]" * 5000 + b"a" * 4999  # nested 5,000 deep
+
+
+def pickle_mutant(data: bytes, rng: np.random.Generator, way: int) -> bytes:
+    """One opcode of a pickle changed, one ``way`` of six (an integer made odd, a memo
+    reference pointed elsewhere, a global swapped, a value replaced by a bomb, an opcode dropped
+    or doubled), or its bytes flipped or cut."""
+    ops = _ops(data)
+
+    def pick(names: set[str]) -> tuple[str, object, int, int]:
+        fitting = [op for op in ops if op[0] in names] or ops[-2:-1]
+        return fitting[int(rng.integers(len(fitting)))]
+
+    if way == 0:
+        _, _, start, end = pick({"BININT", "BININT1", "BININT2", "LONG1"})
+        value = PT_ODD[int(rng.integers(len(PT_ODD)))]
+        new = pickle.dumps(value, protocol=2)[2:-1]
+    elif way == 1:
+        _, _, start, end = pick({"BINGET", "LONG_BINGET"})
+        puts = [arg for name, arg, _, _ in ops if name.endswith("BINPUT") and isinstance(arg, int)]
+        new = b"j" + puts[int(rng.integers(len(puts)))].to_bytes(4, "little")
+    elif way == 2:
+        _, _, start, end = pick({"GLOBAL"})
+        new = b"c" + PT_GLOBALS[int(rng.integers(len(PT_GLOBALS)))] + b"\n"
+    elif way == 3:
+        _, _, start, end = pick(_VALUE_OPS)
+        new = bomb(int(rng.integers(5)))
+    elif way == 4:
+        _, _, start, end = pick(set(_VALUE_OPS) | {"BINGET", "APPEND", "APPENDS", "SETITEMS"})
+        new = b"" if rng.random() < 0.5 else data[start:end] * 2
+    else:
+        return flip_bytes(data, rng) if rng.random() < 0.5 else cut_or_repeat(data, rng)
+    return data[:start] + new + data[end:]
+
+
+def pt_mutant(path: Path, rng: np.random.Generator, way: int) -> None:
+    """A ``torch.save`` archive mutated in place, one ``way`` of eight: its pickle
+    (:func:`pickle_mutant`'s six), a storage member cut or padded (or replaced by zeros that
+    inflate far beyond it; a file without storages has its pickle mutated instead), or the
+    archive's bytes."""
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    storages = [name for name in members if "/data/" in name]
+    if way == 7:
+        path.write_bytes(binary_mutant(path.read_bytes(), rng, int(rng.integers(3))))
+        return
+    deflated: set[str] = set()
+    if way < 6 or not storages:
+        pkl = next(name for name in members if name.endswith("data.pkl"))
+        members[pkl] = pickle_mutant(members[pkl], rng, way % 6)
+    else:
+        name = storages[int(rng.integers(len(storages)))]
+        raw = members[name]
+        if rng.random() < 0.5:
+            members[name] = raw[: int(rng.integers(len(raw)))] + raw * int(rng.integers(2))
+        else:
+            members[name], deflated = bytes(64 << 20), {name}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, raw in members.items():
+            compression = zipfile.ZIP_DEFLATED if name in deflated else zipfile.ZIP_STORED
+            archive.writestr(name, raw, compress_type=compression)
+
+
 # ----------------------------------------------------------------------------- kinds
 
 
@@ -214,6 +368,13 @@ def write_mutant(kind: str, i: int, rng: np.random.Generator, folder: Path) -> t
             with contextlib.suppress(pa.ArrowException, ValueError):
                 pq.write_table(column_change(pq.read_table(victim), rng), victim)
         return dump, ["--from", "trl"]
+    if kind == "pt":
+        preset, case = PT_CASES[i % len(PT_CASES)]
+        dump = folder / "dump"
+        shutil.copytree(case, dump, ignore=shutil.ignore_patterns("truth.json"))
+        files = sorted(dump.rglob("*.pt"))  # the rollout dump, or a train dump beside it
+        pt_mutant(files[int(rng.integers(len(files)))], rng, i % 8)
+        return dump, ["--from", preset]
     raise ValueError(kind)
 
 
@@ -240,17 +401,18 @@ def run_mutant(kind: str, i: int, rng: np.random.Generator, work: Path) -> list[
     def nothing() -> None:
         pass
 
+    peak = PT_PEAK_BYTES if kind == "pt" else None
     codes = [
-        command(outputs, "schema", str(log), "--json", *preset, valid=nothing),
-        command(outputs, "audit", str(log), "--json", *preset, valid=nothing),
+        command(outputs, "schema", str(log), "--json", *preset, valid=nothing, peak=peak),
+        command(outputs, "audit", str(log), "--json", *preset, valid=nothing, peak=peak),
         command(outputs, "annotate", str(log), *method, *preset, "-q", "--out", str(table),
-                valid=annotated),
+                valid=annotated, peak=peak),
         command(outputs, "shard", str(log), *method, *preset, "-q", "--out", str(shards),
-                valid=verified),
+                valid=verified, peak=peak),
     ]  # fmt: skip
     if i % REPORT_EVERY == 0 and _has_bokeh():
         codes.append(command(outputs, "report", str(log), *method, *preset, "-q", "--out",
-                             str(page), valid=lambda: assert_page(page)))  # fmt: skip
+                             str(page), valid=lambda: assert_page(page), peak=peak))  # fmt: skip
     return codes
 
 
@@ -286,21 +448,37 @@ def _has_bokeh() -> bool:
     return True
 
 
-KINDS = ["jsonl", "parquet-pages", "parquet-bytes", "parquet-columns", "verl", "trl", "shards"]
+KINDS = ["jsonl", "parquet-pages", "parquet-bytes", "parquet-columns", "verl", "trl", "shards",
+         "pt"]  # fmt: skip
 
 
 def fuzz(kind: str, mutants: int, work: Path, seed: int = 13) -> dict[int, int]:
     """Run ``mutants`` mutants of ``kind``; how many commands ended with each exit code."""
     rng = np.random.default_rng([seed, KINDS.index(kind)])
     seen: dict[int, int] = {}
-    for i in range(mutants):
-        for code in run_mutant(kind, i, rng, work):
-            seen[code] = seen.get(code, 0) + 1
+    with _environment(kind):
+        for i in range(mutants):
+            for code in run_mutant(kind, i, rng, work):
+                seen[code] = seen.get(code, 0) + 1
     return seen
 
 
-if __name__ == "__main__":
+@contextlib.contextmanager
+def _environment(kind: str) -> Iterator[None]:
+    """The ``pt`` kind's lowered ``ADVCLI_MAX_EXPANSION``, for the kind's mutants only."""
+    saved = os.environ.get("ADVCLI_MAX_EXPANSION")
+    if kind == "pt":
+        os.environ["ADVCLI_MAX_EXPANSION"] = str(PT_EXPANSION)
+    try:
+        yield
+    finally:
+        os.environ.pop("ADVCLI_MAX_EXPANSION", None)
+        if saved is not None:
+            os.environ["ADVCLI_MAX_EXPANSION"] = saved
+
+
+if __name__ == "__main__":  # python -m tests.fuzz [MUTANTS [KIND ...]]
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    for name in KINDS:
+    for name in sys.argv[2:] or KINDS:
         with tempfile.TemporaryDirectory() as scratch:
             print(name, fuzz(name, count, Path(scratch)), flush=True)

@@ -10,7 +10,7 @@ import pytest
 from tests import fuzz
 
 MUTANTS = {"jsonl": 30, "parquet-pages": 30, "parquet-bytes": 40, "parquet-columns": 30,
-           "verl": 20, "trl": 20, "shards": 20}  # fmt: skip
+           "verl": 20, "trl": 20, "shards": 20, "pt": 32}  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", fuzz.KINDS)

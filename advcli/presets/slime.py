@@ -27,6 +27,7 @@ KL used; the sampler's become ``rollout_logprobs``), ``ref_logprobs``, ``entropi
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +86,16 @@ class Slime(Preset):
         if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
             msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
             raise DataError(msg + ". Hint: check the file and --from")
-        samples: list[dict[str, Any]] = dump["samples"]
-        if not samples:
+        if not dump["samples"]:
             raise DataError(f"{path}: the input has no rows. Hint: check the file")
+        samples = checked_samples(path, dump["samples"])
         table = samples_table(path, samples, options)
         if train_paths:
             table = with_train_dump(train_paths, samples, table)
         # slime whitens (REINFORCE++) over one rollout's samples: the file is the batch
-        batch = f"rollout {dump.get('rollout_id', Path(path).stem)}"
+        step = dump.get("rollout_id")
+        step = Path(path).stem if step is None else rollout_id(path, None, "rollout_id", step)
+        batch = f"rollout {step}"
         table = table.append_column("batch", pa.array([batch] * table.num_rows, pa.string()))
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
@@ -174,14 +177,20 @@ def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.T
             continue
         values = []
         for i, sample in enumerate(samples):
-            given = np.asarray(by_position[i][name], dtype=np.float64).ravel()
-            n_resp = int(sample["response_length"])
+            at = by_position[i]
+            given = numbers(at["path"], at["row"], name, at[name])
+            n_resp = sample["response_length"]
             if len(given) != n_resp:
                 problem = f"{name} has {len(given)} entries for {n_resp} response tokens"
-                raise _fail(by_position[i]["path"], by_position[i]["row"], name, problem)
+                raise _fail(at["path"], at["row"], name, problem)
             if name == "advantages":  # the trainer's loss reads them on the loss mask only
-                mask = by_position[i].get("loss_masks", sample.get("loss_mask"))
-                given = given if mask is None else np.where(np.asarray(mask) != 0, given, 0.0)
+                mask = at.get("loss_masks")
+                mask = sample["loss_mask"] if mask is None else numbers(
+                    at["path"], at["row"], "loss_masks", mask)  # fmt: skip
+                if len(mask) != n_resp:
+                    problem = f"loss_masks has {len(mask)} entries for {n_resp} response tokens"
+                    raise _fail(at["path"], at["row"], "loss_masks", problem)
+                given = np.where(mask != 0, given, 0.0)
             values.append(np.concatenate([np.zeros(len(sample["tokens"]) - n_resp), given]))
         flat = np.concatenate(values).astype(np.float32)
         table = table.append_column(column, list_array(flat, offsets))
@@ -195,12 +204,13 @@ def slime_train_samples(
     (``rollout_position``), with where it was read (``path``, ``row``)."""
     by_position: dict[int, dict[str, Any]] = {}
     for row, s in enumerate(train):
-        position = s.get("rollout_position") if isinstance(s, dict) else None
-        if position is None or not 0 <= int(position) < len(samples):
-            problem = f"rollout_position {position!r} is not a sample of the rollout dump"
+        given = s.get("rollout_position") if isinstance(s, dict) else None
+        position = None if given is None else integer(path, row, "rollout_position", given)
+        if position is None or not 0 <= position < len(samples):
+            problem = f"rollout_position {shown(given)} is not a sample of the rollout dump"
             raise _fail(path, row, "rollout_position", problem)
-        _same_tokens(path, row, s.get("tokens"), samples[int(position)], int(position))
-        by_position[int(position)] = {**s, "path": path, "row": row}
+        _same_tokens(path, row, s.get("tokens"), samples[position], position)
+        by_position[position] = {**s, "path": path, "row": row}
     _all_there(path, "rollout_position", set(by_position), samples)
     return by_position
 
@@ -220,23 +230,52 @@ def miles_train_samples(
     per-token field is taken from the ranks that hold it (pipeline stages without it hold
     none), one per context-parallel rank (``cp_rank``, the lowest rank first), and its slices
     put back in response order (:func:`cp_response_slices`)."""
-    position = {int(s["index"]): i for i, s in enumerate(samples)}
+    position = {s["index"]: i for i, s in enumerate(samples)}
     held: dict[int, list[tuple[str, dict[str, Any], int]]] = {}
     for n, path in enumerate(paths):
-        pack = loaded[n] if n < len(loaded) else _load_pt(path)
-        columns = pack.get("rollout_data") if isinstance(pack, dict) else None
-        if not isinstance(columns, dict) or columns.get("sample_indices") is None:
-            msg = f"{path}: no 'rollout_data' with 'sample_indices', which a miles train dump has"
-            raise DataError(msg + ". Hint: check the file")
+        pack = miles_pack(path, loaded[n] if n < len(loaded) else _load_pt(path))
+        columns = pack["rollout_data"]
         for row, index in enumerate(columns["sample_indices"]):
-            if int(index) not in position:
-                problem = f"sample_index {int(index)} is not a sample of the rollout dump"
+            if index not in position:
+                problem = f"sample_index {index} is not a sample of the rollout dump"
                 raise _fail(path, row, "sample_indices", problem)
-            _same_tokens(path, row, columns["tokens"][row], samples[position[int(index)]],
-                         position[int(index)])  # fmt: skip
-            held.setdefault(position[int(index)], []).append((path, pack, row))
+            _same_tokens(path, row, columns["tokens"][row], samples[position[index]],
+                         position[index])  # fmt: skip
+            held.setdefault(position[index], []).append((path, pack, row))
     _all_there(paths[0], "sample_indices", set(held), samples)
     return {i: _miles_sample(i, holders, samples[i]) for i, holders in held.items()}
+
+
+def miles_pack(path: str, pack: Any) -> dict[str, Any]:
+    """A miles train dump, checked: ``rollout_data`` a dict with one entry per sample (as
+    ``sample_indices`` names them) in each field it holds, the lengths integers; the
+    context-parallel size and rank integers, the rank one of the size's."""
+    columns = pack.get("rollout_data") if isinstance(pack, dict) else None
+    if not isinstance(columns, dict) or columns.get("sample_indices") is None:
+        msg = f"{path}: no 'rollout_data' with 'sample_indices', which a miles train dump has"
+        raise DataError(msg + ". Hint: check the file")
+    indices = _array(path, None, "sample_indices", columns["sample_indices"], "iu")
+    checked = {**columns, "sample_indices": [int(i) for i in indices]}
+    qkv_format = pack.get("qkv_format", "thd")
+    lengths = ("total_lengths", "response_lengths", *(("max_seq_lens",) * (qkv_format != "thd")))
+    for name in ("tokens", *lengths, "loss_masks", *MILES_PER_TOKEN):
+        values: Any = columns.get(name)
+        if values is None and name in ("loss_masks", *MILES_PER_TOKEN):
+            continue
+        held = isinstance(values, list | tuple) or (
+            isinstance(values, np.ndarray) and values.ndim > 0)  # fmt: skip
+        if not held or len(values) != len(indices):
+            problem = f"expected one entry per sample index ({len(indices)}), saw {shown(values)}"
+            raise _fail(path, None, name, problem)
+        if name in lengths:
+            checked[name] = [integer(path, row, name, v) for row, v in enumerate(values)]
+    cp_size = integer(path, None, "cp_size", pack.get("cp_size") or 1)
+    cp_rank = integer(path, None, "cp_rank", pack.get("cp_rank") or 0)
+    if not 0 <= cp_rank < cp_size:
+        problem = f"cp_rank {cp_rank} is not a rank of a context-parallel size of {cp_size}"
+        raise _fail(path, None, "cp_rank", problem)
+    return {"rollout_data": checked, "cp_size": cp_size, "cp_rank": cp_rank,
+            "qkv_format": qkv_format}  # fmt: skip
 
 
 def _miles_sample(
@@ -244,26 +283,26 @@ def _miles_sample(
 ) -> dict[str, Any]:
     path, pack, row = holders[0]
     columns = pack["rollout_data"]
-    total, n_resp = int(columns["total_lengths"][row]), int(columns["response_lengths"][row])
-    if n_resp != int(sample["response_length"]) or total != len(sample["tokens"]):
+    total, n_resp = columns["total_lengths"][row], columns["response_lengths"][row]
+    if n_resp != sample["response_length"] or total != len(sample["tokens"]):
         problem = (
             f"total and response lengths {total}, {n_resp} are not those of the rollout "
-            f"dump's sample {i} ({len(sample['tokens'])}, {int(sample['response_length'])})"
+            f"dump's sample {i} ({len(sample['tokens'])}, {sample['response_length']})"
         )
         raise _fail(path, row, "response_lengths", problem)
     values: dict[str, Any] = {"path": path, "row": row}
     if columns.get("loss_masks") is not None:
-        values["loss_masks"] = np.asarray(columns["loss_masks"][row])
-    cp_size = int(pack.get("cp_size") or 1)
+        values["loss_masks"] = columns["loss_masks"][row]
+    cp_size = pack["cp_size"]
     # thd cuts the sequence itself into chunks, bshd its padded length
-    cut = total if pack.get("qkv_format", "thd") == "thd" else int(columns["max_seq_lens"][row])
+    cut = total if pack["qkv_format"] == "thd" else columns["max_seq_lens"][row]
     for field in MILES_PER_TOKEN:
         slices: dict[int, np.ndarray] = {}
         for other_path, other, other_row in holders:
-            rank = int(other.get("cp_rank") or 0)
+            rank = other["cp_rank"]
             if other["rollout_data"].get(field) is None or rank in slices:
                 continue
-            held = np.asarray(other["rollout_data"][field][other_row]).ravel()
+            held = numbers(other_path, other_row, field, other["rollout_data"][field][other_row])
             spans = cp_response_slices(cut, total, n_resp, rank, cp_size)
             share = sum(hi - lo for lo, hi in spans)
             if cp_size > 1 and held.size != share:
@@ -324,7 +363,7 @@ def cp_joined(
 
 
 def _same_tokens(path: str, row: int, tokens: Any, sample: dict[str, Any], at: int) -> None:
-    if not np.array_equal(np.asarray(tokens), np.asarray(sample["tokens"])):
+    if not np.array_equal(token_ids(path, row, "tokens", tokens), sample["tokens"]):
         problem = f"its tokens are not those of the rollout dump's sample {at}"
         raise _fail(path, row, "tokens", problem)
 
@@ -341,40 +380,134 @@ def _all_there(path: str, key: str, found: set[int], samples: list[dict[str, Any
         raise DataError(msg)
 
 
-def _fail(path: str, row: int, field: str, problem: str) -> DataError:
+def _fail(path: str, row: int | None, field: str, problem: str) -> DataError:
     return DataError(f"{where(path, row, field)}: {problem}. Hint: check the file")
 
 
-def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptions) -> pa.Table:
-    ids, masks, lengths = [], [], []
-    per_token: dict[str, list[np.ndarray | None]] = {name: [] for name in PER_TOKEN}
-    rewards, groups, rollouts = [], [], []
+_shown = reprlib.Repr()
+_shown.maxstring = _shown.maxother = 40
+
+
+def shown(value: Any) -> str:
+    """``value`` in a message: short, however large or deep (a file may share one value many
+    times over)."""
+    try:
+        return _shown.repr(value)
+    except ValueError:  # an integer of more digits than Python converts
+        return type(value).__name__
+
+
+def _python(value: Any) -> Any:
+    """A numpy scalar, or a tensor of one value (a 0-d array), as the Python number it holds."""
+    return value.item() if isinstance(value, np.ndarray | np.generic) and not value.shape else value
+
+
+def integer(path: str, row: int | None, field: str, value: Any) -> int:
+    """An id or count: a 64-bit integer, or a whole float (as the JSONL reader takes ids)."""
+    number = _python(value)
+    if type(number) is float and number.is_integer():
+        number = int(number)
+    if type(number) is not int or not -(1 << 63) <= number < 1 << 63:
+        raise _fail(path, row, field, f"expected an integer, saw {shown(value)}")
+    return number
+
+
+def rollout_id(path: str, row: int | None, field: str, value: Any) -> int | str:
+    """A rollout id: text, or an :func:`integer`."""
+    return value if isinstance(value, str) else integer(path, row, field, value)
+
+
+def _array(path: str, row: int | None, field: str, values: Any, kinds: str) -> np.ndarray:
+    """A list (or array) of ``values``, each of one of the numpy ``kinds``, as a flat array."""
+    array = None
+    if isinstance(values, np.ndarray):
+        array = values.ravel()
+    elif isinstance(values, list | tuple):
+        try:  # Arrow, not numpy: [1, 2.5] stays double, [True, 2] is refused
+            arrow = pa.array(values)
+            if not arrow.null_count and not pa.types.is_nested(arrow.type):
+                array = arrow.to_numpy(zero_copy_only=False)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+    if array is not None and (len(array) == 0 or array.dtype.kind in kinds):
+        return array
+    what = "64-bit integers" if kinds == "iu" else "numbers"
+    raise _fail(path, row, field, f"expected a list of {what}, saw {shown(values)}")
+
+
+def numbers(path: str, row: int | None, field: str, values: Any) -> np.ndarray:
+    """A list (or array) of numbers (a mask's booleans too), as float64."""
+    return _array(path, row, field, values, "biuf").astype(np.float64)
+
+
+def token_ids(path: str, row: int | None, field: str, values: Any) -> np.ndarray:
+    """Token ids: vocabulary indices (integers, not floats: the Parquet and JSONL readers
+    refuse those too), from 0 to 2^31 - 1, as int32."""
+    ids = _array(path, row, field, values, "iu")
+    bad = np.flatnonzero((ids < 0) | (ids > np.iinfo(np.int32).max))
+    if len(bad):
+        k = int(bad[0])
+        what = "negative" if ids[k] < 0 else "beyond 2^31 - 1"
+        msg = f"{where(path, row, field)}: token id {ids[k]} is {what} at token {k}"
+        raise DataError(msg + ". Hint: token ids are vocabulary indices, 0 or more")
+    return ids.astype(np.int32)
+
+
+def checked_samples(path: str, samples: list[Any]) -> list[dict[str, Any]]:
+    """The rollout dump's samples, with the fields advcli reads checked and typed: ids and
+    counts integers (a whole float too, as the JSONL reader takes ids), ``tokens`` 32-bit
+    vocabulary indices, ``loss_mask`` and the per-token values numbers, one per response
+    token (the mask all 1 where it is missing)."""
+    checked = []
     for row, s in enumerate(samples):
+        if not isinstance(s, dict) or not all(type(k) is str for k in s):
+            raise _fail(path, row, "samples", f"expected a dict of fields, saw {shown(s)}")
         for name in ("group_index", "index", "tokens", "response_length", "reward"):
             if s.get(name) is None:
                 raise _fail(path, row, name, f"no '{name}', which a slime sample has")
-        tokens = list(s["tokens"])
-        n_resp = int(s["response_length"])
+        tokens = token_ids(path, row, "tokens", s["tokens"])
+        n_resp = integer(path, row, "response_length", s["response_length"])
         loss = s.get("loss_mask")
-        loss = [1] * n_resp if loss is None else list(loss)
+        loss = np.ones(max(n_resp, 0)) if loss is None else numbers(path, row, "loss_mask", loss)
         if len(loss) != n_resp or n_resp > len(tokens):
             problem = (
                 f"loss_mask has {len(loss)} entries, response_length is {n_resp} and tokens "
                 f"has {len(tokens)}: the mask covers the response, at the end of the tokens"
             )
             raise _fail(path, row, "loss_mask", problem)
+        sample = {**s, "tokens": tokens, "response_length": n_resp, "loss_mask": loss}
+        for name in ("group_index", "index"):
+            sample[name] = integer(path, row, name, s[name])
+        if s.get("rollout_id") is not None:
+            sample["rollout_id"] = rollout_id(path, row, "rollout_id", s["rollout_id"])
+        if not isinstance(s.get("status", ""), str | None):
+            raise _fail(path, row, "status", f"expected text, saw {shown(s['status'])}")
+        for name in PER_TOKEN:
+            if s.get(name) is not None:
+                sample[name] = numbers(path, row, name, s[name])
+                if len(sample[name]) != n_resp:
+                    problem = f"{name} has {len(sample[name])} entries for {n_resp} response tokens"
+                    raise _fail(path, row, name, problem)
+        checked.append(sample)
+    return checked
+
+
+def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptions) -> pa.Table:
+    """The table of :func:`checked_samples`."""
+    ids, masks, lengths = [], [], []
+    per_token: dict[str, list[np.ndarray | None]] = {name: [] for name in PER_TOKEN}
+    rewards, groups, rollouts = [], [], []
+    for row, s in enumerate(samples):
+        tokens, n_resp = s["tokens"], s["response_length"]
         pad = np.zeros(len(tokens) - n_resp)
-        ids.append(np.asarray(tokens, dtype=np.int32))
-        masks.append(np.concatenate([pad, np.asarray(loss, dtype=np.float64)]) != 0)
+        ids.append(tokens)
+        masks.append(np.concatenate([pad, s["loss_mask"]]) != 0)
         lengths.append(len(tokens))
         for name, kept in per_token.items():
             lp = s.get(name)
-            if lp is not None and len(lp) != n_resp:
-                problem = f"{name} has {len(lp)} entries for {n_resp} response tokens"
-                raise _fail(path, row, name, problem)
-            kept.append(None if lp is None else np.concatenate([pad, np.asarray(lp, np.float64)]))
+            kept.append(None if lp is None else np.concatenate([pad, lp]))
         rewards.append(reward_of(path, row, s["reward"], options))
-        groups.append(int(s["group_index"]))
+        groups.append(s["group_index"])
         rid = s.get("rollout_id")
         rollouts.append(f"rollout {rid}" if rid is not None else f"sample {s['index']}")
     offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
@@ -392,7 +525,7 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
             columns[PER_TOKEN[name]] = list_array(flat, offsets)
         elif given:
             columns[name] = passthrough([s.get(name) for s in samples])
-    index = np.array([int(s["index"]) for s in samples])
+    index = np.array([s["index"] for s in samples], dtype=np.int64)
     # a sample's rank among its rollout's samples, by index (0 for a rollout of one sample:
     # a folder may mix compaction dumps and plain ones)
     order = np.lexsort((index, np.unique(rollouts, return_inverse=True)[1]))
@@ -452,10 +585,14 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
             )
             raise DataError(msg)
         reward = reward[options.reward_key]
-    try:
-        return float(reward)
-    except (TypeError, ValueError):
-        raise _fail(path, row, "reward", f"expected a number, saw {reward!r}") from None
+    number = _python(reward)
+    if type(number) not in (int, float):  # not text, nor a boolean (as the other readers)
+        raise _fail(path, row, "reward", f"expected a number, saw {shown(reward)}")
+    return float(number)
+
+
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+"""A field as JSON text: numpy arrays as lists, a dict's integer keys as text."""
 
 
 def passthrough(values: list[Any]) -> pa.Array:
@@ -469,7 +606,7 @@ def passthrough(values: list[Any]) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass
     return pa.array(
-        [None if v is None else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        [None if v is None else orjson.dumps(v, option=JSON_OPTIONS).decode()
          for v in values],
         pa.string(),
     )  # fmt: skip
