@@ -63,7 +63,8 @@ from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass, completion_batches
 from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
-from advcli.params import Param, Params, finite, in_unit_interval
+from advcli.methods.temporal import UNIT
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -74,11 +75,6 @@ PANEL = "Agent steps"
 IMPLEMENTATIONS = ("verl-agent", "trinity", "roll")
 
 
-def _clip(flag: str) -> Any:
-    check = finite(flag, 0.0, above=True)
-    return lambda value, values: None if value is None else check(value, values)
-
-
 STEP_GAMMA = Param(
     "step_gamma",
     float,
@@ -87,7 +83,7 @@ STEP_GAMMA = Param(
     "agentic-reinforce: the discount per turn (ROLL's gamma, 1).",
     PANEL,
     conventional=True,
-    check=in_unit_interval("--step-gamma"),
+    range=UNIT,
 )
 STEP_NORM = Param(
     "step_norm",
@@ -114,7 +110,6 @@ STEP_WEIGHT = Param(
     1.0,
     "gigpo: ω, the weight of the step term (verl-agent's step_advantage_w).",
     PANEL,
-    check=finite("--step-weight"),
 )
 EPISODE_WEIGHT = Param(
     "episode_weight",
@@ -122,7 +117,6 @@ EPISODE_WEIGHT = Param(
     1.0,
     "gigpo (roll): the weight of the episode term (ROLL's episode_reward_weight).",
     PANEL,
-    check=finite("--episode-weight"),
 )
 SIMILARITY = Param(
     "similarity",
@@ -131,10 +125,9 @@ SIMILARITY = Param(
     "gigpo (verl-agent): text states of one group whose SequenceMatcher ratio to a state group's "
     "first state is at least this join it (verl-agent's similarity_thresh); 0: equal states.",
     PANEL,
+    range=Range(0, 1, high_open=True),
     check=lambda value, values: (
-        f"--similarity {value}: expected a number in [0, 1)"
-        if not 0 <= value < 1
-        else "--similarity applies to --implementation verl-agent"
+        "--similarity applies to --implementation verl-agent"
         if value and values.get("implementation") != "verl-agent"
         else None
     ),
@@ -154,7 +147,7 @@ REWARD_CLIP = Param(
     None,
     "roll: clip the step's scalar to ±this before it goes on the tokens (ROLL's reward_clip).",
     PANEL,
-    check=_clip("--reward-clip"),
+    range=Range(0, low_open=True),
 )
 ADVANTAGE_CLIP = Param(
     "advantage_clip",
@@ -162,7 +155,7 @@ ADVANTAGE_CLIP = Param(
     None,
     "roll: clip the advantages to ±this (ROLL's advantage_clip).",
     PANEL,
-    check=_clip("--advantage-clip"),
+    range=Range(0, low_open=True),
 )
 NORM_MEAN = Param(
     "norm_mean",
@@ -189,7 +182,7 @@ TOKEN_GAMMA = Param(
     "roll (gigpo, step-reinforce): ROLL's gamma, the per-token discount of the reward-to-go "
     "from the step's last token (1: the same advantage on every token).",
     PANEL,
-    check=in_unit_interval("--token-gamma"),
+    range=UNIT,
 )
 WHITEN_REWARDS = Param(
     "whiten_rewards",
@@ -219,9 +212,8 @@ STD_THRESHOLD = Param(
     None,
     "step-grpo: leave out the groups of one trajectory or of std ≤ this (Trinity-RFT).",
     PANEL,
-    check=lambda value, values: None if value is None else finite("--std-threshold", 0.0)(
-        value, values),
-)  # fmt: skip
+    range=Range(0),
+)
 
 PARAMETERS = (
     IMPLEMENTATION,
