@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
+import stat
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -291,3 +293,25 @@ def number_kind(hint: Any) -> type | None:
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     kinds = (hint, *typing.get_args(hint)) if union else (hint,)
     return next((k for k in (int, float) if k in kinds), None)
+
+
+def check_option_file(flag: str, path: str, usual: str) -> None:
+    """Refuse what the option ``flag`` names unless it is a regular file, saying what it is
+    instead: nothing, a folder (naming the ``usual`` file in it, where it holds one), or a
+    FIFO or a device (read once, or never: no file to load)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: no such file. Hint: give a {usual}") from None
+    except OSError as exc:
+        msg = f"{flag} {path}: cannot open it ({exc.strerror or exc}). Hint: give a {usual}"
+        raise UsageError(msg) from None
+    if stat.S_ISDIR(mode):
+        inside = os.path.join(path, usual)
+        holds = os.path.isfile(inside)
+        hint = f"{flag} {inside}" if holds else f"give a {usual}"
+        msg = f"{flag} {path}: a folder{'' if holds else f' without a {usual}'}. Hint: {hint}"
+        raise UsageError(msg)
+    if not stat.S_ISREG(mode):
+        what = "not a regular file (a FIFO, a device or a socket)"
+        raise UsageError(f"{flag} {path}: {what}. Hint: give a {usual}")
