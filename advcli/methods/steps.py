@@ -49,6 +49,7 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from copy import copy
 from dataclasses import dataclass, field, replace
@@ -58,7 +59,7 @@ from advcli.core import steps as S
 from advcli.core import temporal as T
 from advcli.core.conventions import WHITEN_EPS, Convention
 from advcli.core.scan import reverse_discounted_scan
-from advcli.errors import SchemaError, UsageError
+from advcli.errors import RowError, SchemaError, UsageError
 from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass, completion_batches
@@ -518,6 +519,35 @@ class AdvantageMoments(TokenPass[RollPlan]):
         return replace(plan, adv_mean=mean[plan.batch_of_row], adv_std=std[plan.batch_of_row])
 
 
+SIMILARITY_STATES = "ADVCLI_SIMILARITY_STATES"
+"""The environment variable of the most distinct states ``--similarity`` clusters in one
+episode group (default :data:`DEFAULT_SIMILARITY_STATES`)."""
+DEFAULT_SIMILARITY_STATES = 1024
+
+
+def similarity_states() -> int:
+    """The most distinct states of one episode group that ``--similarity`` compares
+    (:data:`SIMILARITY_STATES`)."""
+    text = os.environ.get(SIMILARITY_STATES, str(DEFAULT_SIMILARITY_STATES))
+    try:
+        value: Any = int(text)
+    except ValueError:
+        value = text
+    if problem := Range(1).problem(SIMILARITY_STATES, value, integer=True):
+        raise UsageError(problem)
+    return int(value)
+
+
+def too_many_states(limit: int) -> str:
+    """Why an episode group of more than ``limit`` distinct states is refused."""
+    return (
+        f"its episode group has more than {limit:,} distinct states, and --similarity compares "
+        "each with the first state of every cluster it may join, a time that grows with their "
+        f"square. Hint: raise {SIMILARITY_STATES} (default {DEFAULT_SIMILARITY_STATES:,}), or "
+        "leave --similarity out to group equal states"
+    )
+
+
 def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
     """Each step's anchor-state group: equal ``state`` (within the episode group for
     verl-agent, across the batch otherwise), or similar text (``--similarity``); a step
@@ -530,7 +560,10 @@ def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
         cluster = np.full(len(pairs), -1, dtype=np.int64)
         order = np.lexsort((first, pairs[:, 0]))  # by group, then first appearance
         order = order[pairs[order, 1] >= 0]  # a step without a state stays alone
+        limit = similarity_states()
         for mine in np.split(order, np.flatnonzero(np.diff(pairs[order, 0])) + 1):
+            if len(mine) > limit:
+                raise RowError(int(first[mine[limit]]), ("state",), too_many_states(limit))
             cluster[mine] = S.similar_states([texts[s] for s in pairs[mine, 1]], p.similarity)
         states = np.where(states < 0, -1, cluster[inverse.ravel()])
     return S.anchor_groups(groups, states, within=p.implementation == "verl-agent")
