@@ -24,7 +24,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from advcli import jobs, methods, progress
@@ -51,6 +50,7 @@ from advcli.logs import (
     Log,
     input_paths,
 )
+from advcli.params import check_option_file
 from advcli.presets import PresetOptions
 from advcli.progress import Reporter, reporting
 from advcli.reports import ReportOptions, compare
@@ -461,8 +461,7 @@ def _score_on_ray(
     from advcli.on_ray import tasks as on_ray
 
     assert job.ray is not None
-    if not Path(opts.path).is_file():
-        raise UsageError(f"{opts.path}: no such critic file")
+    check_option_file("--critic", opts.path, "model.onnx")
     _check_parts_output(out, fmt, job.files, force=force)
     log = job.open()
     log.require({"input_ids"}, what="score")

@@ -15,7 +15,13 @@ user gave it, and dropped when only a convention or a preset has a value for it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
+import os
+import stat
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -28,15 +34,74 @@ INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
 
 
 @dataclass(frozen=True)
+class Range:
+    """The values a number parameter or option takes, declared with it: always finite (and an
+    integer within int64), from ``low`` to ``high`` where given, an end left out where it is
+    ``open``: ``Range(0, 1)`` is [0, 1], ``Range(0, low_open=True)`` is > 0."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        """Whether a finite ``value`` lies within."""
+        low, high = self.low, self.high
+        if low is not None and (value <= low if self.low_open else value < low):
+            return False
+        return high is None or (value < high if self.high_open else value <= high)
+
+    def expected(self, integer: bool, finite: bool = False) -> str:
+        """What the range takes, as "a number in [0, 1)" or "a positive integer" (``finite``:
+        "a finite number ...", said to an infinity or NaN)."""
+        noun = "an integer" if integer else "a finite number" if finite else "a number"
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"{noun} in {left}{low:g}, {high:g}{right}"
+        if integer and low == 1 and not self.low_open:
+            return "a positive integer"
+        if low is not None:
+            return f"{noun} {'>' if self.low_open else '>='} {low:g}"
+        if high is not None:
+            return f"{noun} {'<' if self.high_open else '<='} {high:g}"
+        return "an integer" if integer else "a finite number"
+
+    def problem(self, flag: str, value: Any, integer: bool) -> str | None:
+        """What is wrong with ``value`` for the option ``flag`` (which it names), or None: not
+        a number (an integer for ``integer``), not finite, beyond int64 or out of the range."""
+        if not _is_number(value, integer):
+            return f"{flag} {value!r}: expected {self.expected(integer)}"
+        if integer and not -INT64 <= int(value) < INT64:
+            return f"{flag} {value}: too large (at most {INT64 - 1})"
+        if not math.isfinite(value):
+            return f"{flag} {value}: expected {self.expected(integer, finite=True)}"
+        if not self.holds(value):
+            return f"{flag} {value}: expected {self.expected(integer)}"
+        return None
+
+
+def _is_number(value: Any, integer: bool) -> bool:
+    """Whether ``value`` is a number (an integer for ``integer``; numpy's too), not a bool."""
+    kind = numbers.Integral if integer else numbers.Real
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+ANY = Range()
+"""Every finite number: the range of a number parameter that declares none."""
+
+
+@dataclass(frozen=True)
 class Param:
     """One run parameter: ``--name-with-dashes`` on the command line, ``name`` in Python.
 
     ``kind`` is the type the command line reads (int, float, str or bool). ``conventional``
     parameters have no default on the command line: the method or the convention fills them.
     ``parse`` turns a given value (text, or a number from Python) into the parameter's value
-    where ``kind`` alone does not (``--lam 0.9``, ``--lam adaptive``);
-    ``check(value, values)`` returns the problem with a resolved value (``values`` holds every
-    parameter of the run), or None.
+    where ``kind`` alone does not (``--lam 0.9``, ``--lam adaptive``); ``range`` is what a
+    number takes (every number is finite, an integer within int64, whichever way it is given);
+    ``check(value, values)`` returns the problem with a resolved value that the other
+    parameters make (``values`` holds every parameter of the run), or None.
     """
 
     name: str
@@ -48,6 +113,7 @@ class Param:
     conventional: bool = False
     parse: Callable[[Any], Any] | None = None
     check: Check | None = None
+    range: Range = ANY
 
     @property
     def flag(self) -> str:
@@ -81,46 +147,17 @@ class Param:
             return float(value)
         return value
 
-    def problem(self, value: Any, values: Mapping[str, Any]) -> str | None:
-        """What is wrong with a resolved value, or None."""
-        own = self.kind_problem(value)
-        if own is None and self.check is not None:
-            return self.check(value, values)
-        return own
-
     def kind_problem(self, value: Any) -> str | None:
         """What is wrong with a value whatever the other parameters: not one of the choices,
-        an integer beyond int64; or None."""
+        not a number of the declared range; or None (None, a value not given, too)."""
+        if value is None:
+            return None
         if self.choices and value not in self.choices:
             return f"{self.flag} {value!r}: expected one of {', '.join(self.choices)}"
-        if self.kind is int and isinstance(value, int) and not -INT64 <= value < INT64:
-            return f"{self.flag} {value}: too large (at most {INT64 - 1})"
+        parsed_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if self.kind in (int, float) or parsed_number:  # (--lam: a number, or 'adaptive')
+            return self.range.problem(self.flag, value, integer=self.kind is int)
         return None
-
-
-def in_unit_interval(flag: str, suffix: str = "") -> Check:
-    """A check that a number lies in [0, 1]."""
-
-    def check(value: Any, _: Mapping[str, Any]) -> str | None:
-        if isinstance(value, str) or not 0.0 <= value <= 1.0:
-            return f"{flag} {value}: expected a number in [0, 1]{suffix}"
-        return None
-
-    return check
-
-
-def finite(flag: str, minimum: float | None = None, *, above: bool = False) -> Check:
-    """A check that a number is finite and, with ``minimum``, at least it (``above``: more)."""
-
-    def check(value: Any, _: Mapping[str, Any]) -> str | None:
-        low = minimum is not None and (value <= minimum if above else value < minimum)
-        if isinstance(value, str) or not math.isfinite(value) or low:
-            what = "a finite number" if minimum is None else (
-                f"a number {'>' if above else '>='} {minimum:g}")  # fmt: skip
-            return f"{flag} {value}: expected {what}"
-        return None
-
-    return check
 
 
 class UndeclaredParameter(AttributeError):
@@ -210,14 +247,19 @@ OPTION = "advcli_option"
 @dataclass(frozen=True)
 class OptionHelp:
     """How the command line shows one field of an options dataclass (``CriticOptions``,
-    ``ShardOptions``, ...): its help, its flag (default ``--field-name``), its panel and bounds.
-    The CLI makes each option from it (:mod:`advcli.cli.options`): declared once, here."""
+    ``ShardOptions``, ...): its help, its flag (default ``--field-name``), its panel, and for a
+    number, its range (:func:`check_fields` holds the field to it, from the command line and
+    from Python alike). The CLI makes each option from it (:mod:`advcli.cli.options`):
+    declared once, here."""
 
     help: str
     flag: str | None = None
     panel: str | None = None
-    min: float | None = None
-    max: float | None = None
+    range: Range = ANY
+
+    def name_flag(self, name: str) -> str:
+        """The flag of the field ``name``."""
+        return self.flag or "--" + name.replace("_", "-")
 
 
 def option(
@@ -225,9 +267,51 @@ def option(
     *,
     flag: str | None = None,
     panel: str | None = None,
-    min: float | None = None,
-    max: float | None = None,
+    range: Range = ANY,
 ) -> dict[str, OptionHelp]:
     """A field's metadata that makes it a command-line option: ``field(default=...,
     metadata=option("What it does."))``. A field without it is no option."""
-    return {OPTION: OptionHelp(help, flag, panel, min, max)}
+    return {OPTION: OptionHelp(help, flag, panel, range)}
+
+
+def check_fields(options: Any) -> None:
+    """Refuse a number field of the options dataclass ``options`` outside its declared range
+    (every number finite, an integer within int64), naming its flag: a :class:`UsageError`.
+    The dataclasses call it on creation (``__post_init__``)."""
+    hints = typing.get_type_hints(type(options))
+    for f in dataclasses.fields(options):
+        shown: OptionHelp | None = f.metadata.get(OPTION)
+        value, number = getattr(options, f.name), number_kind(hints[f.name])
+        if shown is None or value is None or number is None:
+            continue
+        if problem := shown.range.problem(shown.name_flag(f.name), value, integer=number is int):
+            raise UsageError(problem)
+
+
+def number_kind(hint: Any) -> type | None:
+    """int or float for a field typed so (or ``X | None``); None for any other type."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = (hint, *typing.get_args(hint)) if union else (hint,)
+    return next((k for k in (int, float) if k in kinds), None)
+
+
+def check_option_file(flag: str, path: str, usual: str) -> None:
+    """Refuse what the option ``flag`` names unless it is a regular file, saying what it is
+    instead: nothing, a folder (naming the ``usual`` file in it, where it holds one), or a
+    FIFO or a device (read once, or never: no file to load)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: no such file. Hint: give a {usual}") from None
+    except OSError as exc:
+        msg = f"{flag} {path}: cannot open it ({exc.strerror or exc}). Hint: give a {usual}"
+        raise UsageError(msg) from None
+    if stat.S_ISDIR(mode):
+        inside = os.path.join(path, usual)
+        holds = os.path.isfile(inside)
+        hint = f"{flag} {inside}" if holds else f"give a {usual}"
+        msg = f"{flag} {path}: a folder{'' if holds else f' without a {usual}'}. Hint: {hint}"
+        raise UsageError(msg)
+    if not stat.S_ISREG(mode):
+        what = "not a regular file (a FIFO, a device or a socket)"
+        raise UsageError(f"{flag} {path}: {what}. Hint: give a {usual}")

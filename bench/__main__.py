@@ -7,11 +7,12 @@ for its peak memory; the GAE core alone and a plain per-rollout Python loop on t
 ``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same; and
 ``annotate --from`` on verl and NeMo-RL dumps against the same rollouts in advcli's own JSONL
 (:mod:`bench.presets`); ``report`` on a 1 M-rollout log, its page opened in headless Chromium
-(:mod:`bench.report`); the start-up of ``--help`` against a minimal typer app's
-(:mod:`bench.startup`). Prints one table; ratios are against the floor measured in the same
-run. Timings on a shared machine vary by 10-20% from one run to the next, so every end-to-end
-step runs ``--repeat`` times, the steps taking turns (a slow spell of the machine hits all of
-them alike); the table shows each step's median time and largest peak.
+(:mod:`bench.report`); GiGPO's ``--similarity`` on one group's distinct states against
+verl-agent's loop (:mod:`bench.similarity`); the start-up of ``--help`` against a minimal
+typer app's (:mod:`bench.startup`). Prints one table; ratios are against the floor measured
+in the same run. Timings on a shared machine vary by 10-20% from one run to the next, so every
+end-to-end step runs ``--repeat`` times, the steps taking turns (a slow spell of the machine
+hits all of them alike); the table shows each step's median time and largest peak.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from bench import presets, startup
+from bench import presets, similarity, startup
 from bench import report as report_bench
 from bench.generate import generate, split_steps
 from bench.measure import measured
@@ -286,6 +287,8 @@ def main() -> None:
             f"max |difference| = {r['max_abs_difference']:.1e}"
         )
 
+    print("running gigpo's --similarity …", file=sys.stderr)
+    lines += similarity.run()
     print("running the start-up …", file=sys.stderr)
     lines += startup.run(7)
     print("running the presets …", file=sys.stderr)

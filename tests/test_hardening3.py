@@ -181,11 +181,15 @@ def test_a_bytes_column_bound_for_jsonl_is_one_line(tmp_path):
         (["annotate", "--method", "grpo", "--scale", "batch", "--batch-size", str(10**20)],
          "--batch-size 100000000000000000000: too large"),
         (["shard", "--method", "grpo", "--shuffle", "--seed", "-1"],
-         "--seed -1: expected an integer, 0 or more"),
+         "--seed -1: expected an integer >= 0"),
         (["shard", "--method", "grpo", "--seed", str(10**20)], "--seed 100000000000000000000"),
         (["shard", "--param", f"batch_size={10**20}"], "--batch-size 100000000000000000000"),
         (["annotate", "--method", "gae", "--critic", "c.onnx", "--batch-tokens", str(10**20)],
          "--batch-tokens 100000000000000000000: too large"),
+        (["report", "--method", "grpo", "--seed", "-1"], "--seed -1: expected an integer >= 0"),
+        (["report", "--method", "grpo", "--sample-groups", str(10**20)],
+         "--sample-groups 100000000000000000000: too large"),
+        (["check", "--tol", "nan"], "--tol"),  # (typer 0.29 refuses it itself, below 0)
     ],
 )  # fmt: skip
 def test_an_integer_option_out_of_range_is_one_line_and_exit_2(small_log, tmp_path, args, needle):

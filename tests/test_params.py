@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import typing
 
 import pytest
 
+from advcli.critic.options import CriticOptions
 from advcli.errors import UsageError
 from advcli.methods import PARAMETERS, REGISTRY, resolve
-from advcli.params import UndeclaredParameter, parse_assignments
+from advcli.params import (
+    ANY,
+    OPTION,
+    Param,
+    UndeclaredParameter,
+    number_kind,
+    parse_assignments,
+)
+from advcli.presets import PresetOptions
+from advcli.reports import ReportOptions
+from advcli.shards.options import ShardOptions, check_options
+from tests.conftest import SAMPLE, run
+
+NUMBERS = [p for p in PARAMETERS.values() if p.kind in (int, float) or p.range is not ANY]
+"""Every parameter that takes a number (--lam too: a number or 'adaptive')."""
+
+
+def _taker(param: Param) -> str:
+    """A method that takes ``param``."""
+    return next(name for name, m in REGISTRY.items() if param in m.takes)
+
+
+def _run_of(param: Param) -> dict[str, str]:
+    """What a run of a method that takes ``param`` needs besides it."""
+    return {"reward_columns": "a"} if _taker(param) == "gdpo" else {}
 
 
 def test_text_is_parsed_by_the_declared_type():
@@ -85,10 +112,10 @@ def test_a_parameter_the_method_does_not_take_is_refused(method, given, message)
     [
         ({"gamma": 1.5}, "--gamma 1.5: expected a number in [0, 1]"),
         ({"lam": "x"}, "--lam 'x': expected a number in [0, 1] or 'adaptive'"),
-        ({"lam": 2}, "--lam 2.0: expected a number in [0, 1] or 'adaptive'"),
+        ({"lam": 2}, "--lam 2.0: expected a number in [0, 1]"),
         ({"lam": "adaptive"}, "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"),
         ({"scale": "foo"}, "--scale 'foo': expected one of group, batch, none"),
-        ({"std_ddof": 2}, "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"),
+        ({"std_ddof": 2}, "--std-ddof 2: expected an integer in [0, 1]"),
         ({"batch_size": 0}, "--batch-size 0: expected a positive integer"),
         ({"eps": -1}, "--eps -1.0: expected a number >= 0"),
         ({"speed": 3}, "unknown parameter 'speed'. Parameters: --baseline, --scale"),
@@ -122,3 +149,75 @@ def test_params_are_immutable_hashable_and_picklable():
 def test_seed_is_advclis_former_name():
     assert resolve("grpo", "seed") == resolve("grpo", "advcli") == resolve("grpo")
     assert resolve("grpo", "seed").convention == "advcli"
+
+
+@pytest.mark.parametrize("param", [p for p in NUMBERS if p.kind is not int], ids=lambda p: p.name)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_no_number_parameter_takes_a_nan_or_an_infinity(param, value):
+    """The Python API: every float parameter of every method, as its declared range says."""
+    with pytest.raises(UsageError) as err:
+        resolve(_taker(param), **_run_of(param), **{param.name: value})
+    assert str(err.value).startswith(f"{param.flag} {value}: expected a finite number")
+
+
+@pytest.mark.parametrize("param", [PARAMETERS[n] for n in ("eps", "lam", "entropy_kappa")],
+                         ids=lambda p: p.name)  # fmt: skip
+def test_a_nan_on_the_command_line_is_a_usage_error_naming_the_option(tmp_path, param):
+    """--eps nan was blamed on the data (a NaN advantage at row 0); --eps inf gave advantages
+    of 0: both ways of giving it, refused before the log is read (the rule is the one the
+    Python API's test above checks on every parameter)."""
+    method = ["--method", _taker(param), *(["--reward-columns", "a"] if _run_of(param) else [])]
+    for given in ([param.flag, "inf"], ["--param", f"{param.name}=nan"]):
+        command = "annotate" if given[0] != "--param" else "shard"
+        proc = run(command, SAMPLE / "rollouts.jsonl", *method, *given, "--out", tmp_path / "o")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.decode().startswith(f"advcli: error: {param.flag} "), proc.stderr
+        assert b"finite" in proc.stderr and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"eps": "0.1"}, "--eps '0.1': expected a number >= 0"),
+        ({"batch_size": 2.5}, "--batch-size 2.5: expected a positive integer"),
+        ({"batch_size": 1 << 63}, "--batch-size 9223372036854775808: too large"),
+        ({"f_norm": 0}, "--f-norm 0.0: expected a number > 0"),
+        ({"alpha": 0, "lam": "adaptive"}, "--alpha 0.0: expected a number > 0"),
+        ({"similarity": 1}, "--similarity 1.0: expected a number in [0, 1)"),
+    ],
+)
+def test_a_number_outside_its_declared_range_is_refused(given, message):
+    param = PARAMETERS[next(iter(given))]
+    with pytest.raises(UsageError) as err:
+        resolve(_taker(param), **given)
+    assert str(err.value).startswith(message)
+
+
+def test_each_value_is_checked_before_what_the_values_say_together():
+    """--ktae-beta-ig's check reads --ktae-alpha: a NaN there is named, not summed."""
+    with pytest.raises(UsageError, match=r"^--ktae-alpha nan: expected a finite number >= 0"):
+        resolve("ktae", ktae_alpha=float("nan"), ktae_beta_ig=0.0)
+
+
+OPTIONS = {CriticOptions: {"path": "c.onnx"}, ReportOptions: {}, ShardOptions: {},
+           PresetOptions: {}}  # fmt: skip
+"""The options dataclasses, and what each needs besides its number fields."""
+FIELDS = [(cls, f) for cls in OPTIONS for f in dataclasses.fields(cls)
+          if OPTION in f.metadata and number_kind(typing.get_type_hints(cls)[f.name])]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cls", "field"), FIELDS, ids=lambda x: getattr(x, "name", ""))
+@pytest.mark.parametrize("value", [float("nan"), -1, 1 << 63])
+def test_every_number_option_of_the_options_dataclasses_has_a_declared_range(cls, field, value):
+    """From Python as from the command line: ``report --seed -1`` was a bug (exit 70), and
+    ``ReportOptions(seed=-1)`` the same; a NaN or an integer beyond int64 is no count."""
+    shown = field.metadata[OPTION]
+    flag = shown.name_flag(field.name)
+    kind = number_kind(typing.get_type_hints(cls)[field.name])
+    if (value == -1 and shown.range.holds(-1)) or (value == 1 << 63 and kind is float):
+        return  # a field that takes it
+    with pytest.raises(UsageError) as err:
+        made = cls(**OPTIONS[cls], **{field.name: value})
+        if cls is ShardOptions:
+            check_options(made)  # (mutable: checked before anything is read)
+    assert str(err.value).startswith(f"{flag} {value}")

@@ -223,8 +223,9 @@ def check(
     tol: Annotated[
         Optional[float],  # noqa: UP045
         typer.Option(
+            min=0.0,
             help="Largest absolute difference that counts as the same. Default: 1e-5, "
-            "or 5e-5 where the logged advantages have 4 decimals."
+            "or 5e-5 where the logged advantages have 4 decimals.",
         ),
     ] = None,
     col: Col = None,

@@ -20,7 +20,7 @@ from advcli import methods, progress
 from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError, did_you_mean
 from advcli.methods import PARAMETERS
-from advcli.params import OPTION, OptionHelp, Param
+from advcli.params import OPTION, OptionHelp, Param, number_kind
 from advcli.presets import PRESETS, PresetOptions
 from advcli.presets.base import FROM
 
@@ -112,7 +112,7 @@ RayAddress = Annotated[
 
 
 ZeroVarianceTol = Annotated[
-    float, typer.Option(help="A group is zero-variance when max - min <= this.")
+    float, typer.Option(min=0.0, help="A group is zero-variance when max - min <= this.")
 ]
 
 
@@ -132,10 +132,24 @@ _CONVENTIONS = (
 )
 
 
+def _refused(problem: Callable[[Any], str | None]) -> Callable[[Any], Any]:
+    """A typer callback refusing a value where ``problem`` names one: the declared range,
+    checked as the command line is read (before the generic check of every number option)."""
+
+    def callback(value: Any) -> Any:
+        if value is not None and (found := problem(value)):
+            raise UsageError(found)
+        return value
+
+    return callback
+
+
 def _option(param: Param) -> inspect.Parameter:
     """The typer option of one method parameter."""
     kind: Any = param.kind if param.cli_default is not None else Optional[param.kind]  # noqa: UP045
-    option = typer.Option(rich_help_panel=param.panel, help=param.help)
+    option = typer.Option(
+        rich_help_panel=param.panel, help=param.help, callback=_refused(param.kind_problem)
+    )
     return inspect.Parameter(
         param.name,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -342,9 +356,10 @@ def with_options(
             default = f.default
         elif f.default_factory is not dataclasses.MISSING or f.name == absent_without:
             default = None
-        decls = (shown.flag,) if shown.flag else ("--" + f.name.replace("_", "-"),)
-        option = typer.Option(*decls, help=shown.help, rich_help_panel=shown.panel,
-                              min=shown.min, max=shown.max)  # fmt: skip
+        flag, number = shown.name_flag(f.name), number_kind(hint)
+        declared = functools.partial(shown.range.problem, flag, integer=number is int)
+        option = typer.Option(flag, help=shown.help, rich_help_panel=shown.panel,
+                              callback=_refused(declared) if number else None)  # fmt: skip
         kind = _typer_type(hint, optional=default is None)
         options.append(
             inspect.Parameter(

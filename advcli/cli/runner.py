@@ -26,6 +26,7 @@ import typer.main
 from advcli.cli.commands import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
 from advcli.io.interrupts import STOPS, terminated_by, termination_handled
+from advcli.params import ANY
 
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
 
@@ -49,21 +50,23 @@ def command() -> Any:
             else:
                 param.metavar = _METAVARS.get(_value_type(param), "TEXT")
         if cmd.callback is not None:
-            cmd.callback = _ints_checked(cmd.callback)
+            flags = {p.name: p.opts[0] for p in cmd.params if p.name and p.opts}
+            cmd.callback = _numbers_checked(cmd.callback, flags)
     return group
 
 
-def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
-    """``callback`` refusing an integer option beyond int64 (nothing it counts or seeds can
-    take one) in one line, before the command runs."""
+def _numbers_checked(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
+    """``callback`` refusing, in one line naming its flag (``flags``: by keyword), before the
+    command runs, a number option that nothing can take: an integer beyond int64, a NaN or an
+    infinity (the ranges each option declares are checked where its values meet)."""
 
     @functools.wraps(callback)
     def checked(**values: Any) -> Any:
         for name, value in values.items():
-            wide = isinstance(value, int) and not -(1 << 63) <= value < 1 << 63
-            if wide and not isinstance(value, bool):
-                flag = "--" + name.rstrip("_").replace("_", "-")
-                raise UsageError(f"{flag} {value}: too large (at most {(1 << 63) - 1})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if problem := ANY.problem(flags.get(name, name), value, isinstance(value, int)):
+                raise UsageError(problem)
         return callback(**values)
 
     return checked

@@ -150,22 +150,54 @@ def similar_states(texts: list[str], threshold: float) -> np.ndarray:
     first member it matches, ``SequenceMatcher(None, state, first).ratio() >= threshold``,
     else starts one. The cluster of each state; order-dependent, as verl-agent's.
 
+    The same clusters in less time: a ratio, 2·M / (|a| + |b|) with M characters matched, is
+    at most 2·(the characters the two have in common, as multisets) / (|a| + |b|), so a first
+    member whose bound is below the threshold cannot match (vectorised over every cluster);
+    each first member's matcher keeps its index of characters (``set_seq2``) for all the
+    states it is compared with.
+
     >>> similar_states(["go left", "go left!", "stop"], 0.9).tolist()
     [0, 0, 1]
     """
-    firsts: list[str] = []
+    counts, sizes = character_counts(texts)
+    first_counts = np.empty_like(counts)  # of each cluster's first state, in cluster order
+    first_sizes = np.empty_like(sizes)
+    matchers: list[SequenceMatcher[str]] = []
     out = np.empty(len(texts), dtype=np.int64)
     for i, text in enumerate(texts):
-        match = next(
-            (k for k, first in enumerate(firsts)
-             if SequenceMatcher(None, text, first).ratio() >= threshold),
-            None,
-        )  # fmt: skip
+        k = len(matchers)
+        total = (first_sizes[:k] + sizes[i]).astype(np.float64)
+        common = np.minimum(first_counts[:k], counts[i]).sum(axis=1)
+        bound = np.where(total > 0, 2.0 * common / np.maximum(total, 1.0), 1.0)
+        match = next((int(c) for c in np.flatnonzero(bound >= threshold)
+                      if _ratio(matchers[c], text) >= threshold), None)  # fmt: skip
         if match is None:
-            match = len(firsts)
-            firsts.append(text)
+            match, first_counts[k], first_sizes[k] = k, counts[i], sizes[i]
+            matchers.append(SequenceMatcher(None, "", text))
         out[i] = match
     return out
+
+
+def _ratio(matcher: SequenceMatcher[str], text: str) -> float:
+    """``SequenceMatcher(None, text, first).ratio()``, ``first`` the matcher's second sequence."""
+    matcher.set_seq1(text)
+    return matcher.ratio()
+
+
+CHARACTER_BUCKETS = 128
+"""Characters are counted by code point modulo this (ASCII apart): two characters sharing a
+bucket only raise a bound on the characters two texts have in common."""
+
+
+def character_counts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per text, its characters counted by bucket (int64, texts x :data:`CHARACTER_BUCKETS`),
+    and its length."""
+    sizes = np.array([len(t) for t in texts], dtype=np.int64)
+    points = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+    of = np.repeat(np.arange(len(texts)), sizes)
+    flat = of * CHARACTER_BUCKETS + points % CHARACTER_BUCKETS
+    counts = np.bincount(flat, minlength=len(texts) * CHARACTER_BUCKETS)
+    return counts.reshape(len(texts), CHARACTER_BUCKETS), sizes
 
 
 def turn_starts(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ from advcli.critic import batching
 from advcli.errors import DataError, DependencyError, UsageError
 from advcli.io.checksum import file_sha256
 from advcli.lazy_imports import np
+from advcli.params import check_option_file
 
 # Measured with ``python -m bench.critic_bench --rows 600 --repeat 5`` (2 shared vCPUs,
 # onnxruntime 1.32, the bench's causal critic with d=128: 855k tokens, lengths lognormal with
@@ -366,8 +367,7 @@ def load_critic(
     if device not in DEVICES:
         raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not '{device}'")
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such critic file")
+    check_option_file("--critic", str(path), "model.onnx")
     ort = _import_ort()
     session = _open_session(ort, path, device)
     return Critic(path, session, ort, input_name, mask_name, output_name)

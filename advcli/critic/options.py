@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advcli.errors import UsageError
-from advcli.params import option
+from advcli.params import Range, check_fields, option
 
 PANEL = "Critic (ONNX)"  # the help panel of the critic options
 
@@ -28,7 +27,9 @@ class CriticOptions:
     batch_tokens: int | None = field(
         default=None,
         metadata=option(
-            "Padded tokens per critic batch (default 4096, measured on the CPU).", panel=PANEL
+            "Padded tokens per critic batch (default 4096, measured on the CPU).",
+            panel=PANEL,
+            range=Range(1),
         ),
     )
     shift: bool = field(
@@ -42,7 +43,9 @@ class CriticOptions:
     max_len: int | None = field(
         default=None,
         metadata=option(
-            "Longest row the critic takes (default: the model's static length).", panel=PANEL
+            "Longest row the critic takes (default: the model's static length).",
+            panel=PANEL,
+            range=Range(1),
         ),
     )
     truncate: str = field(
@@ -64,7 +67,4 @@ class CriticOptions:
     )
 
     def __post_init__(self) -> None:
-        for flag, value in (("--batch-tokens", self.batch_tokens), ("--max-len", self.max_len)):
-            if value is not None and value < 1:
-                msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
-                raise UsageError(msg)
+        check_fields(self)

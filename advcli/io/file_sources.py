@@ -305,6 +305,7 @@ class JsonlSource(LogSource):
         self._unique_checked: set[int] = set()  # files whose keys were checked
         self._id_keys = [c for c in sorted(jsonl.id_columns(mapping))
                          if any(c in schema for schema in schemas)]  # fmt: skip
+        self._id_kinds: jsonl.IdKinds = {}  # of the log's first ids, across its files
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -360,7 +361,9 @@ class JsonlSource(LogSource):
                         jsonl.refuse_duplicate_keys(
                             path, chunk, line, frame.height, self._unique_keys
                         )
-                        jsonl.refuse_non_scalar_ids(path, chunk, line, self._id_keys)
+                        jsonl.refuse_non_scalar_ids(
+                            path, chunk, line, self._id_keys, self._id_kinds
+                        )
                     if keep is not None:
                         keep.add(i, frame)
                     yield i, frame if names is None else frame.select(names)

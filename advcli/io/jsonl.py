@@ -222,6 +222,10 @@ def read_jsonl(path: str, mapping: dict[str, str], data: bytes | None = None) ->
     """
     with open_stream(path) if data is None else io.BytesIO(data) as lines:
         schema = jsonl_schema(path, head(lines, SCHEMA_LINES), mapping)
+    ids = [key for key in sorted(id_columns(mapping)) if key in schema]
+    kinds: IdKinds = {}
+    for line, chunk in chunks(path) if data is None else [(1, data)]:
+        refuse_non_scalar_ids(path, chunk, line, ids, kinds)
     return read_ndjson(path, data, schema, schema=schema)
 
 
@@ -358,19 +362,61 @@ def _twice(pairs: Any, parts: list[str]) -> bool:
     return len(found) > 1 or (len(parts) > 1 and bool(found) and _twice(found[0], parts[1:]))
 
 
-def refuse_non_scalar_ids(path: str, chunk: bytes, first_line: int, keys: Iterable[str]) -> None:
+IdKinds = dict[str, tuple[str, str]]
+"""Per id key, the kind of the log's first id (a string, an integer) and where it is."""
+
+_OTHER_KIND = {"a string": "-?[0-9]", "an integer": '"'}
+"""How a JSON value of the other kind begins: a number after a string id, and the reverse."""
+
+
+def refuse_non_scalar_ids(
+    path: str, chunk: bytes, first_line: int, keys: Iterable[str], kinds: IdKinds
+) -> None:
     """Refuse a line of ``chunk`` whose id ``keys`` (prompt and rollout ids, read as text) hold
-    an object, a list, a boolean or a fraction: polars would write it as its JSON text. RE2 finds
-    the candidates in one scan; each line that has one is parsed to look at its top level."""
+    an object, a list, a boolean or a fraction (polars would write it as its JSON text), or an
+    id of another kind than the log's first of that key, an integer where it was a string or
+    the reverse (read as text, 1 and "1" would be one id). ``kinds`` holds the first ids' kinds
+    for every chunk and file of the log. RE2 finds the candidates in one scan; each line that
+    has one is parsed to look at its top level."""
     text = one_binary(chunk)
     for key in keys:
+        if not key.isascii():
+            continue
+        if key not in kinds and (first := _first_id(path, chunk, first_line, key)) is not None:
+            kinds[key] = first
+        kind, at = kinds.get(key, (None, ""))
         quoted = "".join(c if c.isalnum() else f"\\x{ord(c):02x}" for c in json.dumps(key))
-        pattern = quoted + r"\s*:\s*(?:[\[{]|true|false|-?[0-9]+[.eE])"
-        if not key.isascii() or not pc.count_substring_regex(text, pattern)[0].as_py():
+        begins = "[\\[{]|true|false|-?[0-9]+[.eE]" + (f"|{_OTHER_KIND[kind]}" if kind else "")
+        if not pc.count_substring_regex(text, quoted + rf"\s*:\s*(?:{begins})")[0].as_py():
             continue
         for number, line in enumerate(chunk.splitlines(), start=first_line):
             if json.dumps(key).encode() in line:
-                check_id(path, number, key, orjson.loads(line).get(key))
+                value = orjson.loads(line).get(key)
+                check_id(path, number, key, value)
+                if value is not None and _id_kind(value) != kind:
+                    shown = orjson.dumps(value).decode()[:60]
+                    msg = (
+                        f"{where(path, number, key, line=True)}: the id {shown} is "
+                        f"{_id_kind(value)}, but the first is {kind} ({at}): read as text, 1 "
+                        'and "1" would be one id. Hint: write every id of the column as a string'
+                    )
+                    raise DataError(msg)
+
+
+def _first_id(path: str, chunk: bytes, first_line: int, key: str) -> tuple[str, str] | None:
+    """The kind of the first id ``key`` holds in ``chunk`` (at the top level of its line),
+    and where it is; None if no line of it has one."""
+    for number, line in enumerate(chunk.splitlines(), start=first_line):
+        if json.dumps(key).encode() in line:
+            value = orjson.loads(line).get(key)
+            if value is not None:
+                return _id_kind(value), where(path, number, key, line=True)
+    return None
+
+
+def _id_kind(value: object) -> str:
+    """A string or an integer (orjson reads an integer beyond 64 bits as a whole float)."""
+    return "a string" if isinstance(value, str) else "an integer"
 
 
 def id_columns(mapping: Mapping[str, str]) -> set[str]:

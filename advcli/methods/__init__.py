@@ -214,9 +214,12 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
             value = param.coerce(param.default)
         values[name] = value
     taken = [PARAMETERS[name] for name in values]
+    # each value on its own (the choices first), then what the values say together
     for param in [p for p in taken if p.choices] + [p for p in taken if not p.choices]:
-        problem = param.problem(values[param.name], values)
-        if problem:
+        if problem := param.kind_problem(values[param.name]):
+            raise UsageError(problem)
+    for param in taken:
+        if param.check is not None and (problem := param.check(values[param.name], values)):
             raise UsageError(problem)
     return Params(chosen.name, convention, values)
 

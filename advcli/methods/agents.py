@@ -36,7 +36,7 @@ from advcli.methods.group import (
     OutcomeMethod,
     RolloutAdvantages,
 )
-from advcli.params import Param, Params
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -56,9 +56,7 @@ BASELINE_DECAY = Param(
     0.95,
     "rae: d, the decay of each agent's moving-average baseline (prime-rl's decay).",
     PANEL,
-    check=lambda value, _: (
-        None if 0 <= value < 1 else f"--baseline-decay {value}: expected a number in [0, 1)"
-    ),
+    range=Range(0, 1, high_open=True),
 )
 
 

@@ -22,7 +22,7 @@ from advcli.core import group as G
 from advcli.core.steps import action_reward_moments, row_turn_returns, turn_counts
 from advcli.lazy_imports import np
 from advcli.methods import signals
-from advcli.params import Param, Params
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.core.conventions import Convention
@@ -32,17 +32,8 @@ if TYPE_CHECKING:
 BATCHES_PANEL = "Group and batch baselines"
 
 
-def _positive(value: Any, _: object) -> str | None:
-    if value is not None and value < 1:
-        return f"--batch-size {value}: expected a positive integer"
-    return None
-
-
-def ddof_check(value: Any, _: object) -> str | None:
-    """A ddof is 0 or 1."""
-    if value not in (0, 1):
-        return "--std-ddof and --whiten-ddof take 0 (population) or 1 (sample)"
-    return None
+DDOF = Range(0, 1)
+"""A ddof: 0 (population) or 1 (sample)."""
 
 
 BATCH_SIZE = Param(
@@ -51,7 +42,7 @@ BATCH_SIZE = Param(
     None,
     "Rollouts per completion-ordered batch (batch-mean, whitening).",
     BATCHES_PANEL,
-    check=_positive,
+    range=Range(1),
 )
 
 

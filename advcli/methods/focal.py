@@ -22,7 +22,7 @@ from advcli.core import group as G
 from advcli.errors import UsageError
 from advcli.lazy_imports import np
 from advcli.methods.group import PANEL, Grpo
-from advcli.params import Param, Params, finite
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -30,17 +30,17 @@ if TYPE_CHECKING:
 FOCAL_GAMMA = Param(
     "focal_gamma", float, 1.0,
     "focal-grpo: γ, the power of the focal weight (1 − μ̂)^γ (verl's f_grpo_gamma; 0: grpo).",
-    PANEL, check=finite("--focal-gamma", 0.0),
+    PANEL, range=Range(0),
 )  # fmt: skip
 REWARD_CORRECT = Param(
     "reward_correct", float, 1.0,
     "focal-grpo: a right answer's reward, where the success rate is 1 (f_grpo_reward_correct).",
-    PANEL, check=finite("--reward-correct"),
+    PANEL,
 )  # fmt: skip
 REWARD_WRONG = Param(
     "reward_wrong", float, 0.0,
     "focal-grpo: a wrong answer's reward, where the success rate is 0 (f_grpo_reward_wrong).",
-    PANEL, check=finite("--reward-wrong"),
+    PANEL,
 )  # fmt: skip
 
 

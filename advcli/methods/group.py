@@ -22,22 +22,18 @@ from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
     BATCHES_PANEL,
+    DDOF,
     Method,
     Plan,
     completion_batches,
-    ddof_check,
 )
-from advcli.params import Param, Params
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
     from advcli.io.tokens import Tokens
 
 PANEL = BATCHES_PANEL
-
-
-def _non_negative(value: Any, _: object) -> str | None:
-    return f"--eps {value}: expected a number >= 0" if value < 0 else None
 
 
 BASELINE = Param(
@@ -60,9 +56,9 @@ SCALE = Param(
     conventional=True,
 )
 STD_DDOF = Param(
-    "std_ddof", int, None, "ddof of the group std.", PANEL, conventional=True, check=ddof_check
+    "std_ddof", int, None, "ddof of the group std.", PANEL, conventional=True, range=DDOF
 )
-EPS = Param("eps", float, None, "eps of std + eps.", PANEL, conventional=True, check=_non_negative)
+EPS = Param("eps", float, None, "eps of std + eps.", PANEL, conventional=True, range=Range(0))
 EPS_PLACEMENT = Param(
     "eps_placement",
     str,
@@ -107,6 +103,7 @@ ZERO_VARIANCE_TOL = Param(
     "nemo-rl: 0, as NeMo-RL normalises any spread).",
     PANEL,
     conventional=True,
+    range=Range(0),
 )
 ZERO_STD = Param(
     "zero_std",
@@ -115,7 +112,7 @@ ZERO_STD = Param(
     "A group is also zero-variance when its std <= this (ROLL: 1e-6; 0: off).",
     PANEL,
     conventional=True,
-    check=lambda value, _: f"--zero-std {value}: expected a number >= 0" if value < 0 else None,
+    range=Range(0),
 )
 F_NORM = Param(
     "f_norm",
@@ -123,7 +120,7 @@ F_NORM = Param(
     1.0,
     "gpg: divide the advantages by this.",
     PANEL,
-    check=lambda value, _: None if value > 0 else f"--f-norm {value}: expected a number > 0",
+    range=Range(0, low_open=True),
 )
 BETA = Param(
     "beta",
@@ -131,7 +128,6 @@ BETA = Param(
     1.0,
     "sppo: the baseline is (1/beta) log mean exp(beta R) over the batch (0: the mean).",
     PANEL,
-    check=lambda value, _: None if np.isfinite(value) else f"--beta {value}: expected a number",
 )
 PARTIAL = Param(
     "partial",

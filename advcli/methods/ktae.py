@@ -49,7 +49,7 @@ from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass
 from advcli.methods.group import EPS, PANEL, OutcomeMethod, OutcomePlan, RolloutAdvantages
-from advcli.params import Param, Params, finite
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.core.conventions import Convention
@@ -60,22 +60,21 @@ IDS = "input_ids"  # read as a per-token column (tokens.extra), the only way a p
 
 
 def _beta_check(value: Any, values: Any) -> str | None:
-    problem = finite("--ktae-beta-ig", 0.0)(value, values)
-    if problem is None and value + values.get("ktae_alpha", 1.0) <= 0:
+    if value + values.get("ktae_alpha", 1.0) <= 0:
         return "--ktae-alpha and --ktae-beta-ig are both 0: ktae's weight divides by their sum"
-    return problem
+    return None
 
 
 KTAE_ALPHA = Param(
     "ktae_alpha", float, 1.0,
     "ktae: α, the weight of the Fisher-test term (ComputeKeyTokens' alpha; KTAE's trainer: 1).",
-    PANEL, check=finite("--ktae-alpha", 0.0),
+    PANEL, range=Range(0),
 )  # fmt: skip
 KTAE_BETA_IG = Param(
     "ktae_beta_ig", float, 1.0,
     "ktae: β, the weight of the information-gain term (ComputeKeyTokens' beta_ig; KTAE's "
     "trainer: 1, its run scripts' 2 never reach it).",
-    PANEL, check=_beta_check,
+    PANEL, check=_beta_check, range=Range(0),
 )  # fmt: skip
 KTAE_TF = Param(
     "ktae_tf", bool, True,
@@ -85,7 +84,7 @@ KTAE_TF = Param(
 KTAE_TOP = Param(
     "ktae_top", float, 1.0,
     "ktae: the largest |weight| a token gets (ComputeKeyTokens' top; KTAE's trainer: 1).",
-    PANEL, check=finite("--ktae-top", 0.0),
+    PANEL, range=Range(0),
 )  # fmt: skip
 
 

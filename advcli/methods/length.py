@@ -13,7 +13,7 @@ from advcli.core import group as G
 from advcli.errors import RowError
 from advcli.lazy_imports import np
 from advcli.methods.group import PANEL, Grpo
-from advcli.params import Param, Params, finite
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -27,7 +27,7 @@ def _weight(flag: str) -> Param:
         f"grpo-length: the weight of the rollout's {flag.replace('_', ' ')} over the group's "
         f"most (prime-rl's num_{flag}_weight; 0: not read).",
         PANEL,
-        check=finite(f"--{flag.replace('_', '-')}-weight", 0.0),
+        range=Range(0),
     )
 
 

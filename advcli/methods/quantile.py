@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from advcli.core import group as G
 from advcli.methods.group import GROUP_RULES, PANEL, GroupBaseline, kept_singleton
-from advcli.params import Param, Params, in_unit_interval
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -31,7 +31,7 @@ QUANTILE = Param(
     "quantile: K, the quantile of the group's rewards taken as the baseline (0.5, the "
     "default: the median; the paper tunes K per task).",
     PANEL,
-    check=in_unit_interval("--quantile"),
+    range=Range(0, 1),
 )
 
 

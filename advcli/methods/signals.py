@@ -25,7 +25,7 @@ from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
 from advcli.errors import RowError
 from advcli.lazy_imports import np
-from advcli.params import Param, Params, finite
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -40,7 +40,6 @@ KL_COEF = Param(
     0.0,
     "beta: subtract beta * KL(logprobs || ref_logprobs) from the rewards (0: off).",
     PANEL,
-    check=finite("--kl-coef"),
 )
 KL_ESTIMATOR = Param(
     "kl_estimator",
@@ -56,7 +55,6 @@ OPD_COEF = Param(
     0.0,
     "c: A_t -= c * (logprobs - teacher_logprobs) on action tokens, after any method (slime).",
     PANEL,
-    check=finite("--opd-coef"),
 )
 
 ENTROPY_COEF = Param(
@@ -66,7 +64,7 @@ ENTROPY_COEF = Param(
     "alpha: A_t += min(alpha * entropies_t, |A_t| / kappa) on action tokens, after any "
     "method (Cheng et al. 2025's entropy-shaped advantage; 0: off).",
     PANEL,
-    check=finite("--entropy-coef", 0.0),
+    range=Range(0),
 )
 ENTROPY_KAPPA = Param(
     "entropy_kappa",
@@ -75,22 +73,15 @@ ENTROPY_KAPPA = Param(
     "kappa: the entropy bonus is at most |A_t| / kappa (the paper's 2; > 1 keeps every "
     "advantage's sign).",
     PANEL,
-    check=finite("--entropy-kappa", 0.0, above=True),
+    range=Range(0, low_open=True),
 )
 
 
-def _bound(flag: str) -> Any:
-    check = finite(flag)
-
-    def bound(value: Any, values: Any) -> str | None:
-        if value is None:
-            return None
-        low, high = values.get("advantage_clip_low"), values.get("advantage_clip_high")
-        if low is not None and high is not None and low > high:
-            return f"--advantage-clip-low {low} is above --advantage-clip-high {high}"
-        return check(value, values)
-
-    return bound
+def _ordered(_: Any, values: Any) -> str | None:
+    low, high = values.get("advantage_clip_low"), values.get("advantage_clip_high")
+    if low is not None and high is not None and low > high:
+        return f"--advantage-clip-low {low} is above --advantage-clip-high {high}"
+    return None
 
 
 CLIP_LOW = Param(
@@ -99,7 +90,7 @@ CLIP_LOW = Param(
     None,
     "Clamp every advantage to at least this, last (NeMo-RL's grpo.advantage_clip_low).",
     PANEL,
-    check=_bound("--advantage-clip-low"),
+    check=_ordered,
 )
 CLIP_HIGH = Param(
     "advantage_clip_high",
@@ -107,7 +98,7 @@ CLIP_HIGH = Param(
     None,
     "Clamp every advantage to at most this, last (NeMo-RL's grpo.advantage_clip_high).",
     PANEL,
-    check=_bound("--advantage-clip-high"),
+    check=_ordered,
 )
 
 PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA, CLIP_LOW, CLIP_HIGH)

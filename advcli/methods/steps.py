@@ -49,6 +49,7 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from copy import copy
 from dataclasses import dataclass, field, replace
@@ -58,12 +59,13 @@ from advcli.core import steps as S
 from advcli.core import temporal as T
 from advcli.core.conventions import WHITEN_EPS, Convention
 from advcli.core.scan import reverse_discounted_scan
-from advcli.errors import SchemaError, UsageError
+from advcli.errors import RowError, SchemaError, UsageError
 from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, TokenPass, completion_batches
 from advcli.methods.group import EPS, ZERO_VARIANCE_TOL, OutcomePlan, on_actions
-from advcli.params import Param, Params, finite, in_unit_interval
+from advcli.methods.temporal import UNIT
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -74,11 +76,6 @@ PANEL = "Agent steps"
 IMPLEMENTATIONS = ("verl-agent", "trinity", "roll")
 
 
-def _clip(flag: str) -> Any:
-    check = finite(flag, 0.0, above=True)
-    return lambda value, values: None if value is None else check(value, values)
-
-
 STEP_GAMMA = Param(
     "step_gamma",
     float,
@@ -87,7 +84,7 @@ STEP_GAMMA = Param(
     "agentic-reinforce: the discount per turn (ROLL's gamma, 1).",
     PANEL,
     conventional=True,
-    check=in_unit_interval("--step-gamma"),
+    range=UNIT,
 )
 STEP_NORM = Param(
     "step_norm",
@@ -114,7 +111,6 @@ STEP_WEIGHT = Param(
     1.0,
     "gigpo: ω, the weight of the step term (verl-agent's step_advantage_w).",
     PANEL,
-    check=finite("--step-weight"),
 )
 EPISODE_WEIGHT = Param(
     "episode_weight",
@@ -122,7 +118,6 @@ EPISODE_WEIGHT = Param(
     1.0,
     "gigpo (roll): the weight of the episode term (ROLL's episode_reward_weight).",
     PANEL,
-    check=finite("--episode-weight"),
 )
 SIMILARITY = Param(
     "similarity",
@@ -131,10 +126,9 @@ SIMILARITY = Param(
     "gigpo (verl-agent): text states of one group whose SequenceMatcher ratio to a state group's "
     "first state is at least this join it (verl-agent's similarity_thresh); 0: equal states.",
     PANEL,
+    range=Range(0, 1, high_open=True),
     check=lambda value, values: (
-        f"--similarity {value}: expected a number in [0, 1)"
-        if not 0 <= value < 1
-        else "--similarity applies to --implementation verl-agent"
+        "--similarity applies to --implementation verl-agent"
         if value and values.get("implementation") != "verl-agent"
         else None
     ),
@@ -154,7 +148,7 @@ REWARD_CLIP = Param(
     None,
     "roll: clip the step's scalar to ±this before it goes on the tokens (ROLL's reward_clip).",
     PANEL,
-    check=_clip("--reward-clip"),
+    range=Range(0, low_open=True),
 )
 ADVANTAGE_CLIP = Param(
     "advantage_clip",
@@ -162,7 +156,7 @@ ADVANTAGE_CLIP = Param(
     None,
     "roll: clip the advantages to ±this (ROLL's advantage_clip).",
     PANEL,
-    check=_clip("--advantage-clip"),
+    range=Range(0, low_open=True),
 )
 NORM_MEAN = Param(
     "norm_mean",
@@ -189,7 +183,7 @@ TOKEN_GAMMA = Param(
     "roll (gigpo, step-reinforce): ROLL's gamma, the per-token discount of the reward-to-go "
     "from the step's last token (1: the same advantage on every token).",
     PANEL,
-    check=in_unit_interval("--token-gamma"),
+    range=UNIT,
 )
 WHITEN_REWARDS = Param(
     "whiten_rewards",
@@ -219,9 +213,8 @@ STD_THRESHOLD = Param(
     None,
     "step-grpo: leave out the groups of one trajectory or of std ≤ this (Trinity-RFT).",
     PANEL,
-    check=lambda value, values: None if value is None else finite("--std-threshold", 0.0)(
-        value, values),
-)  # fmt: skip
+    range=Range(0),
+)
 
 PARAMETERS = (
     IMPLEMENTATION,
@@ -526,6 +519,35 @@ class AdvantageMoments(TokenPass[RollPlan]):
         return replace(plan, adv_mean=mean[plan.batch_of_row], adv_std=std[plan.batch_of_row])
 
 
+SIMILARITY_STATES = "ADVCLI_SIMILARITY_STATES"
+"""The environment variable of the most distinct states ``--similarity`` clusters in one
+episode group (default :data:`DEFAULT_SIMILARITY_STATES`)."""
+DEFAULT_SIMILARITY_STATES = 1024
+
+
+def similarity_states() -> int:
+    """The most distinct states of one episode group that ``--similarity`` compares
+    (:data:`SIMILARITY_STATES`)."""
+    text = os.environ.get(SIMILARITY_STATES, str(DEFAULT_SIMILARITY_STATES))
+    try:
+        value: Any = int(text)
+    except ValueError:
+        value = text
+    if problem := Range(1).problem(SIMILARITY_STATES, value, integer=True):
+        raise UsageError(problem)
+    return int(value)
+
+
+def too_many_states(limit: int) -> str:
+    """Why an episode group of more than ``limit`` distinct states is refused."""
+    return (
+        f"its episode group has more than {limit:,} distinct states, and --similarity compares "
+        "each with the first state of every cluster it may join, a time that grows with their "
+        f"square. Hint: raise {SIMILARITY_STATES} (default {DEFAULT_SIMILARITY_STATES:,}), or "
+        "leave --similarity out to group equal states"
+    )
+
+
 def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
     """Each step's anchor-state group: equal ``state`` (within the episode group for
     verl-agent, across the batch otherwise), or similar text (``--similarity``); a step
@@ -538,7 +560,10 @@ def state_groups(rows: Rows, groups: np.ndarray, p: Params) -> np.ndarray:
         cluster = np.full(len(pairs), -1, dtype=np.int64)
         order = np.lexsort((first, pairs[:, 0]))  # by group, then first appearance
         order = order[pairs[order, 1] >= 0]  # a step without a state stays alone
+        limit = similarity_states()
         for mine in np.split(order, np.flatnonzero(np.diff(pairs[order, 0])) + 1):
+            if len(mine) > limit:
+                raise RowError(int(first[mine[limit]]), ("state",), too_many_states(limit))
             cluster[mine] = S.similar_states([texts[s] for s in pairs[mine, 1]], p.similarity)
         states = np.where(states < 0, -1, cluster[inverse.ravel()])
     return S.anchor_groups(groups, states, within=p.implementation == "verl-agent")

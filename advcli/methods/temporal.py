@@ -34,9 +34,9 @@ from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import (
     BATCH_SIZE,
+    DDOF,
     Method,
     TokenPass,
-    ddof_check,
 )
 from advcli.methods.temporal_passes import (
     ChainPass,
@@ -46,7 +46,7 @@ from advcli.methods.temporal_passes import (
     WhitenPass,
     adaptive,
 )
-from advcli.params import Param, Params, in_unit_interval
+from advcli.params import Param, Params, Range
 
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
@@ -66,20 +66,16 @@ def _parse_lam(value: Any) -> float | str:
         raise UsageError(msg) from None
 
 
-_lam_range = in_unit_interval("--lam", " or 'adaptive'")
+UNIT = Range(0, 1)
 
 
 def _check_lam(value: Any, values: Any) -> str | None:
-    if value != "adaptive":
-        return _lam_range(value, values)
-    if values["alpha"] is None or values["alpha"] <= 0:
+    if value == "adaptive" and values["alpha"] is None:
         return "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"
     return None
 
 
-GAMMA = Param(
-    "gamma", float, 1.0, "Discount per action step.", PANEL, check=in_unit_interval("--gamma")
-)
+GAMMA = Param("gamma", float, 1.0, "Discount per action step.", PANEL, range=UNIT)
 LAM = Param(
     "lam",
     str,
@@ -88,15 +84,23 @@ LAM = Param(
     PANEL,
     parse=_parse_lam,
     check=_check_lam,
+    range=UNIT,
 )
-ALPHA = Param("alpha", float, None, "Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1).", PANEL)
+ALPHA = Param(
+    "alpha",
+    float,
+    None,
+    "Adaptive lambda: clamp(1 - 1/(alpha * l), 0, 1).",
+    PANEL,
+    range=Range(0, low_open=True),
+)
 LAM_CRITIC = Param(
     "lam_critic",
     float,
     1.0,
     "Lambda of the returns (critic targets).",
     PANEL,
-    check=in_unit_interval("--lam-critic"),
+    range=UNIT,
 )
 OBSERVATIONS = Param(
     "observations",
@@ -125,7 +129,7 @@ WHITEN = Param(
     conventional=True,
 )
 WHITEN_DDOF = Param(
-    "whiten_ddof", int, None, "ddof of whitening.", PANEL, conventional=True, check=ddof_check
+    "whiten_ddof", int, None, "ddof of whitening.", PANEL, conventional=True, range=DDOF
 )
 WHITEN_EPS_PLACEMENT = Param(
     "whiten_eps_placement",

@@ -28,7 +28,7 @@ from advcli.io import jsonl
 from advcli.io.arrow import fast_ipc
 from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
 from advcli.lazy_imports import np, pa, pl
-from advcli.params import option
+from advcli.params import Range, check_fields, option
 
 FROM = "Logs as a framework wrote them"
 """The help panel of ``--from`` and its options."""
@@ -49,7 +49,8 @@ class PresetOptions:
         "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
         "advantages; no safe guess otherwise); nemo-rl: groups are blocks of this many lines, "
         "num_generations_per_prompt (rollout identity, NeMo-RL PR #3882; default: equal prompt "
-        "tokens, unless the logged advantages say otherwise).", panel=FROM))  # fmt: skip
+        "tokens, unless the logged advantages say otherwise).", panel=FROM,
+        range=Range(1)))  # fmt: skip
     reward_key: str | None = field(default=None, metadata=option(
         "slime, miles: the reward to take from a dict reward.", panel=FROM))  # fmt: skip
     merge_repeated_prompts: bool = field(default=False, metadata=option(
@@ -57,6 +58,9 @@ class PresetOptions:
         "as one group (the framework scored each dataset row apart; the dump has no uid to tell "
         "them).",
         flag="--merge-repeated-prompts", panel=FROM))  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -442,6 +446,17 @@ def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
         raise DataError(msg) from None
 
 
+def group_larger_than_files(size: int, rows: int, files: list[str]) -> UsageError:
+    """``--group-size`` beyond the rows of every file: a group of a framework's dump is rows
+    of one file (one step), so no row could be in one."""
+    return UsageError(
+        f"--group-size {size}: more than the {rows} rows of {'any file of ' * (len(files) > 1)}"
+        f"{file_list(files)}, and a group is rows of one file (one step). Hint: give the "
+        "framework's rollouts per prompt (TRL's num_generations, NeMo-RL's "
+        "num_generations_per_prompt)"
+    )
+
+
 def _listed(paths: list[str]) -> str:
     """The first three paths, and "..." for more."""
     return f"{', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
@@ -506,6 +521,8 @@ class PresetSource(LogSource):
         if not sum(counts):
             msg = f"{file_list(files)}: the input has no rows. Hint: check the files"
             raise DataError(msg)
+        if options.group_size is not None and options.group_size > max(counts):
+            raise group_larger_than_files(options.group_size, max(counts), kept)
         self.sources = Sources(files=kept, row_counts=counts, lines=lines)
         try:
             self.schema = pa.unify_schemas(schemas, promote_options="permissive")

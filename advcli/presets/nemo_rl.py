@@ -25,6 +25,7 @@ from advcli.presets.base import (
     Preset,
     PresetOptions,
     Setting,
+    group_larger_than_files,
     json_frame,
     need,
     step_of,
@@ -218,6 +219,8 @@ def groups(
         return df.select(key.alias("group"))["group"]
     if size is None:
         return prompts
+    if size > len(prompts):
+        raise group_larger_than_files(size, len(prompts), [path])
     if len(prompts) % size:
         msg = (
             f"{path}: {len(prompts)} rows are not whole groups of --group-size {size}. Hint: "

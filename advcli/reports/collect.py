@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from advcli import progress
 from advcli.accounting import Audit, audit_log
@@ -32,6 +34,7 @@ from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log
+from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
@@ -134,31 +137,80 @@ def gather(
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
         ),  # fmt: skip
         "details": seen.details(found, codes, rewards, lengths_),
-        "vocab": token_texts(options.tokenizer, seen) if options.tokenizer else None,
+        "vocab": token_texts(options.tokenizer, seen, log) if options.tokenizer else None,
     }
     return Gathered(payload, log, found, kinds, seen.rollout_advantages(lengths_),
                     seen.prompt_hash)  # fmt: skip
 
 
-def token_texts(path: str, seen: _Walk) -> dict[str, str]:
-    """The text of every token id the page shows, by id, from a local ``tokenizer.json``."""
+def token_texts(path: str, seen: _Walk, log: Log) -> dict[str, str]:
+    """The text of every token id the page shows, by id, from a local ``tokenizer.json``.
+
+    The tokenizers library panics where a regular expression of the file exceeds its regex
+    engine's retry limit (a ``PanicException``, no ``Exception``; its Rust code prints the
+    panic on stderr itself): refused in one line naming the file, the token and its row."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
         msg = "--tokenizer needs the tokenizers package. Hint: pip install 'advcli[text]'"
         raise UsageError(msg) from None
-    if not os.path.isfile(path):
-        raise UsageError(f"--tokenizer {path}: no such file. Hint: give a tokenizer.json")
-    try:
-        tokenizer = Tokenizer.from_file(path)
-    except Exception as exc:  # the tokenizers library raises its own (Rust) exceptions
-        msg = f"--tokenizer {path}: not a tokenizer.json the tokenizers library reads ({exc})"
-        raise UsageError(msg) from None
-    shown = [part[0] for part in seen.tokens.values()]
-    ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
-    ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
-    texts = tokenizer.decode_batch([[int(i)] for i in ids], skip_special_tokens=False)
+    check_option_file("--tokenizer", path, "tokenizer.json")
+    with _native_stderr_muted():
+        try:
+            tokenizer = Tokenizer.from_file(path)
+        except _failures() as exc:  # the library raises its own (Rust) exceptions
+            msg = f"--tokenizer {path}: not a tokenizer.json the tokenizers library reads ({exc})"
+            raise UsageError(msg) from None
+        shown = [part[0] for part in seen.tokens.values()]
+        ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
+        ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
+        try:
+            texts = tokenizer.decode_batch([[int(i)] for i in ids], skip_special_tokens=False)
+        except _failures():
+            _refuse_undecodable(path, tokenizer, ids, seen, log)
     return {str(int(i)): text for i, text in zip(ids, texts, strict=True)}
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    """What the tokenizers library raises: exceptions, and the panics of its Rust code
+    (pyo3's PanicException derives from BaseException and is not importable by name)."""
+    panics = [t for t in BaseException.__subclasses__() if t.__name__ == "PanicException"]
+    return (Exception, *panics)
+
+
+def _refuse_undecodable(
+    path: str, tokenizer: Any, ids: np.ndarray, seen: _Walk, log: Log
+) -> NoReturn:
+    """The first id the tokenizer fails to decode, named with the first row it is on."""
+    for token in ids.tolist():
+        try:
+            tokenizer.decode([token], skip_special_tokens=False)
+        except _failures() as exc:
+            row = min(r for r, part in seen.tokens.items() if (part[0] == token).any())
+            at = log.sources.at(row, log.roles.column("input_ids"))
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0]
+            msg = (
+                f"--tokenizer {path}: {at}: token {token}: the tokenizers library fails to "
+                f"decode it ({problem}). Hint: give another tokenizer.json, or leave "
+                "--tokenizer out"
+            )
+            raise UsageError(msg) from None
+    raise UsageError(f"--tokenizer {path}: the tokenizers library fails to decode the tokens")
+
+
+@contextmanager
+def _native_stderr_muted() -> Iterator[None]:
+    """Standard error's file descriptor pointed at /dev/null: a panic in native code prints
+    itself there (Rust's panic hook), beside the one line advcli says instead."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def choose_groups(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advcli.core.group import ZERO_VARIANCE_TOL
-from advcli.params import option
+from advcli.params import Range, check_fields, option
 
 PANEL = "What the page holds"  # the help panel of the options that bound the detail
 COMPARE = "Compare"  # the help panel of --compare, --steps and --label
@@ -22,28 +22,32 @@ class ReportOptions:
         metadata=option(
             "A group is a near-tie when its reward std is below this (default: "
             "0.05 x the log's reward range).",
-            min=0.0,
+            range=Range(0),
         ),
     )
     sample_groups: int = field(
         default=20_000,
-        metadata=option("Groups the table lists; beyond, a seeded sample.", min=1, panel=PANEL),
+        metadata=option(
+            "Groups the table lists; beyond, a seeded sample.", range=Range(1), panel=PANEL
+        ),
     )
     detail_groups: int = field(
         default=200,
         metadata=option(
             "Groups whose rollouts and tokens the page holds (the worst always).",
-            min=0,
+            range=Range(0),
             panel=PANEL,
         ),
     )
     token_budget: int = field(
         default=200_000,
         metadata=option(
-            "Tokens the page holds in all, shared by those rollouts.", min=0, panel=PANEL
+            "Tokens the page holds in all, shared by those rollouts.", range=Range(0), panel=PANEL
         ),
     )
-    seed: int = field(default=0, metadata=option("Seed of the samples.", panel=PANEL))
+    seed: int = field(
+        default=0, metadata=option("Seed of the samples.", range=Range(0), panel=PANEL)
+    )
     tokenizer: str | None = field(
         default=None,
         metadata=option(
@@ -75,3 +79,6 @@ class ReportOptions:
         ),
     )
     bins: int = 40  # of each histogram
+
+    def __post_init__(self) -> None:
+        check_fields(self)

@@ -8,7 +8,7 @@ from typing import Any
 
 from advcli import methods
 from advcli.errors import UsageError
-from advcli.params import INT64, option, parse_assignments
+from advcli.params import Range, check_fields, option, parse_assignments
 from advcli.shards import trainers
 
 DEFAULT_TOKENS_PER_SHARD = 1 << 24  # 16 Mi tokens: ~64 MiB of int32 ids before compression
@@ -33,11 +33,14 @@ class ShardOptions:
     """Everything ``advcli shard`` does besides the method (recorded in the manifest)."""
 
     rows_per_shard: int | None = field(
-        default=None, metadata=option("Rows per shard (instead of --tokens-per-shard).")
+        default=None,
+        metadata=option("Rows per shard (instead of --tokens-per-shard).", range=Range(1)),
     )
     tokens_per_shard: int | None = field(
         default=None,
-        metadata=option(f"Tokens per shard (default {DEFAULT_TOKENS_PER_SHARD:,})."),
+        metadata=option(
+            f"Tokens per shard (default {DEFAULT_TOKENS_PER_SHARD:,}).", range=Range(1)
+        ),
     )
     keep: list[str] = field(
         default_factory=list,
@@ -50,13 +53,15 @@ class ShardOptions:
     shuffle: bool = field(
         default=False, metadata=option("A global, seeded, deterministic shuffle.")
     )
-    seed: int = field(default=0, metadata=option("Seed of --shuffle."))
+    seed: int = field(default=0, metadata=option("Seed of --shuffle.", range=Range(0)))
     keep_groups: bool = field(
         default=False, metadata=option("Keep a group's rollouts adjacent and in one shard.")
     )
     pack: int | None = field(
         default=None,
-        metadata=option("Pack rollouts first-fit-decreasing into rows of at most N tokens."),
+        metadata=option(
+            "Pack rollouts first-fit-decreasing into rows of at most N tokens.", range=Range(1)
+        ),
     )
     truncate: bool = field(
         default=False, metadata=option("Cut rollouts longer than --pack N to N tokens (counted).")
@@ -111,17 +116,7 @@ def parse_split(spec: str | None) -> list[tuple[str, float]]:
 def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
     """Check ``opts`` before reading anything; return the parsed split."""
 
-    def positive(flag: str, value: int | None) -> None:
-        if value is not None and not 1 <= value < INT64:
-            msg = f"{flag} {value}: expected a positive integer. Hint: for example {flag} 4096"
-            raise UsageError(msg)
-
-    positive("--rows-per-shard", opts.rows_per_shard)
-    positive("--tokens-per-shard", opts.tokens_per_shard)
-    positive("--pack", opts.pack)
-    if opts.seed < 0:  # numpy's generators take no negative seed
-        msg = f"--seed {opts.seed}: expected an integer, 0 or more. Hint: --seed 0"
-        raise UsageError(msg)
+    check_fields(opts)  # (numpy's generators take no negative seed)
     if opts.rows_per_shard is not None and opts.tokens_per_shard is not None:
         msg = "--rows-per-shard and --tokens-per-shard: give one. Hint: drop one of them"
         raise UsageError(msg)

@@ -312,3 +312,53 @@ def test_a_file_decompressing_past_its_bound_is_refused(tmp_path, monkeypatch, s
         proc = run("audit", path)
         assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1
         assert b"bound of 1000 times" in proc.stderr
+
+
+def _ids(role: str, first: object, n: int) -> list[dict]:
+    """Rows whose ``role`` ids are of the kind of ``first`` (an integer, or text)."""
+    kind = type(first)
+    return [rollout(f"q{i}", 1.0, **{role: kind(i)}) for i in range(n)]
+
+
+@pytest.mark.parametrize("role", ["prompt_id", "rollout_id"])
+@pytest.mark.parametrize("first", [0, "0"])
+@pytest.mark.parametrize("line", [2, 141])  # among the lines that type the columns, and after
+def test_ids_of_two_kinds_are_refused_at_the_first_of_the_other(tmp_path, role, first, line):
+    """Rollout ids 1 and "1" were one rollout (read as text), its rows merged as segments:
+    an id of the other kind than the column's first is refused at its line, in every reader."""
+    rows = _ids(role, first, 150)
+    rows[line - 1][role] = "0" if first == 0 else 0  # the first row's id, of the other kind
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    for read in (lambda: whole(JsonlSource([path], {})), lambda: read_inputs([path])):
+        with pytest.raises(DataError) as info:
+            read()
+        assert str(info.value).startswith(f"{path}: line {line}, column '{role}': ")
+
+
+@pytest.mark.parametrize("first", [0, "0"])
+def test_files_whose_ids_are_of_two_kinds_are_refused(tmp_path, first):
+    """One file's integer ids and another's text were read as one column of text."""
+    a = write_jsonl(tmp_path / "a.jsonl", _ids("rollout_id", first, 3))
+    b = write_jsonl(tmp_path / "b.jsonl", _ids("rollout_id", "0" if first == 0 else 0, 3))
+    with pytest.raises(DataError) as info:
+        whole(JsonlSource([a, b], {}))
+    other, first_kind, other_kind = (
+        ('"0"', "an integer", "a string") if first == 0 else ("0", "a string", "an integer")
+    )
+    assert str(info.value).startswith(
+        f"{b}: line 1, column 'rollout_id': the id {other} is {other_kind}, but the first is "
+        f"{first_kind} ({a}: line 1, column 'rollout_id')"
+    )
+
+
+def test_segments_of_two_rollouts_with_ids_of_two_kinds_are_not_merged(tmp_path):
+    rows = [rollout("q", r, rollout_id=i, segment_index=s)
+            for r, i, s in ((1.0, 1, 0), (0.0, "1", 1), (0.5, 2, 0))]  # fmt: skip
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", log, "--method", "grpo", "--out", tmp_path / "o.parquet")
+    assert proc.returncode == 1 and not (tmp_path / "o.parquet").exists()
+    assert proc.stderr.decode() == (
+        f"advcli: error: {log}: line 2, column 'rollout_id': the id \"1\" is a string, but the "
+        f"first is an integer ({log}: line 1, column 'rollout_id'): read as text, 1 and \"1\" "
+        "would be one id. Hint: write every id of the column as a string\n"
+    )

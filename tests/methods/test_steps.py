@@ -5,6 +5,7 @@ verl-agent's ``compute_gigpo_outcome_advantage``, Trinity-RFT's ``GiGPOAdvantage
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from difflib import SequenceMatcher
 from typing import Any
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
-from advcli.core.steps import step_returns, turn_returns
+from advcli.core.steps import similar_states, step_returns, turn_returns
 from advcli.errors import UsageError
 from tests.conftest import run, write_jsonl
 from tests.methods.refs import cases, ids
@@ -264,6 +265,64 @@ def test_options_of_another_implementation_are_refused() -> None:
     with pytest.raises(UsageError, match="implementation roll"):
         advcli.annotate_table(pa.Table.from_pylist(_worked_rows()), method="gigpo",
                               reward_clip=1.0)  # fmt: skip
+
+
+def _verl_agent_clusters(texts: list[str], threshold: float) -> list[int]:
+    """verl-agent's ``build_step_group``: each state to the first cluster whose first state's
+    ratio to it reaches the threshold, every pair compared anew."""
+    firsts: list[str] = []
+    out = []
+    for text in texts:
+        same = (k for k, first in enumerate(firsts)
+                if SequenceMatcher(None, text, first).ratio() >= threshold)  # fmt: skip
+        match = next(same, len(firsts))
+        firsts += [text] * (match == len(firsts))
+        out.append(match)
+    return out
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.6, 0.8, 0.9, 0.97])
+def test_similar_states_are_verl_agents_clusters(threshold) -> None:
+    """The bound on shared characters only skips pairs that cannot match: the same clusters
+    on edits of a few texts (any script, empty ones, and texts past SequenceMatcher's
+    autojunk length of 200)."""
+    rng = np.random.default_rng(int(threshold * 100))
+    letters = list("abcde fgé漢😀")
+    bases = ["".join(rng.choice(letters, int(n))) for n in (0, 5, 30, 260)]
+    texts = []
+    for _ in range(120):
+        text = list(bases[int(rng.integers(0, len(bases)))])
+        for _ in range(int(rng.integers(0, 4))):
+            at = int(rng.integers(0, len(text) + 1))
+            text[at : at + 1] = [] if text and rng.random() < 0.5 else [str(rng.choice(letters))]
+        texts.append("".join(text))
+    texts = list(dict.fromkeys(texts))  # distinct, as the method passes them
+    assert similar_states(texts, threshold).tolist() == _verl_agent_clusters(texts, threshold)
+
+
+def test_similarity_beyond_its_bound_of_states_is_refused(tmp_path, monkeypatch) -> None:
+    """--similarity compares each distinct state of an episode group with every cluster's
+    first: beyond ADVCLI_SIMILARITY_STATES of them (default 1,024) it is refused at the first
+    state past the bound, as a quadratic time would be a hang."""
+    rows = [{**row, "state": f"{row['state']} seen from {i}"}
+            for i, row in enumerate(_worked_rows())]  # fmt: skip
+    log = write_jsonl(tmp_path / "steps.jsonl", rows)
+    env = {**os.environ, "ADVCLI_SIMILARITY_STATES": "3"}
+    proc = run("annotate", log, "--method", "gigpo", "--similarity", "0.9", "--out",
+               tmp_path / "o.parquet", env=env)  # fmt: skip
+    assert proc.returncode == 1 and not (tmp_path / "o.parquet").exists()
+    assert proc.stderr.decode().startswith(
+        f"advcli: error: {log}: line 4, column 'state': its episode group has more than 3 "
+        "distinct states, and --similarity compares each with the first state of every "
+        "cluster it may join"
+    )
+    assert "Hint: raise ADVCLI_SIMILARITY_STATES (default 1,024)" in proc.stderr.decode()
+    table = pa.Table.from_pylist(rows)
+    monkeypatch.setenv("ADVCLI_SIMILARITY_STATES", "4")
+    advcli.annotate_table(table, method="gigpo", similarity=0.9)
+    monkeypatch.setenv("ADVCLI_SIMILARITY_STATES", "0")
+    with pytest.raises(UsageError, match="^ADVCLI_SIMILARITY_STATES 0: expected a positive"):
+        advcli.annotate_table(table, method="gigpo", similarity=0.9)
 
 
 def test_agentic_reinforce_counts_the_turns_of_later_segments() -> None:

@@ -237,6 +237,26 @@ def test_preset_options_need_from(tmp_path):
     assert np.isfinite(1.0)
 
 
+@pytest.mark.parametrize("size", ["0", "13", str((1 << 63) - 1)])
+@pytest.mark.parametrize(("writer", "preset"), [(fw.trl, "trl"), (fw.nemo_rl, "nemo-rl")])
+def test_a_group_size_no_file_can_hold_is_a_usage_error(tmp_path, writer, preset, size):
+    """TRL's dump without its logged advantages took --group-size 9223372036854775807 and
+    blamed TRL's evaluation log for rows that could be in no group (0: a division by 0);
+    NeMo-RL's blamed the data. A group is rows of one file (12 rows here)."""
+    dump = writer(tmp_path / "dump", RS)
+    for path in dump.rglob("*.parquet"):  # the logged advantages would name the size instead
+        pl.read_parquet(path).drop("advantage").write_parquet(path)
+    proc = run("annotate", str(dump), "--from", preset, "--method", "grpo", "--group-size",
+               size, "-o", str(tmp_path / "o.parquet"))  # fmt: skip
+    message = proc.stderr.decode()
+    assert proc.returncode == 2 and message.count("\n") == 1, message
+    if size == "0":
+        assert message == "advcli: error: --group-size 0: expected a positive integer\n"
+    else:
+        assert message.startswith(f"advcli: error: --group-size {size}: more than the 12 rows ")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 @pytest.mark.parametrize(
     ("writer", "preset", "options", "convention", "compared"),
     [

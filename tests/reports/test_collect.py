@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -321,3 +322,59 @@ def test_a_tokenizer_gives_the_tokens_text(tmp_path):
     proc = run("report", log, "--out", str(tmp_path / "s.html"), "--tokenizer",
                str(tmp_path / "none.json"))  # fmt: skip
     assert proc.returncode == 2 and b"--tokenizer" in proc.stderr and b"no such file" in proc.stderr
+
+
+def _tokenized_log(tmp_path) -> str:
+    rows = [{"prompt_id": "q", "rollout_id": f"r{i}", "reward": float(i),
+             "input_ids": [1, 2 + i], "action_mask": [0, 1]} for i in range(2)]  # fmt: skip
+    return write_jsonl(tmp_path / "log.jsonl", rows)
+
+
+@pytest.mark.parametrize("kind", ["folder with one", "folder", "fifo", "device", "nothing"])
+def test_a_tokenizer_that_is_no_file_says_what_it_is(tmp_path, kind):
+    """A folder, a FIFO or a device was "no such file" (and a FIFO would be opened)."""
+    pytest.importorskip("tokenizers")
+    from tests.reports.helpers import tiny_tokenizer
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    given = {"folder with one": folder, "folder": folder, "fifo": tmp_path / "fifo",
+             "device": "/dev/null", "nothing": tmp_path / "none.json"}[kind]  # fmt: skip
+    if kind == "folder with one":
+        tiny_tokenizer(folder / "tokenizer.json", ["<unk>", "a", "b"])
+    if kind == "fifo":
+        os.mkfifo(given)
+    proc = run("report", _tokenized_log(tmp_path), "--method", "grpo", "--tokenizer", given,
+               "--out", tmp_path / "r.html")  # fmt: skip
+    special = "not a regular file (a FIFO, a device or a socket)"
+    said = {
+        "folder with one": f"a folder. Hint: --tokenizer {folder / 'tokenizer.json'}",
+        "folder": "a folder without a tokenizer.json. Hint: give a tokenizer.json",
+        "fifo": f"{special}. Hint: give a tokenizer.json",
+        "device": f"{special}. Hint: give a tokenizer.json",
+        "nothing": "no such file. Hint: give a tokenizer.json",
+    }[kind] + "\n"
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == f"advcli: error: --tokenizer {given}: {said}"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_tokenizer_whose_regex_panics_is_one_line_naming_it(tmp_path):
+    """A decoder's regular expression beyond Oniguruma's retry limit makes the tokenizers
+    library panic (a BaseException, PanicException, with Rust's own message on stderr)."""
+    tokenizers = pytest.importorskip("tokenizers")
+
+    words = {"<unk>": 0, "a": 1, "a" * 30 + "!": 2, "b": 3}
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
+    tokenizer.decoder = tokenizers.decoders.Replace(tokenizers.Regex("(a+)+c"), "x")
+    tok = tmp_path / "tokenizer.json"
+    tokenizer.save(str(tok))
+    log = _tokenized_log(tmp_path)
+    proc = run("report", log, "--method", "grpo", "--tokenizer", tok, "--out", tmp_path / "r.html")
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        f"advcli: error: --tokenizer {tok}: {log}: line 1, column 'input_ids': token 2: the "
+        "tokenizers library fails to decode it (Onig: Regex search error: retry-limit-in-match "
+        "over). Hint: give another tokenizer.json, or leave --tokenizer out\n"
+    )
+    assert not (tmp_path / "r.html").exists()
