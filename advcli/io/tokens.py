@@ -67,7 +67,7 @@ def extract_tokens(
     token_ids, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
     if ids:
-        _check_ids(check, ids_col, token_ids, offsets)
+        check_ids(check, ids_col, token_ids, offsets)
 
     def token_list(role: str) -> pa.Array | None:
         col = roles[role]
@@ -139,7 +139,7 @@ def _turn_rewards(
     return out
 
 
-def _check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
+def check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
     """Token ids are vocabulary indices: none null, none negative, none beyond int64 (what a
     critic takes)."""
     if not len(ids):
@@ -165,29 +165,34 @@ def _mask(
 ) -> np.ndarray:
     n = int(offsets[-1])
     if mask_values is not None:
-        col = roles["action_mask"]
-        if mask_values.null_count:
-            i = first_index(mask_values.is_null().to_numpy(zero_copy_only=False))
-            row = int(row_of(offsets)[i])
-            check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
-        if pa.types.is_boolean(mask_values.type):
-            flags: np.ndarray = mask_values.to_numpy(zero_copy_only=False).astype(bool)
-            return flags
-        m: np.ndarray = mask_values.to_numpy(zero_copy_only=False)
-        bad = (m != 0) & (m != 1)
-        if bad.any():
-            i = first_index(bad)
-            row = int(row_of(offsets)[i])
-            check.fail(
-                row,
-                col,
-                f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
-                "1 marks a token the policy sampled, 0 any other token",
-            )
-        return m.astype(bool)
+        return mask_flags(check, roles.column("action_mask"), mask_values, offsets)
     if roles["spans"] is None:
         return np.ones(n, dtype=bool)
     return _spans_mask(check, roles["spans"], table, offsets)
+
+
+def mask_flags(check: Checker, column: str, values: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    """A mask column's flat values as booleans: each 0 or 1 (or a boolean), none null; the
+    first other value is refused at its row and token, whatever the integer type holds."""
+    if values.null_count:
+        i = first_index(values.is_null().to_numpy(zero_copy_only=False))
+        row = int(row_of(offsets)[i])
+        check.fail(row, column, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
+    if pa.types.is_boolean(values.type):
+        flags: np.ndarray = values.to_numpy(zero_copy_only=False).astype(bool)
+        return flags
+    m: np.ndarray = values.to_numpy(zero_copy_only=False)
+    bad = (m != 0) & (m != 1)
+    if bad.any():
+        i = first_index(bad)
+        row = int(row_of(offsets)[i])
+        check.fail(
+            row,
+            column,
+            f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
+            "1 marks a token the policy sampled, 0 any other token",
+        )
+    return m.astype(bool)
 
 
 def _spans_mask(check: Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
