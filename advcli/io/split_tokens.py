@@ -22,7 +22,7 @@ from advcli.io.arrow import flat_list, is_list, list_array
 from advcli.io.rollouts import Checker
 from advcli.io.schema import ROLES
 from advcli.io.sources import DerivedColumns, LogSource
-from advcli.io.tokens import check_ids, mask_flags
+from advcli.io.tokens import check_ids, mask_flags, refuse_long_rows
 from advcli.lazy_imports import np, pa, pc
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
@@ -110,6 +110,7 @@ class SplitTokens(DerivedColumns):
         if names is not None and not set(names) & set(VIRTUAL):
             return table.select(names)
         check = Checker(table, self.sources, row0)
+        refuse_long_rows(check, RESPONSE, p_len + r_len)
         check_ids(check, PROMPT, prompt, p_offsets)  # named in the user's columns
         check_ids(check, RESPONSE, response, r_offsets)
         ids = np.empty(int(offsets[-1]), dtype=self.ids_type.to_pandas_dtype())

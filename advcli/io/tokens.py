@@ -5,11 +5,12 @@ are read for the whole log), with its checks of token ids, action masks and span
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from advcli.core.ragged import lengths, row_of
 from advcli.core.steps import turn_counts, turn_ends
-from advcli.errors import SchemaError, file_list
+from advcli.errors import SchemaError, UsageError, file_list
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import FLOAT32_MAX, Checker, first_index, numeric
 from advcli.io.schema import SPAN_KINDS, Roles
@@ -34,6 +35,34 @@ class Tokens:
 
 
 TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
+MAX_ROW_TOKENS = 1 << 25  # the default bound on one row's tokens
+ROW_TOKENS_ENV = "ADVCLI_MAX_ROW_TOKENS"
+
+
+def max_row_tokens() -> int:
+    """The most tokens one row may hold: ``ADVCLI_MAX_ROW_TOKENS``, default 2^25 (33,554,432),
+    at most 2^31 - 1 (shards number positions in int32). A length a dump or a caller declares
+    (a response length, a collator's padding) would otherwise allocate its memory before a
+    token is read."""
+    given = os.environ.get(ROW_TOKENS_ENV)
+    if given is None:
+        return MAX_ROW_TOKENS
+    limit = int(given) if given.strip().isdigit() else 0
+    if not 1 <= limit < 2**31:
+        msg = (
+            f"{ROW_TOKENS_ENV}={given!r}: expected a number of tokens from 1 to {2**31 - 1:,}. "
+            f"Hint: unset it for the default, {MAX_ROW_TOKENS:,}"
+        )
+        raise UsageError(msg)
+    return limit
+
+
+def refuse_long_rows(check: Checker, column: str, n_tokens: np.ndarray) -> None:
+    """Refuse the longest row where it holds more than :func:`max_row_tokens`."""
+    if len(n_tokens) and (longest := int(n_tokens.max())) > max_row_tokens():
+        problem = f"{longest:,} tokens, more than the {max_row_tokens():,} a row may hold"
+        hint = f"raise {ROW_TOKENS_ENV} if the row is meant to be that long"
+        check.fail(first_index(n_tokens == longest), column, problem, hint)
 
 
 def token_columns(
@@ -66,6 +95,7 @@ def extract_tokens(
     check.no_nulls(ids_col, "token list")
     token_ids, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
+    refuse_long_rows(check, ids_col, n_tokens)
     if ids:
         check_ids(check, ids_col, token_ids, offsets)
 

@@ -355,6 +355,9 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
                 raise _fail(path, row, name, f"no '{name}', which a slime sample has")
         tokens = list(s["tokens"])
         n_resp = int(s["response_length"])
+        if not 0 <= n_resp <= len(tokens):  # before a mask of that length is made
+            problem = f"response_length {n_resp} is not within the row's {len(tokens)} tokens"
+            raise _fail(path, row, "response_length", problem)
         loss = s.get("loss_mask")
         loss = [1] * n_resp if loss is None else list(loss)
         if len(loss) != n_resp or n_resp > len(tokens):

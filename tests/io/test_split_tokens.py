@@ -4,6 +4,7 @@ their concatenation, written back in the user's layout."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -383,3 +384,28 @@ def test_an_annotated_split_log_annotated_again_keeps_the_users_layout(tmp_path,
         assert row["old_logprobs"] == pytest.approx(r["old_logprobs"])  # as it came
         if values:
             assert row["values"] == pytest.approx(r["values"])
+
+
+@pytest.mark.parametrize("layout", ["split", "flat"])
+def test_a_row_beyond_the_tokens_a_row_may_hold_is_refused_and_the_bound_raised(tmp_path, layout):
+    """ADVCLI_MAX_ROW_TOKENS (lowered here to 8) bounds every row read, in either layout; raised,
+    the same log is read."""
+    split, _ = logs()
+    rows = split if layout == "split" else _flat(split)
+    log = _write(tmp_path / "log.parquet", rows)
+    longest = max(len(r["prompt_ids"]) + len(r["response_ids"]) for r in split)
+    row = next(i for i, r in enumerate(split)
+               if len(r["prompt_ids"]) + len(r["response_ids"]) == longest)  # fmt: skip
+    column = "response_ids" if layout == "split" else "input_ids"
+    env = dict(os.environ, ADVCLI_MAX_ROW_TOKENS="8")
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"),
+               env=env)  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err.startswith(f"advcli: error: {log}: row {row}, column '{column}': {longest} "
+                          "tokens, more than the 8 a row may hold. Hint: raise "
+                          "ADVCLI_MAX_ROW_TOKENS")  # fmt: skip
+    env["ADVCLI_MAX_ROW_TOKENS"] = str(longest)
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"),
+               env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
