@@ -142,16 +142,21 @@ def test_trl_refuses_advantages_that_vary_along_a_sequence_whatever_gives_them(
     done = run("shard", log, "--layout", "trl", "--out", str(out), *args)
     err = done.stderr.decode()
     assert done.returncode == 2, err
-    assert err.startswith(f"advcli: error: {log}: line 1, column 'advantages': --layout trl "
-                          f"holds one advantage per sequence, and {' '.join(args[:2])}")  # fmt: skip
+    said = f"holds one advantage per sequence, and {' '.join(args[:2])}"
+    assert err.startswith(f"advcli: error: {log}: line 1, column 'advantages': --layout trl {said}")
     assert "vary along the row's action tokens" in err and "Hint: --layout verl" in err
     assert err.count("\n") == 1 and not out.exists()
     done = run("shard", log, "--layout", "verl", "--out", str(out), *args)
     assert done.returncode == 0, done.stderr.decode()
 
 
-@pytest.mark.parametrize("args", [["--method", "reinforce-pp"],
-                                  ["--method", "grpo", "--param", "advantage-clip-high=0.5"]])  # fmt: skip
+CONSTANT = [
+    ["--method", "reinforce-pp"],
+    ["--method", "grpo", "--param", "advantage-clip-high=0.5"],
+]
+
+
+@pytest.mark.parametrize("args", CONSTANT)
 def test_trl_takes_any_run_whose_advantages_are_one_per_sequence(tmp_path, args):
     """A per-token method whose advantages do not vary along a row (an outcome reward, no
     discount) is written, each row's value the one on its action tokens (the clamped one too)."""
