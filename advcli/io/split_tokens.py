@@ -186,14 +186,15 @@ class SplitTokens(DerivedColumns):
         out = offsets_from_lengths(np.where(null, 0, p_len + r_len))
         of = row_of(out)
         prompt = short[of] & (positions(out) < p_len[of])
-        kept = ranges(v_offsets[:-1][~null], count[~null])
-        given = values.take(pa.array(kept)).to_numpy(zero_copy_only=False)
-        flat = np.zeros(int(out[-1]), dtype=given.dtype)
-        flat[~prompt] = given
+        # each output value's source: a given value (a null inside a list stays null, as
+        # written back), or the 0 put after them for a prompt token
+        source = np.full(int(out[-1]), len(values), dtype=np.int64)
+        source[~prompt] = ranges(v_offsets[:-1][~null], count[~null])
+        with_zero = pa.concat_arrays([values, pa.array([0], values.type)])
         lists = pa.LargeListArray if out[-1] >= 2**31 else pa.ListArray
-        return lists.from_arrays(pa.array(out), pa.array(flat), mask=pa.array(null)).cast(
-            column.type
-        )
+        return lists.from_arrays(
+            pa.array(out), with_zero.take(pa.array(source)), mask=pa.array(null)
+        ).cast(column.type)
 
     def in_users_layout(self, table: pa.Table) -> pa.Table:
         """An annotated batch of this log as the user laid it out (:func:`response_only`): the
