@@ -105,6 +105,8 @@ class SplitTokens(DerivedColumns):
         np.cumsum(p_len + r_len, out=offsets[1:])
         in_prompt = positions(offsets) < np.repeat(p_len, p_len + r_len)
         for name in over:
+            if not _holds_numbers(table.column(name).type):
+                continue  # not numbers: as given (where a role reads it, refused there)
             column = self._over_sequence(table.column(name), name, p_len, r_len, row0)
             table = table.set_column(table.schema.get_field_index(name), name, column)
         if names is not None and not set(names) & set(VIRTUAL):
@@ -236,6 +238,12 @@ def joined_ids_type(prompt: pa.DataType, response: pa.DataType) -> pa.DataType:
     return given.pop() if len(given) == 1 else pa.int64()
 
 
+def _holds_numbers(t: pa.DataType) -> bool:
+    """A list of numbers (or of nulls)."""
+    v = t.value_type
+    return bool(pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_null(v))
+
+
 def _holds_ints(t: pa.DataType) -> bool:
     """A list of integers or booleans (of nulls too: a null is refused at its row)."""
     if not is_list(t):
@@ -271,7 +279,7 @@ def response_only(table: pa.Table, over_sequence: set[str]) -> pa.Table:
         count = lengths(offsets)
         of = row_of(offsets)
         over_prompt = positions(offsets) < prompt_len[of]
-        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        if not _holds_numbers(column.type):
             continue  # not numbers: as given
         nonzero = pc.fill_null(pc.not_equal(values, 0), True).to_numpy(zero_copy_only=False)
         given = np.bincount(of[over_prompt & nonzero], minlength=len(count)) > 0
