@@ -411,3 +411,14 @@ def test_a_row_beyond_the_tokens_a_row_may_hold_is_refused_and_the_bound_raised(
     proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"),
                env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_per_token_column_of_other_than_numbers_passes_through_as_given(tmp_path):
+    split, _ = logs()
+    for r in split:
+        r["old_logprobs"] = [str(-0.5)] * len(r["response_ids"])
+    log = _write(tmp_path / "split.parquet", split)
+    proc = run("annotate", str(log), "--method", "rloo", "-q", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    got = pq.read_table(tmp_path / "o.parquet").column("old_logprobs").to_pylist()
+    assert got == [r["old_logprobs"] for r in split]
