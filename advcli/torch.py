@@ -34,7 +34,8 @@ Every row is checked before a tensor is made; a problem raises
 :class:`~advcli.errors.UsageError` naming the row of the batch and the column: a column a row
 lacks, or holds None; token ids that are not integers from 0 within int64; a mask value other
 than 0 or 1; a layout column without one value per token (``advantages`` one value short) or,
-in the trl layout, without one number per row; a number float32 cannot hold. ``prompt_length``,
+in the trl layout, without one number per row; a number float32 cannot hold. A null among
+numbers (a shard's log-probs off action tokens) is NaN. ``prompt_length``,
 ``response_length`` and the batch's longest row are at most ``ADVCLI_MAX_ROW_TOKENS`` tokens
 (:func:`~advcli.io.tokens.max_row_tokens`).
 """
@@ -173,7 +174,7 @@ class Collate:
                 out[name] = tokens.like(rows, name, kind).pad(0, DTYPES[kind])
             elif name in per_row:
                 out[name] = _numbers(values, name)
-            elif tokens.fits(values) and all(_holds(v, FLOATS) for v in values):
+            elif tokens.fits(values) and all(_as_array(v, FLOATS) is not None for v in values):
                 out[name] = tokens.like(rows, name, FLOATS).pad(0, np.float32)
             elif all(_is_number(v) for v in values):
                 out[name] = _numbers(values, name)
@@ -212,12 +213,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.number) and not isinstance(value, bool)
 
 
-def _holds(value: Any, kind: str) -> bool:
-    """Whether ``value`` is a flat list of ``kind`` (an empty list holds any)."""
+def _as_array(value: Any, kind: str) -> np.ndarray | None:
+    """``value`` as a flat array of ``kind`` (numbers: a null is NaN, no value, as a shard
+    holds the log-probs off action tokens), or None where it is not one."""
     if value is None:
-        return False
-    array = np.asarray(value)
-    return array.ndim == 1 and (array.size == 0 or array.dtype.kind in KINDS[kind])
+        return None
+    try:
+        array = np.asarray(value, dtype=np.float64 if kind == FLOATS else None)
+    except (TypeError, ValueError):  # not numbers
+        return None
+    if array.ndim != 1 or (array.size and array.dtype.kind not in KINDS[kind]):
+        return None
+    return array if array.size else array.astype(DTYPES[kind])
 
 
 def _wrong(values: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
@@ -235,11 +242,9 @@ def _arrays(rows: Rows, name: str, kind: str) -> list[np.ndarray]:
     that kind would change."""
     out = []
     for i, value in enumerate(_column(rows, name)):
-        if not _holds(value, kind):
+        array = _as_array(value, kind)
+        if array is None:
             raise _refused(i, name, f"{_shown(value)}, expected a list of {kind}")
-        array = np.asarray(value)
-        if array.size == 0:
-            array = array.astype(DTYPES[kind])
         wrong, why = _wrong(array, kind)
         if wrong.any():
             t = int(np.flatnonzero(wrong)[0])

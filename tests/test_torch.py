@@ -231,3 +231,10 @@ def test_padded_lengths_are_bounded_by_the_tokens_a_row_may_hold(layout, monkeyp
     monkeypatch.setenv("ADVCLI_MAX_ROW_TOKENS", "lots")
     with pytest.raises(UsageError, match="ADVCLI_MAX_ROW_TOKENS='lots': expected a number"):
         collate(layout=layout, response_length=4)
+
+
+def test_a_null_among_numbers_is_nan_no_value():
+    """A shard holds the logged log-probs off action tokens as they came, nulls too."""
+    row = dict(GOOD["verl"], old_log_probs=[-0.5, None])
+    batch = collate(layout="verl")([row, GOOD["verl"]])
+    assert batch["old_log_probs"][0, 0] == -0.5 and torch.isnan(batch["old_log_probs"][0, 1])
