@@ -29,6 +29,15 @@ P, R (C) and T are the batch's longest unless ``prompt_length`` and ``response_l
 are int64, values float32. Any other column with a value per response token (per token, in the
 advcli layout) is padded with 0 alongside; other numbers become a (B,) tensor, anything else a
 list.
+
+Every row is checked before a tensor is made; a problem raises
+:class:`~advcli.errors.UsageError` naming the row of the batch and the column: a column a row
+lacks, or holds None; token ids that are not integers from 0 within int64; a mask value other
+than 0 or 1; a layout column without one value per token (``advantages`` one value short) or,
+in the trl layout, without one number per row; a number float32 cannot hold. A null among
+numbers (a shard's log-probs off action tokens) is NaN. ``prompt_length``,
+``response_length`` and the batch's longest row are at most ``ADVCLI_MAX_ROW_TOKENS`` tokens
+(:func:`~advcli.io.tokens.max_row_tokens`).
 """
 
 from __future__ import annotations
@@ -40,10 +49,24 @@ from typing import Any
 from advcli.core.ragged import offsets_from_lengths, row_of
 from advcli.core.ragged import positions as positions_in_row
 from advcli.errors import UsageError
+from advcli.io.rollouts import FLOAT32_MAX
+from advcli.io.tokens import ROW_TOKENS_ENV, max_row_tokens
 from advcli.lazy_imports import np
 
 LAYOUTS = ("advcli", "verl", "trl")
 Rows = Sequence[Mapping[str, Any]]
+INT64_MAX = 2**63 - 1
+IDS, MASK, FLOATS = "token ids", "mask values (0 or 1)", "numbers"  # what a column holds
+# The columns each layout has with a value per token of its (right-padded) sequence column,
+# and what they hold; the trl layout's advantages: one number per row.
+PER_TOKEN = {
+    "advcli": {"loss_mask": MASK, "advantages": FLOATS, "returns": FLOATS,
+               "loss_weight": FLOATS},
+    "verl": {"response_mask": MASK, "advantages": FLOATS, "returns": FLOATS,
+             "old_log_probs": FLOATS},
+    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS},
+}  # fmt: skip
+PER_ROW = {"trl": ("advantages",)}
 
 
 def collate(
@@ -60,6 +83,20 @@ def collate(
     if layout == "advcli" and prompt_length is not None:
         msg = "prompt_length: the advcli layout has no prompt of its own. Hint: drop it"
         raise UsageError(msg)
+    if not _is_int(pad_token_id) or not -INT64_MAX - 1 <= pad_token_id <= INT64_MAX:
+        msg = f"pad_token_id={pad_token_id!r}: expected an integer within int64. Hint: the "
+        raise UsageError(msg + "tokenizer's pad id")
+    for option, length in (("prompt_length", prompt_length), ("response_length", response_length)):
+        if length is not None and (not _is_int(length) or length < 0):
+            msg = f"{option}={length!r}: expected a number of tokens, 0 or more. Hint: or None"
+            raise UsageError(msg)
+        if length is not None and length > max_row_tokens():
+            msg = (
+                f"{option}={length:,}: more than the {max_row_tokens():,} tokens a row may hold "
+                f"(every row of a batch is padded to it). Hint: a smaller {option}, or raise "
+                f"{ROW_TOKENS_ENV}"
+            )
+            raise UsageError(msg)
     return Collate(layout, pad_token_id, prompt_length, response_length)
 
 
@@ -89,10 +126,10 @@ class Collate:
             "attention_mask": mask,
         }
         if "position_ids" in rows[0]:  # packed rows: positions restart at each sample
-            out["position_ids"] = ids.like(rows, "position_ids").pad(0, np.int64)
+            out["position_ids"] = ids.like(rows, "position_ids", IDS).pad(0, np.int64)
         else:
             out["position_ids"] = positions(mask)
-        return self._rest(rows, out, ids, masks={"loss_mask"})
+        return self._rest(rows, out, ids)
 
     def _verl(self, rows: Rows) -> dict[str, np.ndarray | list[Any]]:
         prompts = Padded.of(rows, "prompts", self.prompt_length, "prompt_length", left=True)
@@ -106,7 +143,7 @@ class Collate:
             "attention_mask": mask,
             "position_ids": positions(mask),
         }
-        return self._rest(rows, out, responses, masks={"response_mask"})
+        return self._rest(rows, out, responses)
 
     def _trl(self, rows: Rows) -> dict[str, np.ndarray | list[Any]]:
         prompts = Padded.of(rows, "prompt_ids", self.prompt_length, "prompt_length", left=True)
@@ -115,39 +152,119 @@ class Collate:
             "prompt_ids": prompts.pad(self.pad_token_id, np.int64),
             "prompt_mask": prompts.mask(),
             "completion_ids": completions.pad(self.pad_token_id, np.int64),
-            "tool_mask": completions.like(rows, "tool_mask").pad(1, np.int64),
+            "tool_mask": completions.like(rows, "tool_mask", MASK).pad(1, np.int64),
         }
-        return self._rest(rows, out, completions, masks={"completion_mask"})
+        return self._rest(rows, out, completions)
 
-    @staticmethod
     def _rest(
-        rows: Rows,
-        out: dict[str, np.ndarray | list[Any]],
-        tokens: Padded,
-        *,
-        masks: set[str],
+        self, rows: Rows, out: dict[str, np.ndarray | list[Any]], tokens: Padded
     ) -> dict[str, np.ndarray | list[Any]]:
-        """The columns not made yet: those with a value per token of ``tokens`` padded with 0
-        alongside (``masks`` as int64, other numbers float32), other numbers as a (B,) array,
+        """The columns not made yet: the layout's per-token ones, and any other list of numbers
+        with a value per token of ``tokens``, padded with 0 alongside (masks as int64, other
+        numbers float32); the layout's per-row numbers and any other numbers as a (B,) array;
         anything else as a list."""
         skip = {*out, "attention_mask", "position_ids"}
+        per_token, per_row = PER_TOKEN[self.layout], PER_ROW.get(self.layout, ())
         for name in rows[0]:
             if name in skip:
                 continue
-            values = [row[name] for row in rows]
-            if tokens.fits(values):
-                dtype = np.int64 if name in masks else np.float32
-                out[name] = tokens.like(rows, name).pad(0, dtype)
+            values = _column(rows, name)
+            if name in per_token:
+                kind = per_token[name]
+                out[name] = tokens.like(rows, name, kind).pad(0, DTYPES[kind])
+            elif name in per_row:
+                out[name] = _numbers(values, name)
+            elif tokens.fits(values) and all(_as_array(v, FLOATS) is not None for v in values):
+                out[name] = tokens.like(rows, name, FLOATS).pad(0, np.float32)
             elif all(_is_number(v) for v in values):
-                floats = any(np.issubdtype(np.asarray(v).dtype, np.floating) for v in values)
-                out[name] = np.asarray(values, dtype=np.float32 if floats else np.int64)
+                out[name] = _numbers(values, name)
             else:
                 out[name] = values
         return out
 
 
+DTYPES: dict[str, Any] = {IDS: np.int64, MASK: np.int64, FLOATS: np.float32}
+KINDS = {IDS: "iu", MASK: "iub", FLOATS: "iubf"}  # the numpy dtype kinds each may hold
+
+
+def _refused(row: int, name: str, problem: str) -> UsageError:
+    return UsageError(f"collate: row {row} of the batch, column {name!r}: {problem}. "
+                      "Hint: rows as advcli shard wrote them")  # fmt: skip
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _column(rows: Rows, name: str) -> list[Any]:
+    """Column ``name`` of every row; refused at a row without it."""
+    for i, row in enumerate(rows):
+        if name not in row:
+            raise _refused(i, name, "missing, where row 0 has it")
+    return [row[name] for row in rows]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.number) and not isinstance(value, bool)
+
+
+def _as_array(value: Any, kind: str) -> np.ndarray | None:
+    """``value`` as a flat array of ``kind`` (numbers: a null is NaN, no value, as a shard
+    holds the log-probs off action tokens), or None where it is not one."""
+    if value is None:
+        return None
+    try:
+        array = np.asarray(value, dtype=np.float64 if kind == FLOATS else None)
+    except (TypeError, ValueError):  # not numbers
+        return None
+    if array.ndim != 1 or (array.size and array.dtype.kind not in KINDS[kind]):
+        return None
+    return array if array.size else array.astype(DTYPES[kind])
+
+
+def _wrong(values: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
+    """Which of ``values`` a tensor of ``kind`` cannot hold as they are, and why."""
+    if kind == IDS:
+        return (values < 0) | (values > INT64_MAX), "token ids are integers from 0 within int64"
+    if kind == MASK:
+        return (values != 0) & (values != 1), "a mask holds only 0 and 1"
+    return np.isfinite(values) & (np.abs(values) > FLOAT32_MAX), "beyond float32's range"
+
+
+def _arrays(rows: Rows, name: str, kind: str) -> list[np.ndarray]:
+    """Column ``name`` of every row as a flat array of ``kind``, each checked (row by row, its
+    tokens at once): refused at the first row that is not one, or holds a value a tensor of
+    that kind would change."""
+    out = []
+    for i, value in enumerate(_column(rows, name)):
+        array = _as_array(value, kind)
+        if array is None:
+            raise _refused(i, name, f"{_shown(value)}, expected a list of {kind}")
+        wrong, why = _wrong(array, kind)
+        if wrong.any():
+            t = int(np.flatnonzero(wrong)[0])
+            raise _refused(i, name, f"value {array[t]} at token {t}: {why}")
+        out.append(array)
+    return out
+
+
+def _numbers(values: list[Any], name: str) -> np.ndarray:
+    """One number per row as a (B,) array, float32 where any is a float, else int64; refused
+    at a row that holds something else, or a number that array would change."""
+    floats = any(isinstance(v, float | np.floating) for v in values)
+    for i, v in enumerate(values):
+        if not _is_number(v):
+            raise _refused(i, name, f"{_shown(v)}, expected one number per row")
+        if floats and np.isfinite(v) and abs(v) > FLOAT32_MAX:
+            raise _refused(i, name, f"{v} is beyond float32's range")
+        if not floats and not -INT64_MAX - 1 <= v <= INT64_MAX:
+            raise _refused(i, name, f"{v} is beyond int64")
+    return np.asarray(values, dtype=np.float32 if floats else np.int64)
 
 
 def positions(attention_mask: np.ndarray) -> np.ndarray:
@@ -167,7 +284,7 @@ class Padded:
     def of(
         cls, rows: Rows, name: str, length: int | None, option: str, *, left: bool = False
     ) -> Padded:
-        """Column ``name`` of ``rows``, to pad to ``length`` (None: the batch's longest; the
+        """Token ids ``name`` of ``rows``, to pad to ``length`` (None: the batch's longest; the
         option that set it is ``option``)."""
         if name not in rows[0]:
             msg = (
@@ -175,14 +292,16 @@ class Padded:
                 f"{', '.join(rows[0])}). Hint: the layout advcli shard --layout wrote them in"
             )
             raise UsageError(msg)
-        values = [np.asarray(row[name]) for row in rows]
+        values = _arrays(rows, name, IDS)
         longest = max(len(v) for v in values)
-        if length is not None and longest > length:
+        limit = max_row_tokens() if length is None else length
+        if longest > limit:
             row = next(i for i, v in enumerate(values) if len(v) == longest)
-            msg = (
-                f"collate: row {row} of the batch has {longest} {name} tokens, more than "
-                f"{option}={length}. Hint: a larger {option}, or None (the batch's longest)"
-            )
+            msg = f"collate: row {row} of the batch has {longest:,} {name} tokens, more than "
+            if length is None:
+                msg += f"the {limit:,} a row may hold. Hint: raise {ROW_TOKENS_ENV}"
+            else:
+                msg += f"{option}={length}. Hint: a larger {option}, or None (the batch's longest)"
             raise UsageError(msg)
         return cls(name, values, longest if length is None else length, left=left)
 
@@ -190,12 +309,17 @@ class Padded:
         """Whether ``values`` hold one number per token of this column on every row."""
         return all(np.ndim(v) == 1 and len(v) == n for v, n in zip(values, self.lens, strict=True))
 
-    def like(self, rows: Rows, name: str) -> Padded:
-        """Column ``name``, with a value per token of this one, padded the same way."""
-        values = [np.asarray(row[name]) for row in rows]
-        if not self.fits(values):
-            msg = f"collate: column {name!r} does not have one value per {self.name} token"
-            raise UsageError(msg + ". Hint: rows as advcli shard wrote them")
+    def like(self, rows: Rows, name: str, kind: str) -> Padded:
+        """Column ``name``, a list of ``kind`` with a value per token of this one, padded the
+        same way."""
+        values = _arrays(rows, name, kind)
+        for i, (v, n) in enumerate(zip(values, self.lens, strict=True)):
+            if len(v) != n:
+                msg = (
+                    f"collate: row {i} of the batch, column {name!r} does not have one value per "
+                    f"{self.name} token ({len(v)} for {n}). Hint: rows as advcli shard wrote them"
+                )
+                raise UsageError(msg)
         return Padded(name, values, self.length, left=self.left)
 
     def _where(self) -> tuple[np.ndarray, np.ndarray]:
@@ -207,8 +331,8 @@ class Padded:
 
     def pad(self, value: float, dtype: type[np.number[Any]]) -> np.ndarray:
         out: np.ndarray = np.full((len(self.lens), self.length), value, dtype=dtype)
-        if self.lens.sum():
-            out[self._where()] = np.concatenate(self.values).astype(dtype)
+        if self.lens.sum():  # each row cast on its own: rows of two integer types stay exact
+            out[self._where()] = np.concatenate([v.astype(dtype) for v in self.values])
         return out
 
     def mask(self) -> np.ndarray:

@@ -17,7 +17,14 @@ Each kind is an input and the commands that read it:
   global swapped, a value replaced by a bomb: a list shared exponentially, one holding itself,
   a codec chain, deep nesting), a storage member cut, padded or replaced by a deflated bomb, or
   the archive's bytes flipped; read with ``--from``, ``ADVCLI_MAX_EXPANSION`` lowered, and
-  each command's peak memory (``VmHWM``, reset before it) held under :data:`PT_PEAK_BYTES`.
+  each command's peak memory (``VmHWM``, reset before it) held under :data:`PT_PEAK_BYTES`;
+- ``split``, ``split-jsonl``: the sample as a ``prompt_ids`` + ``response_ids`` +
+  ``response_mask`` log, a list element nulled or set odd (a mask value 2 or 300, an id
+  beyond 2^32), a column narrowed, widened or cut, or its JSON values swapped; through
+  ``annotate`` (its output annotated again must be written as the first: per-token columns
+  over the response), ``shard --layout verl|trl`` (``verify``, then ``advcli.torch.collate``
+  on the rows, where torch is installed) with methods whose advantages vary along a sequence
+  (``python -m tests.fuzz 1000 split split-jsonl``: these kinds alone).
 
 Every command must exit 0 with a valid output (a table that reads back, a folder ``verify``
 passes), or exit 1 or 2 with exactly one line on stderr and nothing left in its output folder;
@@ -387,6 +394,8 @@ def run_mutant(kind: str, i: int, rng: np.random.Generator, work: Path) -> list[
     outputs.mkdir()
     if kind == "shards":
         return [shard_folder_mutant(i, rng, inputs, outputs)]
+    if kind in LAYOUT_KINDS:
+        return run_layout_mutant(kind, i, rng, inputs, outputs)
     log, preset = write_mutant(kind, i, rng, inputs)
     method = ["--method", "grpo" if preset else METHODS[i % len(METHODS)]]
     table, shards, page = outputs / "o.parquet", outputs / "shards", outputs / "r.html"
@@ -450,6 +459,130 @@ def _has_bokeh() -> bool:
 
 KINDS = ["jsonl", "parquet-pages", "parquet-bytes", "parquet-columns", "verl", "trl", "shards",
          "pt"]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- split layouts
+
+LAYOUT_KINDS = ["split", "split-jsonl"]
+KINDS += LAYOUT_KINDS
+LAYOUT_RUNS = [  # (method options, trainer layout): some give advantages that vary per token
+    (["--method", "grpo"], "trl"),
+    (["--method", "grpo", "--param", "entropy-coef=0.5"], "trl"),
+    (["--method", "gae"], "verl"),
+    (["--method", "rloo"], "verl"),
+    (["--method", "reinforce-pp"], "trl"),
+    (["--method", "gae"], "trl"),
+]
+ODD_TOKENS = [None, -1, 2, 300, 2**32 + 12, 2**40]
+
+
+def split_log() -> pa.Table:
+    """The sample as a split log: the tokens before the first action are the prompt, the
+    rest the response with its mask; values over the response, log-probs over the sequence."""
+    rows = pq.read_table(SAMPLE / "rollouts.parquet").to_pylist()
+    out = []
+    for k, row in enumerate(rows):
+        n = row["action_mask"].index(1) if 1 in row["action_mask"] else len(row["input_ids"])
+        out.append({"prompt_id": row["prompt_id"], "rollout_id": f"{row['rollout_id']}-{k}",
+                    "prompt_ids": row["input_ids"][:n], "response_ids": row["input_ids"][n:],
+                    "response_mask": row["action_mask"][n:], "reward": row["reward"],
+                    "values": row["values"][n:], "old_logprobs": row["old_logprobs"],
+                    "entropies": [0.1 * (t % 7) for t in range(len(row["values"]))]})  # fmt: skip
+    return pa.Table.from_pylist(out)
+
+
+def split_mutant(table: pa.Table, rng: np.random.Generator, i: int) -> pa.Table:
+    """One list element nulled or set odd, a list cut, a column retyped (narrowed, widened:
+    int16 masks, int32 response ids beside int64 prompt ids), or any column changed."""
+    name = ["prompt_ids", "response_ids", "response_mask", "values"][int(rng.integers(4))]
+    rows = table.column(name).to_pylist()
+    row = int(rng.integers(len(rows)))
+    kind = i % 4
+    if kind == 0 and rows[row]:
+        at = int(rng.integers(len(rows[row])))
+        rows[row][at] = ODD_TOKENS[int(rng.integers(len(ODD_TOKENS)))]
+    elif kind == 1 and rows[row]:
+        rows[row] = rows[row][:-1]
+    elif kind == 3:
+        return column_change(table, rng)
+    value = pa.float32() if name == "values" else [pa.int16(), pa.int32(), pa.uint64(),
+                                                   pa.int64()][int(rng.integers(4))]  # fmt: skip
+    try:
+        column = pa.array(rows, pa.list_(value))
+    except (pa.ArrowException, OverflowError):  # a value that type cannot hold
+        column = pa.array(rows, pa.list_(pa.int64() if name != "values" else pa.float64()))
+    return table.set_column(table.schema.get_field_index(name), name, column)
+
+
+def write_split_mutant(kind: str, i: int, rng: np.random.Generator, folder: Path) -> Path:
+    table = split_log()
+    if kind == "split-jsonl":
+        path = folder / "split.jsonl"
+        lines = b"".join(orjson.dumps(row) + b"\n" for row in table.to_pylist())
+        path.write_bytes(text_mutant(lines, rng, i))
+        return path
+    path = folder / "split.parquet"
+    try:
+        pq.write_table(split_mutant(table, rng, i), path)
+    except (pa.ArrowException, ValueError):
+        pq.write_table(table, path)
+    return path
+
+
+def run_layout_mutant(kind: str, i: int, rng: np.random.Generator, inputs: Path,
+                      outputs: Path) -> list[int]:  # fmt: skip
+    """A mutated split log through annotate (twice: the second output in the first's layout)
+    and shard in a trainer layout (verify, then the collator on its rows)."""
+    log = write_split_mutant(kind, i, rng, inputs)
+    method, layout = LAYOUT_RUNS[i % len(LAYOUT_RUNS)]
+    first, again, shards = outputs / "first.parquet", outputs / "again.parquet", outputs / "s"
+
+    def annotated_twice() -> None:
+        table = pq.read_table(first)
+        assert_response_aligned(table)
+        code, err = main("annotate", str(first), *method, "-q", "--out", str(again))
+        assert code == 0, f"annotate again: {err}"
+        second = pq.read_table(again)
+        for name in table.column_names:
+            assert second.column(name).equals(table.column(name)), f"annotated again: {name}"
+        again.unlink()
+
+    def verified() -> None:
+        code, err = main("verify", str(shards))
+        assert code == 0, f"verify after shard: {err}"
+        assert_collates(shards, layout)
+
+    return [
+        command(outputs, "annotate", str(log), *method, "-q", "--out", str(first),
+                valid=annotated_twice),
+        command(outputs, "shard", str(log), *method, "--layout", layout, "-q", "--out",
+                str(shards), valid=verified),
+    ]  # fmt: skip
+
+
+def assert_response_aligned(table: pa.Table) -> None:
+    """advcli's per-token columns of an annotated split log: one value per response token."""
+    if "response_ids" not in table.column_names:
+        return
+    responses = pc.list_value_length(table.column("response_ids"))
+    for name in ("advantages", "returns"):
+        if name in table.column_names:
+            lens = pc.list_value_length(table.column(name))
+            assert pc.all(pc.equal(lens, responses)).as_py() is not False, name
+
+
+def assert_collates(shards: Path, layout: str) -> None:
+    """The collator makes tensors of the rows advcli wrote (torch installed), never a list
+    where a tensor is due."""
+    try:
+        import torch
+    except ImportError:
+        return
+    from advcli.torch import collate
+
+    rows = pq.read_table(shards).to_pylist()
+    batch = collate(layout=layout)(rows[:8])
+    assert isinstance(batch["advantages"], torch.Tensor)
 
 
 def fuzz(kind: str, mutants: int, work: Path, seed: int = 13) -> dict[int, int]:

@@ -11,6 +11,7 @@ from tests import fuzz
 
 MUTANTS = {"jsonl": 30, "parquet-pages": 30, "parquet-bytes": 40, "parquet-columns": 30,
            "verl": 20, "trl": 20, "shards": 20, "pt": 32}  # fmt: skip
+MUTANTS.update({"split": 24, "split-jsonl": 24})  # split layouts, through trainer layouts
 
 
 @pytest.mark.parametrize("kind", fuzz.KINDS)

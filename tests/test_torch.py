@@ -162,3 +162,79 @@ def test_what_cannot_be_padded_is_refused_with_a_hint(make, rows, said):
     with pytest.raises(UsageError, match="Hint") as raised:
         make()(rows)
     assert said in str(raised.value)
+
+
+GOOD = {
+    "advcli": {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "advantages": [0.0, 1.0, 1.0],
+               "returns": [0.0, 1.0, 1.0]},
+    "verl": {"prompts": [1], "responses": [2, 3], "response_mask": [1, 1],
+             "advantages": [1.0, 1.0], "returns": [1.0, 1.0], "old_log_probs": [-0.5, -0.5]},
+    "trl": {"prompt_ids": [1], "completion_ids": [2, 3], "completion_mask": [1, 1],
+            "tool_mask": [1, 0], "advantages": 0.5, "old_per_token_logps": [-0.5, -0.5]},
+}  # fmt: skip
+# (layout, column, value, said): a row no tensor can hold as it is
+BAD_ROWS = [
+    (layout, column, value, said)
+    for layout, row in GOOD.items()
+    for column, value, said in [
+        ("advantages", None, "None, expected"),
+        ("advantages", "high", "expected"),
+        *([] if layout == "trl" else [
+            ("advantages", row["advantages"][:-1], "does not have one value per"),
+            ("advantages", [1e300] * len(row["advantages"]), "beyond float32's range"),
+        ]),
+        *([("advantages", [0.5, 0.5], "expected one number per row"),
+           ("advantages", 1e300, "beyond float32's range")] if layout == "trl" else []),
+        (next(iter(row)), [2**64, 1], "expected a list of token ids"),
+        (next(iter(row)), [-1, 1], "value -1 at token 0: token ids are integers from 0"),
+        (next(iter(row)), [1.5, 1], "expected a list of token ids"),
+        (next(iter(row)), [1, None], "expected a list of token ids"),
+        ({"advcli": "loss_mask", "verl": "response_mask", "trl": "tool_mask"}[layout],
+         [300] + [1] * (len(row[next(iter(row))]) - 1 if layout == "advcli" else 1),
+         "value 300 at token 0: a mask holds only 0 and 1"),
+        ("returns" if layout != "trl" else "old_per_token_logps", "missing", "missing"),
+    ]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("layout", "column", "value", "said"), BAD_ROWS)
+def test_a_row_no_tensor_can_hold_is_refused_naming_its_row_and_column(layout, column, value, said):
+    """Never a list where a tensor is due, an OverflowError, nor an id or a value cast into
+    another: one UsageError naming the row of the batch and the column."""
+    bad = dict(GOOD[layout])
+    if value == "missing":
+        del bad[column]
+    else:
+        bad[column] = value
+    with pytest.raises(UsageError, match="Hint") as raised:
+        collate(layout=layout)([GOOD[layout], bad])
+    message = str(raised.value)
+    assert f"row 1 of the batch, column {column!r}" in message and said in message, message
+
+
+@pytest.mark.parametrize("layout", ["verl", "trl"])
+def test_padded_lengths_are_bounded_by_the_tokens_a_row_may_hold(layout, monkeypatch):
+    """A length asked for (1e18) or a row longer than ADVCLI_MAX_ROW_TOKENS is refused before
+    memory is taken; the variable raises the bound."""
+    with pytest.raises(UsageError, match="more than the 33,554,432 tokens a row may hold"):
+        collate(layout=layout, response_length=10**18)
+    with pytest.raises(UsageError, match="pad_token_id"):
+        collate(layout=layout, pad_token_id=2**70)
+    monkeypatch.setenv("ADVCLI_MAX_ROW_TOKENS", "1")
+    with pytest.raises(UsageError, match="ADVCLI_MAX_ROW_TOKENS"):
+        collate(layout=layout, response_length=2)
+    with pytest.raises(UsageError, match="row 0 of the batch has 2 .* the 1 a row may hold"):
+        collate(layout=layout)([GOOD[layout]])
+    monkeypatch.setenv("ADVCLI_MAX_ROW_TOKENS", "4")
+    batch = collate(layout=layout, response_length=4)([GOOD[layout]])
+    assert batch["advantages"].shape == ((1, 4) if layout == "verl" else (1,))
+    monkeypatch.setenv("ADVCLI_MAX_ROW_TOKENS", "lots")
+    with pytest.raises(UsageError, match="ADVCLI_MAX_ROW_TOKENS='lots': expected a number"):
+        collate(layout=layout, response_length=4)
+
+
+def test_a_null_among_numbers_is_nan_no_value():
+    """A shard holds the logged log-probs off action tokens as they came, nulls too."""
+    row = dict(GOOD["verl"], old_log_probs=[-0.5, None])
+    batch = collate(layout="verl")([row, GOOD["verl"]])
+    assert batch["old_log_probs"][0, 0] == -0.5 and torch.isnan(batch["old_log_probs"][0, 1])

@@ -80,3 +80,18 @@ def nul_name(fields: pa.Schema | list[pa.Field]) -> str | None:
         if pa.types.is_struct(t) and (inner := nul_name(list(t))) is not None:
             return inner
     return None
+
+
+def repeated_name(fields: pa.Schema | list[pa.Field], prefix: str = "") -> str | None:
+    """A column or nested struct field named twice among its siblings (``spans.kind``: Parquet
+    can hold it, and readers disagree on which to keep), as a dotted path; None if none is."""
+    names = [field.name for field in fields]
+    if len(set(names)) < len(names):
+        return prefix + next(n for i, n in enumerate(names) if n in names[:i])
+    for field in fields:
+        t = field.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        if pa.types.is_struct(t) and (inner := repeated_name(list(t), f"{prefix}{field.name}.")):
+            return inner
+    return None

@@ -20,7 +20,7 @@ from typing import IO, Any
 from advcli import progress
 from advcli.errors import DataError, UsageError, file_list, no_rows
 from advcli.io import jsonl, remote
-from advcli.io.arrow import nul_name
+from advcli.io.arrow import nul_name, repeated_name
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import ROLES
 from advcli.io.sources import (
@@ -124,6 +124,9 @@ class ParquetSource(LogSource):
             if (name := nul_name(schemas[-1])) is not None:
                 msg = f"{f}: column {name!r} holds a NUL character. Hint: rename the column"
                 raise DataError(msg)
+            if (name := repeated_name(schemas[-1])) is not None:
+                msg = f"{f}: column {name!r} appears twice (readers disagree on which to keep)"
+                raise DataError(msg + ". Hint: keep one")
         self.file_columns = [set(schema.names) for schema in schemas]
         if self.n_rows == 0:
             raise no_rows(file_list(files))
@@ -303,6 +306,7 @@ class JsonlSource(LogSource):
             tuple(c.split(".")) for c in mapping.values() if "." in c and c not in schemas[0]
         ]
         self._unique_checked: set[int] = set()  # files whose keys were checked
+        self._fields_checked: set[tuple[int, str]] = set()  # (file, column of objects) checked
         self._id_keys = [c for c in sorted(jsonl.id_columns(mapping))
                          if any(c in schema for schema in schemas)]  # fmt: skip
         self._id_kinds: jsonl.IdKinds = {}  # of the log's first ids, across its files
@@ -338,6 +342,18 @@ class JsonlSource(LogSource):
         after it read instead of parsing the text again: parsing is most of a JSONL pass."""
         self._keep = True
 
+    def _object_keys(self, frame: pl.DataFrame) -> list[str]:
+        """The role columns of ``frame`` that hold objects (or lists of them: spans), whose
+        keys are checked inside each object."""
+
+        def objects(t: Any) -> bool:
+            while isinstance(t, pl.List):
+                t = t.inner
+            return isinstance(t, pl.Struct)
+
+        return [c for c in self._unique_keys if isinstance(c, str) and c in frame.columns
+                and objects(frame.schema[c])]  # fmt: skip
+
     def _frames(self, names: list[str] | None) -> Iterator[tuple[int, pl.DataFrame]]:
         """``(file index, frame)`` for every chunk of every file, in order."""
         if self._parsed is not None:
@@ -353,6 +369,7 @@ class JsonlSource(LogSource):
                 if self._sampled(read):
                     break
                 self.pins.check(path)
+                checked: set[str] = set()  # columns of objects whose keys this pass checks
                 for line, chunk in jsonl.chunks(path, self.chunk_bytes):
                     if self._sampled(read):  # (a chunk more: the log goes on)
                         break
@@ -364,6 +381,11 @@ class JsonlSource(LogSource):
                         jsonl.refuse_non_scalar_ids(
                             path, chunk, line, self._id_keys, self._id_kinds
                         )
+                    objects = [
+                        c for c in self._object_keys(frame) if (i, c) not in self._fields_checked
+                    ]
+                    jsonl.refuse_duplicate_fields(path, chunk, line, frame.select(objects))
+                    checked.update(objects)
                     if keep is not None:
                         keep.add(i, frame)
                     yield i, frame if names is None else frame.select(names)
@@ -374,6 +396,7 @@ class JsonlSource(LogSource):
                 self.pins.check(path)
                 if self.sampled_bytes is None:
                     self._unique_checked.add(i)
+                    self._fields_checked |= {(i, c) for c in checked}
         except BaseException:
             if keep is not None:
                 keep.close()

@@ -354,6 +354,64 @@ def refuse_duplicate_keys(
                 raise DataError(msg)
 
 
+def refuse_duplicate_fields(path: str, chunk: bytes, first_line: int, frame: pl.DataFrame) -> None:
+    """Refuse a line of ``chunk`` holding a key twice inside an object of one of ``frame``'s
+    columns of objects (a span's ``kind``: polars keeps the first, Python's readers the last).
+    Each field's key counted in the text as often as the parsed values hold it is given once
+    (one scan); else the lines naming it are parsed, their objects checked at every depth."""
+    text = one_binary(chunk)
+    for column in frame.columns:
+        for name, count in _field_counts(frame.get_column(column)).items():
+            quoted = orjson.dumps(name)
+            if _occurrences(chunk, text, quoted) <= count:
+                continue
+            head = orjson.dumps(column)
+            for number, line in enumerate(chunk.splitlines(), start=first_line):
+                if quoted in line and head in line:
+                    pairs = json.loads(line, object_pairs_hook=list)
+                    values = [v for k, v in pairs if k == column] if _is_pairs(pairs) else []
+                    if (key := next(filter(None, map(_repeated_key, values)), None)) is not None:
+                        at = where(path, number, f"{column}.{key}", line=True)
+                        msg = (
+                            f"{at}: the key appears twice in one object (readers disagree on "
+                            "which to keep). Hint: keep one"
+                        )
+                        raise DataError(msg)
+
+
+def _field_counts(series: pl.Series) -> dict[str, int]:
+    """Per field name of a column of objects (or lists of them, at any depth): how many
+    values hold it, not null."""
+    counts: dict[str, int] = {}
+    while isinstance(series.dtype, pl.List):
+        series = series.explode()
+    if isinstance(series.dtype, pl.Struct):
+        for field in series.dtype.fields:
+            inner = series.struct.field(field.name)
+            counts[field.name] = counts.get(field.name, 0) + inner.len() - inner.null_count()
+            for name, count in _field_counts(inner).items():
+                counts[name] = counts.get(name, 0) + count
+    return counts
+
+
+def _is_pairs(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(p, tuple) for p in value)
+
+
+def _repeated_key(value: Any) -> str | None:
+    """A key given twice in an object inside ``value`` (parsed as pairs), at any depth."""
+    if _is_pairs(value):
+        keys = [k for k, _ in value]
+        if len(set(keys)) < len(keys):
+            return next(k for i, k in enumerate(keys) if k in keys[:i])
+        inner = [v for _, v in value]
+    elif isinstance(value, list):
+        inner = value
+    else:
+        return None
+    return next(filter(None, map(_repeated_key, inner)), None)
+
+
 def _twice(pairs: Any, parts: list[str]) -> bool:
     """Whether the path ``parts`` meets a key given twice, in an object parsed as pairs."""
     if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 from advcli.core.ragged import lengths, offsets_from_lengths, positions, ranges, row_of
 from advcli.errors import DataError, SchemaError, file_list
 from advcli.io.arrow import flat_list, is_list, list_array
+from advcli.io.rollouts import Checker
 from advcli.io.schema import ROLES
 from advcli.io.sources import DerivedColumns, LogSource
+from advcli.io.tokens import check_ids, mask_flags, refuse_long_rows
 from advcli.lazy_imports import np, pa, pc
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
@@ -65,7 +67,9 @@ class SplitTokens(DerivedColumns):
                 raise SchemaError(
                     f"{files}: column '{name}' is {shown}, expected a list of {kinds}"
                 )
-        ids = base.schema.field(RESPONSE).type
+        prompt, response = (base.schema.field(n).type for n in (PROMPT, RESPONSE))
+        self.ids_type = joined_ids_type(prompt.value_type, response.value_type)
+        ids = (pa.large_list if pa.types.is_large_list(response) else pa.list_)(self.ids_type)
         mask = [] if spans is not None else [pa.field("action_mask", pa.list_(pa.int8()))]
         self.schema = pa.schema([*base.schema, pa.field("input_ids", ids), *mask])
 
@@ -101,24 +105,30 @@ class SplitTokens(DerivedColumns):
         np.cumsum(p_len + r_len, out=offsets[1:])
         in_prompt = positions(offsets) < np.repeat(p_len, p_len + r_len)
         for name in over:
+            if not _holds_numbers(table.column(name).type):
+                continue  # not numbers: as given (where a role reads it, refused there)
             column = self._over_sequence(table.column(name), name, p_len, r_len, row0)
             table = table.set_column(table.schema.get_field_index(name), name, column)
         if names is not None and not set(names) & set(VIRTUAL):
             return table.select(names)
-        response_ids = response.to_numpy(zero_copy_only=False)
-        ids = np.empty(int(offsets[-1]), dtype=response_ids.dtype)  # (to_pandas_dtype: pandas)
-        ids[in_prompt] = prompt.to_numpy(zero_copy_only=False)
-        ids[~in_prompt] = response_ids
+        check = Checker(table, self.sources, row0)
+        refuse_long_rows(check, RESPONSE, p_len + r_len)
+        check_ids(check, PROMPT, prompt, p_offsets)  # named in the user's columns
+        check_ids(check, RESPONSE, response, r_offsets)
+        ids = np.empty(int(offsets[-1]), dtype=self.ids_type.to_pandas_dtype())
+        ids[in_prompt] = prompt.cast(self.ids_type).to_numpy(zero_copy_only=False)
+        ids[~in_prompt] = response.cast(self.ids_type).to_numpy(zero_copy_only=False)
         joined = {"input_ids": list_array(ids, offsets)}
         if self.spans is None:
-            joined["action_mask"] = list_array(self._mask(table, in_prompt, r_len, row0), offsets)
+            mask = self._mask(check, table, in_prompt, r_len)
+            joined["action_mask"] = list_array(mask, offsets)
         for name, column in joined.items():
             if names is None or name in names:
                 table = table.append_column(name, column)
         return table if names is None else table.select(names)
 
     def _mask(
-        self, table: pa.Table, in_prompt: np.ndarray, r_len: np.ndarray, row0: int
+        self, check: Checker, table: pa.Table, in_prompt: np.ndarray, r_len: np.ndarray
     ) -> np.ndarray:
         """The action mask over the sequence: 0 over the prompt, the response mask (else 1)
         over the response."""
@@ -127,10 +137,10 @@ class SplitTokens(DerivedColumns):
         if RESPONSE_MASK in table.column_names:
             given, m_offsets = flat_list(table.column(RESPONSE_MASK))
             if len(misfit := np.flatnonzero(lengths(m_offsets) != r_len)):
-                at = self.sources.at(row0 + int(misfit[0]), RESPONSE_MASK)
+                at = self.sources.at(check.row0 + int(misfit[0]), RESPONSE_MASK)
                 raise DataError(f"{at}: {int(lengths(m_offsets)[misfit[0]])} values for "
                                 f"{int(r_len[misfit[0]])} response tokens")  # fmt: skip
-            mask[~in_prompt] = pc.cast(given, pa.int8()).to_numpy(zero_copy_only=False)
+            mask[~in_prompt] = mask_flags(check, RESPONSE_MASK, given, m_offsets)
         return mask
 
     def _refuse_prompt_actions(self, table: pa.Table, row0: int) -> None:
@@ -178,18 +188,22 @@ class SplitTokens(DerivedColumns):
         out = offsets_from_lengths(np.where(null, 0, p_len + r_len))
         of = row_of(out)
         prompt = short[of] & (positions(out) < p_len[of])
-        kept = ranges(v_offsets[:-1][~null], count[~null])
-        given = values.take(pa.array(kept)).to_numpy(zero_copy_only=False)
-        flat = np.zeros(int(out[-1]), dtype=given.dtype)
-        flat[~prompt] = given
+        # each output value's source: a given value (a null inside a list stays null, as
+        # written back), or the 0 put after them for a prompt token
+        source = np.full(int(out[-1]), len(values), dtype=np.int64)
+        source[~prompt] = ranges(v_offsets[:-1][~null], count[~null])
+        with_zero = pa.concat_arrays([values, pa.array([0], values.type)])
         lists = pa.LargeListArray if out[-1] >= 2**31 else pa.ListArray
-        return lists.from_arrays(pa.array(out), pa.array(flat), mask=pa.array(null)).cast(
-            column.type
-        )
+        return lists.from_arrays(
+            pa.array(out), with_zero.take(pa.array(source)), mask=pa.array(null)
+        ).cast(column.type)
 
     def in_users_layout(self, table: pa.Table) -> pa.Table:
-        """An annotated batch of this log as the user laid it out (:func:`response_only`)."""
-        return response_only(table, set(table.column_names) - set(self.base.schema.names))
+        """An annotated batch of this log as the user laid it out (:func:`response_only`): the
+        columns advcli wrote, those it replaced (an annotated log annotated again) and those it
+        read over the sequence."""
+        added = set(table.column_names) - set(self.base.schema.names)
+        return response_only(table, added | set(OUTPUTS) | set(self.per_token))
 
 
 def stored_roles(source: LogSource, roles: dict[str, str | None]) -> dict[str, str]:
@@ -217,6 +231,19 @@ def per_token_columns(schema: pa.Schema, mapping: dict[str, str]) -> tuple[str, 
     return tuple(n for n in schema.names if n in names and is_list(schema.field(n).type))
 
 
+def joined_ids_type(prompt: pa.DataType, response: pa.DataType) -> pa.DataType:
+    """The type of the joined ids: the two columns' where they agree, else int64, which holds
+    every id of either that advcli reads (ids beyond int64 are refused): no id is narrowed."""
+    given = {t for t in (prompt, response) if not pa.types.is_null(t)}
+    return given.pop() if len(given) == 1 else pa.int64()
+
+
+def _holds_numbers(t: pa.DataType) -> bool:
+    """A list of numbers (or of nulls)."""
+    v = t.value_type
+    return bool(pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_null(v))
+
+
 def _holds_ints(t: pa.DataType) -> bool:
     """A list of integers or booleans (of nulls too: a null is refused at its row)."""
     if not is_list(t):
@@ -235,20 +262,32 @@ def in_users_layout(
         yield out, int(lengths(flat_list(out.column(RESPONSE))[1]).sum())
 
 
-def response_only(table: pa.Table, written: set[str]) -> pa.Table:
+def response_only(table: pa.Table, over_sequence: set[str]) -> pa.Table:
     """An annotated batch of a split-layout log in the user's layout: without the sequence
-    and mask advcli joined, each per-token column advcli wrote (``written``) over the
-    response tokens only."""
+    and mask advcli joined, each per-token column ``over_sequence`` names over the response
+    tokens only on the rows where it is 0 over the prompt (advcli's outputs always are: a
+    prompt token is no action; a row read over the response was given so); a row of a column
+    the user gave over the whole sequence, with values over the prompt, stays whole."""
     prompt_len = lengths(flat_list(table.column(PROMPT))[1])
+    sequence_len = prompt_len + lengths(flat_list(table.column(RESPONSE))[1])
     out = table.drop_columns([n for n in VIRTUAL if n in table.column_names])
-    for name in written & set(out.column_names):
+    for name in over_sequence & set(out.column_names):
         column = out.column(name)
         if not is_list(column.type):
             continue  # a per-row column
         values, offsets = flat_list(column)
-        keep = positions(offsets) >= np.repeat(prompt_len, lengths(offsets))
-        r_offsets = np.zeros(len(offsets), dtype=np.int64)
-        np.cumsum(lengths(offsets) - prompt_len, out=r_offsets[1:])
-        sliced = list_array(np.asarray(values)[keep], r_offsets)
+        count = lengths(offsets)
+        of = row_of(offsets)
+        over_prompt = positions(offsets) < prompt_len[of]
+        if not _holds_numbers(column.type):
+            continue  # not numbers: as given
+        nonzero = pc.fill_null(pc.not_equal(values, 0), True).to_numpy(zero_copy_only=False)
+        given = np.bincount(of[over_prompt & nonzero], minlength=len(count)) > 0
+        cut = (count == sequence_len) & ~given & ~column.is_null().to_numpy(zero_copy_only=False)
+        keep = ~(over_prompt & cut[of])
+        out_offsets = offsets_from_lengths(count - np.where(cut, prompt_len, 0))
+        sliced = list_array(values.filter(pa.array(keep)), out_offsets)
+        if column.null_count:
+            sliced = pc.if_else(column.is_null(), pa.nulls(len(sliced), sliced.type), sliced)
         out = out.set_column(out.schema.get_field_index(name), name, sliced.cast(column.type))
     return out

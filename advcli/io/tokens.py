@@ -5,11 +5,12 @@ are read for the whole log), with its checks of token ids, action masks and span
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from advcli.core.ragged import lengths, row_of
 from advcli.core.steps import turn_counts, turn_ends
-from advcli.errors import SchemaError, file_list
+from advcli.errors import SchemaError, UsageError, file_list
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import FLOAT32_MAX, Checker, first_index, numeric
 from advcli.io.schema import SPAN_KINDS, Roles
@@ -34,6 +35,34 @@ class Tokens:
 
 
 TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
+MAX_ROW_TOKENS = 1 << 25  # the default bound on one row's tokens
+ROW_TOKENS_ENV = "ADVCLI_MAX_ROW_TOKENS"
+
+
+def max_row_tokens() -> int:
+    """The most tokens one row may hold: ``ADVCLI_MAX_ROW_TOKENS``, default 2^25 (33,554,432),
+    at most 2^31 - 1 (shards number positions in int32). A length a dump or a caller declares
+    (a response length, a collator's padding) would otherwise allocate its memory before a
+    token is read."""
+    given = os.environ.get(ROW_TOKENS_ENV)
+    if given is None:
+        return MAX_ROW_TOKENS
+    limit = int(given) if given.strip().isdigit() else 0
+    if not 1 <= limit < 2**31:
+        msg = (
+            f"{ROW_TOKENS_ENV}={given!r}: expected a number of tokens from 1 to {2**31 - 1:,}. "
+            f"Hint: unset it for the default, {MAX_ROW_TOKENS:,}"
+        )
+        raise UsageError(msg)
+    return limit
+
+
+def refuse_long_rows(check: Checker, column: str, n_tokens: np.ndarray) -> None:
+    """Refuse the longest row where it holds more than :func:`max_row_tokens`."""
+    if len(n_tokens) and (longest := int(n_tokens.max())) > max_row_tokens():
+        problem = f"{longest:,} tokens, more than the {max_row_tokens():,} a row may hold"
+        hint = f"raise {ROW_TOKENS_ENV} if the row is meant to be that long"
+        check.fail(first_index(n_tokens == longest), column, problem, hint)
 
 
 def token_columns(
@@ -66,8 +95,9 @@ def extract_tokens(
     check.no_nulls(ids_col, "token list")
     token_ids, offsets = flat_list(table.column(ids_col))
     n_tokens = lengths(offsets)
+    refuse_long_rows(check, ids_col, n_tokens)
     if ids:
-        _check_ids(check, ids_col, token_ids, offsets)
+        check_ids(check, ids_col, token_ids, offsets)
 
     def token_list(role: str) -> pa.Array | None:
         col = roles[role]
@@ -139,7 +169,7 @@ def _turn_rewards(
     return out
 
 
-def _check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
+def check_ids(check: Checker, column: str, ids: pa.Array, offsets: np.ndarray) -> None:
     """Token ids are vocabulary indices: none null, none negative, none beyond int64 (what a
     critic takes)."""
     if not len(ids):
@@ -165,29 +195,34 @@ def _mask(
 ) -> np.ndarray:
     n = int(offsets[-1])
     if mask_values is not None:
-        col = roles["action_mask"]
-        if mask_values.null_count:
-            i = first_index(mask_values.is_null().to_numpy(zero_copy_only=False))
-            row = int(row_of(offsets)[i])
-            check.fail(row, col, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
-        if pa.types.is_boolean(mask_values.type):
-            flags: np.ndarray = mask_values.to_numpy(zero_copy_only=False).astype(bool)
-            return flags
-        m: np.ndarray = mask_values.to_numpy(zero_copy_only=False)
-        bad = (m != 0) & (m != 1)
-        if bad.any():
-            i = first_index(bad)
-            row = int(row_of(offsets)[i])
-            check.fail(
-                row,
-                col,
-                f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
-                "1 marks a token the policy sampled, 0 any other token",
-            )
-        return m.astype(bool)
+        return mask_flags(check, roles.column("action_mask"), mask_values, offsets)
     if roles["spans"] is None:
         return np.ones(n, dtype=bool)
     return _spans_mask(check, roles["spans"], table, offsets)
+
+
+def mask_flags(check: Checker, column: str, values: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    """A mask column's flat values as booleans: each 0 or 1 (or a boolean), none null; the
+    first other value is refused at its row and token, whatever the integer type holds."""
+    if values.null_count:
+        i = first_index(values.is_null().to_numpy(zero_copy_only=False))
+        row = int(row_of(offsets)[i])
+        check.fail(row, column, f"mask value null at token {i - offsets[row]}", "use 0 or 1")
+    if pa.types.is_boolean(values.type):
+        flags: np.ndarray = values.to_numpy(zero_copy_only=False).astype(bool)
+        return flags
+    m: np.ndarray = values.to_numpy(zero_copy_only=False)
+    bad = (m != 0) & (m != 1)
+    if bad.any():
+        i = first_index(bad)
+        row = int(row_of(offsets)[i])
+        check.fail(
+            row,
+            column,
+            f"mask value {m[i]} at token {i - offsets[row]}; a mask holds only 0 and 1",
+            "1 marks a token the policy sampled, 0 any other token",
+        )
+    return m.astype(bool)
 
 
 def _spans_mask(check: Checker, col: str, table: pa.Table, offsets: np.ndarray) -> np.ndarray:

@@ -467,8 +467,11 @@ def checked_samples(path: str, samples: list[Any]) -> list[dict[str, Any]]:
                 raise _fail(path, row, name, f"no '{name}', which a slime sample has")
         tokens = token_ids(path, row, "tokens", s["tokens"])
         n_resp = integer(path, row, "response_length", s["response_length"])
+        if not 0 <= n_resp <= len(tokens):  # before a mask of that length is made
+            problem = f"response_length {n_resp} is not within the row's {len(tokens)} tokens"
+            raise _fail(path, row, "response_length", problem)
         loss = s.get("loss_mask")
-        loss = np.ones(max(n_resp, 0)) if loss is None else numbers(path, row, "loss_mask", loss)
+        loss = np.ones(n_resp) if loss is None else numbers(path, row, "loss_mask", loss)
         if len(loss) != n_resp or n_resp > len(tokens):
             problem = (
                 f"loss_mask has {len(loss)} entries, response_length is {n_resp} and tokens "

@@ -94,23 +94,16 @@ def write_shards(
 
 def taken_columns(inp: Input, trainer: TrainerLayout) -> dict[str, str]:
     """The log's columns a trainer layout takes besides advcli's own (its name for each: the
-    column): the logged log-probs where there are some, the method's one advantage per
-    sequence where the layout needs it (refused for a method without one)."""
+    column): the logged log-probs where there are some, and one advantage per sequence, from
+    the advantages, where the layout holds one (refused, as the rows are read, at a row whose
+    advantages vary along its action tokens)."""
     if trainer.name == trainers.DEFAULT:
         return {}
     taken = {}
     if inp.roles["logprobs"] is not None:
         taken[LOGPROBS] = inp.roles.column("logprobs")
     if trainer.sequence_advantage:
-        has = "advantage" in (inp.added if inp.run is not None else inp.source.schema.names)
-        if not has:
-            msg = (
-                f"--layout {trainer.name}: {trainer.name} takes one advantage per sequence, and "
-                f"method {inp.metadata.get('method')!r} gives one per token. Hint: --layout "
-                "verl or advcli, or a method with one advantage per rollout (grpo, rloo, ...)"
-            )
-            raise UsageError(msg)
-        taken[SEQUENCE_ADVANTAGE] = "advantage"
+        taken[SEQUENCE_ADVANTAGE] = "advantages"
     return taken
 
 
@@ -163,7 +156,6 @@ def shard(
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
-    taken_columns(inp, trainers.get(opts.layout))  # refused before reading the tokens
     with progress.stage("counting tokens"):
         samples = measure(inp, opts.pack, batch_rows, job.ray.count if job.ray else None)
     with progress.stage("planning"):

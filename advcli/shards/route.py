@@ -7,16 +7,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from advcli.core.ragged import lengths
-from advcli.errors import DataError, OutputError
+from advcli.errors import DataError, OutputError, UsageError
 from advcli.io.arrow import fast_ipc, flat_list, is_list, list_array
 from advcli.io.sources import Sources
 from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS
+from advcli.methods import PARAMETERS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
-from advcli.shards.trainers import LOGPROBS
+from advcli.shards.trainers import LOGPROBS, one_per_sequence
 
 POSITION = "__advcli_position__"  # a bucket row's position in the output
 SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
@@ -95,9 +97,38 @@ def sample_table(
                 raise _not_per_token(table.column(column), column, n_tokens, rows, inp.sources,
                                      hint)  # fmt: skip
             cols[name] = list_array(values.cast(pa.float32()), offsets)
-        else:
-            cols[name] = table.column(column)
+        else:  # the one advantage per sequence, from the advantages
+            flat = flat_list(cols["advantages"])[0].to_numpy(zero_copy_only=False)
+            cols[name], varies = one_per_sequence(flat, mask, offsets)
+            if varies is not None:
+                raise _varies(inp, int(rows[varies]), flat[offsets[varies] : offsets[varies + 1]],
+                              mask[offsets[varies] : offsets[varies + 1]])  # fmt: skip
     return pa.table(cols)
+
+
+def _varies(inp: Input, row: int, advantages: np.ndarray, mask: np.ndarray) -> UsageError:
+    """The error for a row whose advantages vary along its action tokens, in a layout with one
+    advantage per sequence: the run that gave them, and the layout that takes them."""
+    on_actions = advantages[mask]
+    msg = (
+        f"{inp.sources.at(row, 'advantages')}: --layout trl holds one advantage per sequence, "
+        f"and {run_options(inp.metadata)} gives advantages that vary along the row's action "
+        f"tokens (from {on_actions.min():g} to {on_actions.max():g}). Hint: --layout verl, which "
+        "takes per-token advantages, or --layout advcli"
+    )
+    return UsageError(msg)
+
+
+def run_options(metadata: dict[str, Any]) -> str:
+    """The run an annotation records, as its options: the method and every option set away
+    from its default (``--method grpo --entropy-coef 0.1``)."""
+    params = metadata.get("params") or {}
+    words = [f"--method {metadata.get('method')}"]
+    for name, value in sorted(params.items()):
+        param = PARAMETERS.get(name)
+        if param is not None and not param.conventional and value != param.default:
+            words.append(f"{param.flag} {value}")
+    return " ".join(words)
 
 
 def allow_open_files(n_buckets: int, target: str) -> None:

@@ -10,7 +10,8 @@ unpadded (:mod:`advcli.torch` pads a batch as the trainer does).
 - ``trl``: what TRL's ``GRPOTrainer._compute_loss`` reads: ``prompt_ids`` and ``completion_ids``
   split at the first action token, ``completion_mask`` (1 on every completion token: attention),
   ``tool_mask`` (1 on action tokens: the loss is ``completion_mask * tool_mask``), one
-  ``advantages`` value per sequence and ``old_per_token_logps`` (the logged log-probs).
+  ``advantages`` value per sequence (refused where the advantages vary along a sequence's
+  action tokens: :func:`one_per_sequence`) and ``old_per_token_logps`` (the logged log-probs).
 
 A ``--keep`` column with a value per token covers the response (the completion) in the verl and
 trl layouts, as the trainers' own per-token fields do.
@@ -22,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from advcli.core.ragged import first_where, lengths, offsets_from_lengths, positions
+from advcli.core.ragged import first_where, lengths, offsets_from_lengths, positions, row_of
 from advcli.errors import UsageError
 from advcli.io.arrow import flat_list, list_array
 from advcli.lazy_imports import np, pa
 
 # Columns a routed sample carries for a trainer layout, besides advcli's own.
 LOGPROBS = "__advcli_logprobs__"  # the logged log-probs, over the whole sequence
-SEQUENCE_ADVANTAGE = "__advcli_advantage__"  # the method's one advantage per sequence
+SEQUENCE_ADVANTAGE = "__advcli_advantage__"  # the one advantage of each sequence
 IDS = ("prompt_id", "rollout_id", "segment_index")
 
 Columns: TypeAlias = "dict[str, pa.Array]"
@@ -44,7 +45,7 @@ class TrainerLayout:
     columns: tuple[str, ...]  # the columns it writes (besides the ids; some only when logged)
     tokens: tuple[str, ...]  # list columns whose lengths add up to a sample's tokens
     actions: str  # the column whose sum is its action tokens
-    sequence_advantage: bool  # needs the method's one advantage per sequence
+    sequence_advantage: bool  # holds one advantage per sequence (refused where they vary)
     convert: Callable[[Columns, set[str], bool], Columns]
 
     def count(self, table: pa.Table) -> tuple[int, int]:
@@ -131,6 +132,22 @@ def _trl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     if LOGPROBS in cols:
         out["old_per_token_logps"] = cut.tail(flat_list(cols[LOGPROBS])[0])
     return _extras(cols, per_token, cut, out)
+
+
+def one_per_sequence(
+    advantages: np.ndarray, mask: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, int | None]:
+    """Each row's one advantage, the value on its action tokens (0 where it has none), and the
+    first row whose action tokens hold two different values (None: every row holds one), for
+    a layout with one advantage per sequence: whatever the method, only its advantages show
+    whether one per sequence says what they say."""
+    first = first_where(offsets, mask)
+    acting = first < lengths(offsets)
+    value = np.zeros(len(first), dtype=advantages.dtype)
+    value[acting] = advantages[offsets[:-1][acting] + first[acting]]
+    rows = row_of(offsets)
+    varies = mask & (advantages != value[rows])
+    return value, int(rows[np.flatnonzero(varies)[0]]) if varies.any() else None
 
 
 def _advcli(cols: Columns, per_token: set[str], large: bool) -> Columns:

@@ -6,6 +6,9 @@ import json
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import run, write_jsonl
 
@@ -35,3 +38,58 @@ def test_a_dotted_col_that_is_no_field_is_an_error(tmp_path):
     proc = run("audit", log, "--col", "prompt_id=group.nope")
     assert proc.returncode == 2  # the flag names what is not there: usage
     assert "--col prompt_id=group.nope: no column 'group.nope'" in proc.stderr.decode()
+
+
+def _span_rows() -> list[dict]:
+    return [
+        {"prompt_id": "p", "input_ids": [1, 2, 3, 4, 5],
+         "spans": [{"start": 0, "end": 2, "kind": "prompt"},
+                   {"start": 2, "end": 5, "kind": "action"}],
+         "reward": float(i % 2)}
+        for i in range(6)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["kind", "start", "end"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_key_given_twice_inside_a_span_is_refused_naming_it(tmp_path, key, fmt):
+    """{"kind": "action", "kind": "observation"} inside a span: JSON readers keep one or the
+    other (polars the first), Parquet holds both as fields of one name; refused, never read as
+    either."""
+    rows = _span_rows()
+    path = tmp_path / f"log.{fmt}"
+    if fmt == "jsonl":
+        lines = [json.dumps(r) for r in rows]
+        pairs = [("start", 2), ("end", 5), ("kind", "action")]
+        pairs.append((key, {"kind": "observation", "start": 3, "end": 4}[key]))  # the other
+        second = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+        lines[3] = lines[3].replace('{"start": 2, "end": 5, "kind": "action"}', f"{{{second}}}")
+        path.write_text("\n".join(lines) + "\n")
+        where = f"line 4, column 'spans.{key}': the key appears twice in one object"
+    else:
+        spans = pa.Table.from_pylist(rows).column("spans").combine_chunks()
+        inner = spans.values
+        fields = [*inner.type, inner.type.field(key)]
+        arrays = [*inner.flatten(), inner.field(key)]
+        twice = pa.ListArray.from_arrays(
+            spans.offsets, pa.StructArray.from_arrays(arrays, fields=fields)
+        )
+        table = pa.Table.from_pylist(rows)
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("spans"), "spans", twice), path
+        )
+        where = f"column 'spans.{key}' appears twice"
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err.startswith(f"advcli: error: {path}: {where}") and err.count("\n") == 1, err
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_span_keys_found_elsewhere_in_a_line_are_not_taken_for_a_key_twice(tmp_path):
+    """A "kind" outside the spans (a column, a text, a null field) counts more keys than the
+    spans hold: the lines are then parsed, and nothing is refused."""
+    rows = [dict(r, kind="kind", note={"start": None}) for r in _span_rows()]
+    path = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", path, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 0, proc.stderr.decode()

@@ -4,6 +4,8 @@ their concatenation, written back in the user's layout."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -253,3 +255,170 @@ def test_a_split_log_with_both_a_response_mask_and_spans_is_refused(tmp_path):
         f"advcli: error: {path}: both 'response_mask' and 'spans' say which response tokens "
         "are actions. Hint: keep one of the two columns\n"
     )
+
+
+def _write(path: Path, rows: list[dict], schema: pa.Schema | None = None) -> Path:
+    """``rows`` as Parquet (``schema``: the column types) or JSONL, by the suffix."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def _flat(rows: list[dict]) -> list[dict]:
+    return [{"prompt_id": r["prompt_id"], "input_ids": r["prompt_ids"] + r["response_ids"],
+             "action_mask": [0] * len(r["prompt_ids"]) + r["response_mask"],
+             "reward": r["reward"]} for r in rows]  # fmt: skip
+
+
+# (column, token, value, problem): a value no id or mask list may hold, in either layout
+BAD_TOKENS = [
+    ("prompt_ids", 1, None, "token id null at token 1"),
+    ("response_ids", 2, None, "token id null at token 2"),
+    ("response_mask", 0, None, "mask value null at token 0"),
+    ("response_mask", 2, 2, "mask value 2 at token 2; a mask holds only 0 and 1"),
+    ("response_mask", 2, 300, "mask value 300 at token 2; a mask holds only 0 and 1"),
+    ("response_mask", 2, -1, "mask value -1 at token 2; a mask holds only 0 and 1"),
+]
+FLAT = {"prompt_ids": "input_ids", "response_ids": "input_ids", "response_mask": "action_mask"}
+
+
+@pytest.mark.parametrize("layout", ["split", "flat"])
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+@pytest.mark.parametrize(("column", "token", "value", "problem"), BAD_TOKENS)
+def test_a_null_or_a_mask_value_not_0_or_1_inside_a_token_list_is_refused_at_its_row(
+    tmp_path, layout, suffix, column, token, value, problem
+):
+    """Nulls inside id and mask lists, and mask values a narrower type would wrap (300 in an
+    int16 mask), are refused at their row, column and token in every layout and format;
+    never read as 0, cast, or written as NaN ids."""
+    split, _ = logs()
+    split[6][column] = list(split[6][column])
+    split[6][column][token] = value
+    rows, at = split, (column, token)
+    if layout == "flat":
+        rows = _flat(split)
+        shift = len(split[6]["prompt_ids"]) if column != "prompt_ids" else 0
+        at = (FLAT[column], token + shift)
+        problem = problem.replace(f"at token {token}", f"at token {token + shift}")
+    narrow = pa.list_(pa.int16()) if suffix == ".parquet" else None
+    schema = None
+    if narrow is not None:  # the mask's narrowest integer type that holds every value
+        schema = pa.Table.from_pylist(rows).schema
+        schema = schema.set(schema.get_field_index(at[0]), pa.field(at[0], narrow))
+    log = _write(tmp_path / f"log{suffix}", rows, schema)
+    row = "line 7" if suffix == ".jsonl" else "row 6"
+    for command in (["annotate", "--method", "grpo"], ["shard", "--method", "grpo"]):
+        out = tmp_path / ("o.parquet" if command[0] == "annotate" else "shards")
+        proc = run(command[0], str(log), *command[1:], "--out", str(out))
+        err = proc.stderr.decode()
+        assert proc.returncode == 1, err
+        assert err.startswith(f"advcli: error: {log}: {row}, column '{at[0]}': {problem}."), err
+        assert err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_ids_of_mixed_integer_widths_are_joined_without_changing_one(tmp_path, suffix):
+    """int64 prompt ids beside int32 response ids: joined as int64 (never cast down, where
+    4294967308 would read 12), in the shards and what a critic reads."""
+    split, _ = logs()
+    big = 2**32 + 12
+    for r in split:
+        r["prompt_ids"][0] = big
+    schema = pa.Table.from_pylist(split).schema
+    schema = schema.set(schema.get_field_index("response_ids"),
+                        pa.field("response_ids", pa.list_(pa.int32())))  # fmt: skip
+    log = _write(tmp_path / f"log{suffix}", split, schema)
+    proc = run("shard", str(log), "--method", "grpo", "--out", str(tmp_path / "shards"))
+    assert proc.returncode == 0, proc.stderr
+    got = pq.read_table(tmp_path / "shards").column("input_ids")
+    assert got.type.value_type == pa.int64()
+    assert got.to_pylist() == [r["prompt_ids"] + r["response_ids"] for r in split]
+
+
+def test_negative_and_unsigned_ids_beyond_int64_are_refused_in_the_column_that_holds_them(
+    tmp_path,
+):
+    split, _ = logs()
+    schema = pa.Table.from_pylist(split).schema
+    for column, value, problem in (("prompt_ids", 2**64 - 1, "is beyond int64"),
+                                   ("response_ids", 3, "is negative")):  # fmt: skip
+        rows = [dict(r) for r in split]
+        rows[4] = {**rows[4], column: [value, *rows[4][column][1:]]}
+        kind = pa.uint64() if value > 2**63 else pa.int64()
+        if column == "response_ids":
+            rows[4][column][0] = -value
+        typed = schema.set(schema.get_field_index(column), pa.field(column, pa.list_(kind)))
+        log = _write(tmp_path / f"{column}.parquet", rows, typed)
+        proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.jsonl"))
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and f"row 4, column '{column}': token id" in err, err
+        assert f"{problem} at token 0" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("method", "values"), [("grpo", False), ("gae", True)])
+def test_an_annotated_split_log_annotated_again_keeps_the_users_layout(tmp_path, method, values):
+    """The second annotate writes what the first wrote: advcli's columns over the response
+    (not over the whole sequence because the input already had them), and the per-token
+    columns it passes through as they came (over the response, or whole where the prompt
+    part holds values)."""
+    split, _ = logs(4)
+    rng = np.random.default_rng(0)
+    for i, r in enumerate(split):
+        n, m = len(r["prompt_ids"]), len(r["response_ids"])
+        r["old_logprobs"] = (-rng.random(m if i % 2 else n + m)).round(3).tolist()
+        if values:
+            r["values"] = rng.normal(size=m).round(3).tolist()
+    split[0]["old_logprobs"][0] = None  # a null inside a list passed through stays null
+    log = _write(tmp_path / "split.parquet", split)
+    first, second = tmp_path / "first.parquet", tmp_path / "second.parquet"
+    for given, out in ((log, first), (first, second)):
+        proc = run("annotate", str(given), "--method", method, "-q", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+    a, b = pq.read_table(first), pq.read_table(second)
+    assert a.column_names == b.column_names
+    for name in a.column_names:
+        assert b.column(name).to_pylist() == a.column(name).to_pylist(), name
+    for row, r in zip(a.to_pylist(), split, strict=True):
+        assert len(row["advantages"]) == len(r["response_ids"])
+        assert row["old_logprobs"][1:] == pytest.approx(r["old_logprobs"][1:])  # as it came
+        assert (row["old_logprobs"][0] is None) == (r["old_logprobs"][0] is None)
+        if values:
+            assert row["values"] == pytest.approx(r["values"])
+
+
+@pytest.mark.parametrize("layout", ["split", "flat"])
+def test_a_row_beyond_the_tokens_a_row_may_hold_is_refused_and_the_bound_raised(tmp_path, layout):
+    """ADVCLI_MAX_ROW_TOKENS (lowered here to 8) bounds every row read, in either layout; raised,
+    the same log is read."""
+    split, _ = logs()
+    rows = split if layout == "split" else _flat(split)
+    log = _write(tmp_path / "log.parquet", rows)
+    longest = max(len(r["prompt_ids"]) + len(r["response_ids"]) for r in split)
+    row = next(i for i, r in enumerate(split)
+               if len(r["prompt_ids"]) + len(r["response_ids"]) == longest)  # fmt: skip
+    column = "response_ids" if layout == "split" else "input_ids"
+    env = dict(os.environ, ADVCLI_MAX_ROW_TOKENS="8")
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"),
+               env=env)  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err.startswith(f"advcli: error: {log}: row {row}, column '{column}': {longest} "
+                          "tokens, more than the 8 a row may hold. Hint: raise "
+                          "ADVCLI_MAX_ROW_TOKENS")  # fmt: skip
+    env["ADVCLI_MAX_ROW_TOKENS"] = str(longest)
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"),
+               env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_per_token_column_of_other_than_numbers_passes_through_as_given(tmp_path):
+    split, _ = logs()
+    for r in split:
+        r["old_logprobs"] = [str(-0.5)] * len(r["response_ids"])
+    log = _write(tmp_path / "split.parquet", split)
+    proc = run("annotate", str(log), "--method", "rloo", "-q", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    got = pq.read_table(tmp_path / "o.parquet").column("old_logprobs").to_pylist()
+    assert got == [r["old_logprobs"] for r in split]

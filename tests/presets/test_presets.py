@@ -404,3 +404,25 @@ def test_a_dump_advcli_cannot_read_as_its_own_names_the_preset(tmp_path, writer,
     text = proc.stderr.decode()
     assert proc.returncode == 1 and text.count("\n") == 1, text
     assert text.rstrip().endswith(f"read it with --from {preset}")
+
+
+@pytest.mark.parametrize("length", [10**18, -3])
+def test_a_slime_response_length_beyond_its_tokens_is_refused_before_a_mask_is_made(
+    tmp_path, length
+):
+    """A sample without a loss mask gets one of response_length ones: a length of 1e18 would
+    allocate it (MemoryError) before the length was checked against the tokens."""
+    dump = fw.slime(tmp_path / "dump", [r for r in RS if r.step == 1])
+    path = dump / "rollout_data" / "1.pt"
+    from advcli.presets import torch_file
+
+    data = torch_file.load(str(path))
+    data["samples"][2]["response_length"] = length
+    data["samples"][2].pop("loss_mask", None)
+    fw.torch_save(data, path)
+    proc = run("annotate", str(dump), "--from", "slime", "--reward-key", "acc", "--method",
+               "grpo", "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert f"1.pt: row 2, column 'response_length': response_length {length} is not within" in err
+    assert err.count("\n") == 1

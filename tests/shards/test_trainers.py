@@ -92,7 +92,6 @@ def test_an_annotated_log_shards_in_the_trl_layout(tmp_path):
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--layout", "trl", "--method", "reinforce-pp"], "takes one advantage per sequence"),
         (["--layout", "verl", "--method", "grpo", "--pack", "64"], "--layout verl with --pack"),
         (["--layout", "trl", "--method", "grpo", "--loss-weights", "token-mean"], "loss weights"),
         (["--layout", "verl", "--method", "grpo", "--keep", "responses"], "--keep responses"),
@@ -117,3 +116,55 @@ def test_log_probs_of_another_length_are_refused_at_their_row(tmp_path):
     assert done.returncode == 1, err
     assert "line 2" in err and "old_logprobs" in err and "2 values but 7 tokens" in err, err
     assert not (tmp_path / "o").exists()
+
+
+# Runs whose advantages vary along a sequence's action tokens, each on columns it reads:
+# (options, extra columns per row)
+VARYING = [
+    (["--method", "grpo", "--param", "entropy-coef=0.5"],
+     {"entropies": [0.0, 0.0, 0.1, 0.9, 0.0, 0.4, 0.0]}),
+    (["--method", "grpo", "--param", "opd-coef=0.5"],
+     {"teacher_logprobs": [0.0, 0.0, -0.1, -3.0, 0.0, -0.7, 0.0]}),
+    (["--method", "mc", "--param", "gamma=0.5"], {"values": [0.0] * 7}),
+    (["--method", "gae"], {"values": [0.0, 0.0, 0.2, 0.7, 0.0, 0.1, 0.0]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "columns"), VARYING)
+def test_trl_refuses_advantages_that_vary_along_a_sequence_whatever_gives_them(
+    tmp_path, args, columns
+):
+    """One advantage per sequence would drop what varies (an entropy bonus, the OPD term, a
+    discount): the advantages themselves are checked, row by row, not the method's name; the
+    verl layout takes them."""
+    log = write_jsonl(tmp_path / "log.jsonl", [dict(r, **columns) for r in rows()])
+    out = tmp_path / "out"
+    done = run("shard", log, "--layout", "trl", "--out", str(out), *args)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    said = f"holds one advantage per sequence, and {' '.join(args[:2])}"
+    assert err.startswith(f"advcli: error: {log}: line 1, column 'advantages': --layout trl {said}")
+    assert "vary along the row's action tokens" in err and "Hint: --layout verl" in err
+    assert err.count("\n") == 1 and not out.exists()
+    done = run("shard", log, "--layout", "verl", "--out", str(out), *args)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+CONSTANT = [
+    ["--method", "reinforce-pp"],
+    ["--method", "grpo", "--param", "advantage-clip-high=0.5"],
+]
+
+
+@pytest.mark.parametrize("args", CONSTANT)
+def test_trl_takes_any_run_whose_advantages_are_one_per_sequence(tmp_path, args):
+    """A per-token method whose advantages do not vary along a row (an outcome reward, no
+    discount) is written, each row's value the one on its action tokens (the clamped one too)."""
+    log = write_jsonl(tmp_path / "log.jsonl", rows())
+    verl, trl = tmp_path / "verl", tmp_path / "trl"
+    for layout, out in (("verl", verl), ("trl", trl)):
+        done = run("shard", log, "--layout", layout, "--out", str(out), *args)
+        assert done.returncode == 0, done.stderr.decode()
+    for v, t in zip(pq.read_table(verl).to_pylist(), pq.read_table(trl).to_pylist(), strict=True):
+        on_actions = {a for a, m in zip(v["advantages"], v["response_mask"], strict=True) if m}
+        assert on_actions == {t["advantages"]}
