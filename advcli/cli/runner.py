@@ -25,7 +25,8 @@ import typer.main
 
 from advcli.cli.commands import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
-from advcli.io.interrupts import STOPS, terminated_by, termination_handled
+from advcli.io import stdout
+from advcli.io.interrupts import STOPS, leave, terminated_by, termination_handled
 
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
 
@@ -49,13 +50,14 @@ def command() -> Any:
             else:
                 param.metavar = _METAVARS.get(_value_type(param), "TEXT")
         if cmd.callback is not None:
-            cmd.callback = _ints_checked(cmd.callback)
+            cmd.callback = _checked(cmd.callback)
     return group
 
 
-def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
-    """``callback`` refusing an integer option beyond int64 (nothing it counts or seeds can
-    take one) in one line, before the command runs."""
+def _checked(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` refusing, in one line before the command runs, an integer option beyond
+    int64 (nothing it counts or seeds can take one), and standard output that is one of its
+    inputs (what it prints would go into the log it reads)."""
 
     @functools.wraps(callback)
     def checked(**values: Any) -> Any:
@@ -64,9 +66,27 @@ def _ints_checked(callback: Callable[..., Any]) -> Callable[..., Any]:
             if wide and not isinstance(value, bool):
                 flag = "--" + name.rstrip("_").replace("_", "-")
                 raise UsageError(f"{flag} {value}: too large (at most {(1 << 63) - 1})")
+        if values.get("inputs"):
+            _refuse_stdout_input(values["inputs"], values.get("from_"))
         return callback(**values)
 
     return checked
+
+
+def _refuse_stdout_input(inputs: list[str], preset: str | None) -> None:
+    """Refuse standard output where it is one of the files ``inputs`` name (read as
+    ``--from preset`` reads them); inputs that cannot be read are left to the command."""
+    if stdout.regular_file() is None:  # a terminal, a pipe: no file to compare (the usual case)
+        return
+    from advcli import jobs, presets
+    from advcli.io import outputs
+
+    try:
+        reading = jobs.Reading(preset=presets.get(preset) if preset else None)
+        files = reading.files(inputs)
+    except (AdvcliError, OSError):
+        return
+    outputs.refuse_stdout_input(files)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -122,7 +142,7 @@ def _run(args: list[str] | None) -> Any:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
-    with termination_handled():
+    with stdout.guarded(), termination_handled():
         return command().main(args=args, prog_name="advcli", standalone_mode=False)
 
 
@@ -161,6 +181,7 @@ def _value_type(param: Any) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    """One line on stderr (a message of several lines is joined), and the exit code."""
+    """One line on stderr (a message of several lines is joined), and the exit code (at once
+    where a request to object storage went unanswered: see :func:`leave`)."""
     sys.stderr.write(" ".join(message.split()) + "\n")
-    sys.exit(code)
+    leave(code)
