@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from advcli.errors import OutputError, StdoutClosed
+from advcli.errors import AdvcliError, OutputError, StdoutClosed
 
 _CLOSED = -1
 
@@ -130,10 +130,15 @@ def guarded() -> Iterator[None]:
     sys.stdout = stream
     try:
         yield
+    except BaseException:
+        with contextlib.suppress(AdvcliError):  # what was printed before the error still goes
+            stream.flush()
+        raise
+    else:
         stream.flush()
     finally:
         sys.stdout = before
-        raw.failed = True  # what an error left in the buffer goes nowhere when collected
+        raw.failed = True  # nothing more is written when the stream is collected
 
 
 def _is_free(fd: int) -> bool:
