@@ -38,11 +38,11 @@ from advcli.engine import Run, Scorer, Summary
 from advcli.errors import UsageError
 from advcli.io import manifests
 from advcli.io.folders import Folder
-from advcli.io.outputs import atomic_path, check_output, check_output_folder, output_format
+from advcli.io.outputs import check_output, check_output_folder, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
 from advcli.io.sources import Sources, TableSource
 from advcli.io.split_tokens import SplitTokens, in_users_layout, joined
-from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches
+from advcli.io.writers import METADATA_KEY, NONFINITE, write_batches, write_bytes
 from advcli.lazy_imports import pa, pl
 from advcli.logs import (
     BATCH_ROWS,
@@ -355,8 +355,7 @@ def report(
         payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)
     with progress.stage("writing the page"):
         html = page.render(payload, f"advcli report: {', '.join(payload['files'])}").encode()
-        with atomic_path(out, force=force) as tmp:
-            tmp.write_bytes(html)
+        write_bytes(out, html, force=force)
     groups = payload["groups"]
     return ReportResult(
         output=out,

@@ -359,7 +359,9 @@ def audit(
 @with_method_parameters(after="convention")
 def report(
     inputs: Inputs,
-    out: Annotated[str, typer.Option("--out", "-o", help="Output .html file.")],
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="Output .html file; - for standard output.")
+    ],
     method: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
@@ -395,7 +397,7 @@ def report(
             options=options, from_=preset, preset_options=preset_options,
             **method_params,
         )  # fmt: skip
-    _report(f"report: {out}", result, as_json=as_json, quiet=quiet)
+    _report(f"report: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command(epilog=_examples("shard"))

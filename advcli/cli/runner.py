@@ -25,7 +25,8 @@ import typer.main
 
 from advcli.cli.commands import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
-from advcli.io.interrupts import STOPS, terminated_by, termination_handled
+from advcli.io import stdout
+from advcli.io.interrupts import STOPS, leave, terminated_by, termination_handled
 from advcli.params import ANY
 
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
@@ -51,14 +52,15 @@ def command() -> Any:
                 param.metavar = _METAVARS.get(_value_type(param), "TEXT")
         if cmd.callback is not None:
             flags = {p.name: p.opts[0] for p in cmd.params if p.name and p.opts}
-            cmd.callback = _numbers_checked(cmd.callback, flags)
+            cmd.callback = _checked(cmd.callback, flags)
     return group
 
 
-def _numbers_checked(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
-    """``callback`` refusing, in one line naming its flag (``flags``: by keyword), before the
-    command runs, a number option that nothing can take: an integer beyond int64, a NaN or an
-    infinity (the ranges each option declares are checked where its values meet)."""
+def _checked(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
+    """``callback`` refusing, in one line before the command runs, a number option that
+    nothing can take (``flags``: its flag by keyword): an integer beyond int64, a NaN or an
+    infinity (the ranges each option declares are checked where its values meet); and standard
+    output that is one of its inputs (what it prints would go into the log it reads)."""
 
     @functools.wraps(callback)
     def checked(**values: Any) -> Any:
@@ -67,9 +69,27 @@ def _numbers_checked(callback: Callable[..., Any], flags: dict[str, str]) -> Cal
                 continue
             if problem := ANY.problem(flags.get(name, name), value, isinstance(value, int)):
                 raise UsageError(problem)
+        if values.get("inputs"):
+            _refuse_stdout_input(values["inputs"], values.get("from_"))
         return callback(**values)
 
     return checked
+
+
+def _refuse_stdout_input(inputs: list[str], preset: str | None) -> None:
+    """Refuse standard output where it is one of the files ``inputs`` name (read as
+    ``--from preset`` reads them); inputs that cannot be read are left to the command."""
+    if stdout.regular_file() is None:  # a terminal, a pipe: no file to compare (the usual case)
+        return
+    from advcli import jobs, presets
+    from advcli.io import outputs
+
+    try:
+        reading = jobs.Reading(preset=presets.get(preset) if preset else None)
+        files = reading.files(inputs)
+    except (AdvcliError, OSError):
+        return
+    outputs.refuse_stdout_input(files)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -125,7 +145,7 @@ def _run(args: list[str] | None) -> Any:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
-    with termination_handled():
+    with stdout.guarded(), termination_handled():
         return command().main(args=args, prog_name="advcli", standalone_mode=False)
 
 
@@ -164,6 +184,7 @@ def _value_type(param: Any) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    """One line on stderr (a message of several lines is joined), and the exit code."""
+    """One line on stderr (a message of several lines is joined), and the exit code (at once
+    where a request to object storage went unanswered: see :func:`leave`)."""
     sys.stderr.write(" ".join(message.split()) + "\n")
-    sys.exit(code)
+    leave(code)

@@ -30,13 +30,14 @@ from advcli.io.sources import (
     TableSource,
     expand_inputs,
     is_parquet,
+    local_path,
 )
 from advcli.lazy_imports import pa, pl, pq
 
 
 def _input(path: str) -> Any:
     """What pyarrow's Parquet reader opens: a local path, or a remote object's file."""
-    return remote.open_input(path) if remote.is_remote(path) else path
+    return remote.open_input(path) if remote.is_remote(path) else local_path(path)
 
 
 def _unreadable_parquet(path: str, exc: Exception) -> DataError:
@@ -46,6 +47,44 @@ def _unreadable_parquet(path: str, exc: Exception) -> DataError:
         if fh.read(64).lstrip()[:1] in (b"{", b"["):
             hint = "it holds JSON lines: name it .jsonl"
     return DataError(f"{path}: not a readable Parquet file ({reason}). Hint: {hint}")
+
+
+def parquet_footer(path: str) -> pq.FileMetaData:
+    """A Parquet file's footer, refused in one line where it cannot be read or disagrees with
+    itself (the rows it counts are not its row groups' rows: a footer damaged or edited, which
+    a reader would follow to fewer rows, silently). Every read of a log's Parquet file starts
+    here."""
+    try:
+        meta = pq.read_metadata(_input(path))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable_parquet(path, exc) from None
+    in_groups = sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+    if in_groups != meta.num_rows:
+        msg = (
+            f"{path}: not a readable Parquet file (its footer counts {meta.num_rows} rows, its "
+            f"{meta.num_row_groups} row groups hold {in_groups}). Hint: the file is damaged: "
+            "write it again"
+        )
+        raise DataError(msg)
+    return meta
+
+
+def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file's rows (those ``columns``), its footer checked (:func:`parquet_footer`)
+    and its pages verified against their checksums."""
+    parquet_footer(path)
+    return _read_table(path, columns)
+
+
+def _read_table(path: str, columns: list[str] | None) -> pa.Table:
+    """A Parquet file's rows (those ``columns``), its pages verified against their checksums
+    (its footer checked already)."""
+    try:
+        return pq.read_table(
+            _input(path), columns=columns, pre_buffer=False, page_checksum_verification=True
+        )
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable_parquet(path, exc) from None
 
 
 def _mixed_schemas(files: list[str], exc: Exception) -> DataError:
@@ -74,10 +113,7 @@ def read_inputs(
                 sources.stdin = data
             table = jsonl.read_jsonl(f, mapping or {}, data).to_arrow()
         else:
-            try:
-                table = pq.read_table(_input(f), pre_buffer=False, page_checksum_verification=True)
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise _unreadable_parquet(f, exc) from None
+            table = read_parquet(f)
         sources.files.append(f)
         sources.row_counts.append(table.num_rows)
         tables.append(table)
@@ -105,22 +141,16 @@ class ParquetSource(LogSource):
         self.row_group_rows: list[list[int]] = []  # rows of each row group, file by file
         schemas = []
         for f in files:
+            meta = parquet_footer(f)
             try:
-                meta = pq.read_metadata(_input(f))
                 schemas.append(pq.read_schema(_input(f)))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
-            in_groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-            if sum(in_groups) != meta.num_rows:
-                msg = (
-                    f"{f}: not a readable Parquet file (its footer counts {meta.num_rows} rows, "
-                    f"its {len(in_groups)} row groups hold {sum(in_groups)}). Hint: the file "
-                    "is damaged: write it again"
-                )
-                raise DataError(msg)
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
-            self.row_group_rows.append(in_groups)
+            self.row_group_rows.append(
+                [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            )
             if (name := nul_name(schemas[-1])) is not None:
                 msg = f"{f}: column {name!r} holds a NUL character. Hint: rename the column"
                 raise DataError(msg)
@@ -178,15 +208,7 @@ class ParquetSource(LogSource):
         tables = []
         for f, has in zip(self.files, self.file_columns, strict=True):
             self.pins.check(f)
-            try:
-                table = pq.read_table(
-                    _input(f),
-                    columns=[n for n in names if n in has],
-                    pre_buffer=False,
-                    page_checksum_verification=True,
-                )
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise _unreadable_parquet(f, exc) from None
+            table = _read_table(f, [n for n in names if n in has])  # footer checked at open
             self.pins.check(f)
             tables.append(_conform(table, target))
             done = sum(t.num_rows for t in tables)

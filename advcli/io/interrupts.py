@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import NoReturn
 
 STOPS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run as Ctrl-C does (a job scheduler's stop, a closed terminal)."""
@@ -78,6 +80,28 @@ def arm_for_the_process() -> None:
     """The process is one run (the ``advcli`` command): a stop not acted on ends it, even
     after the command's own run (a hang in an exit handler)."""
     _armed.append(arm_for_the_process)
+
+
+_left_running: list[str] = []
+
+
+def left_running(call: str) -> None:
+    """Note a call given up on while still running in native code (a request to object
+    storage that never answered): the library's threads could hold the process's exit until
+    their own retries end, so :func:`leave` does not wait for them."""
+    _left_running.append(call)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``: at once (the standard streams flushed) where a call was
+    :func:`left_running` and the process is one run (:func:`arm_for_the_process`); else as
+    Python does (the command line run in-process returns to its caller)."""
+    if _left_running and arm_for_the_process in _armed:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 _watching: list[bool] = []

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from advcli.errors import AdvcliError
+from advcli.errors import AdvcliError, DataError
 from advcli.io import remote
 from advcli.io.folders import Folder
 from advcli.lazy_imports import pa, pq
@@ -53,6 +53,23 @@ def write(folder: Path, manifest: dict[str, Any], first_part: str) -> None:
     pq.ParquetWriter(str(folder / NAME), schema.with_metadata(metadata)).close()
 
 
+def footer_value(meta: pq.FileMetaData, key: bytes, shown: str, hint: str) -> bytes | None:
+    """The value of ``key`` in a Parquet file's footer (None: not there). A footer may hold
+    it twice: in its key-value metadata (what ``pq.read_metadata(...).metadata`` and polars
+    show) and inside the Arrow schema stored beside it (what ``pq.read_schema`` and pandas
+    show). Two copies that differ are an edit of one of them: a :class:`DataError` naming the
+    file ``shown``, with ``hint``."""
+    plain = (meta.metadata or {}).get(key)
+    in_schema = (meta.schema.to_arrow_schema().metadata or {}).get(key)
+    if plain is not None and in_schema is not None and plain != in_schema:
+        msg = (
+            f"{shown}: edited after advcli wrote it (its footer holds two copies of "
+            f"'{key.decode()}', and they differ). Hint: {hint}"
+        )
+        raise DataError(msg)
+    return plain if plain is not None else in_schema
+
+
 @dataclass(frozen=True)
 class Found:
     """A folder's manifest as found: the file that holds it (``where``), its text, the sha256
@@ -73,10 +90,11 @@ def find(folder: Folder) -> Found | None:
     that cannot be read."""
     if folder.kind(NAME) == "file":
         with folder.open(NAME) as fh:
-            metadata = pq.read_schema(fh).metadata or {}
-        text = metadata.get(TEXT_KEY.encode(), b"").decode(errors="replace")
-        recorded = metadata.get(SHA256_KEY.encode())
-        return Found(NAME, text, recorded.decode() if recorded else None, frozenset({NAME}))
+            meta = pq.read_metadata(fh)
+        shown, hint = folder.path(NAME), "write the folder again (--force)"
+        text = (footer_value(meta, TEXT_KEY.encode(), shown, hint) or b"").decode(errors="replace")
+        sha256 = footer_value(meta, SHA256_KEY.encode(), shown, hint)
+        return Found(NAME, text, sha256.decode() if sha256 else None, frozenset({NAME}))
     if folder.kind(OLD_SHARDS) == "file":
         recorded = None
         if folder.kind(OLD_SHARDS_SUM) == "file":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from advcli.errors import OutputError, UsageError
-from advcli.io import remote
+from advcli.io import remote, stdout
 from advcli.io.folders import Folder
 from advcli.io.jsonl import STDIN
 from advcli.io.remote import FolderOutput
@@ -118,6 +120,41 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def check_stdout(files: list[str]) -> None:
+    """Refuse standard output, for ``--out -``, where it is closed (``>&-``), or is one of
+    the inputs ``files`` (see :func:`refuse_stdout_input`)."""
+    if stdout.is_closed():
+        msg = (
+            "--out -: standard output is closed, so nothing could be written there. Hint: "
+            "send it to a file or a pipe, or give --out a file name"
+        )
+        raise OutputError(msg)
+    refuse_stdout_input(files)
+
+
+def refuse_stdout_input(files: list[str]) -> None:
+    """Refuse standard output where it is one of the input ``files`` or their metadata (the
+    same file, as st_dev and st_ino tell): ``advcli annotate LOG --out - >> LOG`` would append
+    to the log while reading it, and any command's result would go into its input."""
+    seen = stdout.regular_file()
+    if seen is None:
+        return
+    for f in files:
+        if f == STDIN or remote.is_remote(f):
+            continue
+        for path in (f, *metadata_paths(f)):
+            try:
+                other = os.stat(path)
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == (seen.st_dev, seen.st_ino):
+                msg = (
+                    f"standard output is {path}, one of the inputs; advcli never writes to "
+                    "its input. Hint: send standard output to another file"
+                )
+                raise OutputError(msg)
+
+
 def metadata_path(path: str | os.PathLike[str]) -> Path:
     """Where a JSONL output's metadata goes: a hidden file beside it, ``.NAME.meta.json``
     (Hugging Face ``datasets`` skips hidden files: ``load_dataset("json", data_dir=...)`` on
@@ -140,15 +177,23 @@ def existing_metadata(path: str | os.PathLike[str]) -> Path | None:
 def check_output(out: str, files: list[str], *, force: bool) -> None:
     """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
     names the files it holds) or their metadata, always; one that exists, or whose
-    metadata file (JSONL) exists, unless ``force``; and a path where no file can go."""
+    metadata file (JSONL) exists, unless ``force``; and a path where no file can go.
+    Standard output (``-``) is refused where it is closed or is one of the inputs."""
     if out == STDOUT:
+        check_stdout(files)
         return
     if remote.is_remote(out):
         remote.check_output(out, files, force=force)
         return
+    with output_errors(out):  # a path the system refuses to look at (a name too long)
+        _check_local_output(out, files, force=force)
+
+
+def _check_local_output(out: str, files: list[str], *, force: bool) -> None:
     target = Path(out)
-    clean_stale(target)
     written = [target, *(metadata_paths(out) if is_jsonl_output(out) else [])]
+    _refuse_long_names(out, written)
+    clean_stale(target)
     for f in files:
         if f == STDIN:
             continue
@@ -180,9 +225,23 @@ def check_output_folder(
     (unless ``force``); ``files`` are the inputs, expanded. ``--force`` replaces only a folder
     advcli wrote: ``listed(folder)`` gives the files its manifest names (None: no manifest),
     and a folder holding anything else is refused, ``--force`` or not."""
+    if out == STDOUT:
+        msg = (
+            "--out -: this output is a folder of files, which standard output cannot hold. "
+            "Hint: name a folder (./- for one named '-')"
+        )
+        raise UsageError(msg)
     if remote.is_remote(out):
         return _check_remote_folder(out, files, force=force, listed=listed)
+    with output_errors(out):  # a path the system refuses to look at (a name too long)
+        return _check_local_folder(out, files, force=force, listed=listed)
+
+
+def _check_local_folder(
+    out: str, files: list[str], *, force: bool, listed: Callable[[Folder], set[str] | None]
+) -> Path:
     target = Path(out)
+    _refuse_long_names(out, [target])
     for f in files:
         if f == STDIN:
             continue
@@ -238,6 +297,31 @@ def is_jsonl_output(path: str) -> bool:
     return path.lower().endswith((".jsonl", ".ndjson"))
 
 
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that ``folder`` (or the first existing folder above
+    it) takes: 255 on most file systems."""
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _refuse_long_names(out: str, paths: list[Path]) -> None:
+    """Refuse an output whose file name, or its metadata file's (``.NAME.meta.json``, 11
+    bytes more), is longer than its folder allows."""
+    for path in paths:
+        size, most = len(os.fsencode(path.name)), _name_max(path.parent)
+        if size > most:
+            what = "its name" if path.name == Path(out).name else f"the name {path.name}"
+            msg = (
+                f"{out}: {what} is {size} bytes long; a file name in that folder holds at most "
+                f"{most}. Hint: choose a shorter --out"
+            )
+            raise OutputError(msg)
+
+
 def _check_writable(folder: Path, out: str) -> None:
     """The first existing folder on the way to ``folder`` must let us create files."""
     existing = folder.resolve()
@@ -266,11 +350,33 @@ TAG = f"advcli-{os.getpid()}-{_start_time(os.getpid()) or 0}"
 when. A later write to the same output removes the ones of a process that is gone."""
 
 
+_TEMPORARY_ROOM = len("..advcli-4194304-18446744073709551615-01234567.tmp")
+"""What a temporary's name adds to its output's stem: two dots, the tag (a process id and a
+start time, at their longest), four random bytes and the suffix (``.tmp``, ``.old``)."""
+
+
+def _stem(target: Path) -> str:
+    """``target``'s name as its temporaries carry it: the whole name, or, where a temporary
+    would then be longer than a file name may be, its first bytes and a hash of the whole
+    (the same in every run, so that a later run finds the leftovers)."""
+    name = os.fsencode(target.name)
+    room = _name_max(target.parent) - _TEMPORARY_ROOM
+    if len(name) <= room:
+        return target.name
+    digest = hashlib.sha256(name).hexdigest()[:16]
+    return os.fsdecode(name[: max(room - len(digest) - 1, 0)]) + "~" + digest
+
+
+def temporaries(target: Path, suffix: str = "") -> Iterator[Path]:
+    """The temporaries of ``target`` beside it (any process's), those ending in ``suffix``."""
+    return target.parent.glob(f".{glob_escape(_stem(target))}.advcli-*{suffix}")
+
+
 def clean_stale(target: Path) -> None:
     """Remove the temporaries that an earlier, interrupted run left beside ``target``."""
     if not target.parent.is_dir():
         return
-    for path in target.parent.glob(f".{glob_escape(target.name)}.advcli-*"):
+    for path in temporaries(target):
         m = _OURS.search(path.name)
         if m is None:
             continue
@@ -290,7 +396,7 @@ def glob_escape(name: str) -> str:
 
 
 def _temporary_name(target: Path, suffix: str) -> Path:
-    return target.parent / f".{target.name}.{TAG}-{os.urandom(4).hex()}{suffix}"
+    return target.parent / f".{_stem(target)}.{TAG}-{os.urandom(4).hex()}{suffix}"
 
 
 def temporary_beside(target: Path) -> Path:
@@ -328,6 +434,26 @@ def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
         os.replace(tmp, target)
         return
     tmp.unlink()
+
+
+@contextlib.contextmanager
+def files_moving(target: Path) -> Iterator[None]:
+    """Hold the lock of ``target``'s folder (an exclusive ``flock`` of the folder itself, so
+    nothing is created beside the output) while a run moves an output of several files into
+    place: two runs writing one JSONL output with ``--force`` then move their data and
+    metadata pair by pair, never one's data beside the other's metadata. The lock goes with
+    the process however it ends; where the file system has no ``flock``, none is held."""
+    try:
+        fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

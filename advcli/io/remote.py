@@ -17,18 +17,23 @@ import datetime
 import fnmatch
 import importlib.util
 import os
+import queue
 import re
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
 from advcli.io.checksum import stream_sha256
-from advcli.lazy_imports import pa, pafs
+from advcli.io.interrupts import left_running
+from advcli.lazy_imports import pafs
+
+T = TypeVar("T")
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -55,7 +60,9 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         raise _needs_fsspec(uri, parts.scheme)
     try:
         if parts.scheme in ("gs", "gcs") and not parts.query:
-            limit = datetime.timedelta(seconds=TIMEOUT_SECONDS)
+            # Its retries overrun their limit by up to a third (measured): half the timeout
+            # lets it answer, with its own reason, before answered() gives up on it.
+            limit = datetime.timedelta(seconds=TIMEOUT_SECONDS / 2)
             return pafs.GcsFileSystem(retry_time_limit=limit), f"{parts.netloc}{parts.path}"
         if parts.scheme == "s3" and endpoint and "endpoint_override" not in parts.query:
             server = urlsplit(endpoint)
@@ -70,7 +77,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         return found
     except ImportError:  # pyarrow reads hf:// (and fsspec+...://) through fsspec
         raise _needs_fsspec(uri, parts.scheme) from None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+    except Exception as exc:  # pyarrow's, or fsspec's for hf://
         msg = (
             f"{uri}: cannot open this location ({_reason(exc)}). Hint: check the URI and the "
             "credentials in the environment (for S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
@@ -92,30 +99,59 @@ def _uri_of(uri: str, path: str) -> str:
     return f"{parts.scheme}://{path}" + (f"?{parts.query}" if parts.query else "")
 
 
-def _info(fs: pafs.FileSystem, path: str, uri: str) -> Any:
+def answered(
+    uri: str, doing: str, call: Callable[[], T], error: type[AdvcliError] = UsageError
+) -> T:
+    """``call()``, a request to object storage about ``uri``, bounded: no answer within
+    :data:`TIMEOUT_SECONDS`, or an error of any kind from the storage's library (pyarrow's,
+    or fsspec's and the HTTP client's under it for ``hf://``), is one line, ``uri: cannot
+    DOING (reason)``, as ``error``. The request runs on a thread of its own, left behind
+    where it does not answer (a library's own retries need not end in time)."""
+    done: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+
+    def request() -> None:
+        try:
+            done.put((True, call()))
+        except BaseException as exc:  # handed to the caller
+            done.put((False, exc))
+
+    threading.Thread(target=request, daemon=True).start()
     try:
-        return fs.get_file_info(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise UsageError(f"{uri}: cannot read this location ({_reason(exc)})") from None
+        ok, value = done.get(timeout=TIMEOUT_SECONDS)
+    except queue.Empty:
+        left_running(f"a request to {uri}")
+        msg = (
+            f"{uri}: cannot {doing} (no answer within {TIMEOUT_SECONDS:g} s). Hint: check the "
+            "network and the URI; ADVCLI_REMOTE_TIMEOUT sets how long to wait"
+        )
+        raise error(msg) from None
+    if ok:
+        return value
+    if isinstance(value, (AdvcliError, KeyboardInterrupt)):
+        raise value
+    raise error(f"{uri}: cannot {doing} ({_reason(value)})") from None
+
+
+def _info(fs: pafs.FileSystem, path: str, uri: str) -> Any:
+    return answered(uri, "read this location", lambda: fs.get_file_info(path))
 
 
 def expand(pattern: str, wanted: Any) -> list[str]:
     """The files a URI names: a file, the files of a folder (a prefix), or a glob in the last
-    part of the path; ``wanted(name)`` keeps the log files. Sorted by name."""
+    part of the path (unless an object has that very name); ``wanted(name)`` keeps the log
+    files. Sorted by name."""
     fs, path = filesystem(pattern)
     base = path.rstrip("/")
     parent, _, last = base.rpartition("/")
-    glob = any(ch in last for ch in "*?[")
-    folder = parent if glob else base
-    info = _info(fs, base, pattern) if not glob else None
-    if info is not None and info.type == pafs.FileType.File:
+    info = _info(fs, base, pattern)
+    if info.type == pafs.FileType.File:
         return [pattern]
-    if info is not None and info.type == pafs.FileType.NotFound:
+    glob = any(ch in last for ch in "*?[") and info.type == pafs.FileType.NotFound
+    if info.type == pafs.FileType.NotFound and not glob:
         raise UsageError(f"{pattern}: no such file or folder. Hint: check the URI")
-    try:
-        listed = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-    except (pa.ArrowException, OSError) as exc:
-        raise UsageError(f"{pattern}: cannot list this location ({_reason(exc)})") from None
+    folder = parent if glob else base
+    selector = pafs.FileSelector(folder, allow_not_found=True)
+    listed = answered(pattern, "list this location", lambda: fs.get_file_info(selector))
     names = sorted(
         i.path
         for i in listed
@@ -131,10 +167,7 @@ def expand(pattern: str, wanted: Any) -> list[str]:
 def open_input(uri: str) -> Any:
     """A random-access file of ``uri`` (what pyarrow's Parquet reader takes)."""
     fs, path = filesystem(uri)
-    try:
-        return fs.open_input_file(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise UsageError(f"{uri}: cannot open this file ({_reason(exc)})") from None
+    return answered(uri, "open this file", lambda: fs.open_input_file(path))
 
 
 def sha256(uri: str) -> tuple[int, str]:
@@ -158,7 +191,9 @@ def upload(local: str, uri: str, *, force: bool) -> None:
         with open(local, "rb") as src, fs.open_output_stream(path) as dst:
             while block := src.read(8 << 20):
                 dst.write(block)
-    except (pa.ArrowException, OSError) as exc:
+    except Exception as exc:  # pyarrow's, or fsspec's and its HTTP client's
+        if isinstance(exc, AdvcliError):
+            raise
         msg = f"{uri}: the upload failed ({_reason(exc)}); nothing was written"
         raise OutputError(msg) from None
 
@@ -182,10 +217,8 @@ def listing(uri: str) -> dict[str, int]:
     sizes; empty when there are none."""
     fs, path = filesystem(uri)
     base = path.rstrip("/")
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except (pa.ArrowException, OSError) as exc:
-        raise UsageError(f"{uri}: cannot list this location ({_reason(exc)})") from None
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    infos = answered(uri, "list this location", lambda: fs.get_file_info(selector))
     return {i.path[len(base) + 1 :]: i.size for i in infos if i.type == pafs.FileType.File}
 
 
@@ -198,12 +231,12 @@ def child(uri: str, name: str) -> str:
 
 def delete(uri: str) -> None:
     fs, path = filesystem(uri)
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        pass
-    except (pa.ArrowException, OSError) as exc:
-        raise OutputError(f"{uri}: cannot delete this object ({_reason(exc)})") from None
+
+    def delete_if_there() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(path)
+
+    answered(uri, "delete this object", delete_if_there, OutputError)
 
 
 @dataclass

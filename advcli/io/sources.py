@@ -69,8 +69,18 @@ def refuse_unreadable(path: str) -> None:
         raise UsageError(msg)
 
 
+def local_path(path: str) -> str:
+    """A local path as pyarrow takes it for one: ``./`` before a relative path whose first
+    part looks like a URI's scheme to it (``s3:b.parquet``, which it would open in S3; only
+    ``scheme://`` is a URI to advcli)."""
+    first = path.split("/", 1)[0]
+    return f"./{path}" if ":" in first and not os.path.isabs(path) else path
+
+
 def expand_inputs(patterns: list[str]) -> list[str]:
-    """Files named by paths, directories and globs, in order, each once."""
+    """Files named by paths, directories and globs, in order, each once. A path that exists
+    is that file or directory, even where its name holds glob characters (``[x].parquet``);
+    only a ``scheme://`` path is a URI (``s3:b.parquet`` is a local file)."""
     files: list[str] = []
     for pattern in patterns:
         if pattern == STDIN:
@@ -84,7 +94,7 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             if not found:
                 msg = f"{pattern}: the directory holds no .parquet or .jsonl files"
                 raise UsageError(msg)
-        elif any(ch in pattern for ch in "*?["):
+        elif any(ch in pattern for ch in "*?[") and not os.path.lexists(pattern):
             found = sorted(glob.glob(pattern, recursive=True))
             if not found:
                 msg = f"{pattern}: no file matches this pattern"
@@ -110,6 +120,7 @@ def expand_inputs(patterns: list[str]) -> list[str]:
                 raise UsageError(msg)
             if f != STDIN and not remote.is_remote(f):
                 refuse_unreadable(f)
+                f = local_path(f)
             if f not in files:
                 files.append(f)
     return files

@@ -23,20 +23,22 @@ from typing import Any, NamedTuple
 
 from advcli import progress
 from advcli.errors import DataError, OutputError, StdoutClosed, UsageError
-from advcli.io import remote
+from advcli.io import remote, stdout
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
+from advcli.io.manifests import footer_value
 from advcli.io.outputs import (
     STDOUT,
     atomic_path,
     create_empty,
     existing_metadata,
-    glob_escape,
+    files_moving,
     is_jsonl_output,
     metadata_path,
     metadata_paths,
     output_errors,
     publish,
+    temporaries,
     temporary_beside,
 )
 from advcli.lazy_imports import np, pa, pc, pl, pq
@@ -134,6 +136,8 @@ def _to_stdout(
         sink.flush()
     except BrokenPipeError:
         raise StdoutClosed("standard output closed") from None
+    except OSError as exc:  # a full disk
+        raise stdout.unwritable(exc) from None
     return Written(rows, tokens, None, nulled)
 
 
@@ -213,6 +217,23 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     }
 
 
+def write_bytes(out: str, data: bytes, *, force: bool) -> None:
+    """``data`` as the file ``out`` (complete, or absent after an error), or on standard
+    output (``-``)."""
+    if out != STDOUT:
+        with atomic_path(out, force=force) as tmp:
+            tmp.write_bytes(data)
+        return
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise StdoutClosed("standard output closed") from None
+    except OSError as exc:  # a full disk
+        raise stdout.unwritable(exc) from None
+
+
 def write_json(path: str | Path, obj: dict[str, Any]) -> None:
     with atomic_path(path) as tmp:
         write_json_to(tmp, obj)
@@ -233,7 +254,8 @@ def read_metadata(path: str) -> dict[str, Any] | None:
     that describes other data (an edit) is an error rather than the wrong metadata.
     """
     if not is_jsonl_output(path):
-        raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY)
+        hint = "annotate the log again"
+        raw = footer_value(pq.read_metadata(path), METADATA_KEY, path, hint)
         return None if raw is None else _metadata(raw, f"{path} (its advcli metadata)")
     meta_path = existing_metadata(path) or metadata_path(path)
     meta = _metadata(meta_path.read_bytes(), str(meta_path)) if meta_path.exists() else None
@@ -241,9 +263,7 @@ def read_metadata(path: str) -> dict[str, Any] | None:
     if meta is not None and data.described_by(meta):
         return meta
     pending = [
-        candidate
-        for place in metadata_paths(path)
-        for candidate in place.parent.glob(f".{glob_escape(place.name)}.advcli-*.tmp")
+        candidate for place in metadata_paths(path) for candidate in temporaries(place, ".tmp")
     ]
     for candidate in sorted(pending):
         with contextlib.suppress(DataError, OSError):
@@ -448,12 +468,15 @@ class TableWriter:
             # The metadata is written in full before the data moves: a full disk stops the run
             # with the old output intact, and a kill between the two moves leaves it where
             # read_metadata() finds it.
+            # Both moves under the folder's lock: runs writing this output at once (--force)
+            # leave one run's pair, whatever the order their moves would have interleaved in.
             data = {"bytes": self._tmp.stat().st_size, "sha256": file_sha256(self._tmp)}
-            with atomic_path(str(metadata_path(self.out))) as meta:
+            target = Path(self.out)
+            with files_moving(target), atomic_path(str(metadata_path(self.out))) as meta:
                 write_json_to(meta, {**self.metadata, "data": data})
-                publish(self._tmp, Path(self.out), force=self.force, shown=self.out)
-            # the replaced output's metadata, where advcli wrote it before: its own, stale
-            metadata_paths(self.out)[1].unlink(missing_ok=True)
+                publish(self._tmp, target, force=self.force, shown=self.out)
+                # the replaced output's metadata, where advcli wrote it before: its own, stale
+                metadata_paths(self.out)[1].unlink(missing_ok=True)
 
     def _close(self) -> None:
         if self._sink is not None:

@@ -265,7 +265,7 @@ def _verify_shard(
         with folder.open(rel) as fh:
             pf = pq.ParquetFile(fh, page_checksum_verification=True)
             schema = pf.schema_arrow
-            own = json.loads((pf.metadata.metadata or {}).get(b"advcli", b"{}"))
+            own = json.loads(manifests.footer_value(pf.metadata, b"advcli", path, regen) or b"{}")
             trainer = trainers.get(manifest["options"].get("layout"))
             cols = pf.read(columns=[*trainer.tokens, trainer.actions])
     except (OSError, ValueError, pa.ArrowException) as exc:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import shutil
+import struct
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.conftest import rollout, run, write_jsonl, write_parquet
+from tests.conftest import SAMPLE, rollout, run, write_jsonl, write_parquet
+from tests.presets import frameworks
 
 
 def err(proc) -> str:
@@ -284,3 +289,45 @@ def test_an_error_about_many_files_names_their_folder_and_count(tmp_path):
     assert message.startswith(f"advcli: error: {tmp_path / 'logs'}/ (30 files: step_000.jsonl …"
                               " step_029.jsonl): no 'values' column.")  # fmt: skip
     assert len(message) < 300
+
+
+def _row_group_claims(path: Path, rows: int) -> None:
+    """Edit a one-row-group Parquet file's footer so that its row group claims ``rows`` rows
+    (fewer than it holds, and than the footer counts): its num_rows, Thrift's compact i64
+    after total_byte_size (header 0x16), is the footer's last such field."""
+    data = path.read_bytes()
+    size = struct.unpack("<i", data[-8:-4])[0]
+    body, footer = data[: -8 - size], data[-8 - size : -8]
+    held = pq.read_metadata(path).num_rows
+    assert pq.read_metadata(path).num_row_groups == 1 and held < 64  # one byte, zigzagged
+    at = footer.rindex(bytes([0x16, 2 * held]))
+    footer = footer[:at] + bytes([0x16, 2 * rows]) + footer[at + 2 :]
+    path.write_bytes(body + footer + struct.pack("<i", len(footer)) + b"PAR1")
+    edited = pq.read_metadata(path)
+    assert (edited.num_rows, edited.row_group(0).num_rows) == (held, rows)
+
+
+@pytest.mark.parametrize("reading", ["parquet", "parquet and jsonl", "--from trl"])
+def test_a_footer_whose_row_group_claims_fewer_rows_is_refused_by_every_reader(tmp_path, reading):
+    """A row group claiming 5 of a file's 14 rows read as 5 rows, exit 0, where the log was
+    read whole (Parquet beside JSONL) or by a framework's reader: every read checks it."""
+    if reading == "--from trl":
+        folder = frameworks.trl(tmp_path / "trl", frameworks.rollouts(steps=1))
+        damaged = folder / "completions" / "completions_00001.parquet"
+        args = [str(folder), "--from", "trl"]
+    else:
+        damaged = tmp_path / "log.parquet"
+        shutil.copy(SAMPLE / "rollouts.parquet", damaged)
+        others = (
+            [write_jsonl(tmp_path / "more.jsonl", [rollout("q", 1.0)])]
+            if "jsonl" in reading
+            else []
+        )
+        args = [str(damaged), *others]
+    _row_group_claims(damaged, 5)
+    proc = run("audit", *args, "--json")
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert err(proc).startswith(
+        f"advcli: error: {damaged}: not a readable Parquet file (its footer"
+    )
+    assert "row groups hold 5" in err(proc)

@@ -114,3 +114,18 @@ def test_shards_to_object_storage_and_verify_them_there(s3, tmp_path):
     again = advcli(env, *force)
     assert again.returncode == 0, again.stderr
     assert json.loads(advcli(env, "verify", "s3://logs/shards", "--json").stdout)["ok"]
+
+
+def test_an_object_is_read_by_the_name_it_has(s3):
+    """An object whose name holds glob characters is that object, not the pattern (which
+    would match another object, x.parquet)."""
+    env, fs = s3
+    table = pq.read_table(SAMPLE / "rollouts.parquet")
+    for name, rows in (("[x].parquet", table.slice(0, 6)), ("x.parquet", table.slice(6))):
+        with fs.open_output_stream(f"logs/odd/{name}") as out:
+            pq.write_table(rows, out)
+    proc = advcli(env, "audit", "s3://logs/odd/[x].parquet", "--json")
+    assert proc.returncode == 0, proc.stderr
+    audited = json.loads(proc.stdout)
+    assert audited["files"] == ["s3://logs/odd/[x].parquet"]
+    assert audited["rollouts"] == len(set(table.slice(0, 6).column("rollout_id").to_pylist()))

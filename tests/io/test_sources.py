@@ -1,8 +1,10 @@
-"""Log sources: struct fields named with a dotted --col path become columns of their own."""
+"""Log sources: struct fields named with a dotted --col path become columns of their own; a
+local file is read by the name it has (glob characters or a colon in it)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -10,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run, write_jsonl
+from tests.conftest import rollout, run, write_jsonl, write_parquet
 
 ROWS = [
     {"group": {"id": "a", "turns": 1}, "reward": 1.0},
@@ -93,3 +95,45 @@ def test_span_keys_found_elsewhere_in_a_line_are_not_taken_for_a_key_twice(tmp_p
     path = write_jsonl(tmp_path / "log.jsonl", rows)
     proc = run("annotate", path, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def _log(path: Path, prompt: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [rollout(prompt, float(i % 2), rollout_id=f"{prompt}{i}") for i in range(4)]
+    (write_jsonl if path.suffix == ".jsonl" else write_parquet)(path, rows)
+
+
+# Names a shell passes as they are: glob characters in a file's own name, and a colon that is
+# no URI's (only scheme:// is); as given, and as ./NAME.
+LOCAL_NAMES = [
+    "[x].parquet",
+    "run[1]/log.jsonl",
+    "s3:b.parquet",
+    "./s3:b.parquet",
+    "gs:logs/step[2].parquet",
+    "hf:x.jsonl",
+]
+
+
+@pytest.mark.parametrize("name", LOCAL_NAMES)
+@pytest.mark.parametrize("command", ["audit", "annotate"])
+def test_a_local_file_is_read_by_the_name_it_has(tmp_path, name, command):
+    _log(tmp_path / name, "p")
+    args = ["--json"] if command == "audit" else ["--method", "grpo", "-q", "--out", "o.parquet"]
+    proc = run(command, name, *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    if command == "audit":
+        assert json.loads(proc.stdout)["rollouts"] == 4
+    else:
+        assert pq.read_metadata(tmp_path / "o.parquet").num_rows == 4
+
+
+def test_a_pattern_matches_where_no_file_has_its_name(tmp_path):
+    """An existing file wins over a glob; a name no file has is a pattern."""
+    for name, prompt in (("log1.parquet", "a"), ("log2.parquet", "b"), ("log[12].parquet", "c")):
+        _log(tmp_path / name, prompt)
+    literal = json.loads(run("audit", "log[12].parquet", "--json", cwd=tmp_path).stdout)
+    assert literal["groups"] == 1 and literal["files"] == ["log[12].parquet"]
+    (tmp_path / "log[12].parquet").unlink()
+    matched = json.loads(run("audit", "log[12].parquet", "--json", cwd=tmp_path).stdout)
+    assert matched["groups"] == 2 and matched["files"] == ["log1.parquet", "log2.parquet"]

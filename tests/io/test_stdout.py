@@ -1,9 +1,13 @@
-"""``--out -``: the annotated rows on standard output, for a pipe."""
+"""``--out -``: the annotated rows (or the report's page) on standard output, for a pipe; and
+standard output as every command writes to it: never one of the inputs, and a write there
+that fails (closed, full) is one line."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -12,7 +16,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 import pyarrow.parquet as pq
+import pytest
 
+from advcli.io.outputs import metadata_path
 from tests.conftest import ROOT, SAMPLE, run
 
 ADVCLI = [sys.executable, "-m", "advcli"]
@@ -96,3 +102,106 @@ def test_what_stdout_cannot_take_is_refused_in_one_line(tmp_path):
                "--format", "arrow")  # fmt: skip
     assert proc.returncode == 2
     assert b"--format arrow writes Arrow IPC to standard output" in proc.stderr
+
+
+def _advcli_to(stdout, *args: str, shell_redirect: str | None = None):
+    """The real command with standard output ``stdout`` (a file object), or as the shell
+    leaves it after ``shell_redirect`` (``>&-``: closed)."""
+    if shell_redirect is not None:
+        command = ["sh", "-c", f'"$@" {shell_redirect}', "sh", *ADVCLI, *args]
+        return subprocess.run(command, capture_output=True, cwd=ROOT, timeout=120, check=False)
+    return subprocess.run([*ADVCLI, *args], stdout=stdout, stderr=subprocess.PIPE, cwd=ROOT,
+                          timeout=120, check=False)  # fmt: skip
+
+
+def _one_line(proc) -> str:
+    text = proc.stderr.decode()
+    assert "Traceback" not in text and text.count("\n") == 1, text
+    assert text.startswith("advcli: error: "), text
+    return text
+
+
+# Every command that writes to standard output, and how its input is named: the file, its
+# folder, a glob; an annotated JSONL log's metadata file counts as the log.
+STDOUT_IS_INPUT = {
+    "annotate --out -": (["annotate", "LOG", "--method", "grpo", "--out", "-"], "file"),
+    "score --out -": (["score", "LOG", "--critic", str(SAMPLE / "critic.onnx"), "--out", "-"],
+                      "file"),
+    "report --out -": (["report", "LOG", "--method", "grpo", "--out", "-"], "glob"),
+    "audit --json": (["audit", "LOG", "--json"], "folder"),
+    "schema": (["schema", "LOG"], "file"),
+    "check": (["check", "LOG", "--method", "grpo"], "metadata"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(STDOUT_IS_INPUT))
+def test_standard_output_that_is_an_input_is_refused(tmp_path, case):
+    """`advcli annotate LOG --out - >> LOG` appended the rows to the log it read (189 MB grew
+    to 407 MB, exit 0): standard output is compared with every input like any output."""
+    args, naming = STDOUT_IS_INPUT[case]
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    log = folder / "log.jsonl"
+    shutil.copy(SAMPLE / "rollouts.jsonl", log)
+    target = log
+    if naming == "metadata":  # the log is an annotated one; stdout is its metadata file
+        proc = run("annotate", str(log), "--method", "grpo", "-q", "--out",
+                   str(folder / "a.jsonl"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        log.unlink()
+        log, target = folder / "a.jsonl", metadata_path(folder / "a.jsonl")
+    named = {"folder": folder, "glob": folder / "*.jsonl"}.get(naming, log)
+    before = target.read_bytes()
+    with open(target, "ab") as stdout:
+        proc = _advcli_to(stdout, *[str(named) if a == "LOG" else a for a in args])
+    assert proc.returncode == 2
+    assert f"standard output is {target}, one of the inputs" in _one_line(proc)
+    assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["closed", "full"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["annotate", "LOG", "--method", "grpo", "--out", "-", "-q"],
+        ["annotate", "LOG", "--method", "grpo", "--out", "-", "-q", "--format", "arrow"],
+        ["report", "LOG", "--method", "grpo", "--out", "-", "-q"],
+        ["audit", "LOG", "--json"],
+        ["schema", "LOG"],
+    ],
+    ids=lambda a: " ".join(a[:1] + a[2:]),
+)
+def test_standard_output_closed_or_full_is_one_line_exit_2(where, args):
+    """`--out - >&-` and `> /dev/full` (and any command's result there): exit 2, one line."""
+    if where == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    redirect = ">&-" if where == "closed" else "> /dev/full"
+    filled = [str(SAMPLE / "rollouts.parquet") if a == "LOG" else a for a in args]
+    proc = _advcli_to(None, *filled, shell_redirect=redirect)
+    assert proc.returncode == 2
+    line = _one_line(proc)
+    if where == "closed" and "-" in args:  # refused before any work
+        assert "--out -: standard output is closed" in line
+    else:
+        reason = "Bad file descriptor" if where == "closed" else "No space left on device"
+        assert f"standard output: could not write ({reason})" in line
+
+
+def test_report_to_standard_output_is_the_page():
+    log = str(SAMPLE / "rollouts.parquet")
+    piped = subprocess.run([*ADVCLI, "report", log, "--method", "grpo", "--out", "-", "--json"],
+                           capture_output=True, cwd=ROOT, check=False)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    page = piped.stdout
+    assert page.startswith(b"<!DOCTYPE html>") and page.rstrip().endswith(b"</html>")
+    summary = json.loads(piped.stderr)  # --json: on stderr, stdout holds the page
+    assert summary["output"] == "-" and summary["bytes"] == len(page)
+    assert not (ROOT / "-").exists()  # no file named '-'
+
+
+def test_a_shard_folder_cannot_go_to_standard_output(tmp_path):
+    log = str(SAMPLE / "rollouts.parquet")
+    proc = run("shard", log, "--method", "grpo", "--out", "-", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert "--out -: this output is a folder of files" in _one_line(proc)
+    assert list(tmp_path.iterdir()) == []

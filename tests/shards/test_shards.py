@@ -482,6 +482,42 @@ def test_verify_catches_truncated_altered_and_missing_shards(capsys, tmp_path, l
     assert code == 2 and "no such folder" in err
 
 
+def _with_key_value_copy(path: Path, key: bytes, value: bytes, *, arrow_copy: bool) -> None:
+    """Rewrite a Parquet file with ``key`` set to ``value`` in one of the footer's two copies:
+    the key-value metadata (what ``pq.read_metadata(...).metadata`` and polars show), or the
+    Arrow schema's (``arrow_copy``: what ``pq.read_schema`` and pandas show)."""
+    table = pq.read_table(path)
+    kept = dict(table.schema.metadata)
+    schema = table.schema.with_metadata({**kept, key: value} if arrow_copy else kept)
+    with pq.ParquetWriter(path, schema) as writer:
+        writer.write_table(table.cast(schema))
+        writer.add_key_value_metadata({key: kept[key] if arrow_copy else value})
+
+
+@pytest.mark.parametrize("arrow_copy", [False, True], ids=["key-value copy", "arrow copy"])
+def test_verify_checks_both_copies_of_the_manifest(capsys, tmp_path, log_path, arrow_copy):
+    """The manifest's text and sha256 are in its footer twice: an edit of either copy (its
+    sha256 recomputed, as a careful forger would) fails verify, whichever copy a reader reads."""
+    import hashlib
+
+    from advcli.io import manifests
+
+    out = tmp_path / "v"
+    ok(capsys, "shard", log_path, "--method", "grpo", "--out", out)
+    manifest = read_manifest(out)
+    manifest["totals"]["rows"] += 1
+    text = json.dumps(manifest).encode()
+    path = out / manifests.NAME
+    for key, value in (
+        (manifests.TEXT_KEY, text),
+        (manifests.SHA256_KEY, hashlib.sha256(text).hexdigest().encode()),
+    ):
+        _with_key_value_copy(path, key.encode(), value, arrow_copy=arrow_copy)  # fmt: skip
+    code, _, err = run(capsys, "verify", out)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"{path}: edited after advcli wrote it (its footer holds two copies of" in err
+
+
 def test_sigkill_leaves_no_complete_looking_output(tmp_path):
     log = make_log(tmp_path / "big.parquet", n_prompts=3000, seed=1, max_len=40)
     out = tmp_path / "out"
