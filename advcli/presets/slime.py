@@ -35,7 +35,7 @@ import orjson
 
 from advcli.errors import DataError, UsageError, where
 from advcli.io.arrow import list_array
-from advcli.io.sources import refuse_pickle
+from advcli.io.sources import Sources, refuse_pickle
 from advcli.lazy_imports import np, pa, pc
 from advcli.presets.base import Converted, Preset, PresetOptions, Setting
 
@@ -185,12 +185,12 @@ def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.T
                 raise _fail(at["path"], at["row"], name, problem)
             if name == "advantages":  # the trainer's loss reads them on the loss mask only
                 mask = at.get("loss_masks")
-                mask = sample["loss_mask"] if mask is None else numbers(
+                mask = sample["loss_mask"] if mask is None else mask_of(
                     at["path"], at["row"], "loss_masks", mask)  # fmt: skip
                 if len(mask) != n_resp:
                     problem = f"loss_masks has {len(mask)} entries for {n_resp} response tokens"
                     raise _fail(at["path"], at["row"], "loss_masks", problem)
-                given = np.where(mask != 0, given, 0.0)
+                given = np.where(mask, given, 0.0)
             values.append(np.concatenate([np.zeros(len(sample["tokens"]) - n_resp), given]))
         flat = np.concatenate(values).astype(np.float32)
         table = table.append_column(column, list_array(flat, offsets))
@@ -436,8 +436,20 @@ def _array(path: str, row: int | None, field: str, values: Any, kinds: str) -> n
 
 
 def numbers(path: str, row: int | None, field: str, values: Any) -> np.ndarray:
-    """A list (or array) of numbers (a mask's booleans too), as float64."""
+    """A list (or array) of numbers, as float64."""
     return _array(path, row, field, values, "biuf").astype(np.float64)
+
+
+def mask_of(path: str, row: int, field: str, values: Any) -> np.ndarray:
+    """A loss mask (a list or array of 0s and 1s, or booleans) as booleans; any other value
+    (NaN, -1, 0.5, 2) refused at its token, as every layout's mask is
+    (:func:`advcli.io.tokens.mask_flags`)."""
+    from advcli.io.rollouts import Checker  # here: the log readers, which --help never needs
+    from advcli.io.tokens import mask_flags
+
+    given = _array(path, row, field, values, "biuf")
+    check = Checker(pa.table({}), Sources([path], [row + 1]), row0=row)  # the sample's row
+    return mask_flags(check, field, pa.array(given), np.array([0, len(given)]))
 
 
 def token_ids(path: str, row: int | None, field: str, values: Any) -> np.ndarray:
@@ -456,8 +468,8 @@ def token_ids(path: str, row: int | None, field: str, values: Any) -> np.ndarray
 def checked_samples(path: str, samples: list[Any]) -> list[dict[str, Any]]:
     """The rollout dump's samples, with the fields advcli reads checked and typed: ids and
     counts integers (a whole float too, as the JSONL reader takes ids), ``tokens`` 32-bit
-    vocabulary indices, ``loss_mask`` and the per-token values numbers, one per response
-    token (the mask all 1 where it is missing)."""
+    vocabulary indices, ``loss_mask`` 0s and 1s (all 1 where it is missing) and the per-token
+    values numbers, one per response token."""
     checked = []
     for row, s in enumerate(samples):
         if not isinstance(s, dict) or not all(type(k) is str for k in s):
@@ -471,7 +483,7 @@ def checked_samples(path: str, samples: list[Any]) -> list[dict[str, Any]]:
             problem = f"response_length {n_resp} is not within the row's {len(tokens)} tokens"
             raise _fail(path, row, "response_length", problem)
         loss = s.get("loss_mask")
-        loss = np.ones(n_resp) if loss is None else numbers(path, row, "loss_mask", loss)
+        loss = np.ones(n_resp, bool) if loss is None else mask_of(path, row, "loss_mask", loss)
         if len(loss) != n_resp or n_resp > len(tokens):
             problem = (
                 f"loss_mask has {len(loss)} entries, response_length is {n_resp} and tokens "
@@ -504,7 +516,7 @@ def samples_table(path: str, samples: list[dict[str, Any]], options: PresetOptio
         tokens, n_resp = s["tokens"], s["response_length"]
         pad = np.zeros(len(tokens) - n_resp)
         ids.append(tokens)
-        masks.append(np.concatenate([pad, s["loss_mask"]]) != 0)
+        masks.append(np.concatenate([pad.astype(bool), s["loss_mask"]]))
         lengths.append(len(tokens))
         for name, kept in per_token.items():
             lp = s.get(name)

@@ -15,7 +15,9 @@ run code, copy data or take time out of proportion is replaced here:
 - expansion: what the file makes (storages, tensors, arrays, bytes) and what its values amount
   to once flattened (a value the pickle shares is counted wherever it is used: a list of two
   references to a list of two references ... is exponential) are bounded by
-  :func:`expansion_bound`; a zip member is inflated only as far as its storage declares.
+  :func:`expansion_bound`; a zip member is inflated only as far as its storage declares, and
+  only stored or deflated members are read (zipfile inflates bzip2 and lzma a whole chunk of
+  input at a time, without a limit on what it makes: a kilobyte can become a gigabyte).
 - the C unpickler's own hazards: it allocates a memo as large as any index a file names (a
   12-byte file can ask for gigabytes), and numpy's array ``__setstate__`` crashes on a state
   of the wrong size; memo indices are bounded and array states checked before use. Dict keys
@@ -68,6 +70,9 @@ ELEMENTS = {*STORAGES.values(), "uint16", "uint32", "uint64"}
 ``torch.<name>`` in a pickle; torch writes the last three as ``_rebuild_tensor_v3`` of bytes."""
 NUMERIC = "biufc"
 """The numpy dtype kinds a file's arrays may have (no objects, records or text)."""
+COMPRESSIONS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+"""The compressions of archive members read: torch.save's (stored), and deflate, which zipfile
+inflates only as far as the bytes asked for."""
 
 
 class _Refused(Exception):
@@ -467,6 +472,21 @@ read, a bad CRC, an offset out of the file, a compression or encryption zipfile 
 read)."""
 
 
+def _refuse_compressions(path: str, archive: zipfile.ZipFile) -> None:
+    """A member compressed other than in :data:`COMPRESSIONS` refused before any is read."""
+    for info in archive.infolist():
+        if info.compress_type not in COMPRESSIONS:
+            names = zipfile.compressor_names  # type: ignore[attr-defined]  # not in its stubs
+            method = names.get(info.compress_type, "an unknown method")
+            msg = (
+                f"{path}: archive member {info.filename[:80]!r} is compressed with {method} "
+                f"(method {info.compress_type}), which advcli does not read: it reads members "
+                "stored (as torch.save writes them) or deflated, whose inflating it can bound. "
+                "Hint: save the file with torch.save"
+            )
+            raise DataError(msg)
+
+
 def load(path: str) -> Any:
     """The object a ``torch.save`` file holds, if it is made of plain values and dense tensors,
     within :func:`expansion_bound` of the file's size."""
@@ -477,6 +497,7 @@ def load(path: str) -> Any:
         msg = f"{path}: not a torch.save zip archive (a legacy torch file?)"
         raise DataError(msg + ". Hint: check the file is complete") from None
     with archive:
+        _refuse_compressions(path, archive)
         names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
         if not names:
             msg = f"{path}: not a torch.save file (no data.pkl in the archive)"

@@ -134,3 +134,55 @@ def test_a_train_dumps_ids_counts_and_tokens_are_integers(tmp_path, case):
     edited(dump / victim, edit)
     preset = "miles" if framework == "miles-train" else "slime"
     assert message in refused(dump, "--from", preset)
+
+
+MASKS = {  # a dump kind: its fixture, the file and its field holding a mask, --from
+    "slime rollout dump": ("slime/multi_turn", "rollout_data/0.pt", "loss_mask", "slime"),
+    "miles rollout dump": ("miles-train/default", "rollout_data/0.pt", "loss_mask", "miles"),
+    "slime train dump": ("slime-train/default", "train_data/0.pt", "loss_masks", "slime"),
+    "miles train dump": ("miles-train/default", "train_data/0_0.pt", "loss_masks", "miles"),
+}
+
+
+def _first_mask_value(data: dict[str, Any], field: str, value: Any) -> None:
+    """The first sample's mask (a list or an array) made a list whose first value is ``value``."""
+    if "samples" in data:  # a rollout dump, or slime's train dump
+        masks, at = data["samples"][0], field
+    else:  # miles' train dump: one list per field
+        masks, at = data["rollout_data"][field], 0
+    masks[at] = [value, *list(masks[at])[1:]]
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1, 0.5, 2])
+@pytest.mark.parametrize("kind", MASKS)
+def test_a_mask_value_other_than_0_or_1_is_refused_at_its_token(tmp_path, kind, value):
+    """As every layout's mask: a value other than 0 or 1 was read as 1 (an action)."""
+    fixture, victim, field, preset = MASKS[kind]
+    dump = tmp_path / "dump"
+    shutil.copytree(REAL / fixture, dump)
+    edited(dump / victim, lambda data: _first_mask_value(data, field, value))
+    text = refused(dump, "--from", preset)
+    problem = f"mask value {value} at token 0; a mask holds only 0 and 1"
+    assert f"{victim}: row 0, column '{field}': {problem}" in text, text
+
+
+def _masks_as(form: Callable[[int], Any], data: dict[str, Any]) -> None:
+    for sample in data["samples"]:
+        sample["loss_mask"] = [form(v) for v in sample["loss_mask"]]
+
+
+@pytest.mark.parametrize("form", [bool, float])
+def test_a_mask_of_booleans_or_whole_floats_is_read_as_its_0s_and_1s(tmp_path, form):
+    """The same advantages and action mask as from the dump's integer masks (some 0)."""
+    outputs = []
+    for name in ("integers", form.__name__):
+        dump = tmp_path / name
+        shutil.copytree(REAL / "slime" / "multi_turn", dump)
+        if name != "integers":
+            edited(dump / "rollout_data" / "0.pt", lambda data: _masks_as(form, data))
+        proc = run("annotate", str(dump), "--from", "slime", "--method", "grpo", "-q",
+                   "-o", str(dump / "o.parquet"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()
+        outputs.append(pl.read_parquet(dump / "o.parquet"))
+    assert 0 in outputs[0]["action_mask"].explode().to_list()
+    assert outputs[0].equals(outputs[1])

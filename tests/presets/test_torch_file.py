@@ -6,8 +6,10 @@ the memory is taken (peak memory measured around the command, run in-process).""
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
+import struct
 import subprocess
 import sys
 import zipfile
@@ -282,6 +284,52 @@ def test_a_storage_member_larger_than_its_storage_is_refused_uninflated(tmp_path
     with peak_memory() as grown:
         code, err = main("schema", str(tmp_path), "--from", "slime")
     assert code == 1 and "storage '0' holds 268435456 bytes, and its 1 elements take 4" in err
+    assert grown[0] is None or grown[0] < PEAK, f"{grown[0]:,} bytes"
+
+
+@functools.cache
+def compressed_zeros(method: int) -> tuple[bytes, zipfile.ZipInfo]:
+    """256 MiB of zeros as an archive member compressed with ``method``: its compressed bytes
+    (bzip2: 0.3 KB, lzma: 38 KB) and the member's info (made once: compressing takes a second)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("x", bytes(256 << 20), compress_type=method)
+        info = z.getinfo("x")
+    raw = buffer.getvalue()
+    name_length, extra_length = struct.unpack_from("<HH", raw, info.header_offset + 26)
+    start = info.header_offset + 30 + name_length + extra_length  # past its local header
+    return raw[start : start + info.compress_size], info
+
+
+COMPRESSED = {"bzip2": zipfile.ZIP_BZIP2, "lzma": zipfile.ZIP_LZMA}
+"""The compressions zipfile inflates a whole chunk of input at a time, without a limit."""
+
+
+@pytest.mark.parametrize("compression", COMPRESSED)
+@pytest.mark.parametrize("member", ["0/data.pkl", "0/data/0", "0/byteorder"])
+def test_a_member_compressed_other_than_stored_or_deflated_is_refused_uninflated(
+    tmp_path, monkeypatch, member, compression
+):
+    """A member (the pickle, a storage, the byte order) of a kilobyte in bzip2 or lzma, which
+    zipfile would inflate to 256 MiB at once: refused naming it and its compression, before
+    it is read."""
+    payload, compressed = compressed_zeros(COMPRESSED[compression])
+    members = {"0/data.pkl": dump(tensor((1,), (1,), 1)), "0/byteorder": b"little",
+               "0/data/0": bytes(4)}  # fmt: skip
+    file = tmp_path / "rollout_data" / "0.pt"
+    file.parent.mkdir()
+    with zipfile.ZipFile(file, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, payload if name == member else data)
+        info = z.getinfo(member)  # its bytes declared compressed (zipfile reads the directory's)
+        for field in ("compress_type", "file_size", "CRC", "flag_bits"):
+            setattr(info, field, getattr(compressed, field))
+    assert file.stat().st_size < 64 << 10
+    monkeypatch.setenv("ADVCLI_MAX_EXPANSION", str(SMALL_BOUND))
+    with peak_memory() as grown:
+        code, err = main("schema", str(tmp_path), "--from", "slime")
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"archive member {member!r} is compressed with {compression}" in err, err
     assert grown[0] is None or grown[0] < PEAK, f"{grown[0]:,} bytes"
 
 
