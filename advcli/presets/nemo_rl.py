@@ -19,7 +19,7 @@ from typing import Any
 
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
-from advcli.lazy_imports import np, pl
+from advcli.lazy_imports import np, pa, pl
 from advcli.presets.base import (
     Converted,
     Preset,
@@ -131,6 +131,7 @@ class NemoRl(Preset):
             warnings.append(FILTERED_REWARDS)
         if "token_ids" in df.columns:
             need(path, set(df.columns), ["input_lengths", "token_loss_mask"], self.framework)
+            refuse_odd_masks(path, df, lines)
             canonical.update(tokens(df))
             # the prompt ends at the first generated token, also in a sample NeMo-RL's overlong
             # filter dropped (sample_loss_mask 0): it stays in its prompt's baseline
@@ -177,6 +178,24 @@ def unwrap(df: pl.DataFrame) -> pl.DataFrame:
         if isinstance(column.dtype, pl.List) and (column.list.len() == 1).all():
             out[name] = column.list.first()
     return df.with_columns(**out)
+
+
+def refuse_odd_masks(path: str, df: pl.DataFrame, lines: np.ndarray) -> None:
+    """``token_loss_mask`` over each row's tokens and ``sample_loss_mask``: 0s and 1s. NeMo-RL
+    multiplies its loss by them, so another value (0.5, 2, NaN) would weigh a token, which no
+    action mask holds: refused at its line and token, as every layout's mask is."""
+    from advcli.io.rollouts import Checker  # here: the log readers, which --help never needs
+    from advcli.io.sources import Sources
+    from advcli.io.tokens import mask_flags
+
+    check = Checker(pa.table({}), Sources([path], [df.height], lines=[lines]))
+    n = pl.col("input_lengths").cast(pl.Int64)
+    heads = df.select(pl.col("token_loss_mask").list.head(n)).to_series().to_arrow()
+    values, offsets = flat_list(heads)
+    mask_flags(check, "token_loss_mask", values, offsets)
+    if "sample_loss_mask" in df.columns:
+        sample = df["sample_loss_mask"].to_arrow()
+        mask_flags(check, "sample_loss_mask", sample, np.arange(len(sample) + 1))
 
 
 def tokens(df: pl.DataFrame) -> dict[str, pl.Series]:

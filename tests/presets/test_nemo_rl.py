@@ -106,3 +106,26 @@ def test_near_constant_groups_before_4158(tmp_path: Path) -> None:
     assert json.loads(ok.stdout)["max_abs_difference"] <= 1e-7
     _, adv = _annotated(tmp_path, folder, "--convention", "nemo-rl-pre-4158")
     assert adv[12] == pytest.approx(-2042.4078369140625, rel=1e-7)
+
+
+@pytest.mark.parametrize("value", [0.5, 2, -1, None])
+@pytest.mark.parametrize("field", ["token_loss_mask", "sample_loss_mask"])
+def test_a_loss_mask_value_other_than_0_or_1_is_refused_at_its_line(tmp_path, field, value):
+    """NeMo-RL multiplies its loss by both masks; a value other than 0 or 1 (read as an action
+    where > 0, as none where not) is refused at its line and token, as every layout's mask is."""
+
+    def edit(record: dict, _: dict) -> dict:
+        if record["idx"] == 2:
+            if field == "token_loss_mask":
+                record[field][0][record["input_lengths"][0] - 1] = value  # its last real token
+            else:
+                record[field] = [value]
+        return record
+
+    inputs = _rewritten(tmp_path, "rollout_identity", edit)
+    proc = run("annotate", str(inputs), "--from", "nemo-rl", "--method", "grpo",
+               "--out", str(tmp_path / "out.parquet"))  # fmt: skip
+    err = proc.stderr
+    assert proc.returncode == 1 and err.count("\n") == 1, err
+    assert f"train_data_step1.jsonl: line 3, column '{field}': mask value " in err
+    assert not (tmp_path / "out.parquet").exists()
