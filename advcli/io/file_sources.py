@@ -20,7 +20,7 @@ from typing import IO, Any
 from advcli import progress
 from advcli.errors import DataError, UsageError, file_list, no_rows
 from advcli.io import jsonl, remote
-from advcli.io.arrow import nul_name, repeated_name
+from advcli.io.arrow import nul_name, readable_schema, readable_table, repeated_name
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import ROLES
 from advcli.io.sources import (
@@ -76,7 +76,8 @@ def read_inputs(
         else:
             try:
                 table = pq.read_table(_input(f), pre_buffer=False, page_checksum_verification=True)
-            except (pa.ArrowInvalid, OSError) as exc:
+                table = readable_table(table, f)
+            except (pa.ArrowException, OSError) as exc:
                 raise _unreadable_parquet(f, exc) from None
         sources.files.append(f)
         sources.row_counts.append(table.num_rows)
@@ -107,7 +108,7 @@ class ParquetSource(LogSource):
         for f in files:
             try:
                 meta = pq.read_metadata(_input(f))
-                schemas.append(pq.read_schema(_input(f)))
+                schema = pq.read_schema(_input(f))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             in_groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
@@ -118,6 +119,7 @@ class ParquetSource(LogSource):
                     "is damaged: write it again"
                 )
                 raise DataError(msg)
+            schemas.append(readable_schema(schema, f))  # each batch is cast to it: _conform
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
             self.row_group_rows.append(in_groups)
@@ -185,10 +187,10 @@ class ParquetSource(LogSource):
                     pre_buffer=False,
                     page_checksum_verification=True,
                 )
+                tables.append(_conform(table, target))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
             self.pins.check(f)
-            tables.append(_conform(table, target))
             done = sum(t.num_rows for t in tables)
             progress.read(done, done / self.n_rows)
         return pa.concat_tables(tables)

@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from advcli.errors import DataError, UsageError
+from advcli.io.arrow import readable_table
 from advcli.lazy_imports import np, pa, pc, pl, pq
 from advcli.presets.base import Converted, Preset, PresetOptions, Setting, need, step_of
 
@@ -177,10 +178,11 @@ class Trl(Preset):
 def read(path: str) -> pl.DataFrame:
     """A completions file, chat messages as text."""
     try:
-        df = pl.from_arrow(pq.read_table(path, page_checksum_verification=True))
+        table = pq.read_table(path, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file
         msg = f"{path}: not a readable Parquet file ({exc}). Hint: check the file"
         raise DataError(msg) from None
+    df = pl.from_arrow(readable_table(table, path))
     assert isinstance(df, pl.DataFrame)
     out = {name: messages_text(df[name]) for name in ("prompt", "completion") if name in df.columns}
     return df.with_columns(**{k: v for k, v in out.items() if v is not None})
