@@ -1,15 +1,20 @@
-"""Arrow list columns as flat arrays plus offsets, and back.
+"""Arrow list columns as flat arrays plus offsets, and back; the Arrow types advcli reads.
 
 A list column is a flat child array and ``offsets`` (row ``i`` is
 ``values[offsets[i]:offsets[i + 1]]``), the layout the numerical core works on. These helpers
 take a column apart without copying its values and build one from numpy.
+:func:`readable_schema` decides, for every input read as Arrow, which types advcli reads as
+they are, which it converts without loss, and which it refuses.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
+from collections.abc import Callable
 
-from advcli.lazy_imports import np, pa
+from advcli.errors import DataError
+from advcli.lazy_imports import np, pa, pl
 
 
 def fast_ipc() -> pa.ipc.IpcWriteOptions:
@@ -95,3 +100,98 @@ def repeated_name(fields: pa.Schema | list[pa.Field], prefix: str = "") -> str |
         if pa.types.is_struct(t) and (inner := repeated_name(list(t), f"{prefix}{field.name}.")):
             return inner
     return None
+
+
+def is_type(kind: str, t: pa.DataType) -> bool:
+    """``pa.types.is_<kind>(t)``; False where this pyarrow has no such type (views: >= 16)."""
+    test: Callable[[pa.DataType], bool] = getattr(pa.types, f"is_{kind}", lambda _: False)
+    return bool(test(t))
+
+
+# Types advcli (pyarrow and polars both) holds as they are.
+_PLAIN = (
+    "null", "boolean", "integer", "floating", "decimal32", "decimal64", "decimal128", "string",
+    "large_string", "binary", "large_binary", "fixed_size_binary", "date", "time", "timestamp",
+    "duration",
+)  # fmt: skip
+MAX_DECIMAL_DIGITS = 38  # polars' decimals: 128 bits
+
+
+class _Unreadable(Exception):
+    """A type advcli cannot hold (``args[0]``: the innermost one)."""
+
+
+def readable_type(t: pa.DataType) -> pa.DataType:
+    """``t`` as advcli reads it: itself, or a type that holds the same values and that polars
+    (which writes every output) holds too. Views become lists and strings with offsets, an
+    extension type its storage, a dictionary its values, a decimal256 of at most 38 digits a
+    decimal128, a timestamp in a time zone polars does not know UTC. Raises
+    :class:`_Unreadable` for the rest (intervals, unions, run-end encoded arrays, wider
+    decimals), innermost type first."""
+    if isinstance(t, pa.BaseExtensionType):
+        return readable_type(t.storage_type)
+    if pa.types.is_dictionary(t) and not pa.types.is_nested(t.value_type):
+        return readable_type(t.value_type)  # (pyarrow casts no nested dictionary to its values)
+    if pa.types.is_decimal256(t) and t.precision <= MAX_DECIMAL_DIGITS:
+        return pa.decimal128(t.precision, t.scale)
+    if is_type("string_view", t):
+        return pa.large_string()
+    if is_type("binary_view", t):
+        return pa.large_binary()
+    # A view becomes a list with offsets of the other width: pyarrow 26's cast to the same
+    # width reuses the view's offsets, one short (an invalid array)
+    if pa.types.is_list(t) or is_type("large_list_view", t):
+        return pa.list_(_readable_field(t.value_field))
+    if pa.types.is_large_list(t) or is_type("list_view", t):
+        return pa.large_list(_readable_field(t.value_field))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_readable_field(t.value_field), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([_readable_field(field) for field in t])
+    if pa.types.is_map(t):
+        key, item = _readable_field(t.key_field), _readable_field(t.item_field)
+        return pa.map_(key, item, keys_sorted=t.keys_sorted)
+    if pa.types.is_timestamp(t) and t.tz is not None and not _polars_knows_zone(t.tz):
+        return pa.timestamp(t.unit, "UTC")  # the same instants: Arrow keeps them in UTC
+    if any(is_type(kind, t) for kind in _PLAIN):
+        return t
+    raise _Unreadable(t)
+
+
+@functools.cache
+def _polars_knows_zone(tz: str) -> bool:
+    """Whether polars reads the time zone ``tz`` (an IANA name or a whole-hour offset; not
+    ``+05:30``). Asked of polars, imported only for a log with a zoned timestamp."""
+    try:
+        pl.from_arrow(pa.table({"t": pa.nulls(1, pa.timestamp("us", tz))}))  # (0 rows: a panic)
+    except pl.exceptions.PolarsError:
+        return False
+    return True
+
+
+def _readable_field(field: pa.Field) -> pa.Field:
+    return field.with_type(readable_type(field.type))
+
+
+def readable_schema(schema: pa.Schema, shown: str) -> pa.Schema:
+    """``schema`` (of the input ``shown``) with every column's type as advcli reads it
+    (:func:`readable_type`); a column of a type it cannot read is an error naming it."""
+    fields = []
+    for field in schema:
+        try:
+            fields.append(_readable_field(field))
+        except _Unreadable as exc:
+            inner = "" if exc.args[0] == field.type else f" (its {exc.args[0]})"
+            msg = (
+                f"{shown}: column '{field.name}' has type {field.type}, which advcli cannot "
+                f"read{inner}. Hint: write the log without that column, or with it cast to "
+                "another type (a string, or a decimal of at most 38 digits)"
+            )
+            raise DataError(msg) from None
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def readable_table(table: pa.Table, shown: str) -> pa.Table:
+    """``table`` (the input ``shown``) in the types advcli reads (:func:`readable_schema`)."""
+    schema = readable_schema(table.schema, shown)
+    return table if schema.equals(table.schema) else table.cast(schema)

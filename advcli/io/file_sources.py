@@ -20,7 +20,7 @@ from typing import IO, Any
 from advcli import progress
 from advcli.errors import DataError, UsageError, file_list, no_rows
 from advcli.io import jsonl, remote
-from advcli.io.arrow import nul_name, repeated_name
+from advcli.io.arrow import nul_name, readable_schema, readable_table, repeated_name
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import ROLES
 from advcli.io.sources import (
@@ -70,10 +70,15 @@ def parquet_footer(path: str) -> pq.FileMetaData:
 
 
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
-    """A Parquet file's rows (those ``columns``), its footer checked (:func:`parquet_footer`)
-    and its pages verified against their checksums."""
+    """A Parquet file's rows (those ``columns``), its footer checked (:func:`parquet_footer`),
+    its pages verified against their checksums, and its types those advcli reads
+    (:func:`advcli.io.arrow.readable_table`)."""
     parquet_footer(path)
-    return _read_table(path, columns)
+    table = _read_table(path, columns)
+    try:
+        return readable_table(table, path)
+    except (pa.ArrowException, ValueError) as exc:  # a conversion pyarrow fails
+        raise _unreadable_parquet(path, exc) from None
 
 
 def _read_table(path: str, columns: list[str] | None) -> pa.Table:
@@ -143,9 +148,10 @@ class ParquetSource(LogSource):
         for f in files:
             meta = parquet_footer(f)
             try:
-                schemas.append(pq.read_schema(_input(f)))
+                schema = pq.read_schema(_input(f))
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise _unreadable_parquet(f, exc) from None
+            schemas.append(readable_schema(schema, f))  # each batch is cast to it: _conform
             self.sources.files.append(f)
             self.sources.row_counts.append(meta.num_rows)
             self.row_group_rows.append(
@@ -209,8 +215,11 @@ class ParquetSource(LogSource):
         for f, has in zip(self.files, self.file_columns, strict=True):
             self.pins.check(f)
             table = _read_table(f, [n for n in names if n in has])  # footer checked at open
+            try:
+                tables.append(_conform(table, target))
+            except (pa.ArrowException, OSError, ValueError) as exc:  # a cast that fails
+                raise _unreadable_parquet(f, exc) from None
             self.pins.check(f)
-            tables.append(_conform(table, target))
             done = sum(t.num_rows for t in tables)
             progress.read(done, done / self.n_rows)
         return pa.concat_tables(tables)

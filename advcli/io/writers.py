@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from advcli import progress
 from advcli.errors import DataError, OutputError, StdoutClosed, UsageError
 from advcli.io import remote, stdout
+from advcli.io.arrow import is_type
 from advcli.io.checksum import file_sha256
 from advcli.io.interrupts import interrupt_deferred, keep_python_interrupt
 from advcli.io.manifests import footer_value
@@ -147,22 +148,25 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: s
     "null" (then: how many)."""
     count = 0
     for name, column in zip(table.column_names, table.columns, strict=True):
-        if _holds(column.type, _is_bytes):
+        if (unwritable := _not_json(column.type)) is not None:
+            what = "bytes" if any(is_type(k, unwritable) for k in _BYTES) else unwritable
             msg = (
-                f"{out}: column '{name}' holds bytes, which JSON lines cannot hold. Hint: "
+                f"{out}: column '{name}' holds {what}, which JSON lines cannot hold. Hint: "
                 "write Parquet (--out with a .parquet name)"
             )
             raise UsageError(msg)
-        if name not in checked or not _holds(column.type, pa.types.is_floating):
+        if name not in checked or not _holds_floats(column.type):
             continue
-        flat, row_of_value = _leaf_values(column.combine_chunks())
+        leaves = list(_float_values(column.combine_chunks(), np.arange(len(column))))
+        flat = np.concatenate([values for values, _ in leaves])
+        row_of_value = np.concatenate([rows for _, rows in leaves])
         bad = ~np.isfinite(flat)
         if not bad.any():
             continue
         if nonfinite == "null":
             count += int(bad.sum())
             continue
-        at = int(np.flatnonzero(bad)[0])
+        at = int(np.flatnonzero(bad)[np.argmin(row_of_value[bad])])  # the first row's
         msg = (
             f"{out}: row {row0 + int(row_of_value[at])} of the output, column '{name}': "
             f"{flat[at]}, which JSON has no number for (it would be written null). Hint: "
@@ -172,30 +176,56 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: s
     return count
 
 
-def _is_bytes(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or getattr(pa.types, "is_binary_view", lambda _: False)(t)  # pyarrow >= 16
-    )
+# The plain types polars' JSON writer writes (it panics on bytes, and stops on others)
+_JSON_PLAIN = (
+    "null", "boolean", "integer", "floating", "decimal", "string", "large_string",
+    "string_view", "date", "time", "timestamp", "duration",
+)  # fmt: skip
+_LISTS = ("list", "large_list", "fixed_size_list", "list_view", "large_list_view")
+_BYTES = ("binary", "large_binary", "fixed_size_binary", "binary_view")
 
 
-def _holds(t: pa.DataType, kind: Callable[[pa.DataType], bool]) -> bool:
-    """Whether ``t`` is of ``kind``, or a list of (lists of) it."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _holds(t.value_type, kind)
-    return kind(t)
+def _not_json(t: pa.DataType) -> pa.DataType | None:
+    """The first type within ``t`` that JSON lines cannot hold (bytes; a map whose keys are
+    not text; an interval, a union...), None if there is none."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _not_json(t.storage_type)
+    if pa.types.is_dictionary(t):
+        return _not_json(t.value_type)
+    if pa.types.is_map(t) and not any(is_type(k, t.key_type) for k in ("string", "large_string")):
+        return t
+    if children := _children(t):
+        return next((u for f in children if (u := _not_json(f.type)) is not None), None)
+    return None if any(is_type(kind, t) for kind in _JSON_PLAIN) else t
 
 
-def _leaf_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """The float values under a (list) column, nulls as 0, and the row of each."""
-    rows = np.arange(len(array))
-    while not pa.types.is_floating(array.type):
-        rows = rows[np.asarray(pc.list_parent_indices(array))]
-        array = pc.list_flatten(array)
-    values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
-    return values, rows
+def _children(t: pa.DataType) -> list[pa.Field]:
+    """The fields a list, struct or map type is made of (none for other types)."""
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    if pa.types.is_struct(t):
+        return list(t)
+    return [t.value_field] if any(is_type(kind, t) for kind in _LISTS) else []
+
+
+def _holds_floats(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or any(_holds_floats(f.type) for f in _children(t))
+
+
+def _float_values(array: pa.Array, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The float values under ``array`` (through lists, structs and maps), nulls as 0, and the
+    row of each (``rows``: the row of each of ``array``'s values), leaf by leaf."""
+    t = array.type
+    if pa.types.is_floating(t):
+        yield np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), np.float64), rows
+    elif pa.types.is_struct(t):
+        for field in array.flatten():  # (the struct's nulls and slice applied)
+            yield from _float_values(field, rows)
+    elif pa.types.is_map(t):  # as the list of {key, value} it is
+        yield from _float_values(array.cast(pa.list_(pa.struct(_children(t)))), rows)
+    elif any(is_type(kind, t) for kind in _LISTS):
+        parents = np.asarray(pc.list_parent_indices(array))
+        yield from _float_values(pc.list_flatten(array), rows[parents])
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
