@@ -500,23 +500,14 @@ def refuse_non_scalar_ids(
             continue
         if key not in kinds and (first := _first_id(path, chunk, first_line, key)) is not None:
             kinds[key] = first
-        kind, at = kinds.get(key, (None, ""))
+        kind = kinds[key][0] if key in kinds else None
         quoted = "".join(c if c.isalnum() else f"\\x{ord(c):02x}" for c in json.dumps(key))
         begins = "[\\[{]|true|false|-?[0-9]+[.eE]" + (f"|{_OTHER_KIND[kind]}" if kind else "")
         if not pc.count_substring_regex(text, quoted + rf"\s*:\s*(?:{begins})")[0].as_py():
             continue
         for number, line in enumerate(chunk.splitlines(), start=first_line):
             if json.dumps(key).encode() in line:
-                value = orjson.loads(line).get(key)
-                check_id(path, number, key, value)
-                if value is not None and _id_kind(value) != kind:
-                    shown = orjson.dumps(value).decode()[:60]
-                    msg = (
-                        f"{where(path, number, key, line=True)}: the id {shown} is "
-                        f"{_id_kind(value)}, but the first is {kind} ({at}): read as text, 1 "
-                        'and "1" would be one id. Hint: write every id of the column as a string'
-                    )
-                    raise DataError(msg)
+                check_id_kind(path, number, key, orjson.loads(line).get(key), kinds)
 
 
 def _first_id(path: str, chunk: bytes, first_line: int, key: str) -> tuple[str, str] | None:
@@ -542,6 +533,24 @@ def id_columns(mapping: Mapping[str, str]) -> set[str]:
         for role in ("prompt_id", "rollout_id")
         for column in ((mapping[role],) if role in mapping else (role, *ROLES[role][1]))
     }
+
+
+def check_id_kind(path: str, number: int, key: str, value: object, kinds: IdKinds) -> None:
+    """An id (:func:`check_id`) of the kind of the log's first id of ``key`` in ``kinds`` (this
+    one where none is there yet): read as text, 1 and "1" would be one id."""
+    check_id(path, number, key, value)
+    if value is None:
+        return
+    at = where(path, number, key, line=True)
+    kind, first = kinds.setdefault(key, (_id_kind(value), at))
+    if _id_kind(value) != kind:
+        shown = orjson.dumps(value).decode()[:60]
+        msg = (
+            f"{at}: the id {shown} is {_id_kind(value)}, but the first is {kind} ({first}): "
+            'read as text, 1 and "1" would be one id. Hint: write every id of the column as a '
+            "string"
+        )
+        raise DataError(msg)
 
 
 def check_id(path: str, number: int, key: str, value: object) -> None:
