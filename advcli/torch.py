@@ -34,14 +34,16 @@ Every row is checked before a tensor is made; a problem raises
 :class:`~advcli.errors.UsageError` naming the row of the batch and the column: a column a row
 lacks, or holds None; token ids that are not integers from 0 within int64; a mask value other
 than 0 or 1; a layout column without one value per token (``advantages`` one value short) or,
-in the trl layout, without one number per row; a number float32 cannot hold. A null among
-numbers (a shard's log-probs off action tokens) is NaN. ``prompt_length``,
-``response_length`` and the batch's longest row are at most ``ADVCLI_MAX_ROW_TOKENS`` tokens
-(:func:`~advcli.io.tokens.max_row_tokens`).
+in the trl layout, without one number per row; text where numbers are due; a number float32
+(int64, for a column of integers) cannot hold; ``advantages`` or ``returns`` not finite (NaN,
+infinite, a null). A null among other numbers (a shard's log-probs off action tokens) is NaN.
+``prompt_length``, ``response_length`` and the batch's longest row are at most
+``ADVCLI_MAX_ROW_TOKENS`` tokens (:func:`~advcli.io.tokens.max_row_tokens`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,16 +59,17 @@ LAYOUTS = ("advcli", "verl", "trl")
 Rows = Sequence[Mapping[str, Any]]
 INT64_MAX = 2**63 - 1
 IDS, MASK, FLOATS = "token ids", "mask values (0 or 1)", "numbers"  # what a column holds
+INTEGERS, FINITE = "integers", "finite numbers"  # advantages and returns: finite
 # The columns each layout has with a value per token of its (right-padded) sequence column,
 # and what they hold; the trl layout's advantages: one number per row.
 PER_TOKEN = {
-    "advcli": {"loss_mask": MASK, "advantages": FLOATS, "returns": FLOATS,
+    "advcli": {"loss_mask": MASK, "advantages": FINITE, "returns": FINITE,
                "loss_weight": FLOATS},
-    "verl": {"response_mask": MASK, "advantages": FLOATS, "returns": FLOATS,
+    "verl": {"response_mask": MASK, "advantages": FINITE, "returns": FINITE,
              "old_log_probs": FLOATS},
     "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS},
 }  # fmt: skip
-PER_ROW = {"trl": ("advantages",)}
+PER_ROW = {"trl": {"advantages": FINITE}}
 
 
 def collate(
@@ -164,7 +167,7 @@ class Collate:
         numbers float32); the layout's per-row numbers and any other numbers as a (B,) array;
         anything else as a list."""
         skip = {*out, "attention_mask", "position_ids"}
-        per_token, per_row = PER_TOKEN[self.layout], PER_ROW.get(self.layout, ())
+        per_token, per_row = PER_TOKEN[self.layout], PER_ROW.get(self.layout, {})
         for name in rows[0]:
             if name in skip:
                 continue
@@ -173,8 +176,8 @@ class Collate:
                 kind = per_token[name]
                 out[name] = tokens.like(rows, name, kind).pad(0, DTYPES[kind])
             elif name in per_row:
-                out[name] = _numbers(values, name)
-            elif tokens.fits(values) and all(_as_array(v, FLOATS) is not None for v in values):
+                out[name] = _numbers(values, name, per_row[name])
+            elif tokens.fits(values):
                 out[name] = tokens.like(rows, name, FLOATS).pad(0, np.float32)
             elif all(_is_number(v) for v in values):
                 out[name] = _numbers(values, name)
@@ -183,8 +186,16 @@ class Collate:
         return out
 
 
-DTYPES: dict[str, Any] = {IDS: np.int64, MASK: np.int64, FLOATS: np.float32}
-KINDS = {IDS: "iu", MASK: "iub", FLOATS: "iubf"}  # the numpy dtype kinds each may hold
+DTYPES: dict[str, Any] = {IDS: np.int64, MASK: np.int64, INTEGERS: np.int64,
+                          FLOATS: np.float32, FINITE: np.float32}  # fmt: skip
+KINDS = {IDS: "iu", MASK: "iub", INTEGERS: "iu", FLOATS: "iubf", FINITE: "iubf"}  # numpy's kinds
+WHY = {  # what a tensor of each kind holds
+    IDS: "token ids are integers from 0 within int64",
+    MASK: "a mask holds only 0 and 1",
+    INTEGERS: "beyond int64",
+    FLOATS: "beyond float32's range",
+    FINITE: "beyond float32's range",
+}
 
 
 def _refused(row: int, name: str, problem: str) -> UsageError:
@@ -213,58 +224,85 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.number) and not isinstance(value, bool)
 
 
-def _as_array(value: Any, kind: str) -> np.ndarray | None:
-    """``value`` as a flat array of ``kind`` (numbers: a null is NaN, no value, as a shard
-    holds the log-probs off action tokens), or None where it is not one."""
-    if value is None:
-        return None
+def _read(value: Any) -> np.ndarray | None:
+    """``value`` as numpy reads it where it is a number or a flat list of numbers (a null among
+    them too; an integer beyond 64 bits as a Python object), else None: text is never read as
+    a number, nor a ragged list, nor anything numpy cannot read."""
     try:
-        array = np.asarray(value, dtype=np.float64 if kind == FLOATS else None)
-    except (TypeError, ValueError):  # not numbers
+        array = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):  # a ragged list, or not numbers
         return None
-    if array.ndim != 1 or (array.size and array.dtype.kind not in KINDS[kind]):
+    if array.ndim > 1 or array.dtype.kind not in "iubfO":
         return None
-    return array if array.size else array.astype(DTYPES[kind])
+    if array.dtype.kind == "O":
+        allowed = (int, float, np.number, type(None)) if array.ndim else (int, float, np.number)
+        if not all(issubclass(t, allowed) for t in set(map(type, array.reshape(-1)))):
+            return None
+    return array
 
 
-def _wrong(values: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
-    """Which of ``values`` a tensor of ``kind`` cannot hold as they are, and why."""
+def _as_array(row: int, name: str, value: Any, kind: str, *, per_row: bool = False) -> np.ndarray:
+    """Row ``row``'s ``name``, a flat list of ``kind`` (``per_row``: one of them), as the array
+    its tensor is made of: every value of a row comes through here. Refused naming the row and
+    the column where it is not one, or holds a value that tensor cannot hold as it is. Numbers:
+    a null is NaN, no value, as a shard holds the log-probs off action tokens."""
+    array = _read(value)
+    expected = "expected one number per row" if per_row else f"expected a list of {kind}"
+    floats = DTYPES[kind] is np.float32
+    allowed = KINDS[kind].replace("b", "") if per_row else KINDS[kind]  # a row's number: no bool
+
+    def unheld(t: int, bad: Any, why: str) -> UsageError:
+        where = _shown(value) if per_row else f"value {_shown(bad)} at token {t}"
+        return _refused(row, name, f"{where}: {why}")
+
+    if array is None or array.ndim != (0 if per_row else 1):
+        raise _refused(row, name, f"{_shown(value)}, {expected}")
+    if array.dtype.kind == "O":  # integers beyond 64 bits, or a null among numbers
+        values = array.reshape(-1).tolist()
+        if not floats and None in values:
+            raise _refused(row, name, f"{_shown(value)}, {expected}")
+        try:
+            array = array.astype(np.float64 if floats else np.int64)
+        except OverflowError:  # an integer beyond int64, or beyond float64 and so float32
+            limit = sys.float_info.max if floats else INT64_MAX
+            t = next(t for t, v in enumerate(values) if v is not None and abs(v) > limit)
+            raise unheld(t, values[t], WHY[kind]) from None
+    elif array.size and array.dtype.kind not in allowed:
+        raise _refused(row, name, f"{_shown(value)}, {expected}")
+    flat = array.reshape(-1)
+    wrong = _wrong(flat, kind)
+    if wrong.any():
+        t = int(np.flatnonzero(wrong)[0])
+        bad = flat[t].item()
+        raise unheld(t, bad, WHY[kind] if np.isfinite(bad) else "not a finite number")
+    return array.astype(DTYPES[kind])
+
+
+def _wrong(values: np.ndarray, kind: str) -> np.ndarray:
+    """Which of ``values`` a tensor of ``kind`` cannot hold as they are (``WHY``)."""
     if kind == IDS:
-        return (values < 0) | (values > INT64_MAX), "token ids are integers from 0 within int64"
+        return (values < 0) | (values > INT64_MAX)
     if kind == MASK:
-        return (values != 0) & (values != 1), "a mask holds only 0 and 1"
-    return np.isfinite(values) & (np.abs(values) > FLOAT32_MAX), "beyond float32's range"
+        return (values != 0) & (values != 1)
+    if kind == INTEGERS:
+        return (values < -INT64_MAX - 1) | (values > INT64_MAX)
+    beyond = np.isfinite(values) & (np.abs(values) > FLOAT32_MAX)
+    return beyond | ~np.isfinite(values) if kind == FINITE else beyond
 
 
 def _arrays(rows: Rows, name: str, kind: str) -> list[np.ndarray]:
     """Column ``name`` of every row as a flat array of ``kind``, each checked (row by row, its
-    tokens at once): refused at the first row that is not one, or holds a value a tensor of
-    that kind would change."""
-    out = []
-    for i, value in enumerate(_column(rows, name)):
-        array = _as_array(value, kind)
-        if array is None:
-            raise _refused(i, name, f"{_shown(value)}, expected a list of {kind}")
-        wrong, why = _wrong(array, kind)
-        if wrong.any():
-            t = int(np.flatnonzero(wrong)[0])
-            raise _refused(i, name, f"value {array[t]} at token {t}: {why}")
-        out.append(array)
-    return out
+    tokens at once)."""
+    return [_as_array(i, name, value, kind) for i, value in enumerate(_column(rows, name))]
 
 
-def _numbers(values: list[Any], name: str) -> np.ndarray:
-    """One number per row as a (B,) array, float32 where any is a float, else int64; refused
-    at a row that holds something else, or a number that array would change."""
-    floats = any(isinstance(v, float | np.floating) for v in values)
-    for i, v in enumerate(values):
-        if not _is_number(v):
-            raise _refused(i, name, f"{_shown(v)}, expected one number per row")
-        if floats and np.isfinite(v) and abs(v) > FLOAT32_MAX:
-            raise _refused(i, name, f"{v} is beyond float32's range")
-        if not floats and not -INT64_MAX - 1 <= v <= INT64_MAX:
-            raise _refused(i, name, f"{v} is beyond int64")
-    return np.asarray(values, dtype=np.float32 if floats else np.int64)
+def _numbers(values: list[Any], name: str, kind: str | None = None) -> np.ndarray:
+    """One number per row as a (B,) array of ``kind`` (None: float32 where any is a float,
+    else int64), each checked."""
+    if kind is None:
+        kind = FLOATS if any(isinstance(v, float | np.floating) for v in values) else INTEGERS
+    return np.asarray([_as_array(i, name, v, kind, per_row=True) for i, v in enumerate(values)],
+                      dtype=DTYPES[kind])  # fmt: skip
 
 
 def positions(attention_mask: np.ndarray) -> np.ndarray:
@@ -306,8 +344,12 @@ class Padded:
         return cls(name, values, longest if length is None else length, left=left)
 
     def fits(self, values: list[Any]) -> bool:
-        """Whether ``values`` hold one number per token of this column on every row."""
-        return all(np.ndim(v) == 1 and len(v) == n for v, n in zip(values, self.lens, strict=True))
+        """Whether ``values`` are lists of numbers (nulls too) with one per token of this column
+        on every row."""
+        arrays = (_read(v) for v in values)
+        return all(
+            a is not None and a.shape == (n,) for a, n in zip(arrays, self.lens, strict=True)
+        )
 
     def like(self, rows: Rows, name: str, kind: str) -> Padded:
         """Column ``name``, a list of ``kind`` with a value per token of this one, padded the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,7 +165,7 @@ def test_what_cannot_be_padded_is_refused_with_a_hint(make, rows, said):
     assert said in str(raised.value)
 
 
-GOOD = {
+GOOD: dict[str, dict[str, Any]] = {
     "advcli": {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "advantages": [0.0, 1.0, 1.0],
                "returns": [0.0, 1.0, 1.0]},
     "verl": {"prompts": [1], "responses": [2, 3], "response_mask": [1, 1],
@@ -172,10 +173,14 @@ GOOD = {
     "trl": {"prompt_ids": [1], "completion_ids": [2, 3], "completion_mask": [1, 1],
             "tool_mask": [1, 0], "advantages": 0.5, "old_per_token_logps": [-0.5, -0.5]},
 }  # fmt: skip
-# (layout, column, value, said): a row no tensor can hold as it is
+SEQUENCE = {"advcli": "input_ids", "verl": "responses", "trl": "completion_ids"}
+NUMBERS = {"advcli": "loss_weight", "verl": "old_log_probs", "trl": "old_per_token_logps"}
+# (layout, column, value, said): a row no tensor can hold as it is (row 0 of the batch holds
+# GOOD's row, with 0s in a column GOOD lacks)
 BAD_ROWS = [
     (layout, column, value, said)
     for layout, row in GOOD.items()
+    for n in [len(row[SEQUENCE[layout]])]  # tokens per row
     for column, value, said in [
         ("advantages", None, "None, expected"),
         ("advantages", "high", "expected"),
@@ -184,8 +189,18 @@ BAD_ROWS = [
             ("advantages", [1e300] * len(row["advantages"]), "beyond float32's range"),
         ]),
         *([("advantages", [0.5, 0.5], "expected one number per row"),
-           ("advantages", 1e300, "beyond float32's range")] if layout == "trl" else []),
-        (next(iter(row)), [2**64, 1], "expected a list of token ids"),
+           ("advantages", 1e300, "beyond float32's range"),
+           ("advantages", 10**400, "beyond float32's range"),
+           ("advantages", float("nan"), "nan: not a finite number"),
+           ("advantages", True, "expected one number per row"),
+           ("advantages", "0.5", "expected one number per row")] if layout == "trl" else [
+            ("returns", [float("nan")] * n, "nan at token 0: not a finite number"),
+            ("advantages", [None] * n, "nan at token 0: not a finite number"),
+            ("advantages", ["0.5"] * n, "expected a list of finite numbers"),
+        ]),
+        (next(iter(row)), [2**64, 1], "value 18446744073709551616 at token 0: token ids are"),
+        (next(iter(row)), [10**400, 1], "token ids are integers from 0 within int64"),
+        (next(iter(row)), [[1], [1, 2]], "expected a list of token ids"),
         (next(iter(row)), [-1, 1], "value -1 at token 0: token ids are integers from 0"),
         (next(iter(row)), [1.5, 1], "expected a list of token ids"),
         (next(iter(row)), [1, None], "expected a list of token ids"),
@@ -193,23 +208,43 @@ BAD_ROWS = [
          [300] + [1] * (len(row[next(iter(row))]) - 1 if layout == "advcli" else 1),
          "value 300 at token 0: a mask holds only 0 and 1"),
         ("returns" if layout != "trl" else "old_per_token_logps", "missing", "missing"),
+        (NUMBERS[layout], [0.5] * (n - 1) + [10**400], f"at token {n - 1}: beyond float32's"),
+        (NUMBERS[layout], [[0.5], [0.5, 0.1]] + [0.5] * (n - 2), "expected a list of numbers"),
+        # any other column of numbers, one per token or one per row, that no tensor holds
+        ("extra", [0] * (n - 1) + [10**400], f"at token {n - 1}: beyond float32's range"),
+        ("extra", 10**400, "beyond int64"),
+        ("extra", 2**63, "beyond int64"),
     ]
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("layout", "column", "value", "said"), BAD_ROWS)
+@pytest.mark.parametrize(
+    ("layout", "column", "value", "said"), BAD_ROWS, ids=[f"{r[0]}-{r[1]}-{r[3]}" for r in BAD_ROWS]
+)
 def test_a_row_no_tensor_can_hold_is_refused_naming_its_row_and_column(layout, column, value, said):
     """Never a list where a tensor is due, an OverflowError, nor an id or a value cast into
     another: one UsageError naming the row of the batch and the column."""
-    bad = dict(GOOD[layout])
+    good, bad = dict(GOOD[layout]), dict(GOOD[layout])
+    good.setdefault(column, [0] * len(value) if isinstance(value, list) else 0)
     if value == "missing":
         del bad[column]
     else:
         bad[column] = value
     with pytest.raises(UsageError, match="Hint") as raised:
-        collate(layout=layout)([GOOD[layout], bad])
+        collate(layout=layout)([good, bad])
     message = str(raised.value)
     assert f"row 1 of the batch, column {column!r}" in message and said in message, message
+
+
+@pytest.mark.parametrize(
+    "value", [[[1], [1, 2]], [[1, 2], [3, 4]], ["a", "b"], "ab", {"a": 1}, [1, "a"], [1, None, 2]]
+)
+def test_a_column_of_anything_else_than_numbers_is_passed_on_as_a_list(value):
+    """Neither a list of numbers with one per token nor a number: nested or ragged lists, text,
+    dicts, numbers not one per token."""
+    row = dict(GOOD["verl"], extra=value)
+    batch = collate(layout="verl")([row, row])
+    assert batch["extra"] == [value, value]
 
 
 @pytest.mark.parametrize("layout", ["verl", "trl"])

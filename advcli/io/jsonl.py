@@ -115,23 +115,30 @@ class _Checked(io.RawIOBase):
 
 
 class _ZstdFrames(io.RawIOBase):
-    """Zstandard frames one after another, decompressed; input that ends inside a frame is
-    an error (zstandard's own readers stop there quietly).
+    """Zstandard frames one after another, decompressed, holding at most about ``STEP`` bytes
+    of their output at a time; input that ends inside a frame is an error (zstandard's own
+    readers stop there quietly).
 
-    Linear in what it gives: the compressed data goes in ``FEED`` bytes at a time (the most
-    one feed can give is some 30,000 times that), and each read takes its bytes from the
-    decompressed piece at an offset rather than cutting the piece again."""
+    What a piece of compressed data gives is bounded by the blocks it holds, not by its size
+    (a block of 4 bytes may repeat one byte 128 KiB times), so the data is walked block by
+    block, by their headers, and fed to the frame's decompressor a few blocks at a time: those
+    whose output is at most ``STEP`` together. Linear in what it gives: each read takes its
+    bytes from the decompressed piece at an offset rather than cutting the piece again."""
 
-    FEED = 4096
+    STEP = 1 << 20  # most bytes decompressed at a time (give or take one block)
+    READ = 1 << 20  # compressed bytes read at a time
+    SKIPPABLE = 0x184D2A50  # a skippable frame's magic number, its low 4 bits aside
 
     def __init__(self, path: str):
         import zstandard
 
         self._zstd = zstandard
         self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
-        self._frame = zstandard.ZstdDecompressor().decompressobj()
-        self._started = False  # the current frame has consumed input
         self._input = memoryview(b"")  # compressed bytes read, not yet fed
+        self._frame: Any = None  # the decompressor of the frame being fed; None between frames
+        self._unit = 0  # bytes of the header, block or checksum being fed that are not yet
+        self._next = "frame"  # what they are followed by: "frame", "block" or "checksum"
+        self._checksum = False  # whether the frame ends with a checksum
         self._pending = b""  # decompressed bytes not yet given, from ``_at`` on
         self._at = 0
 
@@ -140,33 +147,83 @@ class _ZstdFrames(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         while self._at == len(self._pending):
-            if not self._input:
-                self._input = memoryview(self._file.read(1 << 20))
-                if not self._input:
-                    if self._started:
-                        raise EOFError("the input ends inside a frame")
-                    return b""
-            feed, self._input = self._input[: self.FEED], self._input[self.FEED :]
-            self._pending, self._at = self._feed(bytes(feed)), 0
+            if not self._input and not self._read_more():
+                if self._frame is not None or self._unit:
+                    raise EOFError("the input ends inside a frame")
+                return b""
+            self._pending, self._at = self._step(), 0
         end = len(self._pending) if size < 0 else min(self._at + size, len(self._pending))
         out = self._pending[self._at : end]
         self._at = end
         return out
 
-    def _feed(self, chunk: bytes) -> bytes:
-        out = []
-        while chunk:
-            try:
-                out.append(self._frame.decompress(chunk))
-            except self._zstd.ZstdError as exc:
-                raise ValueError(str(exc)) from None
-            self._started = True
-            if not self._frame.eof:
-                break
-            chunk = self._frame.unused_data  # the next frame
+    def _read_more(self) -> bool:
+        """Read more compressed bytes after those not yet fed; whether there were any."""
+        more = self._file.read(self.READ)
+        self._input = memoryview(bytes(self._input) + more if self._input else more)
+        return bool(more)
+
+    def _step(self) -> bytes:
+        """Feed the next blocks of the current frame whose output is at most ``STEP`` bytes
+        together (at least one), or up to the frame's end; their output."""
+        end = most = 0  # bytes of the input to feed, and the most they decompress to
+        while end < len(self._input) and most < self.STEP:
+            if not self._unit:  # at the header of a frame, a block or a checksum
+                if self._next == "frame" and end:
+                    break  # the next frame has its own decompressor
+                header = self._header(self._input[end:])
+                if header is None:  # cut by the end of what was read
+                    if end:
+                        break
+                    if not self._read_more():
+                        raise EOFError("the input ends inside a frame")
+                    continue
+                self._unit, bound, self._next = header
+                most += bound
+            fed = min(self._unit, len(self._input) - end)
+            end, self._unit = end + fed, self._unit - fed
+        if self._frame is None:
             self._frame = self._zstd.ZstdDecompressor().decompressobj()
-            self._started = False
-        return b"".join(out)
+        try:
+            out: bytes = self._frame.decompress(self._input[:end])
+        except self._zstd.ZstdError as exc:
+            raise ValueError(str(exc)) from None
+        self._input = self._input[end:]
+        if self._next == "frame" and not self._unit:  # the frame's last block, or checksum
+            if not self._frame.eof or self._frame.unused_data:
+                raise ValueError("a frame does not end where its last block does")
+            self._frame = None
+        return out
+
+    def _header(self, data: memoryview) -> tuple[int, int, str] | None:
+        """The header at the start of ``data``: the bytes of its unit (with what follows it up
+        to the next header), the most they decompress to, and what follows; None where
+        ``data`` is too short to tell."""
+        if self._next == "checksum":
+            return 4, 0, "frame"
+        if self._next == "block":
+            if len(data) < 3:
+                return None
+            header = int.from_bytes(data[:3], "little")
+            kind, size = header >> 1 & 3, header >> 3
+            if kind == 3:
+                raise ValueError("a block of the reserved type")
+            after = ("checksum" if self._checksum else "frame") if header & 1 else "block"
+            # raw: its bytes; one byte repeated; compressed: at most a block
+            bound = self._zstd.BLOCKSIZE_MAX if kind == 2 else min(size, self._zstd.BLOCKSIZE_MAX)
+            return 3 + (1 if kind == 1 else size), bound, after
+        if len(data) < 8:  # a frame's magic number and what tells its header's size
+            return None
+        magic = int.from_bytes(data[:4], "little")
+        if magic & ~0xF == self.SKIPPABLE:
+            return 8 + int.from_bytes(data[4:8], "little"), 0, "frame"
+        if magic != self._zstd.MAGIC_NUMBER:
+            raise ValueError("not a zstd frame (an unknown magic number)")
+        descriptor = data[4]
+        single = descriptor >> 5 & 1
+        self._checksum = bool(descriptor >> 2 & 1)
+        content_size = (single, 2, 4, 8)[descriptor >> 6]
+        return 5 + (1 - single) + (0, 1, 2, 4)[descriptor & 3] + content_size, 0, "block"
 
     def close(self) -> None:
         self._file.close()
@@ -244,14 +301,15 @@ def read_ndjson(
 
 
 def head(lines: Iterable[bytes], rows: int) -> bytes:
-    """The first lines, up to and including the ``rows``-th non-blank one."""
-    kept = []
+    """The first lines, up to and including the ``rows``-th non-blank one (as one text: blank
+    lines before it take their bytes, not an object each)."""
+    kept = bytearray()
     for line in lines:
-        kept.append(line)
+        kept += line
         rows -= bool(line.strip())
         if not rows:
             break
-    return b"".join(kept)
+    return bytes(kept)
 
 
 def jsonl_schema(path: str, first_lines: bytes, mapping: dict[str, str]) -> dict[str, Any]:
@@ -442,23 +500,14 @@ def refuse_non_scalar_ids(
             continue
         if key not in kinds and (first := _first_id(path, chunk, first_line, key)) is not None:
             kinds[key] = first
-        kind, at = kinds.get(key, (None, ""))
+        kind = kinds[key][0] if key in kinds else None
         quoted = "".join(c if c.isalnum() else f"\\x{ord(c):02x}" for c in json.dumps(key))
         begins = "[\\[{]|true|false|-?[0-9]+[.eE]" + (f"|{_OTHER_KIND[kind]}" if kind else "")
         if not pc.count_substring_regex(text, quoted + rf"\s*:\s*(?:{begins})")[0].as_py():
             continue
         for number, line in enumerate(chunk.splitlines(), start=first_line):
             if json.dumps(key).encode() in line:
-                value = orjson.loads(line).get(key)
-                check_id(path, number, key, value)
-                if value is not None and _id_kind(value) != kind:
-                    shown = orjson.dumps(value).decode()[:60]
-                    msg = (
-                        f"{where(path, number, key, line=True)}: the id {shown} is "
-                        f"{_id_kind(value)}, but the first is {kind} ({at}): read as text, 1 "
-                        'and "1" would be one id. Hint: write every id of the column as a string'
-                    )
-                    raise DataError(msg)
+                check_id_kind(path, number, key, orjson.loads(line).get(key), kinds)
 
 
 def _first_id(path: str, chunk: bytes, first_line: int, key: str) -> tuple[str, str] | None:
@@ -484,6 +533,24 @@ def id_columns(mapping: Mapping[str, str]) -> set[str]:
         for role in ("prompt_id", "rollout_id")
         for column in ((mapping[role],) if role in mapping else (role, *ROLES[role][1]))
     }
+
+
+def check_id_kind(path: str, number: int, key: str, value: object, kinds: IdKinds) -> None:
+    """An id (:func:`check_id`) of the kind of the log's first id of ``key`` in ``kinds`` (this
+    one where none is there yet): read as text, 1 and "1" would be one id."""
+    check_id(path, number, key, value)
+    if value is None:
+        return
+    at = where(path, number, key, line=True)
+    kind, first = kinds.setdefault(key, (_id_kind(value), at))
+    if _id_kind(value) != kind:
+        shown = orjson.dumps(value).decode()[:60]
+        msg = (
+            f"{at}: the id {shown} is {_id_kind(value)}, but the first is {kind} ({first}): "
+            'read as text, 1 and "1" would be one id. Hint: write every id of the column as a '
+            "string"
+        )
+        raise DataError(msg)
 
 
 def check_id(path: str, number: int, key: str, value: object) -> None:

@@ -17,7 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from advcli.errors import DataError
+import orjson
+
+from advcli.errors import DataError, where
+from advcli.io import jsonl
 from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
@@ -47,11 +50,12 @@ class NemoGym(Preset):
         df = frame([{k: v for k, v in r.items() if k not in NESTED} for r in records])
         need(path, set(df.columns), ["_ng_task_index", "_ng_rollout_index", "reward"],
              self.framework)  # fmt: skip
+        refuse_non_numbers(path, records, lines, "reward")
         scope = Path(path).parent.name + "/"
-        task = scope + df["_ng_task_index"].cast(pl.String)
+        task = scope + indices(path, records, lines, "_ng_task_index")
         canonical: dict[str, pl.Series] = {
             "prompt_id": task,
-            "rollout_id": task + ":" + df["_ng_rollout_index"].cast(pl.String),
+            "rollout_id": task + ":" + indices(path, records, lines, "_ng_rollout_index"),
             "reward": number(df, "reward", path, lines),
         }
         sequences = [sequence(path, int(line), r.get("response")) for r, line in
@@ -78,6 +82,45 @@ class NemoGym(Preset):
 NESTED = ("responses_create_params", "response", "agent_ref")
 """Fields kept as JSON text: the request, the Responses API object (the tokens are read from
 it) and the agent, nested objects of any shape."""
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def indices(path: str, records: list[dict[str, Any]], lines: np.ndarray, key: str) -> pl.Series:
+    """The task or rollout index ``key`` of every line, as text ids. NeMo-Gym writes integers;
+    every index of the file is of the first's kind (an integer, or text), and an integer one
+    is within int64: a float is refused, a fraction or a whole one (orjson reads an integer
+    beyond 64 bits as a float, which would make two tasks one)."""
+    kinds: jsonl.IdKinds = {}
+    ids = []
+    for record, line in zip(records, lines.tolist(), strict=True):
+        value = record.get(key)
+        jsonl.check_id_kind(path, line, key, value, kinds)
+        beyond = isinstance(value, int) and not INT64[0] <= value <= INT64[1]
+        if isinstance(value, float) or beyond:
+            read = ", a float (as an integer beyond 64 bits is read, its last digits lost)"
+            msg = (
+                f"{where(path, line, key, line=True)}: an index is an integer within int64, saw "
+                f"{value!r}{read if isinstance(value, float) else ''}. Hint: the index NeMo-Gym "
+                "wrote"
+            )
+            raise DataError(msg)
+        ids.append(None if value is None else str(value))
+    return pl.Series(ids, dtype=pl.String)
+
+
+def refuse_non_numbers(
+    path: str, records: list[dict[str, Any]], lines: np.ndarray, key: str
+) -> None:
+    """Refuse a line whose ``key`` is not a JSON number (or null): text or a boolean, as the
+    JSONL reader refuses them (read as a number, "1" and true would be 1)."""
+    for record, line in zip(records, lines.tolist(), strict=True):
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            shown = orjson.dumps(value).decode()[:60]
+            msg = f"{where(path, line, key, line=True)}: expected a number, saw {shown}"
+            raise DataError(f"{msg}. Hint: the {key} NeMo-Gym wrote")
 
 
 def sequence(path: str, line: int, response: Any) -> dict[str, list[Any]] | None:

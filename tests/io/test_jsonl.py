@@ -21,6 +21,7 @@ from advcli.io.file_sources import JsonlSource, open_source, read_inputs
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl import refuse_duplicate_keys
 from tests.conftest import annotate_in_memory, rollout, run, write_jsonl
+from tests.fuzz import main, peak_memory
 
 
 def log_rows(n: int = 40, seed: int = 0) -> list[dict]:
@@ -312,6 +313,106 @@ def test_a_file_decompressing_past_its_bound_is_refused(tmp_path, monkeypatch, s
         proc = run("audit", path)
         assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1
         assert b"bound of 1000 times" in proc.stderr
+
+
+RAW, RLE = 0, 1  # zstd's block types
+
+
+def _frame(*blocks: tuple[int, bytes], last: bool = True) -> bytes:
+    """A zstd frame built by hand, without its content size (a 128 KiB window), of ``(type,
+    bytes)`` blocks: raw (the bytes) or RLE (one byte repeated, 128 KiB times)."""
+    frame = zstandard.MAGIC_NUMBER.to_bytes(4, "little") + bytes([0x00, 0x38])
+    for i, (kind, data) in enumerate(blocks):
+        size = len(data) if kind == RAW else zstandard.BLOCKSIZE_MAX
+        end = last and i == len(blocks) - 1
+        frame += (end | kind << 1 | size << 3).to_bytes(3, "little") + data
+    return frame
+
+
+def _decompressed(block: tuple[int, bytes]) -> bytes:
+    return block[1] if block[0] == RAW else block[1] * zstandard.BLOCKSIZE_MAX
+
+
+def _every_kind_of_frame() -> list[tuple[bytes, bytes]]:
+    """``(frame, what it decompresses to)``: zstd's own frames with and without their content
+    size and checksum, an empty one, a skippable one, and raw and RLE blocks."""
+    rows = [json.dumps(rollout(f"q{i % 2}", float(i % 2))).encode() + b"\n" for i in range(8)]
+    streamed = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False)
+    writer = streamed.compressobj()
+    blocks = [(RAW, rows[3]), (RLE, b"\n"), (RAW, rows[4] + rows[5])]
+    return [
+        (zstandard.ZstdCompressor().compress(rows[0] + rows[1]), rows[0] + rows[1]),
+        (writer.compress(rows[2]) + writer.flush(), rows[2]),
+        (zstandard.ZstdCompressor().compress(b""), b""),
+        ((0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"skip!", b""),
+        (_frame(*blocks), b"".join(map(_decompressed, blocks))),
+        (zstandard.ZstdCompressor(level=19).compress(rows[6] + rows[7]), rows[6] + rows[7]),
+    ]
+
+
+def test_zstd_frames_of_every_kind_decompress_whole(tmp_path):
+    """Read whole, in chunks of lines, and a few bytes at a time: the same text."""
+    frames = _every_kind_of_frame()
+    path = tmp_path / "log.jsonl.zst"
+    path.write_bytes(b"".join(frame for frame, _ in frames))
+    text = b"".join(plain for _, plain in frames)
+    assert jsonl.read_bytes(str(path)) == text
+    assert b"".join(chunk for _, chunk in jsonl_chunks(str(path), chunk_bytes=100)) == text
+    with jsonl.open_stream(str(path)) as fh:
+        assert b"".join(iter(lambda: fh.read(7), b"")) == text
+    assert advcli.audit([str(path)]).report.rollouts == 8
+
+
+def test_a_zstd_file_cut_anywhere_is_refused_or_ends_with_a_whole_frame(tmp_path):
+    """Cut at each of its bytes: the text of the frames before the cut where it falls between
+    two, else a DataError naming the file (never the part of a frame decoded so far)."""
+    frames = _every_kind_of_frame()
+    data = b"".join(frame for frame, _ in frames)
+    ends = {sum(len(f) for f, _ in frames[: i + 1]): i for i in range(len(frames))}
+    path = tmp_path / "log.jsonl.zst"
+    for cut in range(1, len(data)):
+        path.write_bytes(data[:cut])
+        if cut in ends:
+            whole = b"".join(plain for _, plain in frames[: ends[cut] + 1])
+            assert jsonl.read_bytes(str(path)) == whole, cut
+        else:
+            with pytest.raises(DataError, match=f"^{path}: the zstd data is truncated or corrupt"):
+                jsonl.read_bytes(str(path))
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (_frame((RAW, b"{}\n")) + b"not zstd", "an unknown magic number"),
+        (_frame((RAW, b"{}\n"), (3, b"x")), "a block of the reserved type"),
+        (_frame((RAW, b"{}\n")) + _frame((RAW, b"{}\n"), last=False), "ends inside a frame"),
+    ],
+    ids=["garbage after a frame", "a reserved block", "no last block"],
+)
+def test_a_zstd_file_that_is_not_frames_is_refused(tmp_path, data, said):
+    path = tmp_path / "log.jsonl.zst"
+    path.write_bytes(data)
+    with pytest.raises(DataError, match="truncated or corrupt") as raised:
+        jsonl.read_bytes(str(path))
+    assert said in str(raised.value)
+
+
+@pytest.mark.parametrize("byte", [b"\n", b"a"])
+def test_a_zstd_file_decompressed_past_its_bound_takes_no_more_memory(tmp_path, monkeypatch, byte):
+    """Blocks of 4 bytes that each decompress to 128 KiB (blank lines, or one long line): the
+    command stops at the bound, its peak memory near the bound rather than the 128 MiB each
+    4 KiB of them give (the data is fed a few blocks at a time, not so many bytes at a time)."""
+    rows = [rollout(f"q{i // 2}", float(i % 2)) for i in range(4)]
+    path = tmp_path / "log.jsonl.zst"
+    path.write_bytes(_packed(tmp_path / "rows.jsonl.zst", b"".join(
+        json.dumps(r).encode() + b"\n" for r in rows)).read_bytes()
+        + _frame(*[(RLE, byte)] * 4000))  # fmt: skip
+    monkeypatch.setenv(jsonl.RATIO_VARIABLE, "100")  # a bound of 1 MiB (the floor)
+    assert main("audit", str(tmp_path / "rows.jsonl.zst"))[0] == 0  # modules imported
+    with peak_memory() as grown:
+        code, err = main("audit", str(path))
+    assert code == 1 and "beyond advcli's bound of 100 times the file's size" in err, err
+    assert grown[0] is None or grown[0] < jsonl.FLOOR_BYTES + (16 << 20), f"{grown[0]:,} bytes"
 
 
 def _ids(role: str, first: object, n: int) -> list[dict]:

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.fuzz import main
 from tests.presets.test_real_dumps import REAL, run
 
 GYM = REAL / "nemo-gym"
@@ -119,3 +120,53 @@ def test_a_generated_message_without_its_prompt_tokens_is_refused(tmp_path, fiel
         assert (f"rollouts.jsonl: line 4, column 'response': output message 0 carries "
                 f"generation_token_ids and its {field} is {seen}, so its prompt tokens cannot "
                 "be told from its generated ones") in stderr  # fmt: skip
+
+
+def _annotate_in_process(folder: Path, tmp_path: Path) -> tuple[int, str]:
+    return main("annotate", str(folder), "--from", "nemo-gym", "--method", "grpo", "-q",
+                "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["_ng_task_index", "_ng_rollout_index"])
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (2**70, "an index is an integer within int64, saw 1.1805916207174113e+21, a float"),
+        (2**64 - 1, "an index is an integer within int64, saw 18446744073709551615."),
+        (2.0, "an index is an integer within int64, saw 2.0, a float"),
+        (2.5, "an id is a string or an integer, saw 2.5"),
+        (True, "an id is a string or an integer, saw true"),
+        ([2], "an id is a string or an integer, saw [2]"),
+        ("2", 'the id "2" is a string, but the first is an integer ('),
+    ],
+)  # fmt: skip
+def test_an_index_that_is_not_one_integer_kind_is_refused_at_its_line(tmp_path, key, value, said):
+    """An index beyond int64 (orjson reads one beyond 64 bits as a float: 2**70 and 2**70 + 1
+    would be one task), a float, or text among integers (read as text, 2 and "2" would be one
+    task): refused at its line, never groups merged or split."""
+    folder = _edited(tmp_path, lambda i, r: {**r, key: value} if i == 3 else r)
+    code, err = _annotate_in_process(folder, tmp_path)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"rollouts.jsonl: line 4, column '{key}': {said}" in err, err
+
+
+def test_indices_written_as_text_on_every_line_group_as_integers_do(tmp_path):
+    def as_text(i: int, r: dict) -> dict:
+        return {**r, "_ng_task_index": str(r["_ng_task_index"]),
+                "_ng_rollout_index": str(r["_ng_rollout_index"])}  # fmt: skip
+
+    for name, edit in (("ints", lambda i, r: r), ("text", as_text)):
+        code, err = _annotate_in_process(_edited(tmp_path / name, edit), tmp_path / name)
+        assert code == 0, err
+    ints, text = (pq.read_table(tmp_path / n / "o.parquet") for n in ("ints", "text"))
+    assert text["prompt_id"].to_pylist() == ints["prompt_id"].to_pylist()
+    assert text["advantage"].to_pylist() == ints["advantage"].to_pylist()
+
+
+@pytest.mark.parametrize("value", ["1", True, [1]])
+def test_a_reward_that_is_not_a_number_is_refused_at_its_line(tmp_path, value):
+    """Read as numbers, "1" and true would be 1: refused, as the JSONL reader refuses them."""
+    folder = _edited(tmp_path, lambda i, r: {**r, "reward": value} if i == 3 else r)
+    code, err = _annotate_in_process(folder, tmp_path)
+    assert code == 1, err
+    assert f"line 4, column 'reward': expected a number, saw {json.dumps(value)}" in err, err
