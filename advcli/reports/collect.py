@@ -693,8 +693,9 @@ class _Walk:
                 "segments": len(its_rows),
                 "text": {k: v for r in its_rows for k, v in self.text.get(r, {}).items()},
             }
-            if self.run is not None and rows.segmented:  # each step's (segment's) own
-                entry["steps"] = self.run.plan.columns["advantage"][its_rows].tolist()
+            per_row = self.run.plan.columns.get("advantage") if self.run is not None else None
+            if per_row is not None and rows.segmented:  # each step's (segment's) own; a
+                entry["steps"] = per_row[its_rows].tolist()  # per-token method has none
             if self.tokens:
                 entry["tokens"] = self._token_view([self.tokens[r] for r in its_rows])
             out.setdefault(str(int(codes[rollout])), []).append(entry)

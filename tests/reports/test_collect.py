@@ -280,6 +280,17 @@ def test_agent_steps_show_each_steps_advantage(tmp_path):
     assert (overview["state_groups"], overview["steps_without_signal"]) == (3, 2)
 
 
+def test_a_per_token_method_on_segments_shows_no_step_advantages(tmp_path):
+    """A per-token method (GAE) has no one advantage per step: the segments' rollouts are shown
+    without one (it was an internal error, exit 70), their tokens' advantages still there."""
+    from tests.methods.test_steps import _worked_rows
+
+    log = write_jsonl(tmp_path / "steps.jsonl", _worked_rows())
+    _, data = report(log, tmp_path / "r.html", "--method", "gae", "--gamma", "1.0")
+    rollouts = [r for group in data["details"].values() for r in group]
+    assert rollouts and all("steps" not in r and r["segments"] == 2 for r in rollouts)
+
+
 def test_the_token_view_spends_its_budget_on_the_response(tmp_path):
     """A 180-token prompt keeps its last 8 tokens; the response's come after, in full."""
     prompt, response = list(range(1000, 1180)), list(range(5, 45))
