@@ -21,7 +21,7 @@ from advcli.errors import (
     SchemaError,
     file_list,
 )
-from advcli.io import jsonl
+from advcli.io import jsonl, remote
 from advcli.io.file_sources import open_source
 from advcli.io.jsonl import STDIN
 from advcli.io.rollouts import (
@@ -218,7 +218,7 @@ Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def input_paths(inputs: Inputs) -> list[str]:
-    """``inputs`` as a list of path strings."""
+    """``inputs`` as a list of path strings (a ``file://`` URI as the local path it names)."""
     if isinstance(inputs, (str, os.PathLike)):
-        return [os.fspath(inputs)]
-    return [os.fspath(i) for i in inputs]
+        inputs = [inputs]
+    return [remote.local_file_path(os.fspath(i)) for i in inputs]

@@ -83,10 +83,11 @@ def _refuse_stdout_input(inputs: list[str], preset: str | None) -> None:
         return
     from advcli import jobs, presets
     from advcli.io import outputs
+    from advcli.logs import input_paths
 
     try:
         reading = jobs.Reading(preset=presets.get(preset) if preset else None)
-        files = reading.files(inputs)
+        files = reading.files(input_paths(inputs))
     except (AdvcliError, OSError):
         return
     outputs.refuse_stdout_input(files)
@@ -95,8 +96,14 @@ def _refuse_stdout_input(inputs: list[str], preset: str | None) -> None:
 def main(args: list[str] | None = None) -> None:
     """Entry point: run the command line, turning every error into one line and an exit code
     (1 bad data, 2 bad usage, 3 audit threshold, 4 check mismatch, 70 a bug, 130 interrupted,
-    141 the reader of ``--out -`` stopped).
+    141 the reader of ``--out -`` stopped). A message that standard error cannot take (a full
+    disk, ``2>&-``) is dropped: the exit code is the run's own.
     """
+    with stdout.stderr_guarded():
+        _main(args)
+
+
+def _main(args: list[str] | None) -> None:
     try:
         code = _run(args)
     except StdoutClosed:  # a reader of --out - stopped early (`| head`)

@@ -120,6 +120,18 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def _same_identity(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    """The same file, as st_dev and st_ino tell (None: no file to compare)."""
+    return a is not None and b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _stat(path: str | Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
 def check_stdout(files: list[str]) -> None:
     """Refuse standard output, for ``--out -``, where it is closed (``>&-``), or is one of
     the inputs ``files`` (see :func:`refuse_stdout_input`)."""
@@ -134,20 +146,26 @@ def check_stdout(files: list[str]) -> None:
 
 def refuse_stdout_input(files: list[str]) -> None:
     """Refuse standard output where it is one of the input ``files`` or their metadata (the
-    same file, as st_dev and st_ino tell): ``advcli annotate LOG --out - >> LOG`` would append
-    to the log while reading it, and any command's result would go into its input."""
+    same file, as st_dev and st_ino tell; for ``-``, the file standard input reads where it
+    is one): ``advcli annotate LOG --out - >> LOG`` (or ``annotate - --out - < LOG >> LOG``)
+    would append to the log while reading it, and any command's result would go into its
+    input."""
     seen = stdout.regular_file()
     if seen is None:
         return
     for f in files:
-        if f == STDIN or remote.is_remote(f):
+        if f == STDIN:
+            if _same_identity(stdout.stdin_file(), seen):
+                msg = (
+                    "standard output is the file standard input (-) reads, one of the inputs; "
+                    "advcli never writes to its input. Hint: send standard output to another file"
+                )
+                raise OutputError(msg)
+            continue
+        if remote.is_remote(f):
             continue
         for path in (f, *metadata_paths(f)):
-            try:
-                other = os.stat(path)
-            except OSError:
-                continue
-            if (other.st_dev, other.st_ino) == (seen.st_dev, seen.st_ino):
+            if _same_identity(_stat(path), seen):
                 msg = (
                     f"standard output is {path}, one of the inputs; advcli never writes to "
                     "its input. Hint: send standard output to another file"
@@ -176,7 +194,8 @@ def existing_metadata(path: str | os.PathLike[str]) -> Path | None:
 
 def check_output(out: str, files: list[str], *, force: bool) -> None:
     """Refuse an output file that is one of the inputs ``files`` (expanded: a glob or a folder
-    names the files it holds) or their metadata, always; one that exists, or whose
+    names the files it holds; ``-``: the file standard input reads, where it is one) or their
+    metadata, always; one that exists, or whose
     metadata file (JSONL) exists, unless ``force``; and a path where no file can go.
     Standard output (``-``) is refused where it is closed or is one of the inputs."""
     if out == STDOUT:
@@ -195,7 +214,14 @@ def _check_local_output(out: str, files: list[str], *, force: bool) -> None:
     _refuse_long_names(out, written)
     clean_stale(target)
     for f in files:
-        if f == STDIN:
+        if f == STDIN:  # the file behind descriptor 0 (``< FILE``), where it is one
+            stdin = stdout.stdin_file()
+            if any(_same_identity(_stat(path), stdin) for path in written):
+                msg = (
+                    f"{out}: this is the file standard input (-) reads, one of the inputs; "
+                    "advcli never overwrites its input. Hint: choose another --out"
+                )
+                raise OutputError(msg)
             continue
         for path in written:
             if any(_same_file(path, g) for g in (f, *metadata_paths(f))):

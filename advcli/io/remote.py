@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
 from advcli.io.checksum import stream_sha256
@@ -40,7 +40,24 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 def is_remote(path: str) -> bool:
     """Whether ``path`` is a URI of a filesystem other than the local one."""
-    return bool(_SCHEME.match(path)) and not path.startswith("file://")
+    return bool(_SCHEME.match(path)) and not path[: len("file://")].lower() == "file://"
+
+
+def local_file_path(path: str) -> str:
+    """The local path a ``file://`` URI names (``file:///data/a%20b.parquet`` is
+    ``/data/a b.parquet``); any other path as it is. A file URI of another host, or of no
+    path, is refused."""
+    if not _SCHEME.match(path):
+        return path
+    parts = urlsplit(path)
+    if parts.scheme != "file":  # urlsplit gives the scheme in lower case
+        return path
+    if parts.netloc not in ("", "localhost") or not parts.path:
+        msg = (
+            f"{path}: not a local file's URI (file:///PATH). Hint: give the file's path itself"
+        )
+        raise UsageError(msg)
+    return unquote(parts.path)
 
 
 def _reason(exc: Exception) -> str:

@@ -2,6 +2,10 @@
 descriptor, a full disk, a reader gone) is one line, and what it is (a file, a pipe) is known,
 so that it can be compared with the inputs (:func:`advcli.io.outputs.check_stdout`).
 
+Standard error, where the messages go (warnings, the summary, progress, the error's line),
+has nowhere to report its own failure: a write there that fails is dropped
+(:func:`stderr_guarded`), and the run's exit code stays its own.
+
 Light on purpose: the command line loads it before any command runs (``--help`` included).
 """
 
@@ -47,7 +51,21 @@ def regular_file() -> os.stat_result | None:
     fd = _stdout_fd()
     if fd is None or fd == _CLOSED:
         return None
-    seen = os.fstat(fd)
+    return _regular(fd)
+
+
+def stdin_file() -> os.stat_result | None:
+    """The file behind descriptor 0 where it is a regular file (``< FILE``): what the input
+    ``-`` reads, to be compared with the outputs; None where it is a terminal, a pipe, or
+    closed."""
+    return _regular(0)
+
+
+def _regular(fd: int) -> os.stat_result | None:
+    try:
+        seen = os.fstat(fd)
+    except OSError:
+        return None
     return seen if stat.S_ISREG(seen.st_mode) else None
 
 
@@ -147,3 +165,64 @@ def _is_free(fd: int) -> bool:
     except OSError:
         return True
     return False
+
+
+class _StderrBytes(io.RawIOBase):
+    """Writes to standard error's descriptor, where a write that fails (a full disk, a
+    closed descriptor) is dropped, and the rest after it: there is nowhere to report it, and a
+    run that did its work must not exit as if it had failed."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return not self.failed and os.isatty(self.fd)
+
+    def write(self, data: Any, /) -> int:
+        if not self.failed:
+            try:
+                return os.write(self.fd, data)
+            except OSError:
+                self.failed = True
+        return len(data)
+
+
+@contextlib.contextmanager
+def stderr_guarded() -> Iterator[None]:
+    """Over a run of the command line, standard error through :class:`_StderrBytes` (only
+    where ``sys.stderr`` is the process's own, or None: closed when Python started); put back
+    afterwards. Where it is closed, descriptor 2 is taken by /dev/null opened for reading, so
+    that no file the run opens becomes standard error."""
+    before: TextIO | None = sys.stderr
+    if before is not None and before is not sys.__stderr__:
+        yield
+        return
+    raw = _StderrBytes(2)
+    if before is None or _is_free(2):
+        raw.failed = True
+        if _is_free(2):
+            held = os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: 2
+            if held != 2:
+                os.dup2(held, 2)
+                os.close(held)
+    else:
+        with contextlib.suppress(OSError, ValueError):
+            before.flush()
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=getattr(before, "encoding", None) or "utf-8",
+        errors=getattr(before, "errors", None) or "backslashreplace",
+        line_buffering=True,
+    )
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = before

@@ -4,6 +4,7 @@ standalone server, started here)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import MOTO_SERVER, SAMPLE
+from tests.conftest import MOTO_SERVER, SAMPLE, run
 
 pytestmark = pytest.mark.skipif(not MOTO_SERVER.exists(), reason="moto[server] is not installed")
 
@@ -129,3 +130,19 @@ def test_an_object_is_read_by_the_name_it_has(s3):
     audited = json.loads(proc.stdout)
     assert audited["files"] == ["s3://logs/odd/[x].parquet"]
     assert audited["rollouts"] == len(set(table.slice(0, 6).column("rollout_id").to_pylist()))
+
+
+def test_a_file_uri_reads_the_local_file_it_names(tmp_path):
+    """`advcli schema file:///abs/rollouts.parquet` said "no such file": a file:// URI is the
+    local path it names (percent-decoded; the host empty or localhost); another host is
+    refused in one line."""
+    log = tmp_path / "a b.parquet"
+    shutil.copy(SAMPLE / "rollouts.parquet", log)
+    want = json.loads(run("schema", str(log), "--json").stdout)
+    for uri in (f"file://{tmp_path}/a%20b.parquet", f"FILE://localhost{tmp_path}/a%20b.parquet"):
+        proc = run("schema", uri, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == want
+    proc = run("schema", f"file://elsewhere{log}")
+    assert proc.returncode == 2
+    assert proc.stderr.decode().startswith(f"advcli: error: file://elsewhere{log}: not a local")

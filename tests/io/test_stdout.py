@@ -23,6 +23,7 @@ from tests.conftest import ROOT, SAMPLE, run
 
 ADVCLI = [sys.executable, "-m", "advcli"]
 GAE = ["--method", "gae", "--gamma", "1.0", "--lam", "0.95"]
+GRPO = ["--method", "grpo"]
 
 
 def test_jsonl_to_stdout_is_the_file_s_bytes_and_the_summary_goes_to_stderr(tmp_path):
@@ -205,3 +206,60 @@ def test_a_shard_folder_cannot_go_to_standard_output(tmp_path):
     assert proc.returncode == 2 and proc.stdout == b""
     assert "--out -: this output is a folder of files" in _one_line(proc)
     assert list(tmp_path.iterdir()) == []
+
+
+# Commands that read standard input (`-`) and write to standard output.
+STDIN_TO_STDOUT = {
+    "annotate --out -": ["annotate", "-", "--method", "grpo", "--out", "-", "-q"],
+    "report --out -": ["report", "-", "--method", "grpo", "--out", "-", "-q"],
+    "audit --json": ["audit", "-", "--json"],
+    "schema": ["schema", "-"],
+}
+
+
+@pytest.mark.parametrize("opened", ["ab", "r+b"], ids=[">> LOG", "1<> LOG"])
+@pytest.mark.parametrize("case", sorted(STDIN_TO_STDOUT))
+def test_standard_output_on_the_file_standard_input_reads_is_refused(tmp_path, case, opened):
+    """`advcli annotate - --out - < LOG >> LOG` appended the rows to the log it read (and
+    `1<> LOG` overwrote it in place), exit 0: input `-` is the file behind descriptor 0."""
+    log = tmp_path / "log.jsonl"
+    shutil.copy(SAMPLE / "rollouts.jsonl", log)
+    before = log.read_bytes()
+    with open(log, "rb") as stdin, open(log, opened) as stdout:
+        proc = subprocess.run([*ADVCLI, *STDIN_TO_STDOUT[case]], stdin=stdin, stdout=stdout,
+                              stderr=subprocess.PIPE, cwd=ROOT, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert "standard output is the file standard input (-) reads" in _one_line(proc)
+    assert log.read_bytes() == before
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["", "--force"])
+@pytest.mark.parametrize("command", ["annotate", "report"])
+def test_an_output_file_that_standard_input_reads_is_refused(tmp_path, command, force):
+    """`advcli annotate - --out LOG --force < LOG` replaced the log it read, exit 0."""
+    log = tmp_path / "log.jsonl" if command == "annotate" else tmp_path / "log.html"
+    shutil.copy(SAMPLE / "rollouts.jsonl", log)
+    before = log.read_bytes()
+    args = [command, "-", "--method", "grpo", "-q", "--out", str(log), *force]
+    with open(log, "rb") as stdin:
+        proc = subprocess.run([*ADVCLI, *args], stdin=stdin, capture_output=True, cwd=ROOT,
+                              timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{log}: this is the file standard input (-) reads" in _one_line(proc)
+    assert log.read_bytes() == before and sorted(tmp_path.iterdir()) == [log]
+
+
+@pytest.mark.parametrize("redirect", ["2>/dev/full", "2>&-"])
+def test_a_run_whose_messages_standard_error_cannot_take_keeps_its_exit_code(tmp_path, redirect):
+    """`annotate LOG --out F 2>/dev/full` wrote F whole and exited 1 (the summary's write
+    failed, then the error's): there is nowhere to report it; the run's own code stands."""
+    if "full" in redirect and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    out = tmp_path / "a.jsonl"
+    done = _advcli_to(None, "annotate", str(SAMPLE / "rollouts.parquet"), *GRPO, "--out",
+                      str(out), shell_redirect=redirect)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == b""
+    assert pl.read_ndjson(out).height == 14 and metadata_path(out).exists()
+    failed = _advcli_to(None, "annotate", str(tmp_path / "absent.jsonl"), *GRPO, "--out",
+                        str(tmp_path / "b.jsonl"), shell_redirect=redirect)  # fmt: skip
+    assert failed.returncode == 2 and failed.stderr == b""
