@@ -40,7 +40,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 def is_remote(path: str) -> bool:
     """Whether ``path`` is a URI of a filesystem other than the local one."""
-    return bool(_SCHEME.match(path)) and not path[: len("file://")].lower() == "file://"
+    return bool(_SCHEME.match(path)) and path[: len("file://")].lower() != "file://"
 
 
 def local_file_path(path: str) -> str:
@@ -53,9 +53,7 @@ def local_file_path(path: str) -> str:
     if parts.scheme != "file":  # urlsplit gives the scheme in lower case
         return path
     if parts.netloc not in ("", "localhost") or not parts.path:
-        msg = (
-            f"{path}: not a local file's URI (file:///PATH). Hint: give the file's path itself"
-        )
+        msg = f"{path}: not a local file's URI (file:///PATH). Hint: give the file's path itself"
         raise UsageError(msg)
     return unquote(parts.path)
 

@@ -226,8 +226,9 @@ def test_standard_output_on_the_file_standard_input_reads_is_refused(tmp_path, c
     shutil.copy(SAMPLE / "rollouts.jsonl", log)
     before = log.read_bytes()
     with open(log, "rb") as stdin, open(log, opened) as stdout:
-        proc = subprocess.run([*ADVCLI, *STDIN_TO_STDOUT[case]], stdin=stdin, stdout=stdout,
-                              stderr=subprocess.PIPE, cwd=ROOT, timeout=120, check=False)  # fmt: skip
+        args = [*ADVCLI, *STDIN_TO_STDOUT[case]]
+        proc = subprocess.run(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                              cwd=ROOT, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert "standard output is the file standard input (-) reads" in _one_line(proc)
     assert log.read_bytes() == before
