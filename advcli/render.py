@@ -23,8 +23,10 @@ from advcli.core.audit import AuditReport
 from advcli.lazy_imports import np
 from advcli.progress import Reporter
 
-stderr = Console(stderr=True)
-stdout = Console()
+# What is shown holds the user's text (file, column and id names, values, messages): shown as
+# it is, never read as rich markup ("[/x]" is a name, not a closing tag) or emoji codes.
+stderr = Console(stderr=True, markup=False, emoji=False)
+stdout = Console(markup=False, emoji=False)
 
 
 def _fmt(x: object) -> str:
@@ -92,7 +94,7 @@ class Activity(Reporter):
         if self.mode == "bar":
             self._bar = Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(bar_width=24),
                 TaskProgressColumn(),
                 TextColumn("{task.fields[rows]:,} rows"),
@@ -276,4 +278,4 @@ def schema_report(name: str, info: dict[str, Any]) -> None:
         runs.add_row(verdict, ", ".join(names))
     stdout.print(runs)
     for problem in info["problems"]:
-        stderr.print(f"problem: {problem}", markup=False, highlight=False)
+        stderr.print(f"problem: {problem}", highlight=False)

@@ -383,14 +383,18 @@ start time, at their longest), four random bytes and the suffix (``.tmp``, ``.ol
 
 def _stem(target: Path) -> str:
     """``target``'s name as its temporaries carry it: the whole name, or, where a temporary
-    would then be longer than a file name may be, its first bytes and a hash of the whole
-    (the same in every run, so that a later run finds the leftovers)."""
+    would then be longer than a file name may be, its first characters (as many as fit
+    whole) and a hash of the whole (the same in every run, so that a later run finds the
+    leftovers)."""
     name = os.fsencode(target.name)
     room = _name_max(target.parent) - _TEMPORARY_ROOM
     if len(name) <= room:
         return target.name
     digest = hashlib.sha256(name).hexdigest()[:16]
-    return os.fsdecode(name[: max(room - len(digest) - 1, 0)]) + "~" + digest
+    # Cut at a character: half a character would be a name that is not text (which the
+    # writers, taking names as UTF-8, refuse); bytes of the name that are not text are left out.
+    first = name[: max(room - len(digest) - 1, 0)].decode("utf-8", errors="ignore")
+    return first + "~" + digest
 
 
 def temporaries(target: Path, suffix: str = "") -> Iterator[Path]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from advcli.io.outputs import metadata_path, temporary_beside
+from advcli.io.outputs import create_empty, metadata_path, temporaries, temporary_beside
 from advcli.io.writers import read_metadata
 from tests.conftest import SAMPLE, run
 
@@ -64,8 +64,16 @@ def test_concurrent_force_writers_leave_data_and_metadata_that_agree(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.meta.json", "out.jsonl"]
 
 
-def _name(size: int, suffix: str) -> str:
-    return "n" * (size - len(suffix)) + suffix
+def _name(size: int, suffix: str, char: str = "n") -> str:
+    """A name of ``size`` bytes: "n", then ``char`` as often as fits, "n"s to fill, ``suffix``
+    (the leading "n" puts a character of 2, 3 or 4 bytes across the place a shortened
+    temporary name cuts)."""
+    fill = size - len(suffix) - 1
+    chars = char * (fill // len(char.encode()))
+    return "n" + chars + "n" * (fill - len(chars.encode())) + suffix
+
+
+CHARS = ["n", "é", "日", "😀"]  # 1, 2, 3 and 4 bytes in UTF-8
 
 
 OUTPUTS = {
@@ -77,13 +85,14 @@ OUTPUTS = {
 LONGEST = {"jsonl": 244}  # its metadata file, .NAME.meta.json, is 11 bytes longer
 
 
+@pytest.mark.parametrize("char", CHARS)
 @pytest.mark.parametrize("kind", sorted(OUTPUTS))
-def test_an_output_name_as_long_as_a_name_may_be_is_written(tmp_path, kind):
-    """A name of 255 bytes (NAME_MAX) is written, and written again with --force: its
-    temporary, .NAME.advcli-PID-START-XXXX.tmp, is shortened (the name's start and a hash)
-    where it would not fit."""
+def test_an_output_name_as_long_as_a_name_may_be_is_written(tmp_path, kind, char):
+    """A name of 255 bytes (NAME_MAX), of characters of any width, is written, and written
+    again with --force: its temporary, .NAME.advcli-PID-START-XXXX.tmp, is shortened (the
+    name's first whole characters and a hash) where it would not fit."""
     command, suffix = OUTPUTS[kind]
-    out = tmp_path / _name(LONGEST.get(kind, 255), suffix)
+    out = tmp_path / _name(LONGEST.get(kind, 255), suffix, char)
     args = [command[0], str(SAMPLE / "rollouts.parquet"), *command[1:], "-q", "--out", str(out)]
     for again in ([], ["--force"]):
         proc = run(*args, *again)
@@ -102,6 +111,22 @@ def test_a_jsonl_name_whose_metadata_name_cannot_fit_is_refused(tmp_path):
     assert f"the name {metadata_path(out).name} is 256 bytes long" in line
     assert "holds at most 255. Hint: choose a shorter --out" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temporary_name_is_text_whatever_the_characters_of_its_output(tmp_path):
+    """Every length up to the limit, every character width: the temporary name (shortened
+    or not) is whole UTF-8 characters, fits, begins with the output's name (its first
+    characters, where shortened) and is found again as the output's temporary."""
+    for char in CHARS:
+        for size in range(len(".parquet") + 1, 256):
+            out = tmp_path / _name(size, ".parquet", char)
+            tmp = temporary_beside(out)
+            stem = tmp.name[1:].split(".advcli-")[0]
+            assert len(tmp.name.encode("utf-8")) <= 255  # strict: no half character
+            assert out.name.startswith(stem.split("~")[0]) and len(stem) > 1
+            create_empty(tmp)
+            assert list(temporaries(out)) == [tmp]
+            tmp.unlink()
 
 
 @pytest.mark.parametrize("size", [20, 255])
