@@ -114,19 +114,42 @@ def _uri_of(uri: str, path: str) -> str:
     return f"{parts.scheme}://{path}" + (f"?{parts.query}" if parts.query else "")
 
 
+_UNANSWERED: set[str] = set()
+"""The storages (scheme, bucket and query) that did not answer in time: asked again, each
+request would wait out the timeout once more, and a new S3 client waits for the request
+left running (pyarrow's lock), so a later request fails at once."""
+
+
+def _storage(uri: str) -> str:
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}?{parts.query}"
+
+
 def answered(
-    uri: str, doing: str, call: Callable[[], T], error: type[AdvcliError] = UsageError
+    uri: str,
+    doing: str,
+    call: Callable[[pafs.FileSystem, str], T],
+    error: type[AdvcliError] = UsageError,
 ) -> T:
-    """``call()``, a request to object storage about ``uri``, bounded: no answer within
-    :data:`TIMEOUT_SECONDS`, or an error of any kind from the storage's library (pyarrow's,
-    or fsspec's and the HTTP client's under it for ``hf://``), is one line, ``uri: cannot
-    DOING (reason)``, as ``error``. The request runs on a thread of its own, left behind
-    where it does not answer (a library's own retries need not end in time)."""
+    """``call(fs, path)``, a request to object storage about ``uri`` on its filesystem,
+    bounded: no answer within :data:`TIMEOUT_SECONDS`, or an error of any kind from the
+    storage's library (pyarrow's, or fsspec's and the HTTP client's under it for ``hf://``),
+    is one line, ``uri: cannot DOING (reason)``, as ``error``. The filesystem is made on the
+    request's thread too (pyarrow looks an S3 bucket's region up over the network). The
+    request runs on a thread of its own, left behind where it does not answer (a library's
+    own retries need not end in time)."""
+    storage = _storage(uri)
+    no_answer = (
+        f"{uri}: cannot {doing} (no answer within {TIMEOUT_SECONDS:g} s). Hint: check the "
+        "network and the URI; ADVCLI_REMOTE_TIMEOUT sets how long to wait"
+    )
+    if storage in _UNANSWERED:
+        raise error(no_answer)
     done: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
 
     def request() -> None:
         try:
-            done.put((True, call()))
+            done.put((True, call(*filesystem(uri))))
         except BaseException as exc:  # handed to the caller
             done.put((False, exc))
 
@@ -134,12 +157,9 @@ def answered(
     try:
         ok, value = done.get(timeout=TIMEOUT_SECONDS)
     except queue.Empty:
+        _UNANSWERED.add(storage)
         left_running(f"a request to {uri}")
-        msg = (
-            f"{uri}: cannot {doing} (no answer within {TIMEOUT_SECONDS:g} s). Hint: check the "
-            "network and the URI; ADVCLI_REMOTE_TIMEOUT sets how long to wait"
-        )
-        raise error(msg) from None
+        raise error(no_answer) from None
     if ok:
         return value
     if isinstance(value, (AdvcliError, KeyboardInterrupt)):
@@ -147,18 +167,21 @@ def answered(
     raise error(f"{uri}: cannot {doing} ({_reason(value)})") from None
 
 
-def _info(fs: pafs.FileSystem, path: str, uri: str) -> Any:
-    return answered(uri, "read this location", lambda: fs.get_file_info(path))
+def _info(uri: str) -> tuple[str, Any]:
+    """The path of ``uri`` on its filesystem (no trailing slash) and what is there."""
+
+    def info(fs: pafs.FileSystem, path: str) -> tuple[str, Any]:
+        return path.rstrip("/"), fs.get_file_info(path.rstrip("/"))
+
+    return answered(uri, "read this location", info)
 
 
 def expand(pattern: str, wanted: Any) -> list[str]:
     """The files a URI names: a file, the files of a folder (a prefix), or a glob in the last
     part of the path (unless an object has that very name); ``wanted(name)`` keeps the log
     files. Sorted by name."""
-    fs, path = filesystem(pattern)
-    base = path.rstrip("/")
+    base, info = _info(pattern)
     parent, _, last = base.rpartition("/")
-    info = _info(fs, base, pattern)
     if info.type == pafs.FileType.File:
         return [pattern]
     glob = any(ch in last for ch in "*?[") and info.type == pafs.FileType.NotFound
@@ -166,7 +189,7 @@ def expand(pattern: str, wanted: Any) -> list[str]:
         raise UsageError(f"{pattern}: no such file or folder. Hint: check the URI")
     folder = parent if glob else base
     selector = pafs.FileSelector(folder, allow_not_found=True)
-    listed = answered(pattern, "list this location", lambda: fs.get_file_info(selector))
+    listed = answered(pattern, "list this location", lambda fs, _: fs.get_file_info(selector))
     names = sorted(
         i.path
         for i in listed
@@ -181,8 +204,7 @@ def expand(pattern: str, wanted: Any) -> list[str]:
 
 def open_input(uri: str) -> Any:
     """A random-access file of ``uri`` (what pyarrow's Parquet reader takes)."""
-    fs, path = filesystem(uri)
-    return answered(uri, "open this file", lambda: fs.open_input_file(path))
+    return answered(uri, "open this file", lambda fs, path: fs.open_input_file(path))
 
 
 def sha256(uri: str) -> tuple[int, str]:
@@ -192,18 +214,18 @@ def sha256(uri: str) -> tuple[int, str]:
 
 
 def exists(uri: str) -> bool:
-    fs, path = filesystem(uri)
-    return bool(_info(fs, path, uri).type != pafs.FileType.NotFound)
+    return bool(_info(uri)[1].type != pafs.FileType.NotFound)
 
 
 def upload(local: str, uri: str, *, force: bool) -> None:
     """Copy the finished local file ``local`` to ``uri`` in one upload: the object appears
     when the upload completes, or not at all."""
-    fs, path = filesystem(uri)
     if not force and exists(uri):
         raise OutputError(f"{uri}: appeared while writing. Hint: pass --force to replace it")
+    stream = answered(uri, "write this object", lambda fs, path: fs.open_output_stream(path),
+                      OutputError)  # fmt: skip
     try:
-        with open(local, "rb") as src, fs.open_output_stream(path) as dst:
+        with open(local, "rb") as src, stream as dst:
             while block := src.read(8 << 20):
                 dst.write(block)
     except Exception as exc:  # pyarrow's, or fsspec's and its HTTP client's
@@ -230,11 +252,14 @@ def check_output(uri: str, inputs: list[str], *, force: bool) -> None:
 def listing(uri: str) -> dict[str, int]:
     """The objects under the folder ``uri`` (a prefix), by name relative to it, with their
     sizes; empty when there are none."""
-    fs, path = filesystem(uri)
-    base = path.rstrip("/")
-    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-    infos = answered(uri, "list this location", lambda: fs.get_file_info(selector))
-    return {i.path[len(base) + 1 :]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    def objects(fs: pafs.FileSystem, path: str) -> dict[str, int]:
+        base = path.rstrip("/")
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        infos = fs.get_file_info(selector)
+        return {i.path[len(base) + 1 :]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    return answered(uri, "list this location", objects)
 
 
 def child(uri: str, name: str) -> str:
@@ -245,9 +270,7 @@ def child(uri: str, name: str) -> str:
 
 
 def delete(uri: str) -> None:
-    fs, path = filesystem(uri)
-
-    def delete_if_there() -> None:
+    def delete_if_there(fs: pafs.FileSystem, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             fs.delete_file(path)
 
