@@ -285,7 +285,8 @@ def test_a_per_token_method_on_segments_shows_no_step_advantages(tmp_path):
     without one (it was an internal error, exit 70), their tokens' advantages still there."""
     from tests.methods.test_steps import _worked_rows
 
-    log = write_jsonl(tmp_path / "steps.jsonl", _worked_rows())
+    rows = [{**row, "values": [0.25] * len(row["input_ids"])} for row in _worked_rows()]
+    log = write_jsonl(tmp_path / "steps.jsonl", rows)
     _, data = report(log, tmp_path / "r.html", "--method", "gae", "--gamma", "1.0")
     rollouts = [r for group in data["details"].values() for r in group]
     assert rollouts and all("steps" not in r and r["segments"] == 2 for r in rollouts)
