@@ -88,6 +88,11 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
                 request_timeout=TIMEOUT_SECONDS,
             )  # fmt: skip
             return fs, f"{parts.netloc}{parts.path}"
+        if parts.scheme == "hf":  # through fsspec, as pyarrow >= 16 does (15 knows no hf://)
+            import fsspec
+
+            hub, path = fsspec.core.url_to_fs(uri)
+            return pafs.PyFileSystem(pafs.FSSpecHandler(hub)), path
         found: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
         return found
     except ImportError:  # pyarrow reads hf:// (and fsspec+...://) through fsspec

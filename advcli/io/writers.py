@@ -217,7 +217,10 @@ def _float_values(array: pa.Array, rows: np.ndarray) -> Iterator[tuple[np.ndarra
     row of each (``rows``: the row of each of ``array``'s values), leaf by leaf."""
     t = array.type
     if pa.types.is_floating(t):
-        yield np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), np.float64), rows
+        values = np.asarray(array.to_numpy(zero_copy_only=False), np.float64)  # nulls NaN
+        if array.null_count:  # (fill_null takes no half float before pyarrow 16)
+            values[array.is_null().to_numpy(zero_copy_only=False)] = 0
+        yield values, rows
     elif pa.types.is_struct(t):
         for field in array.flatten():  # (the struct's nulls and slice applied)
             yield from _float_values(field, rows)

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -68,7 +69,7 @@ CASES: dict[str, tuple[Callable[[], pa.Array], object]] = {
         lambda: pa.array([[(1, 2)]] * N, pa.map_(pa.int64(), pa.int64())),
         (2, "holds map<int64, int64"),
     ),
-    "float16": (lambda: pa.array([1.5] * N, pa.float16()), 1.5),
+    "float16": (lambda: pa.array(np.full(N, 1.5, np.float16)), 1.5),
     "timestamp_tz": (
         lambda: pa.array([3600 * 10**6] * N, pa.timestamp("us", tz="Asia/Kolkata")),
         "1970-01-01T06:30:00+05:30",

@@ -494,6 +494,10 @@ def _with_key_value_copy(path: Path, key: bytes, value: bytes, *, arrow_copy: bo
         writer.add_key_value_metadata({key: kept[key] if arrow_copy else value})
 
 
+@pytest.mark.skipif(
+    not hasattr(pq.ParquetWriter, "add_key_value_metadata"),
+    reason="this pyarrow cannot write the footer's two copies apart (pyarrow >= 16 can)",
+)
 @pytest.mark.parametrize("arrow_copy", [False, True], ids=["key-value copy", "arrow copy"])
 def test_verify_checks_both_copies_of_the_manifest(capsys, tmp_path, log_path, arrow_copy):
     """The manifest's text and sha256 are in its footer twice: an edit of either copy (its
