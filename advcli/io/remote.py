@@ -89,7 +89,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
             )  # fmt: skip
             return fs, f"{parts.netloc}{parts.path}"
         if parts.scheme == "hf":  # through fsspec, as pyarrow >= 16 does (15 knows no hf://)
-            import fsspec
+            import fsspec  # type: ignore[import-untyped]
 
             hub, path = fsspec.core.url_to_fs(uri)
             return pafs.PyFileSystem(pafs.FSSpecHandler(hub)), path
