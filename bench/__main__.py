@@ -93,6 +93,21 @@ def tokens_in(path: Path) -> int:
     return int(sum(len(chunk.values) for chunk in table.column(0).chunks))
 
 
+def annotations(
+    advcli: list[str], log: Path, runs: dict[str, list[str]], work: Path, prefix: str
+) -> dict[str, list[str]]:
+    """The ``annotate`` step of each of ``runs`` (name: options) on ``log``, labelled and
+    written under ``prefix`` (the rows of one table of the report)."""
+    label, out = (f"{prefix}: ", f"{prefix}-") if prefix else ("", "")
+    return {
+        f"{label}annotate {name}": [
+            *advcli, "annotate", str(log), *options,
+            "--out", str(work / f"{out}{name.split()[0]}.parquet"), "--force", "-q",
+        ]
+        for name, options in runs.items()
+    }  # fmt: skip
+
+
 def main() -> None:
     # Every step may write and read bytecode, as an installed advcli does (pip compiles it):
     # with PYTHONDONTWRITEBYTECODE set, each run would compile advcli's modules again.
@@ -140,21 +155,13 @@ def main() -> None:
     steps["I/O floor, 2 columns"] = [
         py, "-m", "bench.floor", "advcli", str(log), str(work / "floor-2.parquet"), "2"
     ]  # fmt: skip
-    for name, options in ANNOTATE.items():
-        out = str(work / f"{name.split()[0]}.parquet")
-        steps[f"annotate {name}"] = [
-            *advcli, "annotate", str(log), *options, "--out", out, "--force", "-q",
-        ]  # fmt: skip
+    steps.update(annotations(advcli, log, ANNOTATE, work, ""))
     extras = work / f"log-extras-{args.extras_tokens:.0f}.parquet"
     if not extras.exists():
         print(f"generating {extras} …", file=sys.stderr)
         generate(str(extras), args.extras_tokens, extras=True)
     extras_floor = [py, "-m", "bench.floor", "advcli", str(extras), str(work / "floor-x.parquet")]
-    for name, options in ESTIMATORS.items():
-        out = str(work / f"x-{name.split()[0]}.parquet")
-        steps[f"x: annotate {name}"] = [
-            *advcli, "annotate", str(extras), *options, "--out", out, "--force", "-q",
-        ]  # fmt: skip
+    steps.update(annotations(advcli, extras, ESTIMATORS, work, "x"))
     steps["x: I/O floor (advcli)"] = extras_floor
     agent = work / f"log-steps-{args.steps_tokens:.0f}.parquet"
     if not agent.exists():
@@ -172,11 +179,7 @@ def main() -> None:
     steps["steps: I/O floor, 2 columns"] = [
         py, "-m", "bench.floor", "advcli", str(stepped), str(work / "floor-steps.parquet"), "2"
     ]  # fmt: skip
-    for name, options in PER_STEP.items():
-        out = str(work / f"steps-{name.split()[0]}.parquet")
-        steps[f"steps: annotate {name}"] = [
-            *advcli, "annotate", str(stepped), *options, "--out", out, "--force", "-q",
-        ]  # fmt: skip
+    steps.update(annotations(advcli, stepped, PER_STEP, work, "steps"))
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
     if not jsonl.exists():
