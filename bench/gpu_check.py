@@ -7,8 +7,11 @@ missing:
     python -m bench.gpu_check --rows 2000 --model-dim 128
 
 The table printed last gives the provider each session actually used, the largest difference of
-the CUDA values from the CPU ones, and tokens/s of each. Exits 1 when CUDA did not run or the
-values disagree by more than ``--tol``.
+the CUDA values from the CPU ones, and tokens/s of each; beside each ``score`` row, tokens/s of
+bare ONNX Runtime (one ``InferenceSession.run`` per batch on the same provider) over the very
+batches ``score`` made, padded beforehand and outside the clock, so the ratio is what advcli's
+batching, padding, unpadding and checks cost on top of the model. Exits 1 when CUDA did not run
+or the values disagree by more than ``--tol``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from advcli.critic import DEFAULT_BATCH_TOKENS, Critic, load_critic
+from advcli.critic import DEFAULT_BATCH_TOKENS, Critic, batching, load_critic
 from advcli.errors import UsageError
 from bench.critic_bench import make_log
 from bench.critic_model import build_critic, make_weights
@@ -36,6 +39,26 @@ def timed(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: int) -> 
         values = critic.score(ids, offsets, batch_tokens=budget).values
         seconds.append(time.perf_counter() - start)
     return values, len(ids) / min(seconds)
+
+
+def bare_rate(critic: Critic, ids: np.ndarray, offsets: np.ndarray, budget: int) -> float:
+    """Tokens/s of plain ``session.run`` over the batches ``critic.score`` makes (best of two)."""
+    providers = list(dict.fromkeys([critic.provider, "CPUExecutionProvider"]))
+    session = onnxruntime.InferenceSession(str(critic.path), providers=providers)
+    starts, lens, _ = batching.keep_last(offsets, int(np.diff(offsets).max()))
+    feeds = []
+    for rows, width in batching.batches(lens, budget):
+        batch = batching.pad(
+            ids, starts[rows], lens[rows], len(rows), width, ids_dtype=np.int64, mask_dtype=np.int64
+        )
+        feeds.append({critic.input_name: batch.ids, critic.mask_name: batch.mask})
+    seconds = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for feed in feeds:
+            session.run([critic.output_name], feed)
+        seconds.append(time.perf_counter() - start)
+    return len(ids) / min(seconds)
 
 
 def main() -> int:
@@ -66,7 +89,16 @@ def main() -> int:
             print(f"CUDA: {e}")
             cuda = None
         reference, cpu_rate = timed(cpu, ids, offsets, args.batch_tokens[0])
-        rows = [("cpu", cpu.provider, args.batch_tokens[0], 0.0, cpu_rate)]
+        rows = [
+            (
+                "cpu",
+                cpu.provider,
+                args.batch_tokens[0],
+                0.0,
+                cpu_rate,
+                bare_rate(cpu, ids, offsets, args.batch_tokens[0]),
+            )
+        ]
         worst = 0.0
         for budget in args.batch_tokens if cuda is not None else []:
             values, rate = timed(cuda, ids, offsets, budget)
@@ -76,13 +108,29 @@ def main() -> int:
                 finite = ~np.isnan(reference)
                 diff = float(np.abs(values[finite] - reference[finite]).max(initial=0.0))
             worst = max(worst, diff)
-            rows.append(("cuda", cuda.provider, budget, diff, rate))
+            rows.append(
+                ("cuda", cuda.provider, budget, diff, rate, bare_rate(cuda, ids, offsets, budget))
+            )
 
     print(f"\n{args.rows} rows, {len(ids):,} tokens, d={args.model_dim}, hidden={args.hidden}")
-    head = ("device", "provider used", "batch_tokens", "max|diff|", "tokens/s")
-    print(f"{head[0]:<6} {head[1]:<24} {head[2]:>12} {head[3]:>10} {head[4]:>12}")
-    for device, provider, budget, diff, rate in rows:
-        print(f"{device:<6} {provider:<24} {budget:>12,} {diff:>10.2e} {rate:>12,.0f}")
+    head = (
+        "device",
+        "provider used",
+        "batch_tokens",
+        "max|diff|",
+        "score tok/s",
+        "bare ORT",
+        "ratio",
+    )
+    print(
+        f"{head[0]:<6} {head[1]:<24} {head[2]:>12} {head[3]:>10} {head[4]:>12} {head[5]:>12} "
+        f"{head[6]:>6}"
+    )
+    for device, provider, budget, diff, rate, bare in rows:
+        print(
+            f"{device:<6} {provider:<24} {budget:>12,} {diff:>10.2e} {rate:>12,.0f} {bare:>12,.0f} "
+            f"{rate / bare:>6.2f}"
+        )
     ok = cuda is not None and cuda.provider == "CUDAExecutionProvider" and worst <= args.tol
     print(f"CUDA check: {'PASS' if ok else 'FAIL'} (tolerance {args.tol:g})")
     return 0 if ok else 1
