@@ -354,7 +354,7 @@ def report(
     if comparing:
         payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)
     with progress.stage("writing the page"):
-        html = page.render(payload, f"advcli report: {', '.join(payload['files'])}").encode()
+        html = page.render(payload, page.heading(payload["files"])).encode()
         write_bytes(out, html, force=force)
     groups = payload["groups"]
     return ReportResult(

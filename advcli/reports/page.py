@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from advcli import versions
-from advcli.errors import DependencyError
+from advcli.errors import DependencyError, file_list
 
 CHART_HEIGHT = 230
 BLUE, ORANGE, GREY = "#3b6fb6", "#d9822b", "#8a8f98"
@@ -30,6 +30,12 @@ def bokeh() -> Any:
         raise DependencyError(msg) from None
     versions.check_optional("bokeh", module.__version__, "report")
     return module
+
+
+def heading(files: list[str]) -> str:
+    """The page's heading and ``<title>``: its input files, many folded into their folder and
+    count as messages fold them (400 step files would make a heading of 400 names)."""
+    return f"advcli report: {file_list(files)}"
 
 
 def render(payload: dict[str, Any], title: str) -> str:
