@@ -68,13 +68,18 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
+def table_row(*cells: str) -> str:
+    """A Markdown table row; a ``|`` in a cell's text (``Σ|o_j|``) escaped, not a new cell."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
 def method_table() -> str:
     from advcli.methods import REGISTRY
 
     rows = ["| method | advantage | needs |", "|---|---|---|"]
     for name, method in REGISTRY.items():
         needs = ", ".join((*method.roles, *([method.also_needs] if method.also_needs else [])))
-        rows.append(f"| `{name}` | {method.summary} | {needs} |")
+        rows.append(table_row(f"`{name}`", method.summary, needs))
     return "\n".join(rows) + "\n"
 
 
@@ -112,10 +117,8 @@ def framework_table() -> str:
         "|---|---|---|---|",
     ]
     for name, preset in PRESETS.items():
-        rows.append(
-            f"| {preset.framework} | {preset.switch} | {preset.writes} | "
-            f"`advcli annotate DIR --from {name} --method grpo -o out.parquet` |"
-        )
+        command = f"`advcli annotate DIR --from {name} --method grpo -o out.parquet`"
+        rows.append(table_row(preset.framework, preset.switch, preset.writes, command))
     return "\n".join(rows) + "\n"
 
 
