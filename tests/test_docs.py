@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import typer
 
 from tests.conftest import ROOT
-from tools import docs
+from tools import docs, site_checks
 
 PACKAGE = ROOT / "advcli"
 
@@ -145,15 +149,80 @@ def test_the_python_examples_run_as_shown(tmp_path, monkeypatch, page, least):
     assert runner.summarize(verbose=False).failed == 0
 
 
-def test_the_site_builds_strict(tmp_path):
-    """``mkdocs build --strict``: a broken link or a page left out of the nav fails."""
+def build_site(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` of the project whose ``mkdocs.yml`` is in ``project``."""
     pytest.importorskip("mkdocs")
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=project, capture_output=True, text=True, check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
+
+
+def test_the_site_builds_strict(tmp_path):
+    """``mkdocs build --strict`` with the checks of tools/site_checks.py: a broken link (raw
+    HTML's and README's as GitHub reads it too), a malformed table or a page left out of the
+    nav fails."""
+    done = build_site(ROOT, tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "index.html").exists() and (tmp_path / "methods" / "index.html").exists()
+
+
+def test_a_broken_link_or_a_malformed_table_fails_the_site_build(tmp_path):
+    """What strict mode alone lets through: links in raw HTML, a row split by a ``|``."""
+    docs_dir = tmp_path / "docs"
+    docs_dir.mkdir()
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\nstrict: true\nmarkdown_extensions: [tables]\n"
+        f"hooks: [{ROOT / 'tools' / 'site_checks.py'}]\nnav: [index.md, other.md]\n"
+    )
+    (docs_dir / "other.md").write_text("# Other\n\n## Real one\n")
+    good = (
+        '# Home\n\n<a href="other/#real-one">there</a> <img src="other/">\n\n'
+        f"| method | advantage |\n|---|---|\n{docs.table_row('opo', 'R − Σ|o_j|·R_j')}\n"
+    )
+    (docs_dir / "index.md").write_text(good)
+    built = build_site(tmp_path, tmp_path / "site")
+    assert built.returncode == 0, built.stderr
+
+    bad = (
+        '# Home\n\n<a href="other/#nowhere">there</a> <img src="gone.png">\n\n'
+        "| method | advantage |\n|---|---|\n| opo | R − Σ|o_j|·R_j |\n"
+    )
+    (docs_dir / "index.md").write_text(bad)
+    failed = build_site(tmp_path, tmp_path / "site")
+    assert failed.returncode == 1
+    warnings = [line for line in failed.stderr.splitlines() if line.startswith("WARNING")]
+    assert [w.split("-  ", 1)[1] for w in warnings] == [
+        "index.md:7: a table row of 4 cells under a header of 2 (a | in a cell parts it: "
+        "escape it as \\|, or reword one in `code`)",
+        "index.md: a link to 'other/#nowhere': no such anchor",
+        "index.md: a link to 'gone.png': the site has no such file",
+    ]
+
+
+def test_tables_count_every_unescaped_bar_as_github_does():
+    rows = "| a | b |\n|:---|---:|\n| `x | y` | z |\n| x \\| y | z |\n\n| one |\n"
+    assert site_checks.malformed_tables(rows, "p.md") == [
+        "p.md:3: a table row of 3 cells under a header of 2 (a | in a cell parts it: "
+        "escape it as \\|, or reword one in `code`)"
+    ]
+    fenced = "```\n| a | b |\n|---|---|\n| 1 | 2 | 3 |\n```\n"
+    assert site_checks.malformed_tables(fenced, "p.md") == []
+
+
+def test_links_outside_the_site_are_read_as_github_reads_them(tmp_path):
+    """README's ``docs/X`` links are ``X`` in the site's copy: they are checked in place."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# Page\n\n## Atomic and deterministic\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "[ok](docs/page.md#atomic-and-deterministic) [gone](docs/missing.md)\n"
+        '[no heading](docs/page.md#nowhere) <img src="page.md"> `[code](not/a/link.md)`\n'
+        "[web](https://example.com/x.md)\n"
+    )
+    assert site_checks.broken_repo_links(readme, tmp_path) == [
+        "README.md:1: a link to 'docs/missing.md': no such file",
+        "README.md:2: a link to 'docs/page.md#nowhere': no such heading",
+        "README.md:2: a link to 'page.md': no such file",
+    ]
