@@ -55,7 +55,6 @@ append mode.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import json
 import os
@@ -68,9 +67,11 @@ import zlib
 from pathlib import Path
 
 # This file is named areal.py: keep its own folder off sys.path so that `import areal` finds
-# the installed package, not this script.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _here]
+# the installed package, not this script (once dumpkit, beside it, is imported).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
+
+dumpkit.leave_folder(__file__)
 
 # --- loggers that areal.utils.stats_logger imports at module level but a dump never uses ---
 for _name in ("swanlab", "trackio", "wandb", "tensorboardX"):
@@ -80,7 +81,6 @@ for _name in ("swanlab", "trackio", "wandb", "tensorboardX"):
         sys.modules[_name] = _m
 sys.modules["tensorboardX"].SummaryWriter = type("SummaryWriter", (), {})
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 SEED = 1234
@@ -101,26 +101,6 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <eos> ' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
-
-
-def build_tokenizer(folder: str) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + WORDS)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|user|>", "<|assistant|>"],
-        padding_side="left",
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
 
 
 # ---------------------------------------------------------------- data and scripted outputs
@@ -290,12 +270,6 @@ class ScriptedEngine:
         )
 
 
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def make_actor():
     from areal.api.cli_args import NormConfig, PPOActorConfig
     from areal.trainer.ppo.actor import PPOActor
@@ -327,7 +301,7 @@ def run_case(case_dir: Path, tok_dir: str, tasks_by_version: dict, is_eval: bool
     from areal.utils.hf_utils import load_hf_tokenizer
     from areal.workflow.rlvr import RLVRWorkflow
 
-    seed_all(SEED)
+    dumpkit.seed_all(SEED)
     tokenizer = load_hf_tokenizer(tok_dir)
     script = {t["q"]: t["outs"] for ts in tasks_by_version.values() for t in ts}
     engine = ScriptedEngine(tokenizer, script)
@@ -419,20 +393,15 @@ def truth_advantages(batches, tokenizer):
 
 
 def versions_info():
-    import importlib.metadata as md
-
-    v = {"python": sys.version.split()[0]}
-    for pkg in ("areal", "torch", "transformers", "tokenizers", "aiofiles", "torchdata"):
-        with contextlib.suppress(md.PackageNotFoundError):
-            v[pkg] = md.version(pkg)
-    return v
+    dists = ("areal", "torch", "transformers", "tokenizers", "aiofiles", "torchdata")
+    return {"python": sys.version.split()[0], **dumpkit.installed_versions(dists)}
 
 
 def main(outdir: str) -> None:
     outdir = Path(outdir).resolve()
     user = getpass.getuser()
     tok_tmp = tempfile.mkdtemp(prefix="areal_tok_")
-    build_tokenizer(tok_tmp)
+    dumpkit.save_chat_tokenizer(tok_tmp, SPECIALS, WORDS, CHAT_TEMPLATE)
     common = {
         "experiment_name": EXPERIMENT,
         "trial_name": TRIAL,

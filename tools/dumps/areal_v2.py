@@ -71,13 +71,14 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import types
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import dumpkit  # tools/dumps/dumpkit.py, beside this file
 
 AREAL_REPO = "github.com/areal-project/AReaL"
 AREAL_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
@@ -190,24 +191,6 @@ TASKS: list[dict[str, Any]] = [
 ]
 
 
-def git_show(git_dir: str, path: str) -> str:
-    return subprocess.run(
-        ["git", f"--git-dir={git_dir}", "show", f"{AREAL_COMMIT}:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
-def git_blob(git_dir: str, path: str) -> str:
-    return subprocess.run(
-        ["git", f"--git-dir={git_dir}", "rev-parse", f"{AREAL_COMMIT}:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def node_name(node: ast.stmt) -> str | None:
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return node.name
@@ -281,7 +264,7 @@ def install_standins() -> None:
 
 
 def load_module(git_dir: str, path: str, dotted: str, wanted, report: dict) -> types.ModuleType:
-    src = git_show(git_dir, path)
+    src = dumpkit.git_file(git_dir, AREAL_COMMIT, path)
     lines = src.splitlines(keepends=True)
     tree = ast.parse(src)
     package, _, leaf = dotted.rpartition(".")
@@ -335,7 +318,7 @@ def load_module(git_dir: str, path: str, dotted: str, wanted, report: dict) -> t
         exec(compile(code, mod.__file__, "exec", flags, dont_inherit=True), ns)
     report[path] = {
         "module": dotted,
-        "git_blob": git_blob(git_dir, path),
+        "git_blob": dumpkit.git_blob(git_dir, AREAL_COMMIT, path),
         "sha256": hashlib.sha256(src.encode()).hexdigest(),
         "ran_unchanged": ran,
         "imports_run": ran_imports,

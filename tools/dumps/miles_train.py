@@ -143,13 +143,12 @@ import asyncio
 import json
 import logging
 import os
-import random
 import shutil
-import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
+
+import dumpkit  # tools/dumps/dumpkit.py, beside this file
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -300,45 +299,8 @@ FORMULA = {
 # miles source, stubs
 
 
-def _git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], check=True, capture_output=True
-    ).stdout
-
-
-def prepare_source(src: str, scratch: Path) -> tuple[Path, str]:
-    p = Path(src)
-    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
-        commit = _git(src, "rev-parse", "HEAD").decode().strip()
-        dest = scratch / "src"
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        subprocess.run(
-            ["tar", "x", "-C", str(dest)], input=_git(src, "archive", "HEAD", "miles"), check=True
-        )
-        (dest / "COMMIT").write_text(commit + "\n")
-        return dest, commit
-    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
-    return p, commit
-
-
 def _stub(name: str, **attrs) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    m.__dict__["__miles_dump_stub__"] = True
-    sys.modules[name] = m
-    if "." in name:
-        parent, _, child = name.rpartition(".")
-        if parent in sys.modules:
-            setattr(sys.modules[parent], child, m)
-    return m
-
-
-class _NoCliArgs:
-    @staticmethod
-    def add_cli_args(parser, *args, **kwargs):
-        return parser
+    return dumpkit.stub_module(name, "__miles_dump_stub__", **attrs)
 
 
 class _Unused:
@@ -475,19 +437,10 @@ def install_stubs(src: Path) -> None:
         sys.path.insert(0, str(src))
     sys.modules.setdefault("miles_train", sys.modules[__name__])
     _cpu_in_place_of_cuda()
-
-    def remote(*args, **kwargs):
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return lambda f: f
-
-    _stub("ray", remote=remote, get=lambda x: x, put=lambda x, **kwargs: x)
+    dumpkit.stub_ray_and_sglang("__miles_dump_stub__")
     _stub("ray.util")
     _stub("ray.util.scheduling_strategies", NodeAffinitySchedulingStrategy=_Unused)
     _stub("ray.util.state", list_nodes=lambda: [])
-    _stub("sglang")
-    _stub("sglang.srt")
-    _stub("sglang.srt.server_args", ServerArgs=_NoCliArgs)
     _stub(
         "sglang.srt.constants",
         GPU_MEMORY_TYPE_CUDA_GRAPH="cuda_graph",
@@ -500,8 +453,6 @@ def install_stubs(src: Path) -> None:
     _stub("sglang.srt.function_call")
     _stub("sglang.srt.function_call.core_types", ToolCallItem=_Unused)
     _stub("sglang.srt.function_call.function_call_parser", FunctionCallParser=_Unused)
-    _stub("sglang_router")
-    _stub("sglang_router.launch_router", RouterArgs=_NoCliArgs)
     _stub("openai")
     _stub("openai.types")
     _stub("openai.types.chat", ChatCompletionMessageToolCall=_Unused)
@@ -541,28 +492,6 @@ def install_stubs(src: Path) -> None:
     _stub("megatron.training.global_vars", get_args=lambda: _ARGS_HOLDER["args"])
 
 
-def extract_functions(path: Path, class_name: str, names: list[str], namespace: dict) -> dict:
-    """Exec the named methods of `class_name` from `path`, unchanged, in `namespace`."""
-    source = path.read_text()
-    tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
-    lines = source.splitlines(keepends=True)
-    found = {}
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-            code = textwrap.dedent("".join(lines[start : node.end_lineno]))
-            # keep the original line numbers in tracebacks
-            code = "\n" * start + code
-            # class-body semantics: the method's name binds locally, not in the module namespace
-            local: dict = {}
-            exec(compile(code, str(path), "exec"), namespace, local)
-            found[node.name] = local[node.name]
-    missing = set(names) - set(found)
-    assert not missing, f"not found in {path}: {missing}"
-    return found
-
-
 def extract_module_function(path: Path, name: str, namespace: dict):
     """Exec the module-level function `name` from `path`, unchanged, in `namespace`."""
     source = path.read_text()
@@ -574,12 +503,6 @@ def extract_module_function(path: Path, name: str, namespace: dict):
     local: dict = {}
     exec(compile(code, str(path), "exec"), namespace, local)
     return local[name]
-
-
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -915,7 +838,7 @@ def build_rollout_manager(src: Path, args, train_parallel_config: dict):
         "object_store": object_store,
         "timer": timer,
     }
-    methods = extract_functions(
+    methods = dumpkit.extract_functions(
         src / "miles/ray/rollout/rollout_manager.py",
         "RolloutManager",
         ["generate", "_get_rollout_data", "_health_monitoring_resume"],
@@ -1017,7 +940,7 @@ def build_train_actor(src: Path, args, with_ref: bool):
         "train": standin_train,
         "log_perf_data": lambda *a, **k: None,
     }
-    methods = extract_functions(
+    methods = dumpkit.extract_functions(
         src / "miles/backends/megatron_utils/actor.py",
         "MegatronTrainRayActor",
         [
@@ -1059,7 +982,7 @@ def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
     src_p, scratch_p = Path(src), Path(scratch)
     install_stubs(src_p)
     logging.basicConfig(level=logging.WARNING)
-    seed_all(1234)
+    dumpkit.seed_all(1234)
     import torch.distributed as dist
 
     case = CASES[case_name]
@@ -1118,14 +1041,6 @@ def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
 # truth (what miles' DumpReader.load_joined returns)
 
 
-def _jsonable(v):
-    if torch.is_tensor(v):
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
 def joined_rows(dump: Path) -> list[dict]:
     from miles.dashboard.dump_reader import DumpReader
 
@@ -1144,11 +1059,11 @@ def joined_rows(dump: Path) -> list[dict]:
         if tr is not None:
             row.update(
                 dumped_rank=tr.rank,
-                rewards=_jsonable(tr.reward),
-                raw_reward=_jsonable(tr.raw_reward),
-                response_length=_jsonable(tr.response_length),
-                total_length=_jsonable(tr.total_length),
-                truncated=_jsonable(tr.truncated),
+                rewards=dumpkit.jsonable(tr.reward),
+                raw_reward=dumpkit.jsonable(tr.raw_reward),
+                response_length=dumpkit.jsonable(tr.response_length),
+                total_length=dumpkit.jsonable(tr.total_length),
+                truncated=dumpkit.jsonable(tr.truncated),
                 alignment_failed=tr.alignment_failed,
             )
             for key in [
@@ -1161,7 +1076,7 @@ def joined_rows(dump: Path) -> list[dict]:
                 "entropy",
                 "ref_entropy",
             ]:
-                row[key] = _jsonable(getattr(tr, key))
+                row[key] = dumpkit.jsonable(getattr(tr, key))
         rows.append(row)
     return rows
 
@@ -1189,7 +1104,7 @@ def file_layout(dump: Path) -> dict:
 
 def run_case(name: str, src: Path, commit: str, scratch: Path, outdir: Path) -> None:
     case = CASES[name]
-    seed_all(1234)
+    dumpkit.seed_all(1234)
     dump = scratch / name
     if dump.exists():
         shutil.rmtree(dump)
@@ -1323,7 +1238,7 @@ def main() -> None:
     if unknown:
         p.error(f"unknown cases {sorted(unknown)}; known: {list(CASES)}")
     a.scratch.mkdir(parents=True, exist_ok=True)
-    src, commit = prepare_source(a.miles_src, a.scratch)
+    src, commit = dumpkit.prepare_source(a.miles_src, a.scratch, "miles")
     install_stubs(src)
     logging.basicConfig(level=logging.WARNING)
     for name in a.cases:

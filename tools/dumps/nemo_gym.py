@@ -89,8 +89,11 @@ from importlib import metadata
 from pathlib import Path
 
 # this file is itself named nemo_gym.py: keep its folder off sys.path so that ``import nemo_gym``
-# finds NeMo-Gym, not this script
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+# finds NeMo-Gym, not this script (once dumpkit, beside it, is imported)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
+
+dumpkit.leave_folder(__file__)
 
 SEED = 20260902
 MODEL = "tiny-qwen"
@@ -122,24 +125,7 @@ _TOKENIZER = None
 
 
 def build_tokenizer(folder: str):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + WORDS)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|system|>", "<|user|>", "<|assistant|>"],
-        padding_side="left",
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(folder)
+    return dumpkit.save_chat_tokenizer(folder, SPECIALS, WORDS, CHAT_TEMPLATE)
 
 
 def tok():

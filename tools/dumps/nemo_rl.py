@@ -117,10 +117,8 @@ import glob
 import json
 import logging
 import os
-import random
 import re
 import shutil
-import subprocess
 import sys
 import types
 import warnings
@@ -128,14 +126,13 @@ from pathlib import Path
 from typing import Any, NotRequired, Optional, TypedDict, Union, cast
 
 # This file is called nemo_rl.py: keep its own folder off sys.path so that `import nemo_rl` finds
-# NeMo-RL's package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# NeMo-RL's package (once dumpkit, beside it, is imported).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+dumpkit.leave_folder(__file__)
+
+dumpkit.offline_on_cpu()
 os.environ.setdefault("NRL_LOG_LEVEL", "WARNING")
 warnings.filterwarnings("ignore", message="register_new_resolver")
 
@@ -207,29 +204,6 @@ ENV_WORDS = "Environment : correct incorrect"
 
 # --------------------------------------------------------------------------------------------------
 # NeMo-RL source
-
-
-def _git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], check=True, capture_output=True
-    ).stdout
-
-
-def prepare_source(src: str, outdir: Path) -> tuple[Path, str]:
-    """Return (folder holding nemo_rl/ and examples/, commit)."""
-    p = Path(src)
-    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
-        commit = _git(src, "rev-parse", "HEAD").decode().strip()
-        dest = outdir / "src"
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        archive = _git(src, "archive", "HEAD", "nemo_rl", "examples/configs", "examples/prompts")
-        subprocess.run(["tar", "x", "-C", str(dest)], input=archive, check=True)
-        (dest / "COMMIT").write_text(commit + "\n")
-        return dest, commit
-    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
-    return p, commit
 
 
 def _node_lines(node: ast.AST) -> tuple[int, int]:
@@ -577,15 +551,9 @@ def grpo_advantage_4158(nemo, estimator, prompt_ids, rewards, mask):
 # Tokenizer, policy, generation and environment stand-ins
 
 
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def build_tokenizer_and_model(prompt_template: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from tokenizers import decoders, pre_tokenizers
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     pre = pre_tokenizers.Whitespace()
     texts = [ENV_WORDS]
@@ -597,33 +565,14 @@ def build_tokenizer_and_model(prompt_template: str):
             if w not in words and w not in SPECIAL:
                 words.append(w)
     vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(words))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|user|>", "<|assistant|>"],
-        padding_side="left",
+    joins = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tokenizer = dumpkit.word_level_tokenizer(
+        vocab, SPECIAL, pre_tokenizer=pre, decoder=joins, padding_side="left"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    seed_all(0)
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        initializer_range=0.5,
-        tie_word_embeddings=True,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=vocab["<eos>"],
-        bos_token_id=vocab["<bos>"],
+    dumpkit.seed_all(0)
+    config = dumpkit.tiny_model_config(
+        Qwen2Config, vocab, max_position_embeddings=128, initializer_range=0.5
     )
     model = Qwen2ForCausalLM(config).eval()
     return tokenizer, model
@@ -1589,7 +1538,7 @@ def versions() -> dict[str, str]:
 
 
 def run_case(nemo, root: Path, name: str, spec: dict, outdir: Path, fixtures: Path, commit: str):
-    seed_all(42)
+    dumpkit.seed_all(42)
     mc = load_master_config(nemo, root, spec["overrides"])
     prompt_file = root / mc.data["default"]["prompt_file"]
     task_spec = nemo.TaskDataSpec(task_name="math", prompt_file=str(prompt_file))
@@ -1762,7 +1711,10 @@ def main() -> None:
     ap.add_argument("cases", nargs="*", default=list(CASES))
     args = ap.parse_intermixed_args()
     args.outdir.mkdir(parents=True, exist_ok=True)
-    root, commit = prepare_source(args.nemo_src, args.outdir.resolve())
+    # the folder holding nemo_rl/ and examples/
+    root, commit = dumpkit.prepare_source(
+        args.nemo_src, args.outdir.resolve(), "nemo_rl", "examples/configs", "examples/prompts"
+    )
     nemo = load_nemo(root)
     for name in args.cases:
         dest = run_case(nemo, root, name, CASES[name], args.outdir, args.fixtures, commit)

@@ -64,7 +64,6 @@ import contextlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import textwrap  # noqa: E402
 import uuid  # noqa: E402
@@ -72,6 +71,8 @@ from collections import defaultdict  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
+
+import dumpkit  # noqa: E402  (tools/dumps/dumpkit.py, beside this file)
 
 PRIME_RL_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
 PRIME_RL_GIT = os.environ.get("PRIME_RL_GIT", "")  # a bare clone of PrimeIntellect-ai/prime-rl
@@ -98,36 +99,14 @@ SYSTEM = "you are a helpful assistant . put the answer after ####"
 
 
 def build_tokenizer(folder: str):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + WORDS)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|system|>", "<|user|>", "<|assistant|>"],
-        padding_side="left",
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(folder)
+    return dumpkit.save_chat_tokenizer(folder, SPECIALS, WORDS, CHAT_TEMPLATE)
 
 
 # ---------------------------------------------------------------- prime-rl code, unchanged
 def _git_show(path: str) -> str:
     if not PRIME_RL_GIT:
         sys.exit("set PRIME_RL_GIT to a bare git clone of PrimeIntellect-ai/prime-rl")
-    return subprocess.run(
-        ["git", f"--git-dir={PRIME_RL_GIT}", "show", f"{PRIME_RL_COMMIT}:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    return dumpkit.git_file(PRIME_RL_GIT, PRIME_RL_COMMIT, path)
 
 
 def load_prime_rl(ns: dict) -> list[dict]:

@@ -46,10 +46,11 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+import dumpkit  # tools/dumps/dumpkit.py, beside this file
 
 EFF_COMMIT = "efeddae6bbbda9cba8076e542163c917e90d6a79"
 HEAD_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
@@ -72,24 +73,6 @@ HEAD_FILES = {
     "src/prime_rl/orchestrator/algo/base.py": ["iter_trainable_traces"],
     "src/prime_rl/orchestrator/algo/grpo.py": ["GRPOAlgorithm"],
 }
-
-
-def git_show(git_dir: str, commit: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
-def git_blob(git_dir: str, commit: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, "rev-parse", f"{commit}:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 def extract(source: str, names: list[str]) -> tuple[str, dict]:
@@ -257,7 +240,7 @@ def main() -> None:
     ns = build_namespace()
     for commit, files in ((EFF_COMMIT, EFF_FILES), (HEAD_COMMIT, HEAD_FILES)):
         for path, names in files.items():
-            src = git_show(args.git_dir, commit, path)
+            src = dumpkit.git_file(args.git_dir, commit, path)
             code, spans = extract(src, names)
             if path.endswith("algo/grpo.py"):
                 # plumbing stand-ins needed by GRPOAlgorithm's module scope
@@ -274,7 +257,7 @@ def main() -> None:
             exec_defs(ns, code, f"{commit[:9]}:{path}")
             provenance[f"{commit[:12]}:{path}"] = {
                 "commit": commit,
-                "blob": git_blob(args.git_dir, commit, path),
+                "blob": dumpkit.git_blob(args.git_dir, commit, path),
                 "definitions": {k: f"lines {a}-{b}" for k, (a, b) in spans.items()},
                 "extracted_sha256": hashlib.sha256(code.encode()).hexdigest(),
             }

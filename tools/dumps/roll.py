@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import json
 import logging
 import multiprocessing
@@ -58,8 +57,13 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+# This file is called roll.py: its folder comes off sys.path (once dumpkit, beside it, is
+# imported), so that `import roll` finds ROLL.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
+sys.path.insert(0, _HERE)
+import dumpkit  # noqa: E402
+
+dumpkit.leave_folder(__file__)
 
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
 SEED = 4321
@@ -112,12 +116,7 @@ KL_NAMES = ["AdaptiveKLController", "FixedKLController", "get_kl_controller"]
 
 
 def git_show(gitdir, path, dest):
-    text = subprocess.run(
-        ["git", "--git-dir", gitdir, "show", f"HEAD:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    text = dumpkit.git_file(gitdir, "HEAD", path)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "w") as f:
         f.write(text)
@@ -208,25 +207,12 @@ def load_roll(gitdir, src):
 
 
 def build_tokenizer(path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
 
-    vocab = {
-        t: i
-        for i, t in enumerate(
-            SPECIALS + list(dict.fromkeys(WORDS + [str(i) for i in range(0, 130)]))
-        )
-    }
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
+    words = list(dict.fromkeys(WORDS + [str(i) for i in range(0, 130)]))
+    vocab = {t: i for i, t in enumerate(SPECIALS + words)}
+    fast = dumpkit.word_level_tokenizer(vocab, SPECIALS, pre_tokenizers.WhitespaceSplit())
     fast.chat_template = (
         "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
@@ -409,22 +395,9 @@ def _d(text):
 
 
 def versions():
-    from importlib.metadata import version
-
-    out = {"roll": ROLL_COMMIT}
-    for dist in (
-        "verl",
-        "torch",
-        "transformers",
-        "tokenizers",
-        "tensordict",
-        "numpy",
-        "codetiming",
-    ):
-        with contextlib.suppress(Exception):
-            out[dist] = version(dist)
-    out["python"] = platform.python_version()
-    return out
+    dists = ("verl", "torch", "transformers", "tokenizers", "tensordict", "numpy", "codetiming")
+    found = dumpkit.installed_versions(dists)
+    return {"roll": ROLL_COMMIT, **found, "python": platform.python_version()}
 
 
 def main():

@@ -119,14 +119,17 @@ from __future__ import annotations
 import os
 import sys
 
-# This file is called skyrl.py: never let it shadow the real `skyrl` package.
+# This file is called skyrl.py: never let it shadow the real `skyrl` package (its folder comes
+# off sys.path once dumpkit, beside it, is imported).
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
+sys.path.insert(0, _HERE)
+import dumpkit  # noqa: E402
+
+dumpkit.leave_folder(__file__)
 
 import argparse  # noqa: E402
 import ast  # noqa: E402
 import asyncio  # noqa: E402
-import contextlib  # noqa: E402
 import copy  # noqa: E402
 import hashlib  # noqa: E402
 import inspect  # noqa: E402
@@ -138,11 +141,8 @@ import types  # noqa: E402
 import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+dumpkit.offline_on_cpu()
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 SKYRL_VERSION = "0.4.0"
 WHEEL_SHA256 = "7f95dad660ddc388ca135a1faf61bcbd8010a39e3d4fef92c62959c0353c6ee9"
@@ -1073,15 +1073,21 @@ def _grpo_epsilon(k):
 
 
 def versions():
-    from importlib.metadata import version
-
-    out = {"skyrl": SKYRL_VERSION}
-    for dist in ("torch", "transformers", "tokenizers", "datasets", "torchdata", "numpy",
-                 "omegaconf", "loguru", "jaxtyping", "cloudpathlib", "pyarrow"):  # fmt: skip
-        with contextlib.suppress(Exception):
-            out[dist] = version(dist)
-    out["python"] = platform.python_version()
-    return out
+    dists = (
+        "torch",
+        "transformers",
+        "tokenizers",
+        "datasets",
+        "torchdata",
+        "numpy",
+        "omegaconf",
+        "loguru",
+        "jaxtyping",
+        "cloudpathlib",
+        "pyarrow",
+    )
+    found = dumpkit.installed_versions(dists)
+    return {"skyrl": SKYRL_VERSION, **found, "python": platform.python_version()}
 
 
 def json_types(path: Path):

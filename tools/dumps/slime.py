@@ -99,7 +99,6 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import time
 import types
@@ -107,14 +106,13 @@ import uuid
 from pathlib import Path
 
 # This file is called slime.py: keep its own folder off sys.path so that `import slime` finds
-# slime's package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# slime's package (once dumpkit, beside it, is imported).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+dumpkit.leave_folder(__file__)
+
+dumpkit.offline_on_cpu()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -258,53 +256,13 @@ def tool(text: str) -> str | None:
 # slime source and stubs
 
 
-def _git(git_dir: str, *args: str) -> bytes:
-    cmd = ["git", "--git-dir", git_dir, *args]
-    return subprocess.run(cmd, check=True, capture_output=True).stdout
-
-
-def prepare_source(src: str, outdir: Path) -> tuple[Path, str]:
-    p = Path(src)
-    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
-        commit = _git(src, "rev-parse", "HEAD").decode().strip()
-        dest = outdir / "src"
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        subprocess.run(["tar", "x", "-C", str(dest)], input=_git(src, "archive", "HEAD", "slime"))
-        (dest / "COMMIT").write_text(commit + "\n")
-        return dest, commit
-    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
-    return p, commit
-
-
 def _stub(name: str, **attrs) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    m.__dict__["__slime_dump_stub__"] = True
-    sys.modules[name] = m
-    return m
-
-
-class _NoCliArgs:
-    @staticmethod
-    def add_cli_args(parser, *args, **kwargs):
-        return parser
+    return dumpkit.stub_module(name, "__slime_dump_stub__", **attrs)
 
 
 def install_stubs() -> None:
-    def remote(*args, **kwargs):
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return lambda f: f
-
-    _stub("ray", remote=remote, get=lambda x: x, put=lambda x, **kwargs: x)
+    dumpkit.stub_ray_and_sglang("__slime_dump_stub__")
     _stub("wandb")
-    _stub("sglang")
-    _stub("sglang.srt")
-    _stub("sglang.srt.server_args", ServerArgs=_NoCliArgs)
-    _stub("sglang_router")
-    _stub("sglang_router.launch_router", RouterArgs=_NoCliArgs)
 
 
 class SeededIds:
@@ -320,12 +278,6 @@ class SeededIds:
     def time(self) -> float:
         self.t += 0.001
         return round(self.t, 3)
-
-
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -350,8 +302,8 @@ def build_model(folder: Path) -> tuple[Path, Path]:
     folder/model (read by the SGLang stand-in only). A tokenizer folder without config.json:
     transformers 5's AutoTokenizer would otherwise build Qwen2's BPE tokenizer for model_type
     qwen2 and ignore tokenizer.json's word-level model."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from tokenizers import decoders, pre_tokenizers
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     pre = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     words: set[str] = {"▁"}  # a space before a special token
@@ -361,33 +313,14 @@ def build_model(folder: Path) -> tuple[Path, Path]:
                 words.update(w for w, _ in pre.pre_tokenize_str(chunk))
                 words.update(w for w, _ in pre.pre_tokenize_str(" " + chunk.strip()))
     vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(words))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|user|>", "<|assistant|>", "<|tool|>"],
-        padding_side="left",
+    decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer = dumpkit.word_level_tokenizer(
+        vocab, SPECIAL, pre_tokenizer=pre, decoder=decoder, padding_side="left"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    seed_all(0)
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        initializer_range=0.5,
-        tie_word_embeddings=True,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=vocab["<eos>"],
-        bos_token_id=vocab["<bos>"],
+    dumpkit.seed_all(0)
+    config = dumpkit.tiny_model_config(
+        Qwen2Config, vocab, max_position_embeddings=256, initializer_range=0.5
     )
     model = Qwen2ForCausalLM(config)
     for sub in ("hf", "model"):
@@ -1129,7 +1062,7 @@ def run_case(name: str, spec: dict, root: Path, outdir: Path, fixtures: Path, co
     from slime.utils.misc import SingletonMeta
     from slime.utils.ppo_utils import get_grpo_returns
 
-    seed_all(42)
+    dumpkit.seed_all(42)
     ids = SeededIds(1234)
     sr.uuid = types.SimpleNamespace(uuid4=ids.uuid4)
     trace_utils.uuid = types.SimpleNamespace(uuid4=ids.uuid4)
@@ -1323,7 +1256,7 @@ def main() -> None:
     a = ap.parse_intermixed_args()
     outdir = a.outdir.resolve()
     outdir.mkdir(parents=True, exist_ok=True)
-    root, commit = prepare_source(a.slime_src, outdir)
+    root, commit = dumpkit.prepare_source(a.slime_src, outdir, "slime")
     sys.path.insert(0, str(root))
     install_stubs()
     logging.basicConfig(level=logging.WARNING)

@@ -86,17 +86,15 @@ Stand-ins (not slime code):
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import logging
 import os
-import random
 import shutil
-import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
+
+import dumpkit  # tools/dumps/dumpkit.py, beside this file
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -197,45 +195,8 @@ FORMULA = {
 # slime source, stubs
 
 
-def _git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], check=True, capture_output=True
-    ).stdout
-
-
-def prepare_source(src: str, scratch: Path) -> tuple[Path, str]:
-    p = Path(src)
-    if (p / "HEAD").is_file() and (p / "objects").is_dir():  # a bare git dir
-        commit = _git(src, "rev-parse", "HEAD").decode().strip()
-        dest = scratch / "src"
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        subprocess.run(
-            ["tar", "x", "-C", str(dest)], input=_git(src, "archive", "HEAD", "slime"), check=True
-        )
-        (dest / "COMMIT").write_text(commit + "\n")
-        return dest, commit
-    commit = (p / "COMMIT").read_text().strip() if (p / "COMMIT").exists() else "unknown"
-    return p, commit
-
-
 def _stub(name: str, **attrs) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    m.__dict__["__slime_dump_stub__"] = True
-    sys.modules[name] = m
-    if "." in name:
-        parent, _, child = name.rpartition(".")
-        if parent in sys.modules:
-            setattr(sys.modules[parent], child, m)
-    return m
-
-
-class _NoCliArgs:
-    @staticmethod
-    def add_cli_args(parser, *args, **kwargs):
-        return parser
+    return dumpkit.stub_module(name, "__slime_dump_stub__", **attrs)
 
 
 class _Layout:
@@ -246,19 +207,8 @@ class _Layout:
 
 def install_stubs(src: Path) -> None:
     sys.path.insert(0, str(src))
-
-    def remote(*args, **kwargs):
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return lambda f: f
-
-    _stub("ray", remote=remote, get=lambda x: x, put=lambda x, **kwargs: x)
+    dumpkit.stub_ray_and_sglang("__slime_dump_stub__")
     _stub("wandb")
-    _stub("sglang")
-    _stub("sglang.srt")
-    _stub("sglang.srt.server_args", ServerArgs=_NoCliArgs)
-    _stub("sglang_router")
-    _stub("sglang_router.launch_router", RouterArgs=_NoCliArgs)
     _stub("PIL", Image=types.SimpleNamespace())
     _stub("PIL.Image")
     _stub(
@@ -293,34 +243,6 @@ def install_stubs(src: Path) -> None:
     _stub("megatron.core")
     _stub("megatron.core.mpu", **mpu)
     _stub("megatron.core.packed_seq_params", PackedSeqParams=dict)
-
-
-def extract_functions(path: Path, class_name: str, names: list[str], namespace: dict) -> dict:
-    """Exec the named methods of `class_name` from `path`, unchanged, in `namespace`."""
-    source = path.read_text()
-    tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
-    lines = source.splitlines(keepends=True)
-    found = {}
-    for node in cls.body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-            code = textwrap.dedent("".join(lines[start : node.end_lineno]))
-            # keep the original line numbers in tracebacks
-            code = "\n" * start + code
-            # class-body semantics: the method's name binds locally, not in the module namespace
-            local: dict = {}
-            exec(compile(code, str(path), "exec"), namespace, local)
-            found[node.name] = local[node.name]
-    missing = set(names) - set(found)
-    assert not missing, f"not found in {path}: {missing}"
-    return found
-
-
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -542,7 +464,7 @@ def build_rollout_manager(src: Path, args):
             rdu.validate_rollout_routed_experts_for_replay
         ),
     }
-    methods = extract_functions(
+    methods = dumpkit.extract_functions(
         src / "slime/ray/rollout.py",
         "RolloutManager",
         [
@@ -622,7 +544,7 @@ def build_train_actor(src: Path, args, rank: int):
         ),
         "is_megatron_main_rank": lambda: rank == 0,
     }
-    methods = extract_functions(
+    methods = dumpkit.extract_functions(
         src / "slime/backends/megatron_utils/actor.py",
         "MegatronTrainRayActor",
         ["train", "train_actor", "_get_rollout_data", "_switch_model", "compute_log_prob"],
@@ -644,17 +566,11 @@ def build_train_actor(src: Path, args, rank: int):
     return actor
 
 
-def _jsonable(v):
-    if torch.is_tensor(v):
-        return v.tolist()
-    return v
-
-
 def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
     src_p, scratch_p = Path(src), Path(scratch)
     install_stubs(src_p)
     _Layout.dp_rank = rank
-    seed_all(1234)
+    dumpkit.seed_all(1234)
     import torch.distributed as dist
 
     dist.init_process_group(
@@ -695,7 +611,7 @@ def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
             "total_lengths",
             "truncated",
         ]:
-            row[key] = _jsonable(rd[key][i])
+            row[key] = dumpkit.jsonable(rd[key][i])
         for key in [
             "loss_masks",
             "advantages",
@@ -706,7 +622,7 @@ def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
             "entropy",
         ]:
             if key in rd:
-                row[key] = _jsonable(rd[key][i])
+                row[key] = dumpkit.jsonable(rd[key][i])
         rows.append(row)
     (scratch_p / f"rows_{case_name}_{rank}.json").write_text(json.dumps(rows))
     dist.barrier()
@@ -718,7 +634,7 @@ def worker(rank: int, src: str, case_name: str, scratch: str) -> None:
 
 def run_case(name: str, src: Path, commit: str, scratch: Path, outdir: Path) -> None:
     case = CASES[name]
-    seed_all(1234)
+    dumpkit.seed_all(1234)
     dump = scratch / name
     if dump.exists():
         shutil.rmtree(dump)
@@ -824,7 +740,7 @@ def main() -> None:
     p.add_argument("cases", nargs="*", default=list(CASES))
     a = p.parse_intermixed_args()
     a.scratch.mkdir(parents=True, exist_ok=True)
-    src, commit = prepare_source(a.slime_src, a.scratch)
+    src, commit = dumpkit.prepare_source(a.slime_src, a.scratch, "slime")
     install_stubs(src)
     logging.basicConfig(level=logging.WARNING)
     for name in a.cases:

@@ -34,21 +34,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import shutil
 import sys
 import zlib
 from pathlib import Path
 
-# This file is called trl.py: keep its own folder off sys.path so that `import trl` finds TRL.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# This file is called trl.py: keep its own folder off sys.path so that `import trl` finds TRL
+# (once dumpkit, beside it, is imported).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+dumpkit.leave_folder(__file__)
+
+dumpkit.offline_on_cpu()
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -70,44 +69,18 @@ CHAT_TEMPLATE = (
 )
 
 
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def build_model(folder: Path) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from tokenizers import decoders
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL + WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|user|>", "<|assistant|>"],
-        padding_side="left",
-    )
+    joins = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tokenizer = dumpkit.word_level_tokenizer(vocab, SPECIAL, decoder=joins, padding_side="left")
     tokenizer.chat_template = CHAT_TEMPLATE
-    seed_all(0)
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        initializer_range=0.5,  # peaked enough that completions depend on the prompt
-        tie_word_embeddings=True,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=vocab["<eos>"],
-        bos_token_id=vocab["<bos>"],
+    dumpkit.seed_all(0)
+    # initializer_range 0.5: peaked enough that completions depend on the prompt
+    config = dumpkit.tiny_model_config(
+        Qwen2Config, vocab, max_position_embeddings=128, initializer_range=0.5
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = vocab["<pad>"]
@@ -764,7 +737,7 @@ def run_case(case: str, outdir: Path, model_dir: Path, versions: dict) -> None:
 
     spec = CASES[case]
     CALLS.clear()
-    seed_all(0)
+    dumpkit.seed_all(0)
     run_dir = outdir / "runs" / case
     if run_dir.exists():
         shutil.rmtree(run_dir)

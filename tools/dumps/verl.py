@@ -75,14 +75,17 @@ from __future__ import annotations
 import os
 import sys
 
-# This file is called verl.py: never let it shadow the real `verl` package.
+# This file is called verl.py: never let it shadow the real `verl` package (its folder comes off
+# sys.path once dumpkit, beside it, is imported).
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
+sys.path.insert(0, _HERE)
+import dumpkit  # noqa: E402
+
+dumpkit.leave_folder(__file__)
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import concurrent.futures  # noqa: E402
-import contextlib  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
@@ -183,11 +186,7 @@ def seeded_uuid4_factory(seed):
 
 
 def seed_all(seed):
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    dumpkit.seed_all(seed)
     uuid.uuid4 = seeded_uuid4_factory(seed)
 
 
@@ -197,36 +196,14 @@ def build_model_dir(path):
     own tokenizer class beside it, transformers 5 would rebuild it as that class). Llama, not
     Qwen2: for model_type qwen2 verl picks its Qwen Continuous Token builder, which needs "\n" to
     be one token; the word-level tokenizer drops whitespace, so the generic builder is used."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
+    from transformers import LlamaConfig
 
     vocab = {tok: i for i, tok in enumerate(SPECIALS + list(dict.fromkeys(WORDS + NUMBERS)))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-        padding_side="left",
-    )
+    fast = dumpkit.word_level_tokenizer(vocab, SPECIALS, padding_side="left")
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(os.path.join(path, "tokenizer"))
-    cfg = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-        max_position_embeddings=256,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=vocab["<eos>"],
-        bos_token_id=vocab["<bos>"],
-        architectures=["LlamaForCausalLM"],
+    cfg = dumpkit.tiny_model_config(
+        LlamaConfig, vocab, max_position_embeddings=256, architectures=["LlamaForCausalLM"]
     )
     cfg.save_pretrained(path)
     return path
@@ -991,10 +968,7 @@ def run_validation_case(case, work, seed, *, val_n=2, steps=(0, 2)):
 
 
 def versions():
-    from importlib.metadata import version
-
-    out = {}
-    for dist in (
+    dists = (
         "verl",
         "torch",
         "transformers",
@@ -1006,11 +980,8 @@ def versions():
         "datasets",
         "pandas",
         "pyarrow",
-    ):
-        with contextlib.suppress(Exception):
-            out[dist] = version(dist)
-    out["python"] = platform.python_version()
-    return out
+    )
+    return {**dumpkit.installed_versions(dists), "python": platform.python_version()}
 
 
 def json_types(path):
