@@ -201,6 +201,18 @@ def test_a_broken_link_or_a_malformed_table_fails_the_site_build(tmp_path):
     ]
 
 
+def test_every_page_has_well_formed_tables_and_links_that_hold():
+    """What the site build's hook checks in the Markdown, without MkDocs (make test-min)."""
+    problems = [
+        p
+        for page in docs.pages()
+        for p in site_checks.malformed_tables(page.read_text(), page.name)
+    ]
+    for page in site_checks.markdown_outside_docs(ROOT, ROOT / "docs"):
+        problems += site_checks.broken_repo_links(page, ROOT)
+    assert problems == []
+
+
 def test_tables_count_every_unescaped_bar_as_github_does():
     rows = "| a | b |\n|:---|---:|\n| `x | y` | z |\n| x \\| y | z |\n\n| one |\n"
     assert site_checks.malformed_tables(rows, "p.md") == [
