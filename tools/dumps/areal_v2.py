@@ -78,7 +78,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import dumpkit  # tools/dumps/dumpkit.py, beside this file
+# dumpkit is beside this file (on sys.path already when it runs as a script, not when imported)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
 AREAL_REPO = "github.com/areal-project/AReaL"
 AREAL_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"

@@ -148,7 +148,9 @@ import sys
 import types
 from pathlib import Path
 
-import dumpkit  # tools/dumps/dumpkit.py, beside this file
+# dumpkit is beside this file (on sys.path already when it runs as a script, not when imported)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

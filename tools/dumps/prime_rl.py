@@ -72,7 +72,9 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-import dumpkit  # noqa: E402  (tools/dumps/dumpkit.py, beside this file)
+# dumpkit is beside this file (on sys.path already when it runs as a script, not when imported)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
 PRIME_RL_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
 PRIME_RL_GIT = os.environ.get("PRIME_RL_GIT", "")  # a bare clone of PrimeIntellect-ai/prime-rl

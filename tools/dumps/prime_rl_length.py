@@ -50,7 +50,9 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import dumpkit  # tools/dumps/dumpkit.py, beside this file
+# dumpkit is beside this file (on sys.path already when it runs as a script, not when imported)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumpkit  # noqa: E402
 
 EFF_COMMIT = "efeddae6bbbda9cba8076e542163c917e90d6a79"
 HEAD_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
