@@ -2,9 +2,10 @@
 from its bare git clone, stand-in modules, the word-level tokenizer and the tiny model they
 build (nothing downloaded), the versions and values they write into ``truth.json``.
 
-A generator runs as a script with its framework's venv (``python tools/dumps/NAME.py``), so it
-imports this module from its own folder (``import dumpkit``, the folder being ``sys.path[0]``),
-before it takes that folder off ``sys.path`` where its name is its framework's (``trl.py``).
+A generator runs as a script with its framework's venv (``python tools/dumps/NAME.py``): it
+puts its own folder first on ``sys.path`` (a spawned child, or an import as
+``tools.dumps.NAME``, lacks it) and imports this module from there (``import dumpkit``), before
+it takes that folder off again where its name is its framework's (``trl.py``: leave_folder).
 Only the standard library is imported here at load time: what the frameworks bring (numpy,
 torch, tokenizers, transformers) is imported where it is used.
 """
