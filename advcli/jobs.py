@@ -138,7 +138,7 @@ def with_reward_columns(params: Params, options: PresetOptions) -> Params:
     values["reward_columns"] = ",".join(found)
     if params.reward_weights is None and options.reward_weights:
         values["reward_weights"] = ",".join(f"{k}={w!r}" for k, w in options.reward_weights.items())
-    return Params(params.method, params.convention, values)
+    return Params(params.estimator, params.convention, values)
 
 
 def job(
