@@ -277,7 +277,7 @@ class Run:
         log = self.log
         found = reproduce.reproducing(log, self.params, log.roles["reward"], engine_fits)
         self.reproduced_by = found.sentence() if found is not None else None
-        self.warnings.append(reproduce.disagreement(log, self, found))
+        self.warnings.append(reproduce.disagreement(log, self.params, self.agreement, found))
 
     def token_names(self, *, values: bool) -> list[str]:
         """The token columns a pass before the final one reads (``values``: with the critic
@@ -500,7 +500,7 @@ def plan_run(
     run.settled = log.settled
     run.log = log
     if compare and reproduce.logs_advantages(log):
-        run.agreement = reproduce.agreement(run, log.preset)
+        run.agreement = reproduce.agreement(log, run.plan)
         if run.agreement is not None:
             run.settle_agreement()
         elif run.has_tokens and log.preset is not None and log.preset.logged == TOKENWISE:
@@ -552,8 +552,8 @@ def engine_fits(log: Log, setting: Setting, params: Params) -> reproduce.Agreeme
         log = dataclasses.replace(log, roles=Roles({**log.roles.columns, "reward": setting.reward}))
     assert log.preset is not None
     try:
-        run = plan_run(log, methods.get(params.method), params, compare=False)
-        if per_row := reproduce.agreement(run, log.preset):
+        run = plan_run(log, params.estimator, params, compare=False)
+        if per_row := reproduce.agreement(log, run.plan):
             return per_row
         if log.preset.logged != TOKENWISE or not run.has_tokens:
             return None

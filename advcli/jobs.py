@@ -5,7 +5,8 @@ read: the log's inputs and how to read them (``--col``, ``--from`` and its optio
 :class:`Reading`), the method and its parameters under the convention (``--method``,
 ``--convention``, the method's options), where the passes run (here, or on a Ray cluster:
 :class:`OnRay`) and the rows a pass reads at a time. The layers below take the job and ask it;
-none looks the method, the framework or the engine up again.
+none looks the method (which its :class:`Params` hold), the preset or the engine up again. With
+``--from``, opening the log settles what the dump leaves out (:mod:`advcli.settling`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advcli import methods, presets, progress
+from advcli import methods, presets, progress, settling
 from advcli.accounting import CountTokens
 from advcli.engine import Batch, Run, Scorer, plan_run
 from advcli.errors import UsageError
@@ -47,7 +48,16 @@ class Reading:
         return expand_inputs(list(paths))
 
     def open(self, paths: Sequence[str]) -> Log:
-        return open_log(list(paths), list(self.col), preset=self.preset, options=self.options)
+        """The log opened; with ``--from``, with what the dump leaves out settled from its
+        logged advantages (which runs the framework's estimators on it)."""
+        if self.preset is None:
+            return open_log(list(paths), list(self.col))
+        preset = self.preset
+
+        def open_with(options: PresetOptions) -> Log:
+            return open_log(list(paths), list(self.col), preset=preset, options=options)
+
+        return settling.settle(preset, self.options, open_with)
 
 
 class OnRay:
@@ -138,7 +148,7 @@ def with_reward_columns(params: Params, options: PresetOptions) -> Params:
     values["reward_columns"] = ",".join(found)
     if params.reward_weights is None and options.reward_weights:
         values["reward_weights"] = ",".join(f"{k}={w!r}" for k, w in options.reward_weights.items())
-    return Params(params.method, params.convention, values)
+    return Params(params.estimator, params.convention, values)
 
 
 def job(

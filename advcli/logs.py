@@ -3,7 +3,9 @@
 every pass over it.
 
 A log that looks like a framework's dump but is read without ``--from`` opens, with a warning
-naming the preset; a column it lacks is then an error that says to use ``--from``.
+naming the preset; a column it lacks is then an error that says to use ``--from``. Opening reads
+and checks the log and runs no estimator: what a dump leaves out is settled from its logged
+advantages by the job (:mod:`advcli.settling`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from advcli import presets, reproduce
+from advcli import presets
 from advcli.errors import (
     AdvcliError,
     DataError,
@@ -60,8 +62,8 @@ class Log:
     options: presets.PresetOptions = dataclasses.field(default_factory=presets.PresetOptions)
     settled: str | None = None  # what was found from the logged advantages (TRL's group size)
     mapped: bool = False  # --col named some of its columns
-    reopen: Callable[[presets.PresetOptions], Log] | None = None  # the log read again with
-    # other preset options (with --from)
+    set_aside: int = 0  # rows the preset's options made it skip or relabel (TRL's evaluation
+    # rows and cut groups)
     reward_doubt: str | None = None  # why its reward may not be what the framework trained on
     # (an error where a reward is read, until --col reward= names the column)
 
@@ -105,22 +107,17 @@ def open_log(
     preset: presets.Preset | None = None,
     options: presets.PresetOptions | None = None,
 ) -> Log:
-    """A log to read in passes (as ``preset``'s framework wrote it, if given), and the column
-    that plays each role (``--col ROLE=COLUMN``)."""
+    """A log to read in passes (as ``preset``'s framework wrote it, with its ``options``, if
+    given), and the column that plays each role (``--col ROLE=COLUMN``)."""
     mapping = parse_col_mapping(col)
     if preset is not None:
-        chosen = preset
-
-        def open_with(given: presets.PresetOptions) -> Log:
-            converted = presets.PresetSource(chosen, inputs, given)
-            source: LogSource = _lift_nested(converted, mapping)
-            roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))
-            doubt = converted.reward_doubt if "reward" not in mapping else None
-            return Log(source, roles, warnings=list(converted.warnings), preset=chosen,
-                       options=given, reward_doubt=doubt)  # fmt: skip
-
-        settled: Log = reproduce.settle(chosen, options or presets.PresetOptions(), open_with)
-        return settled
+        given = options or presets.PresetOptions()
+        converted = presets.PresetSource(preset, inputs, given)
+        lifted: LogSource = _lift_nested(converted, mapping)
+        roles = resolve_roles(lifted.schema, mapping, file_list(lifted.sources.files))
+        doubt = converted.reward_doubt if "reward" not in mapping else None
+        return Log(lifted, roles, warnings=list(converted.warnings), preset=preset,
+                   options=given, reward_doubt=doubt, set_aside=converted.set_aside)  # fmt: skip
     try:
         source = joined(_lift_nested(open_source(inputs, mapping), mapping), mapping)
         roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))

@@ -3,9 +3,10 @@
 A method module declares the parameters it introduces (name, type, default, help, choices, a
 check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
 that one declaration: the ``annotate`` options (:mod:`advcli.cli.options`), ``shard --param
-KEY=VALUE``, the public API's keyword arguments, and the ``params`` recorded in every output's
-metadata. The options of the commands' dataclasses (``CriticOptions``, ...) are declared the
-same way, with :func:`option` on their fields.
+KEY=VALUE``, the keyword arguments the public API accepts (its ``**params``, checked against the
+declarations when resolved), and the ``params`` recorded in every output's metadata. The
+options of the commands' dataclasses (``CriticOptions``, ...) are declared the same way, with
+:func:`option` on their fields.
 
 A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
 method takes: a parameter the user did not give takes the method's default, else the
@@ -25,9 +26,12 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advcli.errors import UsageError, did_you_mean
+
+if TYPE_CHECKING:
+    from advcli.methods.base import Method
 
 Check = Callable[[Any, Mapping[str, Any]], "str | None"]
 INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
@@ -170,14 +174,20 @@ class Params:
     They hold exactly the parameters the method takes (its own and the shared ones it accepts,
     :attr:`advcli.methods.Method.takes`); reading any other raises
     :class:`UndeclaredParameter`, so a method cannot depend on a value it does not declare.
-    ``name in p`` says whether the method takes ``name``. Immutable; ``as_dict()`` is what
-    outputs record as their ``params``.
+    ``name in p`` says whether the method takes ``name``. ``estimator`` is the method itself,
+    so that code holding the parameters never looks it up by name again; ``method`` is its
+    name. Immutable; ``as_dict()`` is what outputs record as their ``params``.
     """
 
-    __slots__ = ("_values", "convention", "method")
+    __slots__ = ("_values", "convention", "estimator", "method")
 
-    def __init__(self, method: str, convention: str, values: Mapping[str, Any]):
-        object.__setattr__(self, "method", method)
+    estimator: Method[Any]
+    method: str
+    convention: str
+
+    def __init__(self, estimator: Method[Any], convention: str, values: Mapping[str, Any]):
+        object.__setattr__(self, "estimator", estimator)
+        object.__setattr__(self, "method", estimator.name)
         object.__setattr__(self, "convention", convention)
         object.__setattr__(self, "_values", MappingProxyType(dict(values)))
 
@@ -197,7 +207,7 @@ class Params:
         raise AttributeError("Params are immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Params, (self.method, self.convention, dict(self._values))
+        return Params, (self.estimator, self.convention, dict(self._values))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Params) and self.as_dict() == other.as_dict()

@@ -11,23 +11,27 @@ combination) for one that gives them (:func:`reproducing`). That setting is name
 options that turn the user's run into it (:func:`hint`): ``--flag VALUE``, never a
 placeholder, so that following the hint reaches the logged numbers.
 
-TRL's dump leaves out two of the settings that shape its numbers, the group size
-(``num_generations``) and which float columns are reward functions; :func:`settle` finds them
-from the logged advantages, or refuses naming the options only the user knows. A group size the
-user gives that the logged advantages contradict is refused, naming the one they fit.
+A setting is tried per row where its method gives one advantage per rollout
+(:func:`row_agreement`), else by the engine (:data:`EngineFits`). What a dump leaves out
+(TRL's group size and reward columns) is settled from the logged advantages before the run,
+by :mod:`advcli.settling`, with the same per-row trials.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from advcli import methods, presets
-from advcli.errors import ContradictsLog, DataError, UsageError
+from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.io.rollouts import Rows, extract_rows, row_columns
+from advcli.io.schema import Roles
+from advcli.io.sources import LogSource
 from advcli.lazy_imports import np, pa, pc
+from advcli.logs import Log
+from advcli.methods import Method, Plan
 from advcli.params import Params
 from advcli.presets import Setting
 
@@ -90,7 +94,7 @@ class Agreement:
         return f", to {self.tol:g}: the logged values have 4 decimals" if self.tol != TOL else ""
 
 
-def logged_per_row(source: Any, roles: Any, column: str) -> np.ndarray:
+def logged_per_row(source: LogSource, roles: Roles, column: str) -> np.ndarray:
     """The logged advantage of every row: the column itself, or for per-token advantages the
     value at the row's first action token (the frameworks broadcast one value over them); NaN
     where the row has none."""
@@ -142,22 +146,25 @@ def compare(
     )
 
 
-def logs_advantages(log: Any) -> bool:
+def logs_advantages(log: Log) -> bool:
     """Whether the log was read with a preset whose dump carries the framework's advantages."""
     preset = log.preset
     return preset is not None and preset.logged is not None and (
         preset.logged in log.source.schema.names)  # fmt: skip
 
 
-def agreement(run: Any, preset: presets.Preset | None) -> Agreement | None:
-    """The run's advantages against the framework's logged ones, if the log has them and the
-    method gives one advantage per rollout (a per-token method: :class:`TokenAgreement`)."""
-    if preset is None or preset.logged is None or preset.logged not in run.source.schema.names:
+def agreement(log: Log, plan: Plan) -> Agreement | None:
+    """The advantages ``plan`` made on ``log`` against the framework's logged ones, if the log
+    has them and the method gives one advantage per rollout (a per-token method:
+    :class:`TokenAgreement`)."""
+    preset = log.preset
+    if preset is None or preset.logged is None or not logs_advantages(log):
         return None
-    if not hasattr(run.plan, "advantage"):
+    advantage = getattr(plan, "advantage", None)
+    if advantage is None:
         return None
-    logged = logged_per_row(run.source, run.roles, preset.logged)
-    return compare(run.plan.advantage, logged, run.plan.kept, preset.framework)
+    logged = logged_per_row(log.source, log.roles, preset.logged)
+    return compare(advantage, logged, plan.kept, preset.framework)
 
 
 class TokenAgreement:
@@ -199,13 +206,36 @@ class TokenAgreement:
                          float(worst[at]), int(np.concatenate(self.rows)[at]), tol)  # fmt: skip
 
 
-def params_of(setting: Setting, convention: str) -> Params | None:
-    """The parameters of a run of ``setting`` under ``convention`` (None: it cannot run)."""
+@dataclass(frozen=True)
+class Trial:
+    """One of a framework's settings and the parameters of its run (which hold its method)."""
+
+    setting: Setting
+    params: Params
+
+
+def trials(settings: list[Setting], convention: str) -> list[Trial]:
+    """The settings that can run under the framework's ``convention``, each resolved: where a
+    setting, which names its method, becomes a run (each name looked up once)."""
+    named = {name: methods.get(name) for name in dict.fromkeys(s.method for s in settings)}
+    resolved = (
+        (setting, _resolved(named[setting.method], setting, convention)) for setting in settings
+    )
+    return [Trial(setting, p) for setting, p in resolved if p is not None]
+
+
+def _resolved(method: Method[Any], setting: Setting, convention: str) -> Params | None:
+    """The parameters of a run of ``setting`` by ``method`` (None: it cannot run)."""
     try:
-        return methods.resolve(setting.method, setting.convention or convention,
-                               **dict(setting.given))  # fmt: skip
+        return methods.resolve(method, setting.convention or convention, **dict(setting.given))
     except UsageError:
         return None
+
+
+def _again(trial: Trial, setting: Setting, convention: str) -> Trial | None:
+    """``setting``, another of ``trial``'s (more values given), run by the same method."""
+    p = _resolved(trial.params.estimator, setting, convention)
+    return None if p is None else Trial(setting, p)
 
 
 def _spelled(name: str, value: Any) -> str | None:
@@ -220,14 +250,12 @@ def _spelled(name: str, value: Any) -> str | None:
     return f"{flag} {value}"
 
 
-def hint(setting: Setting, convention: str, user: Params, user_reward: str | None) -> str | None:
+def hint(trial: Trial, user: Params, user_reward: str | None) -> str | None:
     """The options that turn the user's run (``user``, the reward read from ``user_reward``)
-    into ``setting`` under the framework's ``convention``: the method and convention where
-    they change, then every parameter whose value differs (from the user's, or from the new
-    method's defaults), then the reward column; None where a value has no option."""
-    target = params_of(setting, convention)
-    if target is None:
-        return None
+    into ``trial``'s setting: the method and convention where they change, then every
+    parameter whose value differs (from the user's, or from the new method's defaults), then
+    the reward column; None where a value has no option."""
+    target = trial.params
     parts = []
     base = user
     if target.method != user.method or user.convention != target.convention:
@@ -235,7 +263,7 @@ def hint(setting: Setting, convention: str, user: Params, user_reward: str | Non
             parts.append(f"--convention {target.convention}")
         if target.method != user.method:
             parts.append(f"--method {target.method}")
-        base = methods.resolve(target.method, target.convention)
+        base = methods.resolve(target.estimator, target.convention)
     had = base.as_dict()
     for name, value in target.as_dict().items():
         if name in ("method", "convention") or had.get(name) == value:
@@ -244,29 +272,29 @@ def hint(setting: Setting, convention: str, user: Params, user_reward: str | Non
         if spelled is None:
             return None
         parts.append(spelled)
-    if not _same_reward(setting, user_reward):
-        parts.append(f"--col reward={setting.reward or 'reward'}")
+    if not same_reward(trial.setting, user_reward):
+        parts.append(f"--col reward={trial.setting.reward or 'reward'}")
     return " ".join(parts)
 
 
-def _same_reward(setting: Setting, user_reward: str | None) -> bool:
+def same_reward(setting: Setting, user_reward: str | None) -> bool:
     """Whether ``setting`` reads the reward from the column the user's run reads it from."""
     return (setting.reward or "reward") == (user_reward or "reward")
 
 
-def asked_for_own(preset: presets.Preset, log: Any, user: Params, user_reward: str | None) -> bool:
+def asked_for_own(preset: presets.Preset, log: Log, user: Params, user_reward: str | None) -> bool:
     """Whether the user's run is one of the framework's own estimators at its defaults (the
     method named alone): then advantages that differ from the logged ones are a surprise."""
     if user.convention != preset.convention:
         return False
-    for setting in preset.settings(log.source.schema.names, log.options):
-        own = params_of(setting, preset.convention) == user and _same_reward(setting, user_reward)
-        if setting.own and own:
-            return True
-    return False
+    settings = preset.settings(log.source.schema.names, log.options)
+    return any(
+        trial.setting.own and trial.params == user and same_reward(trial.setting, user_reward)
+        for trial in trials(settings, preset.convention)
+    )
 
 
-EngineFits = Callable[[Any, Setting, Params], "Agreement | None"]
+EngineFits = Callable[[Log, Setting, Params], "Agreement | None"]
 """How a setting that needs the engine is tried on a log: the engine runs it and compares its
 advantages with the logged ones."""
 
@@ -289,7 +317,7 @@ def carried(user: Params, settings: list[Setting]) -> dict[str, Any]:
     framework's varies (a KL coefficient, a discount): facts of their run, which every setting
     tried keeps."""
     varied = {name for setting in settings for name, _ in setting.given}
-    base = methods.resolve(user.method, user.convention).as_dict()
+    base = methods.resolve(user.estimator, user.convention).as_dict()
     return {
         name: value
         for name, value in user.as_dict().items()
@@ -297,15 +325,17 @@ def carried(user: Params, settings: list[Setting]) -> dict[str, Any]:
     }
 
 
-def keeping(setting: Setting, facts: dict[str, Any]) -> Setting:
-    """``setting`` with the user's ``facts`` (:func:`carried`) its method takes."""
-    takes = {param.name for param in methods.get(setting.method).takes}
+def keeping(trial: Trial, facts: dict[str, Any], convention: str) -> Trial | None:
+    """``trial`` with the user's ``facts`` (:func:`carried`) its method takes."""
+    takes = {param.name for param in trial.params.estimator.takes}
     kept = {name: value for name, value in facts.items() if name in takes}
-    return replace(setting, given=tuple({**kept, **dict(setting.given)}.items()))
+    setting = trial.setting
+    return _again(trial, replace(setting, given=tuple({**kept, **dict(setting.given)}.items())),
+                  convention)  # fmt: skip
 
 
-def clamped(settings: list[Setting], logged: np.ndarray, names: str) -> list[Setting]:
-    """The settings again, with the clamp (the framework's ``names`` for it) the logged
+def clamped(tried: list[Trial], logged: np.ndarray, names: str, convention: str) -> list[Trial]:
+    """The trials again, with the clamp (the framework's ``names`` for it) the logged
     advantages show: a lowest or highest value that two rows or more share, past which the
     settings' own advantages would go; none where neither shows."""
     values = logged[np.isfinite(logged)]
@@ -320,96 +350,103 @@ def clamped(settings: list[Setting], logged: np.ndarray, names: str) -> list[Set
     if not bounds:
         return []
     said = ", ".join(f"{name} {bound:g}" for name, bound in bounds.items())
-    return [
-        replace(setting, given=(*setting.given, *bounds.items()),
-                note=f"{setting.note}; {said}" if setting.note else said, own=False)
-        for setting in settings
-    ]  # fmt: skip
+    again = (
+        _again(trial, replace(trial.setting, given=(*trial.setting.given, *bounds.items()),
+                              note=f"{trial.setting.note}; {said}" if trial.setting.note else said,
+                              own=False), convention)
+        for trial in tried
+    )  # fmt: skip
+    return [trial for trial in again if trial is not None]
 
 
 def reproducing(
-    log: Any, user: Params, user_reward: str | None, engine_fits: EngineFits
+    log: Log, user: Params, user_reward: str | None, engine_fits: EngineFits
 ) -> Found | None:
     """The first of the framework's settings, other than the user's run, that gives its
     logged advantages on this log (each keeping what the user set that no setting varies);
     None when none does."""
     preset = log.preset
-    if not logs_advantages(log):
+    if preset is None or preset.logged is None or not logs_advantages(log):
         return None
     convention = preset.convention
     settings = preset.settings(log.source.schema.names, log.options)
     facts = carried(user, settings)
-    settings = [keeping(setting, facts) for setting in settings]
+    tried = [
+        kept
+        for trial in trials(settings, convention)
+        if (kept := keeping(trial, facts, convention)) is not None
+    ]
     if preset.clips is not None:
-        settings += clamped(settings, logged_per_row(log.source, log.roles, preset.logged),
-                            preset.clips)  # fmt: skip
-    rows = None
-    for setting in settings:
-        p = params_of(setting, convention)
-        if p is None or (p == user and _same_reward(setting, user_reward)):
+        logged = logged_per_row(log.source, log.roles, preset.logged)
+        tried += clamped(tried, logged, preset.clips, convention)
+    read = None
+    for trial in tried:
+        p = trial.params
+        if p == user and same_reward(trial.setting, user_reward):
             continue
-        flags = hint(setting, convention, user, user_reward)
+        flags = hint(trial, user, user_reward)
         if not flags:
             continue
-        if _needs_engine(p):
-            found = engine_fits(log, setting, p)
+        if needs_engine(p):
+            found = engine_fits(log, trial.setting, p)
         else:
-            if rows is None:
-                rows = _rows(log, settings)
-            found = _row_agreement(rows, setting, p, preset)
+            if read is None:
+                read = read_rows(log, tried)
+            found = row_agreement(read, trial, preset)
         if found is not None and found.reproduces:
-            return Found(setting, flags)
+            return Found(trial.setting, flags)
     return None
 
 
-def _needs_engine(p: Params) -> bool:
+def needs_engine(p: Params) -> bool:
     """Whether a run of ``p`` needs the engine: it gives advantages per token (no one
     advantage per rollout), or plans on sums of the tokens (a KL penalty)."""
-    method = methods.get(p.method)
+    method = p.estimator
     return "advantage" not in method.outputs or bool(method.row_sums(p))
 
 
 @dataclass
-class _Read:
+class RowsRead:
+    """A log's rows, with the columns the trials read by name, and its logged advantages."""
+
     rows: Rows
     logged: np.ndarray
 
 
-def _rows(log: Any, settings: list[Setting], more: list[str] | None = None) -> _Read:
-    """The log's rows, with every column a setting reads by name (its reward column, GDPO's
+def read_rows(log: Log, tried: list[Trial], more: list[str] | None = None) -> RowsRead:
+    """The log's rows, with every column a trial reads by name (its reward column, GDPO's
     reward columns) and the columns ``more`` names, and the logged advantage of each row."""
-    convention = log.preset.convention
+    assert log.preset is not None and log.preset.logged is not None
     named: list[str] = list(more or [])
-    for setting in settings:
-        p = params_of(setting, convention)
-        if p is not None:
-            named += _named(p)
-        if setting.reward is not None:
-            named.append(setting.reward)
+    for trial in tried:
+        named += named_columns(trial.params)
+        if trial.setting.reward is not None:
+            named.append(trial.setting.reward)
     wanted = tuple(n for n in dict.fromkeys(named) if n in log.source.schema.names)
     table = log.source.columns(list(dict.fromkeys([*row_columns(log.roles), *wanted])))
     rows = extract_rows(table, log.roles, log.source.sources, named=wanted)
-    return _Read(rows, logged_per_row(log.source, log.roles, log.preset.logged))
+    return RowsRead(rows, logged_per_row(log.source, log.roles, log.preset.logged))
 
 
-def _named(p: Params) -> tuple[str, ...]:
-    """The columns a setting's method reads by name (none where its options are wrong)."""
+def named_columns(p: Params) -> tuple[str, ...]:
+    """The columns a trial's method reads by name (none where its options are wrong)."""
     try:
-        return methods.get(p.method).named_columns(p)
+        return p.estimator.named_columns(p)
     except UsageError:
         return ()
 
 
-def _row_agreement(
-    read: _Read, setting: Setting, p: Params, preset: presets.Preset
-) -> Agreement | None:
+def row_agreement(read: RowsRead, trial: Trial, preset: presets.Preset) -> Agreement | None:
+    """``trial``'s advantages on the rows read against the logged ones (None: it cannot run
+    on them)."""
     rows = read.rows
-    if setting.reward is not None:
-        if setting.reward not in rows.named:
+    reward = trial.setting.reward
+    if reward is not None:
+        if reward not in rows.named:
             return None
-        rows = replace(rows, reward=np.where(np.isnan(rows.named[setting.reward]), 0.0,
-                                             rows.named[setting.reward]))  # fmt: skip
-    got = _advantages(rows, p)
+        rows = replace(rows, reward=np.where(np.isnan(rows.named[reward]), 0.0,
+                                             rows.named[reward]))  # fmt: skip
+    got = _advantages(rows, trial.params)
     if got is None:
         return None
     return compare(got[0], read.logged, got[1], preset.framework)
@@ -418,7 +455,7 @@ def _row_agreement(
 def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray | None] | None:
     """Per row, the advantages of ``p`` on ``rows`` and the rows kept; None when the method
     cannot run on them (a missing column, a refused singleton)."""
-    method = methods.get(p.method)
+    method = p.estimator
     try:
         if not set(method.named_columns(p)) <= set(rows.named):  # the log lacks one
             return None
@@ -429,13 +466,14 @@ def _advantages(rows: Rows, p: Params) -> tuple[np.ndarray, np.ndarray | None] |
     return None if advantage is None else (advantage, plan.kept)
 
 
-def disagreement(log: Any, run: Any, found: Found | None) -> str:
-    """The warning for advantages that are not the framework's logged ones. Loud where the
-    user asked for one of the framework's own estimators (a surprise), calm where they chose
-    another on purpose; each names the setting that gives the logged ones, if one does, else
-    the settings only the user knows that the dump leaves out."""
-    preset, p, agreement = log.preset, run.params, run.agreement
-    assert preset is not None and agreement is not None
+def disagreement(log: Log, p: Params, agreement: Agreement, found: Found | None) -> str:
+    """The warning for advantages (``p``'s run on ``log``, ``agreement`` with the logged ones)
+    that are not the framework's logged ones. Loud where the user asked for one of the
+    framework's own estimators (a surprise), calm where they chose another on purpose; each
+    names the setting that gives the logged ones, if one does, else the settings only the
+    user knows that the dump leaves out."""
+    preset = log.preset
+    assert preset is not None
     where = ""
     if agreement.worst_row is not None:
         where = f", the most at {log.sources.at(agreement.worst_row, preset.logged)}"
@@ -461,7 +499,7 @@ def disagreement(log: Any, run: Any, found: Found | None) -> str:
     )
 
 
-def _unknowns(preset: presets.Preset, log: Any, user: Params) -> str:
+def _unknowns(preset: presets.Preset, log: Log, user: Params) -> str:
     """The settings of the framework that its dump leaves out and the user has not given, as
     options (bare: only the user knows their values)."""
     facts = carried(user, preset.settings(log.source.schema.names, log.options))
@@ -472,198 +510,3 @@ def _unknowns(preset: presets.Preset, log: Any, user: Params) -> str:
         and not getattr(log.options, key, None)
     ]
     return f" (its dump does not hold {', '.join(missing)})" if missing else ""
-
-
-Opener = Callable[[presets.PresetOptions], Any]
-"""Opens the log with these preset options (a :class:`advcli.logs.Log`)."""
-
-
-def _fits(preset: presets.Preset, log: Any) -> bool:
-    """Whether one of the preset's per-row settings gives the logged advantages on ``log``."""
-    try:
-        settings = preset.settings(log.source.schema.names, log.options)
-        read = _rows(log, settings)
-    except DataError:
-        return False
-    for setting in settings:
-        p = params_of(setting, preset.convention)
-        if p is None or _needs_engine(p):
-            continue
-        got = _row_agreement(read, setting, p, preset)
-        if got is not None and got.reproduces:
-            return True
-    return False
-
-
-def _regrouped(
-    preset: presets.Preset, options: presets.PresetOptions, open_with: Opener, log: Any
-) -> Any:
-    """``log`` grouped in blocks of ``--group-size`` rows where its logged advantages call
-    for it (NeMo-RL's rollout-identity groups) and its own grouping misses them; ``log`` as it
-    is otherwise."""
-    sizes = preset.group_sizes(log)
-    if not sizes or preset.logged not in log.source.schema.names or _fits(preset, log):
-        return log
-    for size in sizes:
-        trial = open_with(replace(options, group_size=size))
-        if _fits(preset, trial):
-            trial.settled = (
-                f"--group-size {size} (found from {preset.framework}'s logged advantages: "
-                f"its groups are blocks of {size} rows, not the rows of one prompt)"
-            )
-            return trial
-    return log
-
-
-def _column_sets(names: list[str], options: presets.PresetOptions) -> Iterator[list[str]]:
-    """The reward columns to try: those given, else each run of the float columns from the
-    first (reward functions come first, ``log_extra`` columns after), holding every column
-    the weights name."""
-    if options.reward_columns is not None:
-        yield list(options.reward_columns)
-        return
-    for k in range(1, len(names) + 1):
-        if set(options.reward_weights) <= set(names[:k]):
-            yield names[:k]
-
-
-def _search(
-    preset: presets.Preset, trial: Any, options: presets.PresetOptions
-) -> set[tuple[str, ...]]:
-    """On ``trial`` (the log opened with one group size), the reward column sets under which
-    one of the framework's settings gives its logged advantages."""
-    names = preset.reward_components(trial.source.schema, trial.options)
-    fitting: set[tuple[str, ...]] = set()
-    for columns in _column_sets(names, options):
-        tried = replace(options, reward_columns=columns)
-        settings = preset.settings(trial.source.schema.names, tried)
-        read = _rows(trial, settings, columns)
-        made = preset.reward_of({c: read.rows.named[c] for c in columns}, tried)
-        for setting in settings:
-            p = params_of(setting, preset.convention)
-            if p is None or _needs_engine(p):
-                continue
-            rows = read.rows
-            if made is not None and not _named(p):  # (a setting naming columns reads them)
-                rows = replace(rows, reward=made[0], unscored=made[1])
-            got = _row_agreement(_Read(rows, read.logged), setting, p, preset)
-            if got is not None and got.reproduces:
-                fitting.add(tuple(columns))
-    return fitting
-
-
-def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Opener) -> Any:
-    """The log opened with what the preset's dump leaves out filled in from its logged
-    advantages (TRL: ``--group-size`` and ``--reward-columns``); the log as ``options`` open it
-    when nothing is left out. Refuses, naming the options only the user knows, while the
-    advantages do not tell and one of them is missing; refuses a group size the user gave
-    that they contradict, naming the one they fit."""
-    log = open_with(options)
-    log.reopen = open_with
-    if not preset.needs_group_size():
-        if not preset.leaves_out(options):
-            return log
-        return _regrouped(preset, options, open_with, log)
-    if preset.logged is None or preset.logged not in log.source.schema.names:
-        if options.group_size is not None:
-            return log
-        msg = (
-            f"{log.files}: {preset.framework}'s dump does not say how many rollouts a prompt "
-            "has, and holds no logged advantages to tell. Hint: give TRL's num_generations "
-            "with --group-size"
-        )
-        raise UsageError(msg)
-    given = options.group_size
-    ungrouped = log if given is None else open_with(replace(options, group_size=None))
-    sizes = preset.group_sizes(ungrouped)
-    if given is not None and given not in sizes:
-        sizes.append(given)
-    found: dict[int, set[tuple[str, ...]]] = {}
-    trials: dict[int, Any] = {}
-    for size in sizes:
-        trials[size] = trial = (
-            log if size == given else open_with(replace(options, group_size=size))
-        )
-        if column_sets := _search(preset, trial, options):
-            found[size] = column_sets
-    if given is not None:
-        _refuse_contradicted(preset, log, given, found, trials)
-    fits = sorted(found) if given is None else [given] if given in found else []
-    if len(fits) != 1:
-        weighed = bool(options.reward_weights or options.reward_columns)
-        if given is not None and weighed:
-            return log  # all the user knows is given: the run's warning names the rest
-        _refuse_unsettled(preset, log, fits, given, weighed)
-    size = fits[0]
-    fitting = sorted(found[size], key=len)
-    if len(fitting) > 1:
-        listed = " or ".join(",".join(c) for c in fitting)
-        msg = (
-            f"{log.files}: the logged advantages fit more than one set of reward columns "
-            f"({listed}; the others are log_extra columns). Hint: name the reward functions' "
-            "columns with --reward-columns"
-        )
-        raise UsageError(msg)
-    settled = replace(options, group_size=size, reward_columns=list(fitting[0]))
-    if settled == options:
-        return log
-    log = open_with(settled)
-    log.reopen = open_with
-    told = [f"--group-size {size}"] if given is None else []
-    if options.reward_columns is None:
-        told.append(f"--reward-columns {','.join(fitting[0])}")
-    log.settled = f"{' '.join(told)} (found from {preset.framework}'s logged advantages)"
-    return log
-
-
-def _refuse_unsettled(
-    preset: presets.Preset, log: Any, fits: list[int], given: int | None, weighed: bool
-) -> None:
-    """Refuse a log whose logged advantages fit several group sizes, or none with the reward
-    columns weighted alike, naming the options the user has not given (bare: only they know
-    TRL's num_generations and reward_weights)."""
-    if fits:
-        told = f"fit --group-size {' and '.join(map(str, fits))}"
-        missing = ["--group-size"]
-    else:
-        alike = "" if weighed else " with its reward columns weighted alike"
-        told = (
-            f"fit no group size{alike}" if given is None else f"do not fit groups of {given}{alike}"
-        )
-        known = {"--group-size": given is not None, "--reward-weights": weighed}
-        missing = [flag for flag, have in known.items() if not have]
-    msg = (
-        f"{log.files}: {preset.framework}'s dump holds neither num_generations nor "
-        f"reward_weights, and its logged advantages {told}. Hint: give {' and '.join(missing)}"
-    )
-    raise UsageError(msg)
-
-
-def _refuse_contradicted(
-    preset: presets.Preset,
-    log: Any,
-    given: int,
-    found: dict[int, set[tuple[str, ...]]],
-    trials: dict[int, Any],
-) -> None:
-    """A group size the user gave that the logged advantages contradict: they fit another
-    size and not it, or fit both but it reads more rows as something else (evaluation rows,
-    a cut group) than the other does."""
-    fitting = sorted(found, key=lambda s: (trials[s].source.set_aside, s != given))
-    if not fitting or fitting[0] == given:
-        return
-    best = fitting[0]
-    aside = log.source.set_aside
-    if given in found and aside <= trials[best].source.set_aside:
-        return
-    why = (
-        f"{aside} of its rows are not whole groups of {given} (read as evaluation rows or a "
-        "cut group)"
-        if given in found
-        else f"its logged advantages do not fit groups of {given}"
-    )
-    msg = (
-        f"--group-size {given}: {log.files}: {why}, and {preset.framework}'s logged "
-        f"advantages fit --group-size {best}. Hint: --group-size {best}"
-    )
-    raise ContradictsLog(msg)

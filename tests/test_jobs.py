@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import advcli
 from advcli import jobs, methods
 from advcli.errors import UsageError
+from advcli.methods import Method
+from tests.conftest import SAMPLE
 
 
 def test_a_job_refuses_its_options_before_reading(tmp_path):
@@ -34,16 +38,43 @@ def test_a_job_takes_the_framework_s_convention_and_reads_as_it_says(small_log):
     assert jobs.job([], engine="ray").ray is not None  # connected only when a pass needs it
 
 
-def test_the_method_is_looked_up_once(small_log, monkeypatch):
-    """The job holds the method: planning and annotating never look it up again."""
+def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the methods looked up from now on (each lookup still made)."""
+    names: list[str] = []
+    get = methods.get
+
+    def counted(name: str) -> Method[Any]:
+        names.append(name)
+        return get(name)
+
+    monkeypatch.setattr(methods, "get", counted)
+    return names
+
+
+def test_the_method_is_looked_up_once(small_log: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job holds the method, and its parameters hold it too: planning and annotating
+    never look it up again."""
     job = jobs.job([small_log], method="reinforce-pp")
-
-    def looked_up(name):
-        raise AssertionError(f"{name} looked up again")
-
-    monkeypatch.setattr(methods, "get", looked_up)
+    looked_up = lookups(monkeypatch)
     run = job.plan(job.open())
     assert sum(batch.table.num_rows for batch in run.annotated()) == run.rows.n_rows
+    assert looked_up == []
+
+
+def test_with_from_only_the_framework_s_settings_are_looked_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading TRL's dump with rloo, whose advantages are not TRL's: settling the group size
+    and the search for the setting that gives the logged advantages try TRL's settings,
+    which its preset names (grpo, gdpo); the job's own method, held by its parameters, is
+    never looked up again."""
+    job = jobs.job([str(SAMPLE / "trl" / "completions")], preset="trl", method="rloo")
+    looked_up = lookups(monkeypatch)
+    run = job.plan(job.open())
+    assert run.settled is not None and run.settled.startswith("--group-size 4")
+    assert run.agreement is not None and run.agreement.differ == 54
+    assert run.reproduced_by == "--method grpo"
+    assert set(looked_up) == {"grpo", "gdpo"}
 
 
 def test_a_reporter_hears_every_stage_and_pass(tmp_path, small_log):

@@ -221,7 +221,7 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
     for param in taken:
         if param.check is not None and (problem := param.check(values[param.name], values)):
             raise UsageError(problem)
-    return Params(chosen.name, convention, values)
+    return Params(chosen, convention, values)
 
 
 def check_convention(convention: str | None) -> str:
