@@ -367,7 +367,7 @@ def test_every_example_in_the_help_runs_as_shown(tmp_path):
     the shards that shard wrote)."""
     import shlex
 
-    from advcli.cli.commands import EXAMPLES, app
+    from advcli.cli.app import EXAMPLES, app
 
     (tmp_path / "sample_data").symlink_to(SAMPLE)
     commands = [info.name or info.callback.__name__ for info in app.registered_commands]

@@ -1,3 +1,3 @@
 """The ``advcli`` command line, a thin layer over :mod:`advcli.api`: the commands
-(:mod:`.commands`), their options (:mod:`.options`), and the process that runs them
+(:mod:`.app`), their options (:mod:`.options`), and the process that runs them
 (:mod:`.runner`, whose :func:`~advcli.cli.runner.main` is the entry point)."""

@@ -16,7 +16,7 @@ import pytest
 import typer
 
 import advcli
-from advcli.cli.commands import app
+from advcli.cli.app import app
 from advcli.cli.options import SHARED_WITH_PRESETS
 from advcli.errors import DataError, UsageError
 from advcli.io.schema import Roles
