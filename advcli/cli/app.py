@@ -22,7 +22,7 @@ from advcli.cli.options import (
     Engine,
     Force,
     Format,
-    Inputs,
+    InputsArgument,
     Json,
     NearTie,
     Nonfinite,
@@ -126,7 +126,7 @@ def _warn(warnings: list[str]) -> None:
 @app.command(epilog=_examples("schema"))
 @with_preset_options(after="col")
 def schema(
-    inputs: Inputs,
+    inputs: InputsArgument,
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
@@ -143,11 +143,11 @@ def schema(
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
     from advcli import render  # here, not at the top: --help needs none of it
-    from advcli.commands.describe import describe  # api.describe, without the rest of the API
+    from advcli.commands import schema as command  # without the rest of the API
 
     activity = render.Activity(quiet=False, mode=progress_mode)
     with pandas_unseen(), activity, progress.stage("reading the log"):
-        info = describe(
+        info = command.schema(
             inputs, col=col, from_=preset, preset_options=preset_options, full=full,
         )  # fmt: skip
     if as_json:
@@ -162,7 +162,7 @@ def schema(
 @with_options(CriticOptions, after="as_json", name="critic", absent_without="path")
 @with_method_parameters(after="convention")
 def annotate(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: OutFile,
     method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
     convention: Annotated[
@@ -211,7 +211,7 @@ def annotate(
 @with_preset_options(after="col", runs_method=True)
 @with_method_parameters(after="convention")
 def check(
-    inputs: Inputs,
+    inputs: InputsArgument,
     method: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Default: the framework's own (grpo)."),
@@ -267,7 +267,7 @@ def check(
 @app.command(epilog=_examples("score"))
 @with_options(CriticOptions, after="out", name="critic")
 def score(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: OutFile,
     col: Col = None,
     fmt: Format = None,
@@ -295,7 +295,7 @@ def score(
 @app.command(epilog=_examples("audit"))
 @with_preset_options(after="col")
 def audit(
-    inputs: Inputs,
+    inputs: InputsArgument,
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
@@ -358,7 +358,7 @@ def audit(
 @with_options(ReportOptions, after="as_json", name="options")
 @with_method_parameters(after="convention")
 def report(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: Annotated[
         str, typer.Option("--out", "-o", help="Output .html file; - for standard output.")
     ],
@@ -404,7 +404,7 @@ def report(
 @with_preset_options(after="col")
 @with_options(ShardOptions, after="param", name="opts")
 def shard(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
     method: Annotated[
         Optional[str],  # noqa: UP045

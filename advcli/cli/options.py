@@ -24,7 +24,7 @@ from advcli.params import OPTION, OptionHelp, Param, number_kind
 from advcli.presets import PRESETS, PresetOptions
 from advcli.presets.base import FROM
 
-Inputs = Annotated[
+InputsArgument = Annotated[
     list[str], typer.Argument(help="Parquet or JSONL files, directories or globs; - for stdin.")
 ]
 
