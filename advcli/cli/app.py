@@ -6,14 +6,13 @@ process around them (errors as one line and an exit code, signals) is :mod:`advc
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import orjson
 import typer
 
-from advcli import methods, progress
+from advcli import progress
 from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.options import (
@@ -31,7 +30,6 @@ from advcli.cli.options import (
     Quiet,
     RayAddress,
     ZeroVarianceTol,
-    _shared_params,
     with_method_parameters,
     with_options,
     with_preset_options,
@@ -202,7 +200,6 @@ def annotate(
             engine=engine,
             ray_address=ray_address,
             **(params or {}),
-            **_shared_params(method, preset, preset_options),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
@@ -247,7 +244,6 @@ def check(
         result = api.check(
             inputs, from_=preset, preset_options=preset_options, method=method,
             convention=convention, tol=tol, col=col, **(params or {}),
-            **_shared_params(method or "grpo", preset, preset_options),
         )  # fmt: skip
     if as_json:
         _print_json(result.as_dict())
@@ -383,19 +379,11 @@ def report(
     """Write one self-contained HTML page of the log's groups, rewards and advantages."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
-    params = params or {}
-    # --zero-variance-tol is the page's test, and the method's where it takes one
-    options = dataclasses.replace(
-        options or ReportOptions(), tol=params.get("zero_variance_tol", ZERO_VARIANCE_TOL)
-    )
-    if method is None or not methods.takes(method, "zero_variance_tol"):
-        params.pop("zero_variance_tol", None)
-    method_params = {**params, **_shared_params(method, preset, preset_options)}
     with render.Activity(quiet, mode=progress_mode):
         result = api.report(
             inputs, out, method=method, convention=convention, col=col, force=force,
             options=options, from_=preset, preset_options=preset_options,
-            **method_params,
+            **(params or {}),
         )  # fmt: skip
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet, out=out)
 

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from advcli import jobs, progress
+from advcli import jobs, methods, progress
 from advcli.io.outputs import check_output
 from advcli.io.writers import write_bytes
 from advcli.logs import BATCH_ROWS, LogPaths, input_paths
@@ -39,6 +39,10 @@ def report(
     started = time.perf_counter()
     out = os.fspath(out)
     options = options or ReportOptions()
+    if params.get("zero_variance_tol") is not None:  # the page's test, and the method's
+        options = dataclasses.replace(options, tol=params["zero_variance_tol"])
+        if method is None or not methods.takes(method, "zero_variance_tol"):  # the page's alone
+            params = {k: v for k, v in params.items() if k != "zero_variance_tol"}
     page.bokeh()  # the extra is missing: say so before reading anything
     if options.compare is not None or options.steps is not None or options.label is not None:
         compare.check_options(options.compare, options.steps, options.label)
