@@ -7,7 +7,7 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.annotate("logs/", "gae.parquet", method="gae", gamma=0.99)
     advcli.annotate_table(table, method="grpo")  # a pyarrow Table in, annotated out
     advcli.audit("logs/").report
-    advcli.describe("logs/")                   # what `advcli schema` shows
+    advcli.schema("logs/")                     # what `advcli schema` shows (or advcli.describe)
     advcli.report("logs/", "report.html", method="grpo")  # needs advcli[report]
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         describe,
         report,
         reporting,
+        schema,
         score,
         shard,
         verify,
@@ -81,6 +82,7 @@ __all__ = [
     "describe",
     "report",
     "reporting",
+    "schema",
     "score",
     "shard",
     "verify",

@@ -26,7 +26,7 @@ from advcli.io.sources import LogSource, expand_inputs
 from advcli.logs import BATCH_ROWS, Log, open_log
 from advcli.methods import Method
 from advcli.params import Params
-from advcli.presets import Preset, PresetOptions
+from advcli.presets import SHARED_WITH_METHODS, Preset, PresetOptions
 
 ENGINES = ("local", "ray")
 """Where ``--engine`` runs the passes: in this process, or on a Ray cluster."""
@@ -151,6 +151,28 @@ def with_reward_columns(params: Params, options: PresetOptions) -> Params:
     return Params(params.estimator, params.convention, values)
 
 
+def shared_with_reader(
+    method: str | None, preset: Preset | None, options: PresetOptions | None
+) -> dict[str, str]:
+    """The method parameters given as reader options (``reward_columns`` for gdpo), as the
+    method takes them: without a framework, they are the method's alone (refused where it
+    takes none); with one, they serve its reader, and the method too where it takes them."""
+    if options is None:
+        return {}
+    weights = ",".join(f"{name}={w!r}" for name, w in options.reward_weights.items())
+    columns = ",".join(options.reward_columns) if options.reward_columns else None
+    shared = {
+        name: value
+        for name, value in zip(SHARED_WITH_METHODS, (columns, weights or None), strict=True)
+        if value is not None
+    }
+    if preset is None:
+        return shared
+    if method is None:  # nothing runs (report): they serve the framework's log alone
+        return {}
+    return {name: value for name, value in shared.items() if methods.takes(method, name)}
+
+
 def job(
     paths: Sequence[str],
     *,
@@ -167,11 +189,13 @@ def job(
     """The job of a command given these options, each checked: an unknown framework, method,
     convention or engine, and a parameter the method does not take (or given without a
     method), are refused here, before anything is read. The convention is the one given, else
-    the framework's own (``--from``), else advcli's."""
+    the framework's own (``--from``), else advcli's. The reader's options that are the
+    method's too (:func:`shared_with_reader`) reach the method, unless ``params`` names them."""
     chosen_preset = presets.get(preset) if preset is not None else None
     if convention is None and chosen_preset is not None:
         convention = chosen_preset.convention
     given = {name: value for name, value in (params or {}).items() if value is not None}
+    given = {**shared_with_reader(method, chosen_preset, preset_options), **given}
     chosen: Method[Any] | None = None
     p = None
     if method is not None:

@@ -210,11 +210,11 @@ def group_warnings(log: Log, rows: Rows) -> list[str]:
     return []
 
 
-Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+LogPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 """Parquet or JSONL files, folders or globs (``-``: JSONL on stdin), read as one log."""
 
 
-def input_paths(inputs: Inputs) -> list[str]:
+def input_paths(inputs: LogPaths) -> list[str]:
     """``inputs`` as a list of path strings (a ``file://`` URI as the local path it names)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]

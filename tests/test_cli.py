@@ -329,9 +329,9 @@ def _long_jsonl(path, n_rows: int) -> tuple[str, list[int]]:
 def test_schema_samples_a_long_jsonl_log_unless_full(tmp_path, monkeypatch):
     """The first whole lines past the sample's size (here 2,000 bytes, read in chunks of that
     size: each chunk ends at the end of a line), counted and said; --full reads them all."""
-    from advcli.commands import describe
+    from advcli.commands import schema
 
-    monkeypatch.setattr(describe, "SAMPLE_BYTES", 2_000)
+    monkeypatch.setattr(schema, "SAMPLE_BYTES", 2_000)
     path, ends = _long_jsonl(tmp_path / "log.jsonl", 400)
     first_chunk = next(i for i, end in enumerate(ends) if end >= 2_000) + 1  # whole lines
     info = advcli.describe(path)
@@ -367,7 +367,7 @@ def test_every_example_in_the_help_runs_as_shown(tmp_path):
     the shards that shard wrote)."""
     import shlex
 
-    from advcli.cli.commands import EXAMPLES, app
+    from advcli.cli.app import EXAMPLES, app
 
     (tmp_path / "sample_data").symlink_to(SAMPLE)
     commands = [info.name or info.callback.__name__ for info in app.registered_commands]

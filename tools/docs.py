@@ -53,7 +53,7 @@ def command_help(args: list[str]) -> str:
 def cli_reference() -> str:
     import typer
 
-    from advcli.cli.commands import app
+    from advcli.cli.app import app
 
     commands = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback]
     parts = [

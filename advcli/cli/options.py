@@ -16,15 +16,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from advcli import methods, progress
+from advcli import progress
 from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError, did_you_mean
 from advcli.methods import PARAMETERS
 from advcli.params import OPTION, OptionHelp, Param, number_kind
-from advcli.presets import PRESETS, PresetOptions
+from advcli.presets import PRESETS, SHARED_WITH_METHODS, PresetOptions
 from advcli.presets.base import FROM
 
-Inputs = Annotated[
+InputsArgument = Annotated[
     list[str], typer.Argument(help="Parquet or JSONL files, directories or globs; - for stdin.")
 ]
 
@@ -191,7 +191,7 @@ def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callab
     """An option for every method parameter (:data:`advcli.methods.PARAMETERS`), after the
     option ``after``; the command gets those given on the command line as one dict,
     ``params`` (an option left at its default is not given: the method may not take it)."""
-    options = [_option(p) for p in PARAMETERS.values() if p.name not in SHARED_WITH_PRESETS]
+    options = [_option(p) for p in PARAMETERS.values() if p.name not in SHARED_WITH_METHODS]
     context = inspect.Parameter(
         _CONTEXT, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=typer.Context
     )  # typer passes the command's context to it: where each value came from
@@ -214,30 +214,6 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
         for name, value in values.items()
         if getattr(ctx.get_parameter_source(name), "name", None) != "DEFAULT"
     }
-
-
-SHARED_WITH_PRESETS = ("reward_columns", "reward_weights")
-"""Method parameters that are also options of the presets (TRL's reward columns are GDPO's):
-one ``--reward-columns`` serves both, through :class:`PresetOptions`."""
-
-
-def _shared_params(
-    method: str | None, preset: str | None, options: PresetOptions | None
-) -> dict[str, Any]:
-    """The method parameters given as preset options (``--reward-columns`` for gdpo): for a
-    method that does not take them, they serve the framework's log alone (with ``--from``)."""
-    if options is None:
-        return {}
-    weights = ",".join(f"{name}={w!r}" for name, w in options.reward_weights.items())
-    shared = {
-        "reward_columns": ",".join(options.reward_columns) if options.reward_columns else None,
-        "reward_weights": weights or None,
-    }
-    if preset is None:  # a method's parameters alone: refused where the method takes none
-        return shared
-    if method is None:  # nothing to run (report): they serve the framework's log alone
-        return {}
-    return {name: value for name, value in shared.items() if methods.takes(method, name)}
 
 
 def _preset_options() -> list[inspect.Parameter]:
@@ -286,7 +262,7 @@ def _presets(values: dict[str, Any], runs_method: bool) -> dict[str, Any]:
     preset = values.pop("from_")
     given = [f"--{k.replace('_', '-')}" for k, v in values.items() if v is not None]
     if runs_method:  # --reward-columns and --reward-weights are gdpo's too
-        given = [flag for flag in given if flag[2:].replace("-", "_") not in SHARED_WITH_PRESETS]
+        given = [flag for flag in given if flag[2:].replace("-", "_") not in SHARED_WITH_METHODS]
     if given and preset is None:
         msg = f"{given[0]} applies to a framework's log: add --from (e.g. --from trl)"
         raise UsageError(msg)

@@ -23,7 +23,7 @@ import typer
 import typer.core
 import typer.main
 
-from advcli.cli.commands import app
+from advcli.cli.app import app
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
 from advcli.io import stdout
 from advcli.io.interrupts import STOPS, leave, terminated_by, termination_handled

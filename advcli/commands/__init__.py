@@ -1,2 +1,2 @@
-"""Commands that need more than a pass of the engine: ``check`` (:mod:`.check`) and ``schema``
-(:mod:`.describe`); :mod:`advcli.api` exposes them with the others."""
+"""One module per command: each holds its command's work, from what it was given to the typed
+result (:mod:`advcli.results`); :mod:`advcli.api` gathers them and :mod:`advcli.cli` shows them."""

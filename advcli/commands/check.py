@@ -11,7 +11,7 @@ from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np
 from advcli.logs import (
     BATCH_ROWS,
-    Inputs,
+    LogPaths,
     input_paths,
 )
 from advcli.presets import PresetOptions
@@ -20,7 +20,7 @@ from advcli.results import CheckResult
 
 
 def check(
-    inputs: Inputs,
+    inputs: LogPaths,
     *,
     from_: str,
     preset_options: PresetOptions | None = None,

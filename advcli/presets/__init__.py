@@ -19,7 +19,7 @@ One preset per framework dump format, each in its own module:
 from __future__ import annotations
 
 from advcli.errors import UsageError, did_you_mean
-from advcli.presets.base import Preset, PresetOptions, PresetSource, Setting
+from advcli.presets.base import SHARED_WITH_METHODS, Preset, PresetOptions, PresetSource, Setting
 from advcli.presets.nemo_gym import NemoGym
 from advcli.presets.nemo_rl import NemoRl
 from advcli.presets.open_instruct import OpenInstruct
@@ -55,6 +55,7 @@ __all__ = [
     "PRESETS",
     "Preset",
     "PresetOptions",
+    "SHARED_WITH_METHODS",
     "PresetSource",
     "Setting",
     "convention_for",

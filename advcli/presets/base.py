@@ -63,6 +63,11 @@ class PresetOptions:
         check_fields(self)
 
 
+SHARED_WITH_METHODS = ("reward_columns", "reward_weights")
+"""The :class:`PresetOptions` that are method parameters too: TRL's reward columns are GDPO's,
+given once (one ``--reward-columns``; :func:`advcli.jobs.shared_with_reader` wires them)."""
+
+
 @dataclass
 class Converted:
     """One framework file in advcli's schema: the table, and the 1-based line each row came

@@ -15,7 +15,7 @@ The decisions are pure steps on per-sample arrays; the data moves in three passe
    place (in object storage: uploaded, its manifest last; see
    :func:`~advcli.io.outputs.output_folder`), and ``verify`` checks it later.
 
-:func:`~advcli.shards.build.shard` runs them; its options: :mod:`~advcli.shards.options`.
+:func:`advcli.commands.shard.shard` runs them; its options: :mod:`~advcli.shards.options`.
 """
 
 from advcli.shards.options import DEFAULT_TOKENS_PER_SHARD, ShardOptions

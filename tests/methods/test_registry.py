@@ -16,13 +16,13 @@ import pytest
 import typer
 
 import advcli
-from advcli.cli.commands import app
-from advcli.cli.options import SHARED_WITH_PRESETS
+from advcli.cli.app import app
 from advcli.errors import DataError, UsageError
 from advcli.io.schema import Roles
 from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
 from advcli.params import Param
+from advcli.presets import SHARED_WITH_METHODS
 from tests.conftest import METHOD_OPTIONS, ROOT, SAMPLE, sample_with_every_input
 
 INPUT_COLUMNS = pq.read_schema(SAMPLE / "rollouts.parquet").names
@@ -41,7 +41,7 @@ def test_every_parameter_is_read_by_a_method_and_declared_once():
 def test_annotate_has_one_option_per_parameter_made_from_its_declaration():
     options = {p.name: p for p in annotate_command().params}
     for name, param in PARAMETERS.items():
-        if name in SHARED_WITH_PRESETS:  # one option, for a framework's log and for gdpo
+        if name in SHARED_WITH_METHODS:  # one option, for a framework's log and for gdpo
             assert "gdpo" in (options[name].help or "")
             continue
         option = options[name]

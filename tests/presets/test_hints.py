@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import typer
 
-from advcli.cli.commands import app
+from advcli.cli.app import app
 from tests.conftest import run
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"

@@ -6,14 +6,13 @@ process around them (errors as one line and an exit code, signals) is :mod:`advc
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import orjson
 import typer
 
-from advcli import methods, progress
+from advcli import progress
 from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.options import (
@@ -22,7 +21,7 @@ from advcli.cli.options import (
     Engine,
     Force,
     Format,
-    Inputs,
+    InputsArgument,
     Json,
     NearTie,
     Nonfinite,
@@ -31,7 +30,6 @@ from advcli.cli.options import (
     Quiet,
     RayAddress,
     ZeroVarianceTol,
-    _shared_params,
     with_method_parameters,
     with_options,
     with_preset_options,
@@ -126,7 +124,7 @@ def _warn(warnings: list[str]) -> None:
 @app.command(epilog=_examples("schema"))
 @with_preset_options(after="col")
 def schema(
-    inputs: Inputs,
+    inputs: InputsArgument,
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
@@ -143,11 +141,11 @@ def schema(
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
     from advcli import render  # here, not at the top: --help needs none of it
-    from advcli.commands.describe import describe  # api.describe, without the rest of the API
+    from advcli.commands import schema as command  # without the rest of the API
 
     activity = render.Activity(quiet=False, mode=progress_mode)
     with pandas_unseen(), activity, progress.stage("reading the log"):
-        info = describe(
+        info = command.schema(
             inputs, col=col, from_=preset, preset_options=preset_options, full=full,
         )  # fmt: skip
     if as_json:
@@ -162,7 +160,7 @@ def schema(
 @with_options(CriticOptions, after="as_json", name="critic", absent_without="path")
 @with_method_parameters(after="convention")
 def annotate(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: OutFile,
     method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
     convention: Annotated[
@@ -202,7 +200,6 @@ def annotate(
             engine=engine,
             ray_address=ray_address,
             **(params or {}),
-            **_shared_params(method, preset, preset_options),
         )
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
@@ -211,7 +208,7 @@ def annotate(
 @with_preset_options(after="col", runs_method=True)
 @with_method_parameters(after="convention")
 def check(
-    inputs: Inputs,
+    inputs: InputsArgument,
     method: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Default: the framework's own (grpo)."),
@@ -247,7 +244,6 @@ def check(
         result = api.check(
             inputs, from_=preset, preset_options=preset_options, method=method,
             convention=convention, tol=tol, col=col, **(params or {}),
-            **_shared_params(method or "grpo", preset, preset_options),
         )  # fmt: skip
     if as_json:
         _print_json(result.as_dict())
@@ -267,7 +263,7 @@ def check(
 @app.command(epilog=_examples("score"))
 @with_options(CriticOptions, after="out", name="critic")
 def score(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: OutFile,
     col: Col = None,
     fmt: Format = None,
@@ -295,7 +291,7 @@ def score(
 @app.command(epilog=_examples("audit"))
 @with_preset_options(after="col")
 def audit(
-    inputs: Inputs,
+    inputs: InputsArgument,
     col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
@@ -358,7 +354,7 @@ def audit(
 @with_options(ReportOptions, after="as_json", name="options")
 @with_method_parameters(after="convention")
 def report(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: Annotated[
         str, typer.Option("--out", "-o", help="Output .html file; - for standard output.")
     ],
@@ -383,19 +379,11 @@ def report(
     """Write one self-contained HTML page of the log's groups, rewards and advantages."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
-    params = params or {}
-    # --zero-variance-tol is the page's test, and the method's where it takes one
-    options = dataclasses.replace(
-        options or ReportOptions(), tol=params.get("zero_variance_tol", ZERO_VARIANCE_TOL)
-    )
-    if method is None or not methods.takes(method, "zero_variance_tol"):
-        params.pop("zero_variance_tol", None)
-    method_params = {**params, **_shared_params(method, preset, preset_options)}
     with render.Activity(quiet, mode=progress_mode):
         result = api.report(
             inputs, out, method=method, convention=convention, col=col, force=force,
             options=options, from_=preset, preset_options=preset_options,
-            **method_params,
+            **(params or {}),
         )  # fmt: skip
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
@@ -404,7 +392,7 @@ def report(
 @with_preset_options(after="col")
 @with_options(ShardOptions, after="param", name="opts")
 def shard(
-    inputs: Inputs,
+    inputs: InputsArgument,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
     method: Annotated[
         Optional[str],  # noqa: UP045

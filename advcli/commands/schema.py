@@ -12,7 +12,7 @@ from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import describe_type
 from advcli.logs import (
     BATCH_ROWS,
-    Inputs,
+    LogPaths,
     group_warnings,
     input_paths,
 )
@@ -34,8 +34,8 @@ def sampled(source: JsonlSource, read: int, rows: int) -> str:
     return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); --full reads everything"
 
 
-def describe(
-    inputs: Inputs,
+def schema(
+    inputs: LogPaths,
     *,
     col: list[str] | None = None,
     from_: str | None = None,

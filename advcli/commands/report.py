@@ -1,0 +1,107 @@
+"""``advcli report``: one self-contained HTML page of a log's groups, rewards and advantages
+(the numbers: :mod:`advcli.reports`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from advcli import jobs, methods, progress
+from advcli.io.outputs import check_output
+from advcli.io.writers import write_bytes
+from advcli.logs import BATCH_ROWS, LogPaths, input_paths
+from advcli.presets import PresetOptions
+from advcli.reports import ReportOptions, compare
+from advcli.reports.collect import Gathered, gather
+from advcli.results import ReportResult
+
+
+def report(
+    inputs: LogPaths,
+    out: str | os.PathLike[str],
+    *,
+    method: str | None = None,
+    convention: str | None = None,
+    col: list[str] | None = None,
+    force: bool = False,
+    options: ReportOptions | None = None,
+    from_: str | None = None,
+    preset_options: PresetOptions | None = None,
+    batch_rows: int = BATCH_ROWS,
+    **params: Any,
+) -> ReportResult:
+    """``advcli report``: one self-contained HTML page (``out``) of the log's groups, rewards
+    and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``."""
+    from advcli.reports import page
+
+    started = time.perf_counter()
+    out = os.fspath(out)
+    options = options or ReportOptions()
+    if params.get("zero_variance_tol") is not None:  # the page's test, and the method's
+        options = dataclasses.replace(options, tol=params["zero_variance_tol"])
+        if method is None or not methods.takes(method, "zero_variance_tol"):  # the page's alone
+            params = {k: v for k, v in params.items() if k != "zero_variance_tol"}
+    page.bokeh()  # the extra is missing: say so before reading anything
+    if options.compare is not None or options.steps is not None or options.label is not None:
+        compare.check_options(options.compare, options.steps, options.label)
+    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
+                   method=method, convention=convention, params=params,
+                   batch_rows=batch_rows)  # fmt: skip
+    check_output(out, job.files, force=force)
+    log = job.open()
+    run = job.plan(log) if job.method is not None else None
+    p = job.params
+    if p is not None and "reward_columns" in p and p.reward_columns:
+        components = [c.strip() for c in p.reward_columns.split(",")]
+    elif job.reading.preset is not None:
+        components = job.reading.preset.reward_components(log.source.schema, job.reading.options)
+    else:
+        components = []
+    comparing = options.compare is not None or options.steps is not None
+    gathered = gather(log, options, run=run, reward_components=components,
+                      batch_rows=batch_rows, hash_prompts=comparing)  # fmt: skip
+    payload = gathered.payload
+    if comparing:
+        payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)
+    with progress.stage("writing the page"):
+        html = page.render(payload, page.heading(payload["files"])).encode()
+        write_bytes(out, html, force=force)
+    groups = payload["groups"]
+    return ReportResult(
+        output=out,
+        bytes=len(html),
+        rollouts=payload["overview"]["rollouts"],
+        groups=groups["total"],
+        groups_listed=groups["listed"],
+        detail_groups=len(payload["details"]),
+        advantages_from=payload["advantages_from"],
+        seconds=round(time.perf_counter() - started, 3),
+        warnings=payload["warnings"],
+    )
+
+
+def _comparison(
+    gathered: Gathered,
+    job: jobs.Job,
+    options: ReportOptions,
+    batch_rows: int,
+    *,
+    force: bool,
+    out: str,
+) -> dict[str, Any]:
+    """The Compare section of ``report``: the log beside ``--compare``'s (read as the job
+    reads its log, its own page's detail left out), or two of its ``--steps``."""
+    if options.steps is not None:
+        a, b = compare.step_sides(gathered, options.steps, options.label)
+        return compare.comparison(a, b, options.bins, batch_rows)
+    assert options.compare is not None
+    other = dataclasses.replace(job, paths=tuple(input_paths(options.compare)))
+    check_output(out, other.files, force=force)
+    log = other.open()
+    run = other.plan(log) if other.method is not None else None
+    lean = dataclasses.replace(options, detail_groups=0, sample_groups=1, token_budget=0)
+    theirs = gather(log, lean, run=run, batch_rows=batch_rows, hash_prompts=True)
+    a, b = compare.log_sides(gathered, theirs, options.label)
+    return compare.comparison(a, b, options.bins, batch_rows)
