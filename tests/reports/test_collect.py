@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from advcli.reports.collect import ReportOptions, choose_groups
-from tests.conftest import rollout, run, write_jsonl, write_parquet
+from tests.conftest import groups_of_four, rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
 from tests.presets.test_presets import CASES, RS
 from tests.reports.helpers import page_data, tokens
@@ -390,3 +392,13 @@ def test_a_tokenizer_whose_regex_panics_is_one_line_naming_it(tmp_path):
         "over). Hint: give another tokenizer.json, or leave --tokenizer out\n"
     )
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_report_of_a_log_with_an_infinite_step_is_drawn(tmp_path):
+    """(found by tests.fuzz: a verl line with "step": 1e999 made the page's JSON invalid)"""
+    pytest.importorskip("bokeh")
+    rows = [{**r, "step": float("inf") if i == 0 else 1.0} for i, r in enumerate(groups_of_four())]
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run("report", str(path), "--method", "grpo", "-q", "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr.decode()
