@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -25,6 +26,7 @@ import pytest
 
 import advcli
 from advcli.io.file_sources import read_inputs
+from advcli.io.writers import read_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
@@ -41,7 +43,10 @@ def write_parquet(path: Path, rows: list[dict], schema: pa.Schema | None = None)
 
 
 def run(
-    *args: str, stdin: bytes | None = None, cwd: Path | None = None, env: dict | None = None
+    *args: str | os.PathLike[str],
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``python -m advcli ARGS``; returns the CompletedProcess (bytes). The command is a
     child of this worker's fork server (:mod:`tests.cli_server`) where that cannot change
@@ -86,6 +91,13 @@ def refused(tmp_path: Path, path: str, command: str, code: int = 1) -> str:
     assert proc.returncode == code, proc.stderr.decode()
     assert list(out.iterdir()) == []
     return one_line(proc)
+
+
+def metadata_of(output: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata advcli wrote with an annotated output, which must have it."""
+    found = read_metadata(str(output))
+    assert found is not None, f"{output}: no advcli metadata"
+    return found
 
 
 def digest(path: Path) -> str:
@@ -296,7 +308,8 @@ def sample_with_every_input():
     )
 
 
-METHOD_OPTIONS = {  # what a method needs besides the log (sample_with_every_input's columns)
+# What a method needs besides the log (sample_with_every_input's columns).
+METHOD_OPTIONS: dict[str, dict[str, Any]] = {
     "grpo-passk": {"singleton": "zero"},
     "gdpo": {"reward_columns": "acc,fmt"},
 }

@@ -19,8 +19,7 @@ import zstandard
 import advcli
 from advcli.errors import OutputError
 from advcli.io import writers
-from advcli.io.writers import read_metadata
-from tests.conftest import ROOT, SAMPLE, one_line, rollout, run, write_jsonl
+from tests.conftest import ROOT, SAMPLE, metadata_of, one_line, rollout, run, write_jsonl
 
 
 def ok(proc):
@@ -40,7 +39,7 @@ def test_annotate_grpo_values_and_metadata(small_log, tmp_path):
     np.testing.assert_allclose(df["advantages"][0].to_list()[2:], [expected[0]] * 3, rtol=1e-6)
     assert df["zero_variance"].to_list() == [False] * 4 + [True] * 2
     assert df["group_size"].to_list() == [4] * 4 + [2] * 2
-    meta = read_metadata(str(out))
+    meta = metadata_of(out)
     assert meta["method"] == "grpo"
     assert meta["params"]["std_ddof"] == 0 and meta["params"]["eps"] == 1e-6
     assert meta["inputs"] == [small_log]
@@ -371,7 +370,9 @@ def test_every_example_in_the_help_runs_as_shown(tmp_path):
     from advcli.cli.commands import EXAMPLES, app
 
     (tmp_path / "sample_data").symlink_to(SAMPLE)
-    commands = [info.name or info.callback.__name__ for info in app.registered_commands]
+    commands = [
+        info.name or getattr(info.callback, "__name__", "") for info in app.registered_commands
+    ]
     assert sorted(EXAMPLES) == sorted(commands)
     for name in commands:
         for example in EXAMPLES[name]:

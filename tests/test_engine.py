@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -109,7 +111,7 @@ def test_chain_carries_match_concatenated_rollouts(tmp_path):
     inputs = segmented_log(tmp_path, n_rollouts=12, seed=3)
     table = pa.concat_tables([pq.read_table(p) for p in inputs]).to_pylist()
     table = [dict(r, truncated=False) for r in table]
-    merged = {}
+    merged: dict[str, dict[str, Any]] = {}
     for row in sorted(table, key=lambda r: (r["rollout_id"], r["segment_index"])):
         m = merged.setdefault(
             row["rollout_id"], dict(row, input_ids=[], action_mask=[], values=[], token_rewards=[])

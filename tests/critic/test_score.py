@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -12,10 +13,8 @@ import pytest
 import advcli
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer
-from advcli.io import writers
-from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights, reference
-from tests.conftest import SAMPLE, one_line, rollout, run, write_parquet
+from tests.conftest import SAMPLE, metadata_of, one_line, rollout, run, write_parquet
 
 pytest.importorskip("onnxruntime")
 
@@ -52,7 +51,7 @@ def test_score_adds_shifted_values(critic, tmp_path):
         got = values.to_numpy()
         assert np.isnan(got[0])
         np.testing.assert_allclose(got[1:], expected[:-1], rtol=1e-5, atol=1e-6)
-    meta = read_metadata(str(out))
+    meta = metadata_of(out)
     assert meta["critic"]["provider"] == "CPUExecutionProvider"
     assert meta["critic"]["alignment"].startswith("shifted")
     assert len(meta["critic"]["sha256"]) == 64
@@ -91,7 +90,7 @@ def test_the_critic_runs_once_when_several_passes_need_values(critic, tmp_path, 
         return real_call(self, row0, table, tok)
 
     monkeypatch.setattr(CriticScorer, "__call__", counted)
-    p = {"method": "gae", "convention": "verl", "gamma": 0.99, "segments": "chain"}
+    p: dict[str, Any] = {"method": "gae", "convention": "verl", "gamma": 0.99, "segments": "chain"}
     outs = {}
     for name, source, critic_opts in (
         ("critic", raw, CriticOptions(path)),
@@ -199,7 +198,7 @@ def test_critic_over_logged_values_scores_them_and_says_so(tmp_path):
     assert run("annotate", str(raw), *args, "-q", "--out", str(without)).returncode == 0
     a, b = pq.read_table(with_values), pq.read_table(without)
     assert a.column("advantages").equals(b.column("advantages"))  # the critic's values, both
-    meta = writers.read_metadata(str(with_values))
+    meta = metadata_of(with_values)
     assert meta["critic"]["replaced_column"] == "values"
 
 

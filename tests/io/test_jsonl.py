@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -134,7 +136,8 @@ def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatc
         return JsonlSource(files, mapping or {}, chunk_bytes=300)
 
     path = write_jsonl(tmp_path / "log.jsonl", log_rows(40))
-    for method, params in (("grpo", {}), ("gae", {"gamma": 0.99})):
+    runs: list[tuple[str, dict[str, Any]]] = [("grpo", {}), ("gae", {"gamma": 0.99})]
+    for method, params in runs:
         expected = annotate_in_memory([path], method=method, **params)
         out = tmp_path / f"{method}.parquet"
         monkeypatch.setattr(logs, "open_source", chunked)
@@ -239,6 +242,7 @@ def test_a_pass_left_halfway_keeps_nothing(tmp_path):
     source = JsonlSource([path], {}, chunk_bytes=300)
     source.keep_parsed()
     batches = source.batches(None, 5)
+    assert isinstance(batches, Generator)  # a pass that can be left halfway
     next(batches)
     batches.close()  # an error downstream, say
     assert whole(source).equals(expected)  # parsed again, in full (and kept this time)
@@ -426,7 +430,7 @@ def test_a_zstd_file_decompressed_past_its_bound_takes_no_more_memory(tmp_path, 
     assert grown[0] is None or grown[0] < jsonl.FLOOR_BYTES + (16 << 20), f"{grown[0]:,} bytes"
 
 
-def _ids(role: str, first: object, n: int) -> list[dict]:
+def _ids(role: str, first: int | str, n: int) -> list[dict]:
     """Rows whose ``role`` ids are of the kind of ``first`` (an integer, or text)."""
     kind = type(first)
     return [rollout(f"q{i}", 1.0, **{role: kind(i)}) for i in range(n)]

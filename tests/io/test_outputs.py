@@ -23,6 +23,7 @@ from tests.conftest import (
     dead_pid,
     digest,
     group_log,
+    metadata_of,
     one_line,
     run,
     write_jsonl,
@@ -112,7 +113,7 @@ def test_an_output_name_as_long_as_a_name_may_be_is_written(tmp_path, kind, char
         assert proc.returncode == 0, proc.stderr.decode()
     assert out.exists() and not [p for p in tmp_path.iterdir() if ".advcli-" in p.name]
     if kind == "jsonl":
-        assert read_metadata(str(out))["method"] == "grpo"
+        assert metadata_of(out)["method"] == "grpo"
 
 
 def test_a_jsonl_name_whose_metadata_name_cannot_fit_is_refused(tmp_path):

@@ -12,9 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from advcli.io import writers
 from advcli.io.outputs import metadata_path
-from tests.conftest import dead_pid, digest, groups_of_four, one_line, run
+from tests.conftest import dead_pid, digest, groups_of_four, metadata_of, one_line, run
 
 
 def test_jsonl_metadata_names_the_data_it_describes(small_log, tmp_path):
@@ -39,7 +38,7 @@ def test_a_kill_between_the_two_moves_of_a_jsonl_output_loses_no_metadata(small_
     shutil.copy(new, old)  # the data moved...
     pending = tmp_path / f"..old.jsonl.meta.json.advcli-{dead_pid()}-1-0c0c.tmp"
     shutil.copy(metadata_path(new), pending)  # ...its metadata did not
-    assert writers.read_metadata(str(old))["method"] == "grpo"
+    assert metadata_of(old)["method"] == "grpo"
     summary = json.loads(run("shard", str(old), "--out", str(tmp_path / "sh"), "--json").stdout)
     assert summary["method"] == "grpo"
     pending.unlink()  # without it the old metadata describes other data: an error, not a guess
@@ -74,20 +73,20 @@ def test_an_annotated_jsonl_keeps_its_metadata_hidden_and_reads_an_old_sidecar(
     out = folder / "out.jsonl"
     assert run("annotate", small_log, "--method", "rloo", "-q", "--out", str(out)).returncode == 0
     assert sorted(p.name for p in folder.iterdir()) == [".out.jsonl.meta.json", "out.jsonl"]
-    assert writers.read_metadata(str(out))["method"] == "rloo"
+    assert metadata_of(out)["method"] == "rloo"
     assert pl.read_ndjson(folder / "*.jsonl").height == 6
     datasets = pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     loaded = datasets.load_dataset("json", data_dir=str(folder), cache_dir=str(tmp_path / "c"))
     assert loaded["train"].num_rows == 6 and "advantages" in loaded["train"].column_names
     metadata_path(out).rename(folder / "out.jsonl.meta.json")  # the layout before
-    assert writers.read_metadata(str(out))["method"] == "rloo"
+    assert metadata_of(out)["method"] == "rloo"
     summary = json.loads(run("shard", str(out), "--out", str(tmp_path / "sh"), "--json").stdout)
     assert summary["method"] == "rloo"
     again = run("annotate", small_log, "--method", "grpo", "-q", "--force", "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in folder.iterdir()) == [".out.jsonl.meta.json", "out.jsonl"]
-    assert writers.read_metadata(str(out))["method"] == "grpo"
+    assert metadata_of(out)["method"] == "grpo"
 
 
 def _with_pass_through(tmp_path: Path, column: pa.Array) -> str:

@@ -27,6 +27,12 @@ def key_from_text(step: int, completion: str) -> tuple[int, int, int]:
     return step, int(m.group(2)), int(m.group(1))
 
 
+def prime_rl_key(rollout_id: str) -> tuple[int, int, int]:
+    """(step, prompt, sample) of a prime-rl rollout id, ``s{STEP}-{PROMPT}-{SAMPLE}/...``."""
+    step, prompt, sample = (int(x) for x in rollout_id.split("/")[0].split("-")[1:])
+    return step, prompt, sample
+
+
 KEYS: dict[str, Callable[[dict], tuple[int, int, int]]] = {
     "verl": lambda r: key_from_text(r["step"], r["output"]),
     "trl": lambda r: key_from_text(r["step"], r["completion"]),
@@ -36,7 +42,7 @@ KEYS: dict[str, Callable[[dict], tuple[int, int, int]]] = {
     "skyrl": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["output_response"]),
     "roll": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["responses"]),
     "slime": lambda r: key_from_text(1 + r["prompt_id"] // 100, r["response"]),
-    "prime-rl": lambda r: tuple(int(x) for x in r["rollout_id"].split("/")[0].split("-")[1:]),
+    "prime-rl": lambda r: prime_rl_key(r["rollout_id"]),
 }
 
 CASES = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -280,7 +281,7 @@ def test_episodes_the_index_lists_and_no_chunk_holds_are_counted(tmp_path):
 def _tree(depth: int) -> list[dict]:
     """A trace's nodes: a prompt at the root, then a binary tree of turns, each a token of
     context and a sampled token (its log-probability and advantage its node's number / 1000)."""
-    nodes = [{"parent": None, "token_ids": [1, 2], "mask": [False, False]}]
+    nodes: list[dict[str, Any]] = [{"parent": None, "token_ids": [1, 2], "mask": [False, False]}]
     level = [0]
     for _ in range(depth):
         level, parents = [], level
@@ -297,9 +298,10 @@ def _tree(depth: int) -> list[dict]:
 def _root_paths(nodes: list[dict]) -> list[list[int]]:
     """Every root-to-leaf path, leaves in node order: the rollouts, walked one by one."""
     parents = {n["parent"] for n in nodes}
-    out = []
+    out: list[list[int]] = []
     for leaf in (i for i in range(len(nodes)) if i not in parents):
-        path, j = [], leaf
+        path: list[int] = []
+        j: int | None = leaf
         while j is not None:
             path, j = [j, *path], nodes[j]["parent"]
         out.append(path)
@@ -332,9 +334,10 @@ def _updates(nodes: list[dict]) -> tuple[list[dict], dict[int, list[float]]]:
     """prime-rl's ship records for the tree's trace, one per branch in leaf order, values over
     every token of the branch's path; branch 1 gives null on its leaf's parent (which keeps
     what branch 0 gave it). And each node's sampled values after the fold, newest winning."""
-    records, folded = [], {}
+    records: list[dict[str, Any]] = []
+    folded: dict[int, list[float]] = {}
     for k, path in enumerate(_root_paths(nodes)):
-        values = []
+        values: list[float | None] = []
         for i in path:
             for j, _ in enumerate(nodes[i]["token_ids"]):
                 values.append(None if (k == 1 and i == path[-2]) else k + i / 1000 + j / 10)
@@ -345,8 +348,9 @@ def _updates(nodes: list[dict]) -> tuple[list[dict], dict[int, list[float]]]:
             size = len(nodes[i]["token_ids"])
             given = zip(values[start : start + size], nodes[i]["mask"], strict=True)
             sampled = [v for v, m in given if m]
-            if sampled and None not in sampled:
-                folded[i] = sampled
+            known = [v for v in sampled if v is not None]
+            if sampled and len(known) == len(sampled):
+                folded[i] = known
             start += size
     records.append({"trace_id": "t1", "info": {"effective": True},
                     "branches": [{"index": 0, "advantages": [0.0, 0.0, 0.25, 0.5]}]})  # fmt: skip
@@ -394,7 +398,7 @@ def test_a_tree_whose_paths_visit_too_many_nodes_is_refused_before_they_are_buil
     from advcli.errors import DataError
     from advcli.presets import prime_rl
 
-    nodes = [{"parent": None, "token_ids": [], "mask": []}]
+    nodes: list[dict[str, Any]] = [{"parent": None, "token_ids": [], "mask": []}]
     spine = 0
     for _ in range(40):
         nodes.append({"parent": spine, "token_ids": [], "mask": []})

@@ -76,6 +76,7 @@ def test_overview_groups_and_detail_by_hand(tmp_path):
     win, lose = 0.75 / (STD_A + 1e-6), -0.25 / (STD_A + 1e-6)
     assert [r["advantage"] for r in a] == pytest.approx([win, lose, lose, lose], rel=1e-6)
     ids, kind, adv = tokens(a[3]["tokens"])
+    assert adv is not None
     assert ids.tolist() == [7, 8, 9, 10, 11, 12]
     assert kind.tolist() == [0, 1, 1, 2, 2, 1]
     assert adv[kind == 1] == pytest.approx([lose] * 3, rel=1e-6)
