@@ -384,11 +384,13 @@ def test_every_example_in_the_help_runs_as_shown(tmp_path):
 
 def test_exit_codes_follow_one_rule(tmp_path):
     log = write_jsonl(tmp_path / "log.jsonl", [{"input_ids": [1, 2], "reward": 1.0}])
-    assert run("audit", log).returncode == 1  # no prompt_id: the data
+    proc = run("audit", log)  # no prompt_id: the data
+    assert proc.returncode == 1 and "no 'prompt_id' column" in one_line(proc)
     proc = run("audit", log, "--col", "reward=nosuch")  # a flag naming what is not there
     assert proc.returncode == 2
     assert "--col reward=nosuch: no column 'nosuch'" in one_line(proc)
-    assert run("audit", log, "--col", "nosuch=reward").returncode == 2  # no such role
+    proc = run("audit", log, "--col", "nosuch=reward")  # no such role
+    assert proc.returncode == 2 and "--col 'nosuch=reward': unknown role 'nosuch'" in one_line(proc)
     errors = (ROOT / "docs" / "errors.md").read_text()
     assert "| 70 |" in errors  # the internal-error exit code is documented
 

@@ -29,6 +29,7 @@ from tests.conftest import (
     METHOD_OPTIONS,
     SAMPLE,
     free_port,
+    one_line,
     read_manifest,
     run,
     sample_with_every_input,
@@ -560,10 +561,14 @@ def test_parts_to_object_storage_and_verify_them_there(cluster, s3, tmp_path):
     )
     checked = json.loads(advcli("verify", "s3://logs/parts", "--json", env=env).stdout)
     assert (checked["ok"], checked["parts"], checked["rows"]) == (True, 2, 14)
-    assert advcli("annotate", "s3://logs/in", *args, *ray_args, env=env).returncode == 2
+    proc = advcli("annotate", "s3://logs/in", *args, *ray_args, env=env)
+    assert proc.returncode == 2 and one_line(proc).startswith(
+        "advcli: error: s3://logs/parts: already exists. Hint: pass --force"
+    )
     fs.delete_file("logs/parts/_advcli_manifest.parquet")  # as a run cut short leaves it
     proc = advcli("verify", "s3://logs/parts", env=env)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert proc.returncode == 1
+    assert "s3://logs/parts/_advcli_manifest.parquet: no manifest" in one_line(proc)
     proc = advcli("annotate", "s3://logs/in", *args, *ray_args, "--force", env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(advcli("verify", "s3://logs/parts", "--json", env=env).stdout)["ok"]

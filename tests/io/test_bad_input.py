@@ -92,10 +92,20 @@ def test_non_finite_value_at_an_action_token(tmp_path):
 
 
 def test_non_finite_value_off_actions_is_ignored(tmp_path):
-    rows = [rollout("a", 1.0, values=[float("nan"), None, 0.5, 0.2, 0.1])]
-    path = write_jsonl(tmp_path / "log.jsonl", rows)
-    proc = run("annotate", path, "--method", "gae", "--out", str(tmp_path / "o.parquet"), "-q")
-    assert proc.returncode == 0, proc.stderr
+    """GAE reads no value at a prompt token: NaN or null there gives what 0 gives."""
+    advantages = []
+    for name, prompt_values in (("odd", [float("nan"), None]), ("zeros", [0.0, 0.0])):
+        rows = [rollout("a", 1.0, values=[*prompt_values, 0.5, 0.2, 0.1])]
+        path = write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        out = tmp_path / f"{name}.parquet"
+        gae = ["--method", "gae", "--gamma", "1", "--lam", "0.95"]
+        proc = run("annotate", path, *gae, "--out", str(out), "-q")
+        assert proc.returncode == 0, proc.stderr
+        advantages.append(pq.read_table(out).column("advantages").to_pylist())
+    assert advantages[0] == advantages[1]
+    deltas = [0.2 - 0.5, 0.1 - 0.2, 1.0 - 0.1]  # r + V(t+1) - V(t) at the three actions
+    want = [deltas[0] + 0.95 * (deltas[1] + 0.95 * deltas[2]), deltas[1] + 0.95 * deltas[2]]
+    assert advantages[0][0][2:] == pytest.approx([*want, deltas[2]], rel=1e-6)
 
 
 def test_invalid_json_line(tmp_path):

@@ -403,3 +403,5 @@ def test_a_report_of_a_log_with_an_infinite_step_is_drawn(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), path)
     proc = run("report", str(path), "--method", "grpo", "-q", "--out", str(tmp_path / "r.html"))
     assert proc.returncode == 0, proc.stderr.decode()
+    trend = page_data(tmp_path / "r.html")["trends"]  # the infinite step's rollout on no step
+    assert (trend["step"], trend["rollouts"]) == ([1.0], [7])
