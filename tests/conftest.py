@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -14,6 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -24,6 +26,7 @@ import pytest
 
 import advcli
 from advcli.io.file_sources import read_inputs
+from advcli.io.writers import read_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
@@ -39,7 +42,12 @@ def write_parquet(path: Path, rows: list[dict], schema: pa.Schema | None = None)
     return str(path)
 
 
-def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None, env: dict | None = None):
+def run(
+    *args: str | os.PathLike[str],
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``python -m advcli ARGS``; returns the CompletedProcess (bytes). The command is a
     child of this worker's fork server (:mod:`tests.cli_server`) where that cannot change
     what it does, else a fresh process."""
@@ -54,6 +62,52 @@ def run(*args: str, stdin: bytes | None = None, cwd: Path | None = None, env: di
         env=env,
         check=False,
     )
+
+
+def one_line(proc: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]) -> str:
+    """The error a failed command printed, checked to be advcli's one line (no traceback, no
+    panic)."""
+    text = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode()
+    assert "Traceback" not in text and "panicked" not in text, text
+    assert text.count("\n") == 1 and text.startswith("advcli: error: "), text
+    return text.strip()
+
+
+READING_COMMANDS = {  # every command that reads a log, its output (if any) under OUT
+    "schema": ["schema"],
+    "audit": ["audit"],
+    "annotate": ["annotate", "--method", "grpo", "--out", "OUT/o.parquet"],
+    "shard": ["shard", "--method", "grpo", "--out", "OUT/sh"],
+}
+
+
+def refused(tmp_path: Path, path: str, command: str, code: int = 1) -> str:
+    """The one line ``command`` (of :data:`READING_COMMANDS`) refuses ``path`` with, checked to
+    exit ``code`` and leave no output behind."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    args = [a.replace("OUT", str(out)) for a in READING_COMMANDS[command]]
+    proc = run(args[0], path, *args[1:])
+    assert proc.returncode == code, proc.stderr.decode()
+    assert list(out.iterdir()) == []
+    return one_line(proc)
+
+
+def metadata_of(output: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata advcli wrote with an annotated output, which must have it."""
+    found = read_metadata(str(output))
+    assert found is not None, f"{output}: no advcli metadata"
+    return found
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dead_pid() -> str:
+    """The pid of a process that has exited."""
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
 
 
 class _ForkServer:
@@ -154,6 +208,20 @@ def rollout(prompt, reward, n_prompt=2, n_action=3, **extra) -> dict:
     return row
 
 
+def group_log(n_prompts: int = 3, per_prompt: int = 4) -> list[dict]:
+    """Groups of rollouts ``p{P}-r{R}`` whose rewards alternate 0 and 1 within a group."""
+    return [
+        rollout(f"p{p}", float((p + r) % 2), rollout_id=f"p{p}-r{r}")
+        for p in range(n_prompts)
+        for r in range(per_prompt)
+    ]
+
+
+def groups_of_four(n: int = 8) -> list[dict]:
+    """``n`` rollouts ``r{i}``, four to a prompt, rewards 0, 1, 0, 1 in each."""
+    return [rollout(f"p{i // 4}", float(i % 2), rollout_id=f"r{i}") for i in range(n)]
+
+
 @pytest.fixture
 def small_log(tmp_path) -> str:
     rows = [
@@ -240,7 +308,8 @@ def sample_with_every_input():
     )
 
 
-METHOD_OPTIONS = {  # what a method needs besides the log (sample_with_every_input's columns)
+# What a method needs besides the log (sample_with_every_input's columns).
+METHOD_OPTIONS: dict[str, dict[str, Any]] = {
     "grpo-passk": {"singleton": "zero"},
     "gdpo": {"reward_columns": "acc,fmt"},
 }

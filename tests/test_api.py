@@ -13,9 +13,8 @@ import pytest
 import advcli
 from advcli import errors as advcli_errors
 from advcli.errors import DataError, UsageError
-from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights
-from tests.conftest import ROOT, SAMPLE, run
+from tests.conftest import ROOT, SAMPLE, metadata_of, run
 
 LOG = str(SAMPLE / "rollouts.parquet")
 
@@ -55,7 +54,7 @@ def test_annotate_table_in_memory_equals_the_file(tmp_path):
     for name in table.column_names:
         assert table.column(name).to_pylist() == written.column(name).to_pylist(), name
     meta = json.loads(table.schema.metadata[b"advcli"])
-    assert meta["params"] == read_metadata(str(out))["params"]
+    assert meta["params"] == metadata_of(out)["params"]
     assert meta["inputs"] == ["<table>"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,7 +12,7 @@ import pytest
 import advcli
 from advcli.errors import DataError
 from advcli.methods import REGISTRY
-from tests.conftest import METHOD_OPTIONS, annotate_in_memory, rollout
+from tests.conftest import METHOD_OPTIONS, annotate_in_memory, one_line, rollout, run, write_jsonl
 
 
 def segmented_log(tmp_path, n_rollouts=40, seed=0):
@@ -109,7 +111,7 @@ def test_chain_carries_match_concatenated_rollouts(tmp_path):
     inputs = segmented_log(tmp_path, n_rollouts=12, seed=3)
     table = pa.concat_tables([pq.read_table(p) for p in inputs]).to_pylist()
     table = [dict(r, truncated=False) for r in table]
-    merged = {}
+    merged: dict[str, dict[str, Any]] = {}
     for row in sorted(table, key=lambda r: (r["rollout_id"], r["segment_index"])):
         m = merged.setdefault(
             row["rollout_id"], dict(row, input_ids=[], action_mask=[], values=[], token_rewards=[])
@@ -290,3 +292,18 @@ def test_whitening_per_step_reads_the_log_once_with_the_numbers_of_two_passes(
             ]
         )
         assert abs(adv.mean()) < 1e-5  # fmt: skip
+
+
+def test_a_result_that_overflows_float32_names_its_row(tmp_path):
+    n = 50
+    rows = [rollout("a", 0.0, n_prompt=0, n_action=n, token_rewards=[0.0] * n, values=[0.0] * n)
+            for _ in range(2)]  # fmt: skip
+    rows[1]["token_rewards"] = [3e38] * n  # each fits; their sum does not
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", log, "--method", "mc", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert one_line(proc).startswith(
+        f"advcli: error: {log}: line 2, column 'advantages': the mc result inf is not a finite "
+        "float32 number"
+    )
+    assert proc.stderr.count(b"Warning") == 0

@@ -16,7 +16,7 @@ from tests.conftest import SAMPLE
 def test_a_job_refuses_its_options_before_reading(tmp_path):
     """Nothing is read: the log does not even exist."""
     missing = [str(tmp_path / "none.parquet")]
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"engine": "spark"}, "--engine 'spark': expected one of local, ray"),
         ({"method": "grpx"}, "unknown method 'grpx'"),
         ({"method": "grpo", "params": {"gamma": 0.5}}, "--gamma does not apply to grpo"),
@@ -34,7 +34,8 @@ def test_a_job_takes_the_framework_s_convention_and_reads_as_it_says(small_log):
     assert job.params is not None and job.params.convention == "trl"
     assert job.reading.preset is not None and job.reading.preset.name == "trl"
     assert job.reading.col == ("reward=r",) and job.ray is None
-    assert jobs.job([], convention="verl", method="grpo").params.convention == "verl"
+    params = jobs.job([], convention="verl", method="grpo").params
+    assert params is not None and params.convention == "verl"
     assert jobs.job([], engine="ray").ray is not None  # connected only when a pass needs it
 
 

@@ -138,7 +138,7 @@ def test_unknown_method_and_convention_list_the_choices():
 def test_params_are_immutable_hashable_and_picklable():
     p = resolve("gae", gamma=0.9)
     with pytest.raises(AttributeError):
-        p.gamma = 0.5  # type: ignore[misc]
+        p.gamma = 0.5
     with pytest.raises(TypeError):
         p._values["gamma"] = 0.5
     with pytest.raises(AttributeError):

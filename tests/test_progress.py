@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -11,7 +13,7 @@ from rich.console import Console
 
 import advcli
 from advcli import render
-from tests.conftest import run
+from tests.conftest import group_log, run, write_parquet
 
 
 def _log(tmp_path, n_groups: int = 40) -> str:
@@ -143,3 +145,49 @@ def test_the_report_reads_its_advantages_in_the_runs_last_pass(tmp_path) -> None
         advcli.report(_log(tmp_path), str(tmp_path / "r.html"), method="grpo")
     assert heard[0] == "pass 1: reading per-row columns"
     assert "pass 2/2: reading advantages and the sampled rollouts" in heard
+
+
+def _passes(calls: list[tuple[int, float | None]]) -> list[list[tuple[int, float | None]]]:
+    """The meter's calls cut into passes (the rows read start again)."""
+    passes: list[list[tuple[int, float | None]]] = []
+    for rows, share in calls:
+        if not passes or rows <= passes[-1][-1][0]:
+            passes.append([])
+        passes[-1].append((rows, share))
+    return passes
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
+def test_every_pass_reports_its_progress(tmp_path, suffix):
+    import advcli
+
+    rows = group_log(30, 4)
+    paths = []
+    for k in range(3):  # three files: a JSONL pass reports after each (a chunk each)
+        part = [{**r, "rollout_id": f"{r['rollout_id']}-{k}", "values": [0.5] * 5} for r in rows]
+        path = tmp_path / f"log{k}{suffix}"
+        if suffix == ".parquet":
+            write_parquet(path, part)
+        else:
+            data = b"".join(orjson.dumps(r) + b"\n" for r in part)
+            path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+        paths.append(str(path))
+    calls: list[tuple[int, float | None]] = []
+
+    class Reads(advcli.Reporter):
+        def read(self, rows, share):
+            calls.append((rows, share))
+
+    with advcli.reporting(Reads()):
+        advcli.annotate(paths, tmp_path / "o.parquet", method="gae", convention="verl",
+                        batch_rows=50)  # fmt: skip
+    passes = _passes(calls)
+    assert len(passes) >= 3  # per-row columns, whitening statistics, the annotated rows
+    for i, one in enumerate(passes):
+        assert one[-1][0] == 360, one  # every pass reads every row
+        if suffix == ".jsonl.gz" and i == 0:
+            assert {share for _, share in one} == {None}  # no total before the rows are counted
+        else:
+            shares = [share for _, share in one if share is not None]
+            assert len(shares) == len(one), one  # a total is known from the start
+            assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0), one

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -15,7 +15,10 @@ import advcli
 from advcli.errors import UsageError
 from tests.conftest import ROOT, run
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 collate = pytest.importorskip("advcli.torch").collate
 

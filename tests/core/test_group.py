@@ -273,12 +273,12 @@ def test_rloo_matches_reference(data, singleton):
 def test_permuting_rows_and_groups_permutes_output(data, rnd, method):
     rewards, codes = data
     n = len(rewards)
-    perm = list(range(n))
-    rnd.shuffle(perm)
-    perm = np.array(perm)
-    relabel = list(range(int(codes.max()) + 1))
-    rnd.shuffle(relabel)  # permute whole groups too
-    relabel = np.array(relabel)
+    order = list(range(n))
+    rnd.shuffle(order)
+    perm = np.array(order)
+    labels = list(range(int(codes.max()) + 1))
+    rnd.shuffle(labels)  # permute whole groups too
+    relabel = np.array(labels)
 
     def run(r, c):
         if method == "rloo":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -14,6 +15,7 @@ from advcli.core.ragged import offsets_from_lengths
 from advcli.critic import load_critic
 from advcli.errors import DataError, UsageError
 from bench.critic_model import build_critic, make_weights, reference
+from tests.conftest import one_line, run
 
 WEIGHTS = make_weights(vocab=50, dim=8, hidden=16, seed=3)
 
@@ -341,3 +343,35 @@ def test_missing_onnxruntime_is_a_usage_error(critic_path, monkeypatch):
     assert str(err.value) == (
         "ONNX Runtime is not installed: pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
     )
+
+
+def _critic(path: Path, op: str) -> str:
+    """A critic whose output is log(-id) (NaN for ids > 0) or 1 / (id - id) (infinite)."""
+    ids = tensor("input_ids", TensorProto.INT64, ["b", "s"])
+    mask = tensor("attention_mask", TensorProto.INT64, ["b", "s"])
+    out = tensor("values", TensorProto.FLOAT, ["b", "s"])
+    nodes = [helper.make_node("Cast", ["input_ids"], ["x"], to=TensorProto.FLOAT)]
+    if op == "nan":
+        nodes += [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Log", ["n"], ["y"])]
+    else:
+        nodes += [helper.make_node("Sub", ["x", "x"], ["z"]),
+                  helper.make_node("Reciprocal", ["z"], ["y"])]  # fmt: skip
+    mask_f = helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT)
+    nodes += [mask_f, helper.make_node("Mul", ["y", "m"], ["values"])]
+    return str(save_model(path, [ids, mask], [out], nodes))
+
+
+@pytest.mark.parametrize("op", ["nan", "inf"])
+def test_a_critic_returning_non_finite_values_is_named(small_log, tmp_path, op):
+    critic = _critic(tmp_path / f"{op}.onnx", op)
+    seen = "nan" if op == "nan" else "inf"
+    for command in (["score", "--critic", critic],
+                    ["annotate", "--method", "gae", "--critic", critic]):  # fmt: skip
+        out = tmp_path / "o.parquet"
+        proc = run(command[0], small_log, *command[1:], "--out", str(out))
+        assert proc.returncode == 1
+        assert one_line(proc).startswith(
+            f"advcli: error: {small_log}: line 1, column 'input_ids': the critic returned {seen} "
+            "for token 1"
+        )
+        assert not out.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -12,9 +13,8 @@ import pytest
 import advcli
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer
-from advcli.io.writers import read_metadata
 from bench.critic_model import build_critic, make_weights, reference
-from tests.conftest import SAMPLE, run
+from tests.conftest import SAMPLE, metadata_of, one_line, rollout, run, write_parquet
 
 pytest.importorskip("onnxruntime")
 
@@ -51,7 +51,7 @@ def test_score_adds_shifted_values(critic, tmp_path):
         got = values.to_numpy()
         assert np.isnan(got[0])
         np.testing.assert_allclose(got[1:], expected[:-1], rtol=1e-5, atol=1e-6)
-    meta = read_metadata(str(out))
+    meta = metadata_of(out)
     assert meta["critic"]["provider"] == "CPUExecutionProvider"
     assert meta["critic"]["alignment"].startswith("shifted")
     assert len(meta["critic"]["sha256"]) == 64
@@ -90,7 +90,7 @@ def test_the_critic_runs_once_when_several_passes_need_values(critic, tmp_path, 
         return real_call(self, row0, table, tok)
 
     monkeypatch.setattr(CriticScorer, "__call__", counted)
-    p = {"method": "gae", "convention": "verl", "gamma": 0.99, "segments": "chain"}
+    p: dict[str, Any] = {"method": "gae", "convention": "verl", "gamma": 0.99, "segments": "chain"}
     outs = {}
     for name, source, critic_opts in (
         ("critic", raw, CriticOptions(path)),
@@ -172,3 +172,70 @@ def test_the_sample_critic_is_the_toy_network_its_script_makes(tmp_path):
     for ids, values in zip(*pl.read_parquet(out)[["input_ids", "values"]], strict=True):
         expected = reference(weights, ids.to_numpy() % 64)
         np.testing.assert_allclose(values.to_numpy()[1:], expected[:-1], rtol=1e-5, atol=1e-6)
+
+
+def test_critic_with_a_method_that_reads_no_values_is_refused(small_log, tmp_path):
+    proc = run("annotate", small_log, "--method", "grpo", "--critic", "c.onnx",
+               "--out", str(tmp_path / "o.parquet"))  # fmt: skip
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("advcli: error: --critic: grpo reads no values.")
+
+
+def test_critic_over_logged_values_scores_them_and_says_so(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "critic.onnx"
+    build_critic(critic, make_weights(vocab=32000, dim=8, hidden=8))
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pq.read_table(SAMPLE / "rollouts.parquet").drop_columns(["values"]), raw)
+    args = ["--method", "gae", "--critic", str(critic)]
+    with_values, without = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    proc = run("annotate", str(SAMPLE / "rollouts.parquet"), *args, "--out", str(with_values))
+    assert proc.returncode == 0
+    assert "advcli: warning: the log's 'values' column is not read: --critic scores" in \
+        proc.stderr.decode()  # fmt: skip
+    assert run("annotate", str(raw), *args, "-q", "--out", str(without)).returncode == 0
+    a, b = pq.read_table(with_values), pq.read_table(without)
+    assert a.column("advantages").equals(b.column("advantages"))  # the critic's values, both
+    meta = metadata_of(with_values)
+    assert meta["critic"]["replaced_column"] == "values"
+
+
+def test_critic_truncation_never_writes_nan_on_an_action_token(tmp_path):
+    """``--max-len-truncate left`` that would cut action tokens (left without a value) is
+    refused at the row; one that cuts only the prompt scores; ``--max-len 0`` is a usage
+    error."""
+    pytest.importorskip("onnxruntime")
+    from bench.critic_model import build_critic, make_weights
+
+    critic = tmp_path / "c.onnx"
+    build_critic(critic, make_weights(vocab=1000, dim=8, hidden=8))
+    rows = [rollout(f"p{i // 2}", float(i % 2), rollout_id=f"r{i}", n_prompt=3, n_action=3)
+            for i in range(4)]  # fmt: skip
+    log = write_parquet(tmp_path / "log.parquet", rows)
+    for command in (["score"], ["annotate", "--method", "gae"]):
+        base = [*command, log, "--critic", str(critic), "--max-len-truncate", "left"]
+        proc = run(*base, "--max-len", "3", "--out", str(tmp_path / "o.parquet"))
+        assert proc.returncode == 1, command
+        assert "row 0, column 'input_ids': 6 tokens, and --max-len 3 leaves out" in one_line(proc)
+        assert not (tmp_path / "o.parquet").exists()
+        proc = run(*base, "--max-len", "0", "--out", str(tmp_path / "o.parquet"))
+        assert proc.returncode == 2 and "--max-len 0: expected a positive integer" in one_line(proc)
+    proc = run(
+        "score",
+        log,
+        "--critic",
+        str(critic),
+        "--max-len-truncate",
+        "left",
+        "--max-len",
+        "4",
+        "--out",
+        str(tmp_path / "o.parquet"),
+    )  # fmt: skip  (cuts 2 prompt tokens)
+    assert proc.returncode == 0, proc.stderr.decode()
+    table = pq.read_table(tmp_path / "o.parquet")
+    for values, mask in zip(table.column("values").to_pylist(),
+                            table.column("action_mask").to_pylist(), strict=True):  # fmt: skip
+        assert all(v == v for v, m in zip(values, mask, strict=True) if m)  # no NaN on actions

@@ -18,7 +18,7 @@ import pytest
 
 from advcli.errors import DataError
 from advcli.io.arrow import readable_schema
-from tests.conftest import run
+from tests.conftest import one_line, run
 
 N = 4  # rows of the log
 
@@ -124,13 +124,6 @@ def _stored(value: object) -> object:
     return value
 
 
-def _one_line(proc) -> str:
-    text = proc.stderr.decode()
-    assert "Traceback" not in text and "panicked" not in text, text
-    assert text.count("\n") == 1 and text.startswith("advcli: error: "), text
-    return text
-
-
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_pass_through_column_of_any_type_is_written_back_or_refused_in_one_line(
@@ -143,8 +136,8 @@ def test_a_pass_through_column_of_any_type_is_written_back_or_refused_in_one_lin
     refusal = expected if isinstance(expected, tuple) else None
     if refusal is not None and (refusal[0] == 1 or fmt == "jsonl"):
         assert proc.returncode == refusal[0]
-        assert refusal[1] in _one_line(proc)
-        assert "'extra'" in _one_line(proc)
+        assert refusal[1] in one_line(proc)
+        assert "'extra'" in one_line(proc)
         assert not out.exists()
         return
     assert proc.returncode == 0, proc.stderr.decode()
@@ -248,7 +241,7 @@ def test_a_log_of_parquet_and_jsonl_reads_the_parquet_types_alike(tmp_path: Path
     proc = run("annotate", tmp_path / "a.parquet", tmp_path / "b.jsonl", "--method", "grpo",
                "--out", tmp_path / "again.jsonl")  # fmt: skip
     assert proc.returncode == 1
-    assert f"{tmp_path / 'a.parquet'}: column 'extra' has type decimal256(40, 1)" in _one_line(proc)
+    assert f"{tmp_path / 'a.parquet'}: column 'extra' has type decimal256(40, 1)" in one_line(proc)
 
 
 @pytest.mark.parametrize(
@@ -265,6 +258,6 @@ def test_a_nan_within_a_struct_or_map_bound_for_jsonl_is_refused(tmp_path: Path,
     pq.write_table(_log(extra([1.0, 2.0, float("nan"), 4.0])), log)
     proc = run("annotate", log, "--method", "grpo", "--out", out)
     assert proc.returncode == 1
-    assert "out.jsonl: row 2 of the output, column 'extra': nan" in _one_line(proc)
+    assert "out.jsonl: row 2 of the output, column 'extra': nan" in one_line(proc)
     proc = run("annotate", log, "--method", "grpo", "--out", out, "--nonfinite", "null", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["nonfinite_nulls"] == 1

@@ -11,15 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.conftest import SAMPLE, rollout, run, write_jsonl, write_parquet
+from tests.conftest import SAMPLE, one_line, rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks
-
-
-def err(proc) -> str:
-    text = proc.stderr.decode()
-    assert "Traceback" not in text
-    assert text.count("\n") == 1, text
-    return text.strip()
 
 
 def bad(tmp_path, rows, *args, method="grpo", name="log.jsonl"):
@@ -37,7 +30,7 @@ def test_missing_column_lists_columns_found(tmp_path):
     rows = [{"prompt_id": "a", "input_ids": [1, 2], "action_mask": [0, 1]}]
     proc, path = bad(tmp_path, rows)
     assert proc.returncode == 1
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: no 'reward' column. Columns found: prompt_id, input_ids, "
         "action_mask. Hint: name its column with --col"
     )
@@ -47,7 +40,7 @@ def test_group_method_without_group_key(tmp_path):
     rows = [{"input_ids": [1, 2], "reward": 1.0}]
     proc, path = bad(tmp_path, rows)
     assert proc.returncode == 1
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: no 'prompt_id' column. Columns found: input_ids, reward. "
         "Hint: name its column with --col"
     )
@@ -57,7 +50,7 @@ def test_list_length_differs_from_input_ids(tmp_path):
     rows = [rollout("a", 1.0), rollout("a", 0.0, action_mask=[0, 1, 1])]
     proc, path = bad(tmp_path, rows)
     assert proc.returncode == 1
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: line 2, column 'action_mask': 3 entries but 'input_ids' has "
         "5 tokens. Hint: every per-token column needs one entry per token"
     )
@@ -66,7 +59,7 @@ def test_list_length_differs_from_input_ids(tmp_path):
 def test_mask_value_not_binary(tmp_path):
     rows = [rollout("a", 1.0, action_mask=[0, 0, 1, 2, 1])]
     proc, path = bad(tmp_path, rows)
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: line 1, column 'action_mask': mask value 2 at token 3; a mask "
         "holds only 0 and 1. Hint: 1 marks a token the policy sampled, 0 any other token"
     )
@@ -76,7 +69,7 @@ def test_parquet_rows_are_named_by_row(tmp_path):
     rows = [rollout("a", 1.0), rollout("a", float("nan"))]
     proc, path = bad(tmp_path, rows, name="log.parquet")
     assert proc.returncode == 1
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: row 1, column 'reward': value nan is not a finite number. "
         "Hint: fix or drop the row"
     )
@@ -85,17 +78,27 @@ def test_parquet_rows_are_named_by_row(tmp_path):
 def test_non_finite_value_at_an_action_token(tmp_path):
     rows = [rollout("a", 1.0, values=[0.0, 0.0, 0.5, float("inf"), 0.1])]
     proc, path = bad(tmp_path, rows, method="gae", name="log.parquet")
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: row 0, column 'values': value inf is not a finite number. "
         "Hint: fix or drop the row"
     )
 
 
 def test_non_finite_value_off_actions_is_ignored(tmp_path):
-    rows = [rollout("a", 1.0, values=[float("nan"), None, 0.5, 0.2, 0.1])]
-    path = write_jsonl(tmp_path / "log.jsonl", rows)
-    proc = run("annotate", path, "--method", "gae", "--out", str(tmp_path / "o.parquet"), "-q")
-    assert proc.returncode == 0, proc.stderr
+    """GAE reads no value at a prompt token: NaN or null there gives what 0 gives."""
+    advantages = []
+    for name, prompt_values in (("odd", [float("nan"), None]), ("zeros", [0.0, 0.0])):
+        rows = [rollout("a", 1.0, values=[*prompt_values, 0.5, 0.2, 0.1])]
+        path = write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        out = tmp_path / f"{name}.parquet"
+        gae = ["--method", "gae", "--gamma", "1", "--lam", "0.95"]
+        proc = run("annotate", path, *gae, "--out", str(out), "-q")
+        assert proc.returncode == 0, proc.stderr
+        advantages.append(pq.read_table(out).column("advantages").to_pylist())
+    assert advantages[0] == advantages[1]
+    deltas = [0.2 - 0.5, 0.1 - 0.2, 1.0 - 0.1]  # r + V(t+1) - V(t) at the three actions
+    want = [deltas[0] + 0.95 * (deltas[1] + 0.95 * deltas[2]), deltas[1] + 0.95 * deltas[2]]
+    assert advantages[0][0][2:] == pytest.approx([*want, deltas[2]], rel=1e-6)
 
 
 def test_invalid_json_line(tmp_path):
@@ -103,8 +106,8 @@ def test_invalid_json_line(tmp_path):
     path.write_text('{"prompt_id": "a", "input_ids": [1], "reward": 1}\n{"prompt_id": "b",,}\n')
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 1
-    assert err(proc).startswith(f"advcli: error: {path}: line 2: not valid JSON (")
-    assert err(proc).endswith("Hint: one JSON object per line")
+    assert one_line(proc).startswith(f"advcli: error: {path}: line 2: not valid JSON (")
+    assert one_line(proc).endswith("Hint: one JSON object per line")
 
 
 def test_wrong_type_in_a_later_line(tmp_path):
@@ -114,7 +117,7 @@ def test_wrong_type_in_a_later_line(tmp_path):
         '{"prompt_id": "a", "input_ids": "oops", "reward": 0}\n'
     )
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: line 3, column 'input_ids': expected a list of 64-bit integers, "
         'saw "oops". Hint: every line must use the same types'
     )
@@ -138,12 +141,12 @@ def test_line_numbers_count_blank_lines_in_plain_and_compressed_files(tmp_path, 
     path = compress(path, suffix)
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 1
-    assert err(proc).startswith(f"advcli: error: {path}: line 4: not valid JSON (")
+    assert one_line(proc).startswith(f"advcli: error: {path}: line 4: not valid JSON (")
     path = tmp_path / "first.jsonl"
     path.write_text('\n  \n{"prompt_id": "a", "input_ids": [1, 2],, "reward": 1}\n')
     path = compress(path, suffix)
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
-    assert err(proc).startswith(f"advcli: error: {path}: line 3: not valid JSON (")
+    assert one_line(proc).startswith(f"advcli: error: {path}: line 3: not valid JSON (")
 
 
 def test_empty_input(tmp_path):
@@ -151,13 +154,13 @@ def test_empty_input(tmp_path):
     path.write_text("")
     proc = run("annotate", str(path), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 1
-    assert err(proc) == f"advcli: error: {path}: the input has no rows. Hint: check the file"
+    assert one_line(proc) == f"advcli: error: {path}: the input has no rows. Hint: check the file"
 
 
 def test_unknown_method_is_a_usage_error(small_log, tmp_path):
     proc = run("annotate", small_log, "--method", "ppo", "--out", str(tmp_path / "o.parquet"))
     assert proc.returncode == 2
-    assert err(proc) == (
+    assert one_line(proc) == (
         "advcli: error: unknown method 'ppo'. Did you mean 'gae'? Methods: grpo, rloo, dr-grpo, "
         "opo, grpo-passk, "
         "gpg, maxrl, batch-mean, sppo, quantile, focal-grpo, ktae, hierarchical-grpo, rae, "
@@ -178,7 +181,7 @@ def test_unknown_convention_is_a_usage_error(small_log, tmp_path):
         str(tmp_path / "o.parquet"),
     )
     assert proc.returncode == 2
-    assert err(proc) == (
+    assert one_line(proc) == (
         "advcli: error: unknown convention 'x'. Conventions: advcli, verl, trl, openrlhf, torchrl, "
         "skyrl, nemo-rl, nemo-rl-pre-4158, prime-rl, tinker, open-instruct, areal, slime, miles, "
         "roll"
@@ -210,7 +213,7 @@ def _spans(*spans):
 def test_bad_spans(tmp_path, spans, problem):
     row = {"prompt_id": "a", "input_ids": [1, 2, 3, 4, 5], "reward": 1.0, "spans": spans}
     proc, path = bad(tmp_path, [row])
-    assert err(proc) == f"advcli: error: {path}: line 1, column 'spans': {problem}"
+    assert one_line(proc) == f"advcli: error: {path}: line 1, column 'spans': {problem}"
 
 
 def test_existing_output_is_refused_without_force(small_log, tmp_path):
@@ -218,14 +221,16 @@ def test_existing_output_is_refused_without_force(small_log, tmp_path):
     out.write_bytes(b"keep me")
     proc = run("annotate", small_log, "--method", "grpo", "--out", str(out))
     assert proc.returncode == 2
-    assert err(proc) == f"advcli: error: {out}: already exists. Hint: pass --force to replace it"
+    assert (
+        one_line(proc) == f"advcli: error: {out}: already exists. Hint: pass --force to replace it"
+    )
     assert out.read_bytes() == b"keep me"
 
 
 def test_output_that_is_an_input_is_refused_even_with_force(small_log):
     proc = run("annotate", small_log, "--method", "grpo", "--out", small_log, "--force")
     assert proc.returncode == 2
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {small_log}: this is one of the inputs; advcli never overwrites its "
         "input. Hint: choose another --out"
     )
@@ -235,7 +240,7 @@ def test_singleton_error_rule_names_the_prompt(tmp_path):
     rows = [rollout("a", 1.0), rollout("a", 0.0), rollout("lonely", 1.0)]
     proc, path = bad(tmp_path, rows, "--convention", "openrlhf")
     assert proc.returncode == 1
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: line 3, column 'prompt_id': prompt 'lonely' has a single "
         "rollout; --singleton error (convention openrlhf, method grpo) forbids singleton groups. "
         "Hint: pass --singleton zero, raw or drop"
@@ -245,7 +250,7 @@ def test_singleton_error_rule_names_the_prompt(tmp_path):
 def test_ambiguous_aliases_ask_for_col(tmp_path):
     rows = [{"uid": "a", "group_id": "g", "input_ids": [1], "reward": 1.0}]
     proc, path = bad(tmp_path, rows)
-    assert err(proc) == (
+    assert one_line(proc) == (
         f"advcli: error: {path}: columns 'uid', 'group_id' could each be 'prompt_id'. "
         "Hint: choose one with --col prompt_id=uid"
     )
@@ -269,14 +274,14 @@ def test_a_typo_gets_a_did_you_mean(tmp_path, options, expected):
     log = write_jsonl(tmp_path / "log.jsonl", [{"prompt_id": "a", "score": 1.0,
                                                 "input_ids": [1, 2]}])  # fmt: skip
     proc = run("annotate", log, *options, "--out", str(tmp_path / "o.parquet"))
-    assert proc.returncode in (1, 2) and expected in err(proc), err(proc)
+    assert proc.returncode in (1, 2) and expected in one_line(proc), one_line(proc)
 
 
 def test_a_missing_column_names_the_closest_one(tmp_path):
     log = write_jsonl(tmp_path / "log.jsonl", [{"prompt_id": "a", "rewardd": 1.0,
                                                 "input_ids": [1, 2]}])  # fmt: skip
     proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
-    assert err(proc).endswith("Hint: name it with --col reward=rewardd")
+    assert one_line(proc).endswith("Hint: name it with --col reward=rewardd")
 
 
 def test_an_error_about_many_files_names_their_folder_and_count(tmp_path):
@@ -285,7 +290,7 @@ def test_an_error_about_many_files_names_their_folder_and_count(tmp_path):
         write_jsonl(tmp_path / "logs" / f"step_{i:03d}.jsonl",
                     [{"prompt_id": "a", "reward": 1.0, "input_ids": [1, 2]}])  # fmt: skip
     proc = run("annotate", tmp_path / "logs", "--method", "gae", "--out", tmp_path / "o.parquet")
-    message = err(proc)
+    message = one_line(proc)
     assert message.startswith(f"advcli: error: {tmp_path / 'logs'}/ (30 files: step_000.jsonl …"
                               " step_029.jsonl): no 'values' column.")  # fmt: skip
     assert len(message) < 300
@@ -327,7 +332,7 @@ def test_a_footer_whose_row_group_claims_fewer_rows_is_refused_by_every_reader(t
     _row_group_claims(damaged, 5)
     proc = run("audit", *args, "--json")
     assert proc.returncode == 1 and proc.stdout == b""
-    assert err(proc).startswith(
+    assert one_line(proc).startswith(
         f"advcli: error: {damaged}: not a readable Parquet file (its footer"
     )
-    assert "row groups hold 5" in err(proc)
+    assert "row groups hold 5" in one_line(proc)

@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 
 from advcli.io.outputs import metadata_path
-from tests.conftest import run
-
-
-def one_line(proc) -> str:
-    text = proc.stderr.decode()
-    assert "Traceback" not in text and text.count("\n") == 1, text
-    return text.strip()
+from tests.conftest import one_line, run
 
 
 def shard(log: str, out: Path, *extra: str):

@@ -5,9 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,7 +23,17 @@ from advcli.io import jsonl
 from advcli.io.file_sources import JsonlSource, open_source, read_inputs
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl import refuse_duplicate_keys
-from tests.conftest import annotate_in_memory, rollout, run, write_jsonl
+from tests.conftest import (
+    READING_COMMANDS,
+    annotate_in_memory,
+    group_log,
+    groups_of_four,
+    one_line,
+    refused,
+    rollout,
+    run,
+    write_jsonl,
+)
 from tests.fuzz import main, peak_memory
 
 
@@ -123,7 +136,8 @@ def test_annotating_a_streamed_log_equals_the_in_memory_run(tmp_path, monkeypatc
         return JsonlSource(files, mapping or {}, chunk_bytes=300)
 
     path = write_jsonl(tmp_path / "log.jsonl", log_rows(40))
-    for method, params in (("grpo", {}), ("gae", {"gamma": 0.99})):
+    runs: list[tuple[str, dict[str, Any]]] = [("grpo", {}), ("gae", {"gamma": 0.99})]
+    for method, params in runs:
         expected = annotate_in_memory([path], method=method, **params)
         out = tmp_path / f"{method}.parquet"
         monkeypatch.setattr(logs, "open_source", chunked)
@@ -228,6 +242,7 @@ def test_a_pass_left_halfway_keeps_nothing(tmp_path):
     source = JsonlSource([path], {}, chunk_bytes=300)
     source.keep_parsed()
     batches = source.batches(None, 5)
+    assert isinstance(batches, Generator)  # a pass that can be left halfway
     next(batches)
     batches.close()  # an error downstream, say
     assert whole(source).equals(expected)  # parsed again, in full (and kept this time)
@@ -415,7 +430,7 @@ def test_a_zstd_file_decompressed_past_its_bound_takes_no_more_memory(tmp_path, 
     assert grown[0] is None or grown[0] < jsonl.FLOOR_BYTES + (16 << 20), f"{grown[0]:,} bytes"
 
 
-def _ids(role: str, first: object, n: int) -> list[dict]:
+def _ids(role: str, first: int | str, n: int) -> list[dict]:
     """Rows whose ``role`` ids are of the kind of ``first`` (an integer, or text)."""
     kind = type(first)
     return [rollout(f"q{i}", 1.0, **{role: kind(i)}) for i in range(n)]
@@ -463,3 +478,159 @@ def test_segments_of_two_rollouts_with_ids_of_two_kinds_are_not_merged(tmp_path)
         f"first is an integer ({log}: line 1, column 'rollout_id'): read as text, 1 and \"1\" "
         "would be one id. Hint: write every id of the column as a string\n"
     )
+
+
+def _many_rows(n: int) -> bytes:
+    return b"".join(orjson.dumps(rollout(f"p{i // 4}", float(i % 2))) + b"\n" for i in range(n))
+
+
+def _zstd_frames(data: bytes, frames: int) -> bytes:
+    step = len(data) // frames
+    parts = [data[i * step : (i + 1) * step if i < frames - 1 else None] for i in range(frames)]
+    return b"".join(zstandard.ZstdCompressor().compress(part) for part in parts)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("cut.jsonl.zst", lambda d: _zstd_frames(d, 3)[: -len(_zstd_frames(d, 3)) // 6]),
+        ("cut.jsonl.gz", lambda d: gzip.compress(d)[:-40]),
+        ("plain.jsonl.gz", lambda d: d),
+        ("plain.jsonl.zst", lambda d: d),
+        ("flipped.jsonl.gz", lambda d: _flip(gzip.compress(d), 200)),
+        ("flipped.jsonl.zst", lambda d: _flip(zstandard.ZstdCompressor().compress(d), 200)),
+    ],
+)
+def test_truncated_or_corrupt_compressed_input_is_an_error(tmp_path, name, make):
+    path = tmp_path / name
+    path.write_bytes(make(_many_rows(3000)))
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(path), "--method", "grpo", "--out", str(out))
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert line.startswith(f"advcli: error: {path}:"), line
+    assert not out.exists()
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
+def test_schema_of_a_log_of_empty_objects_counts_its_rows(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("{}\n\n{}\n")
+    info = json.loads(run("schema", str(log), "--json").stdout)
+    assert info["rows"] == 2 and info["columns"] == {}
+    proc = run("annotate", str(log), "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert "no 'prompt_id' column. Columns found: none." in one_line(proc)
+
+
+def test_integers_beyond_64_bits(tmp_path):
+    rows = [rollout(2**64 + 1, 1.0), rollout(2**64 + 1, 0.0), rollout(7, 1.0)]
+    log = tmp_path / "log.jsonl"  # orjson writes no integer beyond 64 bits: json does
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o.parquet"
+    assert run("annotate", str(log), "--method", "grpo", "-q", "--out", str(out)).returncode == 0
+    table = pq.read_table(out)
+    assert table.column("prompt_id").to_pylist() == [str(2**64 + 1)] * 2 + ["7"]  # as text
+    assert [a[-1] for a in table.column("advantages").to_pylist()] == pytest.approx(
+        [1.0, -1.0, 0.0], abs=1e-5
+    )
+    rows = [rollout("a", 1.0), rollout("a", 0.0, input_ids=[1, 2, 3, 4, 2**64])]
+    (tmp_path / "ids.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run("annotate", str(tmp_path / "ids.jsonl"), "--method", "grpo", "--out", str(out),
+               "--force")  # fmt: skip
+    assert proc.returncode == 1
+    assert "line 2, column 'input_ids': expected a list of 64-bit integers" in one_line(proc)
+
+
+def _spans_log(path: Path, start: object, at_line: int) -> str:
+    """A log typed by its first lines, whose line ``at_line`` has an odd span start."""
+    spans = [{"start": 0, "end": 2, "kind": "prompt"}, {"start": 2, "end": 5, "kind": "action"}]
+    rows = [rollout(f"p{i // 4}", float(i % 2), spans=spans) for i in range(300)]
+    rows[at_line - 1] = {**rows[at_line - 1], "spans": [spans[0], {**spans[1], "start": start}]}
+    for row in rows:
+        del row["action_mask"]
+    return write_jsonl(path, rows)
+
+
+@pytest.mark.parametrize("start", ["2", 2.5])
+@pytest.mark.parametrize("at_line", [3, 250])  # among the lines that type the log, or later
+def test_a_span_start_that_is_no_integer(tmp_path, start, at_line):
+    log = _spans_log(tmp_path / "log.jsonl", start, at_line)
+    proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    line = one_line(proc)
+    if at_line == 250:
+        shown = orjson.dumps(start).decode()
+        assert f"line 250, column 'spans': expected a 64-bit integer at spans[1].start, " \
+            f"saw {shown}" in line  # fmt: skip
+    else:  # the column's type itself is off
+        assert "column 'spans' (spans) has type" in line
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_a_key_given_twice_is_refused(tmp_path, spaced):
+    rows = group_log(2, 2)
+    lines = [orjson.dumps(r).decode() for r in rows]
+    colon = '": ' if spaced else '":'
+    lines[2] = lines[2][:-1] + f', "prompt_id{colon}"7"}}'  # as a hand edit would
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    for command in (
+        ["schema"],
+        ["annotate", "--method", "grpo", "--out", str(tmp_path / "o.jsonl")],
+    ):
+        proc = run(command[0], str(log), *command[1:])
+        assert proc.returncode == 1
+        assert "line 3, column 'prompt_id': the key appears twice" in one_line(proc)
+    nested = [{**r, "meta": {"prompt_id": "x"}} for r in rows]  # a nested key of that name
+    out = tmp_path / "n.parquet"
+    log = write_jsonl(tmp_path / "nested.jsonl", nested)
+    assert run("annotate", log, "--method", "grpo", "-q", "--out", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize("value", [{}, [1], True, 1.5])
+def test_an_id_that_is_not_a_string_or_an_integer_is_refused(tmp_path, value):
+    rows = [rollout("p", 1.0), dict(rollout("p", 0.0), prompt_id=value)]
+    rows.append(dict(rollout("q", 0.0), meta={"prompt_id": {}}))  # not the row's own: fine
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("audit", log)
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {log}: line 2, column 'prompt_id': an id is a string or an integer, "
+        f"saw {json.dumps(value, separators=(',', ':'))}. Hint: write the id as a string"
+    )
+
+
+def test_a_value_of_another_kind_on_a_later_line_names_line_and_column(tmp_path):
+    rows = [rollout("p", 1.0), dict(rollout("p", 0.0), segment_index={})]
+    rows[0]["segment_index"] = 0
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    proc = run("annotate", log, "--method", "grpo", "--out", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        f"advcli: error: {log}: line 2, column 'segment_index': expected a number (as on line "
+        "1), saw {}. Hint: every line must use the same types"
+    )
+
+
+def test_json_nested_too_deep_is_one_line(tmp_path):
+    deep = json.dumps(groups_of_four(1)[0])[:-1] + ', "x": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    path = tmp_path / "deep.jsonl"
+    path.write_text(deep + "\n")
+    for command in READING_COMMANDS:
+        assert "line 1: not valid JSON" in refused(tmp_path, str(path), command)
+
+
+@pytest.mark.parametrize("at_line", [4, 1501])  # among the lines that type the log, or later
+def test_a_key_twice_inside_a_struct_a_role_reads_is_refused(tmp_path, at_line):
+    rows = [{**r, "meta": {"group": r["prompt_id"], "b": 2}} for r in groups_of_four(2000)]
+    lines = [json.dumps(r) for r in rows]
+    lines[at_line - 1] = lines[at_line - 1].replace('"b": 2', '"group": "other"')
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    proc = run("audit", str(path), "--col", "prompt_id=meta.group")
+    assert proc.returncode == 1
+    assert f"line {at_line}, column 'meta.group': the key appears twice" in one_line(proc)

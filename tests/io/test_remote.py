@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import MOTO_SERVER, SAMPLE, run
+from tests.conftest import MOTO_SERVER, SAMPLE, one_line, run
 
 pytestmark = pytest.mark.skipif(not MOTO_SERVER.exists(), reason="moto[server] is not installed")
 
@@ -105,8 +105,9 @@ def test_shards_to_object_storage_and_verify_them_there(s3, tmp_path):
     bad = advcli(env, "verify", "s3://logs/shards")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1
     assert "s3://logs/shards/extra.txt: a file the manifest does not list" in bad.stderr
-    assert advcli(env, "shard", "s3://logs/in", *args,
-                  "--out", "s3://logs/shards").returncode == 2  # fmt: skip
+    again = advcli(env, "shard", "s3://logs/in", *args, "--out", "s3://logs/shards")
+    assert again.returncode == 2
+    assert one_line(again).startswith("advcli: error: s3://logs/shards: already exists.")
     force = ["shard", "s3://logs/in", "--method", "grpo", "--out", "s3://logs/shards", "--force"]
     refused = advcli(env, *force)  # a file no manifest lists: not advcli's to delete
     assert refused.returncode == 2 and "holds extra.txt, which no advcli manifest" in refused.stderr

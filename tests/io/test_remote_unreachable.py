@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, groups_of_four, one_line, run, write_parquet
 
 HF = importlib.util.find_spec("fsspec") and importlib.util.find_spec("huggingface_hub")
 
@@ -106,3 +106,27 @@ def test_hf_unreachable(silent_server, where):
     line = advcli({"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0"},
                   "schema", "hf://datasets/advcli/none/a.parquet")  # fmt: skip
     assert "hf://datasets/advcli/none/a.parquet: cannot read this location (" in line
+
+
+def test_remote_locations_fail_in_one_line_within_the_stated_limit(tmp_path):
+    """gs:// retries for minutes without network or credentials: ADVCLI_REMOTE_TIMEOUT bounds
+    it; hf:// without fsspec names the extra; a Ray head nothing answers at is one line in
+    seconds, not Ray's minutes of retries and C++ lines."""
+    import importlib.util
+    import time
+
+    env = {**os.environ, "ADVCLI_REMOTE_TIMEOUT": "2"}
+    started = time.monotonic()
+    proc = run("audit", "gs://advcli-no-such-bucket/x.parquet", env=env)
+    assert proc.returncode == 2 and "gs://advcli-no-such-bucket/x.parquet: " in one_line(proc)
+    assert time.monotonic() - started < 60
+    if importlib.util.find_spec("fsspec") is None:
+        proc = run("audit", "hf://datasets/someone/logs/x.parquet")
+        assert proc.returncode == 1 and "pip install 'advcli[hf]'" in one_line(proc)
+    pytest.importorskip("ray")
+    started = time.monotonic()
+    proc = run("annotate", write_parquet(tmp_path / "log.parquet", groups_of_four()), "--method",
+               "grpo", "--engine", "ray", "--ray-address", "127.0.0.1:1", "--out",
+               str(tmp_path / "parts"))  # fmt: skip
+    assert proc.returncode == 2 and "cannot reach the Ray cluster at 127.0.0.1:1" in one_line(proc)
+    assert time.monotonic() - started < 30

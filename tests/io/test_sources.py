@@ -4,6 +4,7 @@ local file is read by the name it has (glob characters or a colon in it)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import rollout, run, write_jsonl, write_parquet
+from tests.conftest import (
+    READING_COMMANDS,
+    groups_of_four,
+    refused,
+    rollout,
+    run,
+    write_jsonl,
+    write_parquet,
+)
 
 ROWS = [
     {"group": {"id": "a", "turns": 1}, "reward": 1.0},
@@ -137,3 +146,58 @@ def test_a_pattern_matches_where_no_file_has_its_name(tmp_path):
     (tmp_path / "log[12].parquet").unlink()
     matched = json.loads(run("audit", "log[12].parquet", "--json", cwd=tmp_path).stdout)
     assert matched["groups"] == 2 and matched["files"] == ["log1.parquet", "log2.parquet"]
+
+
+def test_a_fifo_or_a_symlink_loop_as_input_is_refused_not_a_hang(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.parquet").symlink_to("b.parquet")
+    (folder / "b.parquet").symlink_to("a.parquet")
+    for command in READING_COMMANDS:
+        assert "not a regular file" in refused(tmp_path, str(fifo), command, code=2)
+        assert "Too many levels of symbolic links" in refused(
+            tmp_path, str(folder), command, code=2
+        )
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+@pytest.mark.parametrize("when", ["between passes", "during the last pass"])
+def test_an_input_changed_under_a_multi_pass_run_is_refused(tmp_path, suffix, when):
+    """The log rewritten (other rewards, the same size) after the passes that plan the run:
+    no output mixing the two versions. A Parquet log is read from disk at every pass: one
+    line instead. A JSONL log's later passes read what its first pass parsed (kept in a
+    temporary file): the output is the first version's, whole."""
+
+    import advcli
+    from advcli.errors import DataError
+
+    rows = groups_of_four()
+    writer = write_parquet if suffix == ".parquet" else write_jsonl
+    path = Path(writer(tmp_path / f"log{suffix}", rows))
+    other = [{**r, "reward": 1.0 - r["reward"]} for r in rows]  # the same bytes in size
+
+    def rewrite() -> None:
+        writer(tmp_path / f"new{suffix}", other)
+        os.replace(tmp_path / f"new{suffix}", path)
+
+    class Rewrite(advcli.Reporter):
+        def stage(self, name: str) -> None:
+            if name == "pass 2/2: annotating" and when == "between passes":
+                rewrite()
+
+        def advance(self, rows: int, tokens: int) -> None:
+            if when == "during the last pass" and rows:
+                rewrite()
+
+    out = tmp_path / "o.parquet"
+    if suffix == ".jsonl":
+        with advcli.reporting(Rewrite()):
+            advcli.annotate([str(path)], str(out), method="grpo", batch_rows=2)
+        assert pq.read_table(out).column("reward").to_pylist() == [r["reward"] for r in rows]
+        return
+    refused = pytest.raises(DataError, match="changed while advcli read it")
+    with refused, advcli.reporting(Rewrite()):
+        advcli.annotate([str(path)], str(out), method="grpo", batch_rows=2)
+    assert not out.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -121,7 +122,7 @@ def test_a_critic_scores_the_whole_sequence_of_a_split_log(tmp_path):
     assert [len(v) for v in table.column("values").to_pylist()] == [
         len(r["prompt_ids"]) + len(r["response_ids"]) for r in split
     ]
-    gae = {"method": "gae", "gamma": 1.0, "lam": 0.95}
+    gae: dict[str, Any] = {"method": "gae", "gamma": 1.0, "lam": 0.95}
     advcli.annotate(scored.output, tmp_path / "a.parquet", **gae)
     advcli.annotate(log, tmp_path / "b.parquet", critic=advcli.CriticOptions(str(critic)), **gae)
     a, b = pq.read_table(tmp_path / "a.parquet"), pq.read_table(tmp_path / "b.parquet")

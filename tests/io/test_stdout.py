@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli.io.outputs import metadata_path
-from tests.conftest import ROOT, SAMPLE, run
+from tests.conftest import ROOT, SAMPLE, one_line, run
 
 ADVCLI = [sys.executable, "-m", "advcli"]
 GAE = ["--method", "gae", "--gamma", "1.0", "--lam", "0.95"]
@@ -115,13 +115,6 @@ def _advcli_to(stdout, *args: str, shell_redirect: str | None = None):
                           timeout=120, check=False)  # fmt: skip
 
 
-def _one_line(proc) -> str:
-    text = proc.stderr.decode()
-    assert "Traceback" not in text and text.count("\n") == 1, text
-    assert text.startswith("advcli: error: "), text
-    return text
-
-
 # Every command that writes to standard output, and how its input is named: the file, its
 # folder, a glob; an annotated JSONL log's metadata file counts as the log.
 STDOUT_IS_INPUT = {
@@ -156,7 +149,7 @@ def test_standard_output_that_is_an_input_is_refused(tmp_path, case):
     with open(target, "ab") as stdout:
         proc = _advcli_to(stdout, *[str(named) if a == "LOG" else a for a in args])
     assert proc.returncode == 2
-    assert f"standard output is {target}, one of the inputs" in _one_line(proc)
+    assert f"standard output is {target}, one of the inputs" in one_line(proc)
     assert target.read_bytes() == before
 
 
@@ -180,7 +173,7 @@ def test_standard_output_closed_or_full_is_one_line_exit_2(where, args):
     filled = [str(SAMPLE / "rollouts.parquet") if a == "LOG" else a for a in args]
     proc = _advcli_to(None, *filled, shell_redirect=redirect)
     assert proc.returncode == 2
-    line = _one_line(proc)
+    line = one_line(proc)
     if where == "closed" and "-" in args:  # refused before any work
         assert "--out -: standard output is closed" in line
     else:
@@ -204,7 +197,7 @@ def test_a_shard_folder_cannot_go_to_standard_output(tmp_path):
     log = str(SAMPLE / "rollouts.parquet")
     proc = run("shard", log, "--method", "grpo", "--out", "-", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == b""
-    assert "--out -: this output is a folder of files" in _one_line(proc)
+    assert "--out -: this output is a folder of files" in one_line(proc)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -230,7 +223,7 @@ def test_standard_output_on_the_file_standard_input_reads_is_refused(tmp_path, c
         proc = subprocess.run(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                               cwd=ROOT, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 2
-    assert "standard output is the file standard input (-) reads" in _one_line(proc)
+    assert "standard output is the file standard input (-) reads" in one_line(proc)
     assert log.read_bytes() == before
 
 
@@ -246,7 +239,7 @@ def test_an_output_file_that_standard_input_reads_is_refused(tmp_path, command, 
         proc = subprocess.run([*ADVCLI, *args], stdin=stdin, capture_output=True, cwd=ROOT,
                               timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 2
-    assert f"{log}: this is the file standard input (-) reads" in _one_line(proc)
+    assert f"{log}: this is the file standard input (-) reads" in one_line(proc)
     assert log.read_bytes() == before and sorted(tmp_path.iterdir()) == [log]
 
 

@@ -4,6 +4,8 @@ a float64 loop, and the real command."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,7 +30,7 @@ def test_matches_loop() -> None:
     np.testing.assert_allclose(entropy_shaped(a, h, coef=0.3, kappa=1.5), loop, rtol=0, atol=1e-15)
 
 
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {"prompt_id": "a", "input_ids": [1, 2, 3], "action_mask": [0, 1, 1],
      "entropies": [9.0, 0.5, 2.0], "reward": 0.0},
     {"prompt_id": "a", "input_ids": [1, 2, 3], "action_mask": [0, 1, 1],
@@ -43,7 +45,7 @@ ROWS = [
 @pytest.mark.parametrize("method", ["grpo", "reinforce-pp"])
 def test_on_any_method_only_action_tokens_move(method: str) -> None:
     table = pa.Table.from_pylist(ROWS)
-    extra = {"scale": "none"} if method == "grpo" else {}
+    extra: dict[str, Any] = {"scale": "none"} if method == "grpo" else {}
     plain = advcli.annotate_table(table, method=method, **extra)
     shaped = advcli.annotate_table(table, method=method, entropy_coef=0.4, **extra)
     for before, after, row in zip(plain["advantages"].to_pylist(), shaped["advantages"].to_pylist(),

@@ -3,6 +3,8 @@ branch, ``tests/fixtures/refs/verl``), a hand-computed group and a float64 loop.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -49,7 +51,7 @@ def _focal_by_loop(rewards: list[float], gamma: float, right: float, wrong: floa
 def test_by_hand_and_loop() -> None:
     rows = [rollout("a", r) for r in (1.0, 0.0, 0.0, 0.0)]
     rows += [rollout("b", r) for r in (3, -1, 0.5)]
-    options = {"convention": "verl", "focal_gamma": 2.0, "reward_wrong": -1.0}
+    options: dict[str, Any] = {"convention": "verl", "focal_gamma": 2.0, "reward_wrong": -1.0}
     table = advcli.annotate_table(pa.Table.from_pylist(rows), method="focal-grpo", **options)
     got = table["advantage"].to_numpy()
     # group a: GRPO [1.5, -0.5, -0.5, -0.5]; mu = (0.25 + 1) / 2 = 0.625, weight 0.375² = 0.140625

@@ -9,6 +9,7 @@ import json
 import math
 from collections import Counter
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -258,7 +259,7 @@ def test_fisher_p32_near_exact() -> None:
     for n_c, n_w in ((3, 5), (8, 8), (12, 4), (13, 13)):
         t = np.array([(a, b, n_c - a, n_w - b) for a in range(n_c + 1) for b in range(n_w + 1)
                       if a + b])  # fmt: skip
-        p32 = K.fisher_p32(*t.T, n_c + 1)
+        p32 = K.fisher_p32(t[:, 0], t[:, 1], t[:, 2], t[:, 3], n_c + 1)
         for (a, b, c, d), got in zip(t.tolist(), p32, strict=True):
             n, r1, c1 = a + b + c + d, a + b, a + c
             probs = {k: Fraction(math.comb(c1, k) * math.comb(n - c1, r1 - k), math.comb(n, r1))
@@ -276,7 +277,7 @@ def test_singletons_no_eot_and_the_eot_weight() -> None:
     """A group of one gets R/(1 + eps) and no key weight, even holding the log's largest id
     (KTAE: IndexError); a log without 151643 runs (KTAE: IndexError); 151643 gets weight 0."""
     eot = K.QWEN_EOT
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"prompt_id": "s", "input_ids": [3, 4, 999_999], "reward": 0.8},
         {"prompt_id": "g", "input_ids": [3, 7, eot], "reward": 1.0},
         {"prompt_id": "g", "input_ids": [3, 8, 8], "reward": 0.0},

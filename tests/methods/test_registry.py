@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -181,7 +182,9 @@ def test_each_method_reads_only_what_it_takes_whatever_its_options(name):
     log = sample_with_every_input()
     base = METHOD_OPTIONS.get(name, {})
     takes = {p.name: p for p in REGISTRY[name].takes}
-    variants = [{}] + [{param: choice} for param, p in takes.items() for choice in p.choices]
+    variants: list[dict[str, Any]] = [{}] + [
+        {param: choice} for param, p in takes.items() for choice in p.choices
+    ]
     variants += [{"kl_coef": 0.1}] if "kl_coef" in takes else []
     variants += [{"opd_coef": 0.2}, {"batch_size": 3}] if "batch_size" in takes else []
     for variant in variants:

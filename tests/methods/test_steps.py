@@ -326,8 +326,9 @@ def test_similarity_beyond_its_bound_of_states_is_refused(tmp_path, monkeypatch)
 
 
 def test_agentic_reinforce_counts_the_turns_of_later_segments() -> None:
-    whole = {"prompt_id": "q", "rollout_id": "a", "reward": 1.0, "input_ids": list(range(8)),
-             "action_mask": [0, 1, 1, 0, 1, 0, 1, 1]}  # fmt: skip
+    whole: dict[str, Any] = {"prompt_id": "q", "rollout_id": "a", "reward": 1.0,
+                             "input_ids": list(range(8)),
+                             "action_mask": [0, 1, 1, 0, 1, 0, 1, 1]}  # fmt: skip
     cut = [{**whole, "segment_index": 0, "input_ids": whole["input_ids"][:5],
             "action_mask": whole["action_mask"][:5]},
            {**whole, "segment_index": 1, "input_ids": whole["input_ids"][5:],

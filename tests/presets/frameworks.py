@@ -329,7 +329,7 @@ def prime_rl(folder: Path, rs: list[Rollout]) -> Path:
     """``rollouts/step_{N}/train/effective/traces.jsonl``: one verifiers episode per line; the
     prompt and the completion are two nodes of one path; the advantage, on the sampled tokens,
     is the reward minus the group's mean (prime-rl's GRPO)."""
-    means = {}
+    means: dict[str, list[float]] = {}
     for r in rs:
         means.setdefault(r.uuid, []).append(r.reward)
     for step in sorted({r.step for r in rs}):

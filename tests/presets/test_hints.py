@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -43,7 +44,7 @@ class Case:
     knows: dict[str, str] = field(default_factory=dict)
 
 
-def trl(case: str, **more: str) -> Case:
+def trl(case: str, **more: Any) -> Case:
     """A TRL run: the user knows its num_generations, reward functions and weights."""
     truth = json.loads((REAL / "trl" / case / "truth.json").read_text())
     names, weights = truth["reward_functions"], truth["settings"]["reward_weights"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import polars as pl
 import pytest
 
 import advcli.presets
-from tests.conftest import run
+from tests.conftest import ROOT, one_line, run
 from tests.presets import frameworks as fw
 
 RS = fw.rollouts()
@@ -26,6 +27,12 @@ def key_from_text(step: int, completion: str) -> tuple[int, int, int]:
     return step, int(m.group(2)), int(m.group(1))
 
 
+def prime_rl_key(rollout_id: str) -> tuple[int, int, int]:
+    """(step, prompt, sample) of a prime-rl rollout id, ``s{STEP}-{PROMPT}-{SAMPLE}/...``."""
+    step, prompt, sample = (int(x) for x in rollout_id.split("/")[0].split("-")[1:])
+    return step, prompt, sample
+
+
 KEYS: dict[str, Callable[[dict], tuple[int, int, int]]] = {
     "verl": lambda r: key_from_text(r["step"], r["output"]),
     "trl": lambda r: key_from_text(r["step"], r["completion"]),
@@ -35,7 +42,7 @@ KEYS: dict[str, Callable[[dict], tuple[int, int, int]]] = {
     "skyrl": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["output_response"]),
     "roll": lambda r: key_from_text(int(r["prompt_id"].split(":")[0]), r["responses"]),
     "slime": lambda r: key_from_text(1 + r["prompt_id"] // 100, r["response"]),
-    "prime-rl": lambda r: tuple(int(x) for x in r["rollout_id"].split("/")[0].split("-")[1:]),
+    "prime-rl": lambda r: prime_rl_key(r["rollout_id"]),
 }
 
 CASES = {
@@ -426,3 +433,14 @@ def test_a_slime_response_length_beyond_its_tokens_is_refused_before_a_mask_is_m
     assert proc.returncode == 1, err
     assert f"1.pt: row 2, column 'response_length': response_length {length} is not within" in err
     assert err.count("\n") == 1
+
+
+def test_a_nul_in_a_framework_dumps_field_name_is_one_line(tmp_path):
+    """(found by tests.fuzz: polars panicked handing the name to Arrow)"""
+    dump = tmp_path / "rollout"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "real" / "verl" / "v1" / "rollout", dump)
+    first = dump / "1.jsonl"
+    first.write_text(first.read_text().replace('"score"', '"sc\\u0000ore"', 1))
+    proc = run("schema", str(dump), "--from", "verl")
+    assert proc.returncode == 1
+    assert "1.jsonl: line 1: a field name holds a NUL character" in one_line(proc)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import one_line
 from tests.presets.test_real_dumps import REAL, run
 
 PRIME = REAL / "prime-rl"
@@ -279,7 +281,7 @@ def test_episodes_the_index_lists_and_no_chunk_holds_are_counted(tmp_path):
 def _tree(depth: int) -> list[dict]:
     """A trace's nodes: a prompt at the root, then a binary tree of turns, each a token of
     context and a sampled token (its log-probability and advantage its node's number / 1000)."""
-    nodes = [{"parent": None, "token_ids": [1, 2], "mask": [False, False]}]
+    nodes: list[dict[str, Any]] = [{"parent": None, "token_ids": [1, 2], "mask": [False, False]}]
     level = [0]
     for _ in range(depth):
         level, parents = [], level
@@ -296,9 +298,10 @@ def _tree(depth: int) -> list[dict]:
 def _root_paths(nodes: list[dict]) -> list[list[int]]:
     """Every root-to-leaf path, leaves in node order: the rollouts, walked one by one."""
     parents = {n["parent"] for n in nodes}
-    out = []
+    out: list[list[int]] = []
     for leaf in (i for i in range(len(nodes)) if i not in parents):
-        path, j = [], leaf
+        path: list[int] = []
+        j: int | None = leaf
         while j is not None:
             path, j = [j, *path], nodes[j]["parent"]
         out.append(path)
@@ -331,9 +334,10 @@ def _updates(nodes: list[dict]) -> tuple[list[dict], dict[int, list[float]]]:
     """prime-rl's ship records for the tree's trace, one per branch in leaf order, values over
     every token of the branch's path; branch 1 gives null on its leaf's parent (which keeps
     what branch 0 gave it). And each node's sampled values after the fold, newest winning."""
-    records, folded = [], {}
+    records: list[dict[str, Any]] = []
+    folded: dict[int, list[float]] = {}
     for k, path in enumerate(_root_paths(nodes)):
-        values = []
+        values: list[float | None] = []
         for i in path:
             for j, _ in enumerate(nodes[i]["token_ids"]):
                 values.append(None if (k == 1 and i == path[-2]) else k + i / 1000 + j / 10)
@@ -344,8 +348,9 @@ def _updates(nodes: list[dict]) -> tuple[list[dict], dict[int, list[float]]]:
             size = len(nodes[i]["token_ids"])
             given = zip(values[start : start + size], nodes[i]["mask"], strict=True)
             sampled = [v for v, m in given if m]
-            if sampled and None not in sampled:
-                folded[i] = sampled
+            known = [v for v in sampled if v is not None]
+            if sampled and len(known) == len(sampled):
+                folded[i] = known
             start += size
     records.append({"trace_id": "t1", "info": {"effective": True},
                     "branches": [{"index": 0, "advantages": [0.0, 0.0, 0.25, 0.5]}]})  # fmt: skip
@@ -393,7 +398,7 @@ def test_a_tree_whose_paths_visit_too_many_nodes_is_refused_before_they_are_buil
     from advcli.errors import DataError
     from advcli.presets import prime_rl
 
-    nodes = [{"parent": None, "token_ids": [], "mask": []}]
+    nodes: list[dict[str, Any]] = [{"parent": None, "token_ids": [], "mask": []}]
     spine = 0
     for _ in range(40):
         nodes.append({"parent": spine, "token_ids": [], "mask": []})
@@ -434,3 +439,82 @@ def test_a_logged_advantage_that_is_no_number_is_refused_where_it_is_read(
     proc = run("check", str(tmp_path / "run"), "--from", "prime-rl")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert needle in proc.stderr
+
+
+def _prime_dump(tmp_path: Path, edit) -> str:
+    """prime-rl's own effective traces (tests/fixtures/real) with the first trace's nodes
+    edited."""
+    lines = (
+        (PRIME / "default" / "rollouts" / "step_1" / "train" / "effective" / "traces.jsonl")
+        .read_text()
+        .splitlines()
+    )
+    episode = json.loads(lines[0])
+    edit(episode["traces"][0]["nodes"])
+    folder = tmp_path / "rollouts" / "step_1" / "train" / "effective"
+    folder.mkdir(parents=True)
+    (folder / "traces.jsonl").write_text("\n".join([json.dumps(episode), *lines[1:]]) + "\n")
+    return str(tmp_path / "rollouts")
+
+
+def _set_parent(index: int, parent):
+    def edit(nodes: list[dict]) -> None:
+        nodes[index]["parent"] = parent
+
+    return edit
+
+
+def _cycle(nodes: list[dict]) -> None:
+    nodes[1]["parent"], nodes[2]["parent"] = 2, 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (_set_parent(2, 2), "trace 0, node 2: parent 2 is not another node"),
+        (_set_parent(1, -1), "trace 0, node 1: parent -1 is not another node"),
+        (_set_parent(1, 7), "trace 0, node 1: parent 7 is not another node"),
+        (_set_parent(1, "0"), "trace 0, node 1: parent '0' is not another node"),
+        (_cycle, "trace 0: node 1's parents form a cycle"),
+        (lambda nodes: nodes.clear(), "trace 0 has no nodes"),
+    ],
+)
+def test_prime_rl_node_graphs_are_checked(tmp_path, edit, needle):
+    dump = _prime_dump(tmp_path, edit)
+    for command in ("audit", "annotate"):
+        extra = ["--method", "grpo", "--out", str(tmp_path / "o.parquet")] * (command != "audit")
+        proc = run(command, dump, "--from", "prime-rl", *extra)
+        assert proc.returncode == 1
+        line = one_line(proc)
+        assert "traces.jsonl: line 1, column 'traces': " + needle in line
+
+
+def test_a_prime_rl_tree_past_the_expansion_limit_is_refused(tmp_path, monkeypatch):
+    """Every root-to-leaf path is a rollout repeating its prefix: a deep tree of few tokens
+    expands past any memory, so past EXPANDED_TOKENS it is refused before a path is built."""
+    import advcli
+    from advcli.errors import DataError
+    from advcli.presets import prime_rl
+
+    def deep(nodes: list[dict]) -> None:
+        leaf = nodes[-1]
+        nodes[:] = nodes[:2]
+        for i in range(2, 2 + 2**6 - 1):  # a binary tree under node 1
+            nodes.append({**leaf, "parent": 1 if i < 4 else 2 + (i - 4) // 2})
+
+    dump = _prime_dump(tmp_path, deep)
+    assert advcli.audit([dump], from_="prime-rl").report.rollouts > 32  # within the limit
+    monkeypatch.setattr(prime_rl, "EXPANDED_TOKENS", 500)
+    with pytest.raises(DataError, match=r"tree expands to 32 root-to-leaf paths of [\d,]+ tokens"):
+        advcli.audit([dump], from_="prime-rl")
+
+
+def test_a_failed_prime_rl_episode_without_tokens_is_skipped_and_said():
+    all_file = (
+        PRIME / "all_only" / "rollouts"
+        / "step_1" / "train" / "all" / "traces.jsonl"
+    )  # fmt: skip
+    proc = run("audit", str(all_file), "--from", "prime-rl", "--json")
+    assert proc.returncode == 0
+    assert any("left out 1 failed episode(s) (ok false: no tokens, no reward)" in w
+               for w in json.loads(proc.stdout)["warnings"])  # fmt: skip

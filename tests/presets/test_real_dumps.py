@@ -369,6 +369,7 @@ def test_check_refuses_a_group_size_the_logged_advantages_contradict() -> None:
     proc = run("annotate", folder, "--from", "trl", "--method", "grpo", "--group-size", "8",
                "--out", "-", "--format", "jsonl")  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("advcli: error: --group-size 8: ")
     proc = run("check", folder, "--from", "trl", "--group-size", "4", "--json")
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["found"] == (

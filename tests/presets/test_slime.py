@@ -146,6 +146,7 @@ MASKS = {  # a dump kind: its fixture, the file and its field holding a mask, --
 
 def _first_mask_value(data: dict[str, Any], field: str, value: Any) -> None:
     """The first sample's mask (a list or an array) made a list whose first value is ``value``."""
+    at: str | int  # a sample's field, or a sample in a field's list
     if "samples" in data:  # a rollout dump, or slime's train dump
         masks, at = data["samples"][0], field
     else:  # miles' train dump: one list per field

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -180,7 +181,12 @@ def test_names_and_texts_in_the_log_never_run_as_script(tmp_path, chromium):
     page, errors = chromium
     errors.clear()
     dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
     page.goto(out.as_uri())
     page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
     assert page.locator("h1").inner_text().endswith("@@DATA@@ @@TITLE@@.jsonl")

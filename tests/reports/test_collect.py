@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from advcli.reports.collect import ReportOptions, choose_groups
-from tests.conftest import rollout, run, write_jsonl, write_parquet
+from tests.conftest import groups_of_four, rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
 from tests.presets.test_presets import CASES, RS
 from tests.reports.helpers import page_data, tokens
@@ -74,6 +76,7 @@ def test_overview_groups_and_detail_by_hand(tmp_path):
     win, lose = 0.75 / (STD_A + 1e-6), -0.25 / (STD_A + 1e-6)
     assert [r["advantage"] for r in a] == pytest.approx([win, lose, lose, lose], rel=1e-6)
     ids, kind, adv = tokens(a[3]["tokens"])
+    assert adv is not None
     assert ids.tolist() == [7, 8, 9, 10, 11, 12]
     assert kind.tolist() == [0, 1, 1, 2, 2, 1]
     assert adv[kind == 1] == pytest.approx([lose] * 3, rel=1e-6)
@@ -390,3 +393,15 @@ def test_a_tokenizer_whose_regex_panics_is_one_line_naming_it(tmp_path):
         "over). Hint: give another tokenizer.json, or leave --tokenizer out\n"
     )
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_report_of_a_log_with_an_infinite_step_is_drawn(tmp_path):
+    """(found by tests.fuzz: a verl line with "step": 1e999 made the page's JSON invalid)"""
+    pytest.importorskip("bokeh")
+    rows = [{**r, "step": float("inf") if i == 0 else 1.0} for i, r in enumerate(groups_of_four())]
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run("report", str(path), "--method", "grpo", "-q", "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    trend = page_data(tmp_path / "r.html")["trends"]  # the infinite step's rollout on no step
+    assert (trend["step"], trend["rollouts"]) == ([1.0], [7])

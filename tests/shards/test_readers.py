@@ -3,6 +3,7 @@ as it is, its rows in order, and nothing else (the manifest holds no rows)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -37,7 +38,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     return made
 
 
-def readers() -> dict[str, object]:
+def readers() -> dict[str, Callable[[Path], pa.Table]]:
     """Each reader, as a function of a folder that gives its rows as an Arrow table."""
 
     def hf(folder: Path) -> pa.Table:
