@@ -18,6 +18,7 @@ from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.options import (
     _CONVENTIONS,
+    METHOD_PARAMETERS,
     Col,
     Engine,
     Force,
@@ -40,7 +41,6 @@ from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.options import CriticOptions
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
 from advcli.lazy_imports import pandas_unseen
-from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
 from advcli.shards import ShardOptions
@@ -164,7 +164,7 @@ def schema(
 def annotate(
     inputs: Inputs,
     out: OutFile,
-    method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
+    method: Annotated[str, typer.Option(help=f"The estimator. {METHOD_PARAMETERS}")],
     convention: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help=_CONVENTIONS),
@@ -214,7 +214,7 @@ def check(
     inputs: Inputs,
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Default: the framework's own (grpo)."),
+        typer.Option(help=f"Default: the framework's own (grpo). {METHOD_PARAMETERS}"),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -364,7 +364,10 @@ def report(
     ],
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
+        typer.Option(
+            help="Show this method's advantages (default: those an annotated log holds). "
+            + METHOD_PARAMETERS
+        ),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -403,12 +406,15 @@ def report(
 @app.command(epilog=_examples("shard"))
 @with_preset_options(after="col")
 @with_options(ShardOptions, after="param", name="opts")
+@with_method_parameters(after="convention")
 def shard(
     inputs: Inputs,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help=f"Raw logs: one of {', '.join(REGISTRY)}. Annotated logs keep theirs."),
+        typer.Option(
+            help=f"Raw logs: the estimator (annotated logs keep theirs). {METHOD_PARAMETERS}"
+        ),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -416,11 +422,7 @@ def shard(
     ] = None,
     param: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--param",
-            help="Raw logs: any other annotate option as KEY=VALUE, e.g. --param gamma=0.99 "
-            "(repeatable).",
-        ),
+        typer.Option("--param", hidden=True, help="Deprecated: KEY=VALUE, now --key value."),
     ] = None,
     col: Col = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
@@ -430,6 +432,7 @@ def shard(
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
     opts: ShardOptions | None = None,
+    params: dict[str, Any] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
@@ -450,8 +453,21 @@ def shard(
             force=force,
             engine=engine,
             ray_address=ray_address,
+            **(params or {}),
         )
+    if param:
+        result = dataclasses.replace(result, warnings=[_param_deprecated(param), *result.warnings])
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
+
+
+def _param_deprecated(items: list[str]) -> str:
+    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
+    (the flags annotate takes; --param ran them all)."""
+    flags = []
+    for item in items:
+        key, _, value = item.partition("=")
+        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
+    return f"--param is deprecated: write {' '.join(flags)}"
 
 
 @app.command(epilog=_examples("verify"))
