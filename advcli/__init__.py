@@ -8,6 +8,7 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.annotate_table(table, method="grpo")  # a pyarrow Table in, annotated out
     advcli.audit("logs/").report
     advcli.describe("logs/")                   # what `advcli schema` shows
+    advcli.describe_method("gae")              # `advcli methods gae`; list_methods(): them all
     advcli.report("logs/", "report.html", method="grpo")  # needs advcli[report]
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
         CheckResult,
         CriticOptions,
         Description,
+        MethodDescription,
+        MethodLine,
+        MethodList,
+        MethodParameter,
         Reporter,
         ReportOptions,
         ReportResult,
@@ -53,6 +58,8 @@ if TYPE_CHECKING:
         audit,
         check,
         describe,
+        describe_method,
+        list_methods,
         report,
         reporting,
         score,
@@ -66,6 +73,10 @@ __all__ = [
     "CheckResult",
     "CriticOptions",
     "Description",
+    "MethodDescription",
+    "MethodLine",
+    "MethodList",
+    "MethodParameter",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -79,6 +90,8 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "describe_method",
+    "list_methods",
     "report",
     "reporting",
     "score",

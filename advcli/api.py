@@ -31,6 +31,7 @@ from advcli._version import __version__
 from advcli.accounting import Audit, audit_log
 from advcli.commands.check import check
 from advcli.commands.describe import describe
+from advcli.commands.methods import describe_method, list_methods
 from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer, scored_batches
@@ -59,6 +60,10 @@ from advcli.results import (
     AnnotateResult,
     CheckResult,
     Description,
+    MethodDescription,
+    MethodLine,
+    MethodList,
+    MethodParameter,
     ReportResult,
     ScoreResult,
     ShardResult,
@@ -74,6 +79,10 @@ __all__ = [
     "CheckResult",
     "CriticOptions",
     "Description",
+    "MethodDescription",
+    "MethodLine",
+    "MethodList",
+    "MethodParameter",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -86,6 +95,8 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "describe_method",
+    "list_methods",
     "report",
     "reporting",
     "score",

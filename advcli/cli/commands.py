@@ -78,6 +78,7 @@ EXAMPLES = {
     "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
     "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
     "verify": ["advcli verify shards"],
+    "methods": ["advcli methods", "advcli methods gigpo", "advcli methods gae --json"],
 }
 """Each command's examples, shown at the end of its ``--help``. They run on ``sample_data/``
 as they are, in this order in one folder (``verify`` reads what ``shard`` wrote): a test
@@ -468,6 +469,27 @@ def _param_deprecated(items: list[str]) -> str:
         key, _, value = item.partition("=")
         flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
     return f"--param is deprecated: write {' '.join(flags)}"
+
+
+@app.command("methods", epilog=_examples("methods"))
+def methods_command(
+    name: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="A method: show its parameters, defaults and formula."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """List the methods, or show one's parameters (its flags on annotate, check, report, shard)."""
+    from advcli import render  # here, not at the top: --help needs none of it
+    from advcli.commands.methods import describe_method, list_methods
+
+    found = list_methods() if name is None else describe_method(name)
+    if as_json:
+        _print_json(found.as_dict())
+    elif name is None:
+        render.method_list(found.as_dict())
+    else:
+        render.method_help(found.as_dict())
 
 
 @app.command(epilog=_examples("verify"))
