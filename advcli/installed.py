@@ -10,6 +10,10 @@ something, a path entry that is not a folder (a zip), an ``.egg`` or an egg-info
 single file, every question goes to :mod:`importlib.metadata` instead, so the answers are the
 same.
 Standard library only: this runs before typer, polars or pyarrow are imported.
+
+It also says how to add one of advcli's extras to this install (:func:`pip_install`): from
+PyPI, or from the source tree this advcli runs from (an editable install, or a clone on the
+path), where ``pip install 'advcli[report]'`` would find nothing or another advcli.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import functools
 import importlib
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -163,3 +168,30 @@ def entry_points(group: str) -> Iterable[Any]:
                 name, _, value = line.partition("=")
                 points.append(EntryPoint(name.strip(), value.strip()))
     return points
+
+
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+"""The folder of the advcli package that is running."""
+
+
+def source_tree(package: str = PACKAGE) -> str | None:
+    """The source tree holding the advcli package folder ``package``: its parent, where a
+    ``pyproject.toml`` names the project advcli (an editable install or a clone); None for an
+    install from a wheel (site-packages holds no such file)."""
+    root = os.path.dirname(package)
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as file:
+            text = file.read()
+    except OSError:
+        return None
+    return root if re.search(r'^name\s*=\s*"advcli"', text, flags=re.MULTILINE) else None
+
+
+def pip_install(extra: str, package: str = PACKAGE) -> str:
+    """The command that adds advcli's ``extra`` to this install (``package``: the running
+    advcli's folder): ``pip install 'advcli[report]'``, or from a source tree
+    ``pip install -e '/path/to/advcli[report]'``."""
+    tree = source_tree(package)
+    if tree is None:
+        return f"pip install {shlex.quote(f'advcli[{extra}]')}"
+    return f"pip install -e {shlex.quote(f'{tree}[{extra}]')}"

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advcli import installed
 from advcli.io.outputs import metadata_path
 from tests.conftest import rollout, run, write_jsonl, write_parquet
 
@@ -384,7 +385,7 @@ def test_remote_locations_fail_in_one_line_within_the_stated_limit(tmp_path):
     assert time.monotonic() - started < 60
     if importlib.util.find_spec("fsspec") is None:
         proc = run("audit", "hf://datasets/someone/logs/x.parquet")
-        assert proc.returncode == 1 and "pip install 'advcli[hf]'" in one_line(proc)
+        assert proc.returncode == 1 and installed.pip_install("hf") in one_line(proc)
     pytest.importorskip("ray")
     started = time.monotonic()
     proc = run("annotate", write_parquet(tmp_path / "log.parquet", log_rows()), "--method",

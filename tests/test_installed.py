@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from advcli import installed
 
@@ -76,3 +78,31 @@ def test_a_zip_on_the_path_leaves_the_answers_to_importlib_metadata(tmp_path):
 def test_an_entry_point_loads_its_object():
     point = installed.EntryPoint("x", "advcli.installed:EntryPoint.load [extra]")
     assert point.load() is installed.EntryPoint.load
+
+
+def test_an_extras_hint_from_a_source_tree_installs_that_tree():
+    """This checkout is a source tree (an editable install, or a clone on the path): PyPI's
+    advcli[report] would be another advcli, or none; the hint installs this one's extra."""
+    root = Path(__file__).resolve().parent.parent
+    assert installed.source_tree() == str(root)
+    assert installed.pip_install("report") == f"pip install -e '{root}[report]'"
+    spaced = Path("/home/a user/advcli/advcli")
+    assert installed.source_tree(str(spaced)) is None  # no pyproject.toml there
+
+
+def test_an_extras_hint_from_a_wheels_install_names_pypis(tmp_path):
+    """An advcli in site-packages (as a wheel installs it) has no pyproject.toml beside it."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(
+        installed.PACKAGE, site / "advcli", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    code = "from advcli import installed; print(installed.pip_install('report'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(site)}, check=True,
+    )  # fmt: skip
+    assert done.stdout == "pip install 'advcli[report]'\n"
+    other = tmp_path / "other"
+    (other / "advcli").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "not-advcli"\n')
+    assert installed.pip_install("ray", str(other / "advcli")) == "pip install 'advcli[ray]'"

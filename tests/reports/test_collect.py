@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from advcli import installed
 from advcli.reports.collect import ReportOptions, choose_groups
 from tests.conftest import rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
@@ -204,7 +205,7 @@ def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
     assert proc.returncode == 1
     assert proc.stderr.decode() == (
         "advcli: error: advcli report draws its charts with Bokeh. "
-        "Hint: pip install 'advcli[report]'\n"
+        f"Hint: {installed.pip_install('report')}\n"
     )
 
 
