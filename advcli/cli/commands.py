@@ -479,7 +479,7 @@ def methods_command(
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """List the methods, or show one's parameters (its flags on annotate, check, report, shard)."""
+    """List the methods, or show one's parameters, defaults and formula."""
     from advcli import render  # here, not at the top: --help needs none of it
     from advcli.commands.methods import describe_method, list_methods
 
