@@ -384,7 +384,11 @@ def report(
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
-    """Write one self-contained HTML page of the log's groups, rewards and advantages."""
+    """Write one self-contained HTML page of the log's groups, rewards and advantages.
+
+    --zero-variance-tol, a method parameter (advcli methods NAME), is the page's zero-variance
+    test too.
+    """
     from advcli import api, render  # here, not at the top: --help needs none of it
 
     params = params or {}
