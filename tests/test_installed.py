@@ -90,19 +90,40 @@ def test_an_extras_hint_from_a_source_tree_installs_that_tree():
     assert installed.source_tree(str(spaced)) is None  # no pyproject.toml there
 
 
-def test_an_extras_hint_from_a_wheels_install_names_pypis(tmp_path):
-    """An advcli in site-packages (as a wheel installs it) has no pyproject.toml beside it."""
+def _hint_from_site(tmp_path: Path, direct_url: str | None) -> str:
+    """The report extra's hint of an advcli installed in a site-packages of its own (the
+    package, and its dist-info with pip's ``direct_url.json`` where given), in a fresh
+    interpreter: no pyproject.toml beside the package, as a wheel installs it."""
     site = tmp_path / "site-packages"
-    shutil.copytree(
-        installed.PACKAGE, site / "advcli", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    no_bytecode = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(installed.PACKAGE, site / "advcli", ignore=no_bytecode)
+    info = site / "advcli-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: advcli\nVersion: 0.1.0\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
     code = "from advcli import installed; print(installed.pip_install('report'))"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
         env={**os.environ, "PYTHONPATH": str(site)}, check=True,
     )  # fmt: skip
-    assert done.stdout == "pip install 'advcli[report]'\n"
+    return done.stdout
+
+
+def test_an_extras_hint_from_an_index_names_pypis(tmp_path):
+    assert _hint_from_site(tmp_path, None) == "pip install 'advcli[report]'\n"
     other = tmp_path / "other"
     (other / "advcli").mkdir(parents=True)
     (other / "pyproject.toml").write_text('[project]\nname = "not-advcli"\n')
-    assert installed.pip_install("ray", str(other / "advcli")) == "pip install 'advcli[ray]'"
+    assert installed.source_tree(str(other / "advcli")) is None
+
+
+def test_an_extras_hint_after_pip_install_of_a_clone_names_that_clone(tmp_path):
+    """``pip install .`` in a clone: pip records the folder (PEP 610's direct_url.json)."""
+    url = '{"url": "file:///home/a%20user/advcli", "dir_info": {}}'
+    assert _hint_from_site(tmp_path, url) == "pip install '/home/a user/advcli[report]'\n"
+
+
+def test_an_extras_hint_after_an_install_from_an_archive_names_pypis(tmp_path):
+    url = '{"url": "https://example.org/advcli-0.1.0.tar.gz", "archive_info": {}}'
+    assert _hint_from_site(tmp_path, url) == "pip install 'advcli[report]'\n"
