@@ -8,6 +8,7 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.annotate_table(table, method="grpo")  # a pyarrow Table in, annotated out
     advcli.audit("logs/").report
     advcli.schema("logs/")                     # what `advcli schema` shows (or advcli.describe)
+    advcli.describe_method("gae")              # `advcli methods gae`; list_methods(): them all
     advcli.report("logs/", "report.html", method="grpo")  # needs advcli[report]
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
         CheckResult,
         CriticOptions,
         Description,
+        MethodDescription,
+        MethodLine,
+        MethodList,
+        MethodParameter,
         Reporter,
         ReportOptions,
         ReportResult,
@@ -53,6 +58,8 @@ if TYPE_CHECKING:
         audit,
         check,
         describe,
+        describe_method,
+        list_methods,
         report,
         reporting,
         schema,
@@ -67,6 +74,10 @@ __all__ = [
     "CheckResult",
     "CriticOptions",
     "Description",
+    "MethodDescription",
+    "MethodLine",
+    "MethodList",
+    "MethodParameter",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -80,6 +91,8 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "describe_method",
+    "list_methods",
     "report",
     "reporting",
     "schema",

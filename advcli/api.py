@@ -25,6 +25,7 @@ from advcli.accounting import Audit
 from advcli.commands.annotate import annotate, annotate_table
 from advcli.commands.audit import audit
 from advcli.commands.check import check
+from advcli.commands.methods import describe_method, list_methods
 from advcli.commands.report import report
 from advcli.commands.schema import schema
 from advcli.commands.score import score
@@ -37,6 +38,10 @@ from advcli.results import (
     AnnotateResult,
     CheckResult,
     Description,
+    MethodDescription,
+    MethodLine,
+    MethodList,
+    MethodParameter,
     ReportResult,
     ScoreResult,
     ShardResult,
@@ -52,6 +57,10 @@ __all__ = [
     "CheckResult",
     "CriticOptions",
     "Description",
+    "MethodDescription",
+    "MethodLine",
+    "MethodList",
+    "MethodParameter",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -64,6 +73,8 @@ __all__ = [
     "audit",
     "check",
     "describe",
+    "describe_method",
+    "list_methods",
     "report",
     "reporting",
     "schema",

@@ -10,6 +10,11 @@ something, a path entry that is not a folder (a zip), an ``.egg`` or an egg-info
 single file, every question goes to :mod:`importlib.metadata` instead, so the answers are the
 same.
 Standard library only: this runs before typer, polars or pyarrow are imported.
+
+It also says how to add one of advcli's extras to this install (:func:`pip_install`): from
+the source tree this advcli runs from (an editable install, or a clone on the path), or the
+folder pip installed it from (``pip install .`` in a clone), where ``pip install
+'advcli[report]'`` would find nothing or another advcli; else from PyPI.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import functools
 import importlib
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -163,3 +169,62 @@ def entry_points(group: str) -> Iterable[Any]:
                 name, _, value = line.partition("=")
                 points.append(EntryPoint(name.strip(), value.strip()))
     return points
+
+
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+"""The folder of the advcli package that is running."""
+
+
+def source_tree(package: str = PACKAGE) -> str | None:
+    """The source tree holding the advcli package folder ``package``: its parent, where a
+    ``pyproject.toml`` names the project advcli (an editable install or a clone); None for an
+    install from a wheel (site-packages holds no such file)."""
+    root = os.path.dirname(package)
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as file:
+            text = file.read()
+    except OSError:
+        return None
+    return root if re.search(r'^name\s*=\s*"advcli"', text, flags=re.MULTILINE) else None
+
+
+def installed_from(distribution: str = "advcli") -> tuple[str, bool] | None:
+    """The folder ``distribution`` was installed from and whether the install is editable,
+    as pip records it (``direct_url.json``, PEP 610: ``pip install .`` from a clone); None for
+    an install from an index, or none."""
+    try:
+        if _folders() is None:
+            from importlib import metadata
+
+            text = metadata.distribution(distribution).read_text("direct_url.json")
+        else:
+            text = _read(distribution, "direct_url.json")
+    except (LookupError, ImportError, OSError):  # not installed (a clone on the path)
+        return None
+    import json  # here: only a hint needs it
+
+    try:
+        found = json.loads(text or "{}")
+    except ValueError:
+        return None
+    url = found.get("url", "") if isinstance(found, dict) else ""
+    if not url.startswith("file://") or not isinstance(found.get("dir_info"), dict):
+        return None  # from an index, an archive or a VCS URL: the index's name is the guess
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(url).path), bool(found["dir_info"].get("editable"))
+
+
+def pip_install(extra: str, package: str = PACKAGE) -> str:
+    """The command that adds advcli's ``extra`` to this install (``package``: the running
+    advcli's folder): from the source tree it runs from (``pip install -e
+    '/path/to/advcli[report]'``), else from the folder pip installed it from, else from PyPI
+    (``pip install 'advcli[report]'``)."""
+    tree = source_tree(package)
+    if tree is not None:
+        return f"pip install -e {shlex.quote(f'{tree}[{extra}]')}"
+    found = installed_from()
+    if found is not None:
+        folder, editable = found
+        return f"pip install {'-e ' if editable else ''}{shlex.quote(f'{folder}[{extra}]')}"
+    return f"pip install {shlex.quote(f'advcli[{extra}]')}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import sys
+import textwrap
 import time
 from typing import Any
 
@@ -279,3 +281,58 @@ def schema_report(name: str, info: dict[str, Any]) -> None:
     stdout.print(runs)
     for problem in info["problems"]:
         stderr.print(f"problem: {problem}", highlight=False)
+
+
+def _wrapped(text: str, indent: int, first: str = "") -> str:
+    """``first`` (padded to ``indent``) then ``text``, wrapped to the terminal's width with
+    the later lines indented; flags and names are never cut."""
+    return textwrap.fill(
+        text,
+        max(stdout.width, 60),
+        initial_indent=first.ljust(indent),
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def method_list(found: dict[str, Any]) -> None:
+    """``advcli methods``: each method with the advantage it computes and what it needs."""
+    indent = 2 + max(len(m["name"]) for m in found["methods"])
+    lines = [
+        _wrapped(f"{m['summary']}. Needs: {_fmt(m['needs'])}.", indent, m["name"])
+        for m in found["methods"]
+    ]
+    lines.append("\nadvcli methods NAME shows a method's parameters, defaults and formula.")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _default(parameter: dict[str, Any]) -> str:
+    """A parameter's default, and each convention's where it differs."""
+    shown = "none" if parameter["default"] is None else str(parameter["default"])
+    differs = [f"{conv}: {value}" for conv, value in parameter["by_convention"].items()]
+    return f"default {shown}" + (f" ({'; '.join(differs)})" if differs else "")
+
+
+_TYPES = {"int": "INT", "float": "NUMBER", "str": "TEXT"}  # as --help shows them
+
+
+def method_help(found: dict[str, Any]) -> None:
+    """``advcli methods NAME``: the formula, the columns, then the parameters as flags (its own,
+    then those every method takes)."""
+    lines = [_wrapped(found["summary"], 2, f"{found['name']}: ")]
+    if found["definition"]:
+        lines += ["", found["definition"]]
+    lines += ["", _wrapped(_fmt(found["needs"]) or "-", 2, "Needs: ")]
+    lines += [_wrapped(_fmt(found["outputs"]), 2, "Writes: ")]
+    for shared, title in ((False, "Its parameters"), (True, "What every method takes")):
+        taken = [p for p in found["parameters"] if p["shared"] is shared]
+        if taken:
+            lines += ["", f"{title} (flags of annotate, check, report and shard):"]
+        for p in taken:
+            if p["type"] == "bool":
+                flag = f"{p['flag']} / --no-{p['flag'][2:]}"
+            else:
+                flag = f"{p['flag']} {'|'.join(p['choices']) or _TYPES[p['type']]}"
+            lines += [_wrapped(_default(p), 6, f"  {flag}  "), _wrapped(p["help"], 6)]
+    sys.stdout.write("\n".join(lines) + "\n")

@@ -177,3 +177,55 @@ class Verification(Result):
     tokens: int = 0
     action_tokens: int | None = optional()
     shards: int | None = optional()
+
+
+@dataclass(frozen=True)
+class MethodLine(Result):
+    """One method in ``methods``' list: its name, the advantage it computes (naming the
+    framework code it follows) and the columns it needs."""
+
+    name: str
+    summary: str
+    needs: list[str]
+
+
+@dataclass(frozen=True)
+class MethodList(Result):
+    """``methods``: every registered method, built-in or plugin, in ``--method``'s order."""
+
+    methods: list[MethodLine]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"methods": [line.as_dict() for line in self.methods]}
+
+
+@dataclass(frozen=True)
+class MethodParameter(Result):
+    """One parameter of a method: its flag (its keyword in Python is ``name``), what it takes,
+    its default (advcli's convention) and, where a convention's differs, that convention's."""
+
+    flag: str
+    name: str
+    type: str  # int, float, str or bool
+    choices: list[str]
+    default: Any
+    by_convention: dict[str, Any]  # convention: default, where it differs from ``default``
+    help: str
+    shared: bool  # a modifier every method takes (KL, distillation, clipping), not its own
+
+
+@dataclass(frozen=True)
+class MethodDescription(Result):
+    """``methods NAME``: one method's formula (``summary``, naming the framework code it
+    follows; ``definition``, its class's own account where it has one), the columns it needs
+    and writes, and its parameters."""
+
+    name: str
+    summary: str
+    definition: str
+    needs: list[str]
+    outputs: list[str]
+    parameters: list[MethodParameter]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "parameters": [p.as_dict() for p in self.parameters]}

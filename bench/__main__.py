@@ -293,7 +293,7 @@ def main() -> None:
     print("running gigpo's --similarity …", file=sys.stderr)
     lines += similarity.run()
     print("running the start-up …", file=sys.stderr)
-    lines += startup.run(7)
+    lines += startup.run(15)
     print("running the presets …", file=sys.stderr)
     lines += presets.run(work / "presets", args.preset_rollouts, args.repeat)
     print("running the report …", file=sys.stderr)

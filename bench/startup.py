@@ -1,9 +1,10 @@
 """Start-up: ``advcli --help`` against a minimal two-command typer app's ``--help``, same run.
 
-``python -m bench.startup [--repeat 7]`` (``python -m bench`` runs it too). Each help is
-generated anew by a fresh interpreter (nothing cached); the best of ``--repeat`` runs counts,
-since start-up only ever gets slower from noise. Also says which of numpy, polars and pyarrow
-the help imported.
+``python -m bench.startup [--pairs 15]`` (``python -m bench`` runs it too). Each help is
+generated anew by a fresh interpreter (nothing cached). The two run in alternating pairs, so a
+slow spell of a shared machine hits both alike; the median of the pairs' ratios counts (the
+goal: at most 1.5x). ``advcli annotate --help`` and ``advcli methods`` are timed the same way.
+Also says which of numpy, polars and pyarrow the help imported.
 
 The runs may write bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped for them), as an installed
 advcli has it: ``pip install`` compiles the modules, and an editable checkout run with the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,14 +47,22 @@ HEAVY = ("numpy", "polars", "pyarrow")
 WITH_BYTECODE = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def best_of(command: list[str], repeat: int) -> float:
-    subprocess.run(command, capture_output=True, check=True, env=WITH_BYTECODE)  # compiles
-    seconds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(command, capture_output=True, check=True, env=WITH_BYTECODE)
-        seconds.append(time.perf_counter() - start)
-    return min(seconds)
+def _seconds(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, check=True, env=WITH_BYTECODE)
+    return time.perf_counter() - start
+
+
+def paired(baseline: list[str], command: list[str], pairs: int) -> tuple[float, float, float]:
+    """The median seconds of ``baseline`` and of ``command``, and the median of their ratios,
+    over ``pairs`` pairs run one after the other (after a run of each that compiles)."""
+    _seconds(baseline), _seconds(command)
+    times = [(_seconds(baseline), _seconds(command)) for _ in range(pairs)]
+    return (
+        statistics.median(b for b, _ in times),
+        statistics.median(c for _, c in times),
+        statistics.median(c / b for b, c in times),
+    )
 
 
 def heavy_imports(argv: list[str]) -> str:
@@ -68,23 +78,24 @@ def heavy_imports(argv: list[str]) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
-def run(repeat: int) -> list[str]:
+def run(pairs: int) -> list[str]:
+    advcli = [sys.executable, "-m", "advcli"]
+    shown = []
     with tempfile.TemporaryDirectory() as tmp:
         app = Path(tmp) / "minimal.py"
         app.write_text(MINIMAL_APP)
-        minimal = best_of([sys.executable, str(app), "--help"], repeat)
-    advcli = [sys.executable, "-m", "advcli"]
-    main_help = best_of([*advcli, "--help"], repeat)
-    annotate_help = best_of([*advcli, "annotate", "--help"], repeat)
+        minimal = [sys.executable, str(app), "--help"]
+        for args in (["--help"], ["annotate", "--help"], ["methods"]):
+            base, took, ratio = paired(minimal, [*advcli, *args], pairs)
+            shown.append(f"advcli {' '.join(args)} {took:.3f} s against {base:.3f} s: {ratio:.2f}x")
     return [
-        f"start-up (best of {repeat}): a minimal two-command typer app's --help {minimal:.3f} s; "
-        f"advcli --help {main_help:.3f} s ({main_help / minimal:.2f}x), advcli annotate --help "
-        f"{annotate_help:.3f} s ({annotate_help / minimal:.2f}x); --help imports "
-        f"{heavy_imports(['--help'])} of {list(HEAVY)}"
+        f"start-up (medians of {pairs} alternating pairs against a minimal two-command typer "
+        f"app's --help): {'; '.join(shown)}; --help imports {heavy_imports(['--help'])} of "
+        f"{list(HEAVY)}"
     ]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
-    print("\n".join(run(parser.parse_args().repeat)))
+    parser.add_argument("--pairs", type=int, default=15)
+    print("\n".join(run(parser.parse_args().pairs)))

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from advcli import installed
 
@@ -76,3 +78,52 @@ def test_a_zip_on_the_path_leaves_the_answers_to_importlib_metadata(tmp_path):
 def test_an_entry_point_loads_its_object():
     point = installed.EntryPoint("x", "advcli.installed:EntryPoint.load [extra]")
     assert point.load() is installed.EntryPoint.load
+
+
+def test_an_extras_hint_from_a_source_tree_installs_that_tree():
+    """This checkout is a source tree (an editable install, or a clone on the path): PyPI's
+    advcli[report] would be another advcli, or none; the hint installs this one's extra."""
+    root = Path(__file__).resolve().parent.parent
+    assert installed.source_tree() == str(root)
+    assert installed.pip_install("report") == f"pip install -e '{root}[report]'"
+    spaced = Path("/home/a user/advcli/advcli")
+    assert installed.source_tree(str(spaced)) is None  # no pyproject.toml there
+
+
+def _hint_from_site(tmp_path: Path, direct_url: str | None) -> str:
+    """The report extra's hint of an advcli installed in a site-packages of its own (the
+    package, and its dist-info with pip's ``direct_url.json`` where given), in a fresh
+    interpreter: no pyproject.toml beside the package, as a wheel installs it."""
+    site = tmp_path / "site-packages"
+    no_bytecode = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(installed.PACKAGE, site / "advcli", ignore=no_bytecode)
+    info = site / "advcli-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: advcli\nVersion: 0.1.0\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
+    code = "from advcli import installed; print(installed.pip_install('report'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(site)}, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def test_an_extras_hint_from_an_index_names_pypis(tmp_path):
+    assert _hint_from_site(tmp_path, None) == "pip install 'advcli[report]'\n"
+    other = tmp_path / "other"
+    (other / "advcli").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "not-advcli"\n')
+    assert installed.source_tree(str(other / "advcli")) is None
+
+
+def test_an_extras_hint_after_pip_install_of_a_clone_names_that_clone(tmp_path):
+    """``pip install .`` in a clone: pip records the folder (PEP 610's direct_url.json)."""
+    url = '{"url": "file:///home/a%20user/advcli", "dir_info": {}}'
+    assert _hint_from_site(tmp_path, url) == "pip install '/home/a user/advcli[report]'\n"
+
+
+def test_an_extras_hint_after_an_install_from_an_archive_names_pypis(tmp_path):
+    url = '{"url": "https://example.org/advcli-0.1.0.tar.gz", "archive_info": {}}'
+    assert _hint_from_site(tmp_path, url) == "pip install 'advcli[report]'\n"

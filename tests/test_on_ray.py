@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from advcli import installed
 from advcli.methods import REGISTRY
 from tests.conftest import (
     METHOD_OPTIONS,
@@ -392,7 +393,8 @@ def test_without_ray_it_says_which_extra(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)  # fmt: skip
     assert proc.returncode == 1
-    assert proc.stderr == "advcli: error: --engine ray needs Ray. Hint: pip install 'advcli[ray]'\n"
+    hint = installed.pip_install("ray")
+    assert proc.stderr == f"advcli: error: --engine ray needs Ray. Hint: {hint}\n"
 
 
 def test_no_command_imports_ray_unless_asked():

@@ -6,6 +6,7 @@ process around them (errors as one line and an exit code, signals) is :mod:`advc
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -17,6 +18,7 @@ from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.options import (
     _CONVENTIONS,
+    METHOD_PARAMETERS,
     Col,
     Engine,
     Force,
@@ -38,7 +40,6 @@ from advcli.core.group import ZERO_VARIANCE_TOL
 from advcli.critic.options import CriticOptions
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
 from advcli.lazy_imports import pandas_unseen
-from advcli.methods import REGISTRY
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions
 from advcli.shards import ShardOptions
@@ -76,6 +77,7 @@ EXAMPLES = {
     "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
     "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
     "verify": ["advcli verify shards"],
+    "methods": ["advcli methods", "advcli methods gigpo", "advcli methods gae --json"],
 }
 """Each command's examples, shown at the end of its ``--help``. They run on ``sample_data/``
 as they are, in this order in one folder (``verify`` reads what ``shard`` wrote): a test
@@ -162,7 +164,7 @@ def schema(
 def annotate(
     inputs: InputsArgument,
     out: OutFile,
-    method: Annotated[str, typer.Option(help=f"One of: {', '.join(REGISTRY)}.")],
+    method: Annotated[str, typer.Option(help=f"The estimator. {METHOD_PARAMETERS}")],
     convention: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help=_CONVENTIONS),
@@ -211,7 +213,7 @@ def check(
     inputs: InputsArgument,
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Default: the framework's own (grpo)."),
+        typer.Option(help=f"Default: the framework's own (grpo). {METHOD_PARAMETERS}"),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -360,7 +362,10 @@ def report(
     ],
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Show this method's advantages (default: those an annotated log holds)."),
+        typer.Option(
+            help="Show this method's advantages (default: those an annotated log holds). "
+            + METHOD_PARAMETERS
+        ),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -376,7 +381,11 @@ def report(
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
-    """Write one self-contained HTML page of the log's groups, rewards and advantages."""
+    """Write one self-contained HTML page of the log's groups, rewards and advantages.
+
+    --zero-variance-tol, a method parameter (advcli methods NAME), is the page's zero-variance
+    test too.
+    """
     from advcli import api, render  # here, not at the top: --help needs none of it
 
     with render.Activity(quiet, mode=progress_mode):
@@ -391,12 +400,15 @@ def report(
 @app.command(epilog=_examples("shard"))
 @with_preset_options(after="col")
 @with_options(ShardOptions, after="param", name="opts")
+@with_method_parameters(after="convention")
 def shard(
     inputs: InputsArgument,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
     method: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help=f"Raw logs: one of {', '.join(REGISTRY)}. Annotated logs keep theirs."),
+        typer.Option(
+            help=f"Raw logs: the estimator (annotated logs keep theirs). {METHOD_PARAMETERS}"
+        ),
     ] = None,
     convention: Annotated[
         Optional[str],  # noqa: UP045
@@ -404,11 +416,7 @@ def shard(
     ] = None,
     param: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--param",
-            help="Raw logs: any other annotate option as KEY=VALUE, e.g. --param gamma=0.99 "
-            "(repeatable).",
-        ),
+        typer.Option("--param", hidden=True, help="Deprecated: KEY=VALUE, now --key value."),
     ] = None,
     col: Col = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
@@ -418,6 +426,7 @@ def shard(
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
     opts: ShardOptions | None = None,
+    params: dict[str, Any] | None = None,
     preset: str | None = None,
     preset_options: PresetOptions | None = None,
 ) -> None:
@@ -438,8 +447,42 @@ def shard(
             force=force,
             engine=engine,
             ray_address=ray_address,
+            **(params or {}),
         )
+    if param:
+        result = dataclasses.replace(result, warnings=[_param_deprecated(param), *result.warnings])
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
+
+
+def _param_deprecated(items: list[str]) -> str:
+    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
+    (the flags annotate takes; --param ran them all)."""
+    flags = []
+    for item in items:
+        key, _, value = item.partition("=")
+        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
+    return f"--param is deprecated: write {' '.join(flags)}"
+
+
+@app.command("methods", epilog=_examples("methods"))
+def methods_command(
+    name: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="A method: show its parameters, defaults and formula."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """List the methods, or show one's parameters, defaults and formula."""
+    from advcli import render  # here, not at the top: --help needs none of it
+    from advcli.commands.methods import describe_method, list_methods
+
+    found = list_methods() if name is None else describe_method(name)
+    if as_json:
+        _print_json(found.as_dict())
+    elif name is None:
+        render.method_list(found.as_dict())
+    else:
+        render.method_help(found.as_dict())
 
 
 @app.command(epilog=_examples("verify"))

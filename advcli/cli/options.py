@@ -126,6 +126,14 @@ NearTie = Annotated[
 ]
 
 
+METHOD_PARAMETERS = (
+    "advcli methods lists the methods; advcli methods NAME shows one's parameters, which this "
+    "command takes as flags (--lam 0.9)."
+)
+"""Where a command that runs a method sends its --help reader for the method parameters, which
+its --help leaves out (every method's would fill several screens)."""
+
+
 _CONVENTIONS = (
     ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults (default: the "
     "framework's own with --from, else advcli's; seed is advcli's former name)."
@@ -147,8 +155,12 @@ def _refused(problem: Callable[[Any], str | None]) -> Callable[[Any], Any]:
 def _option(param: Param) -> inspect.Parameter:
     """The typer option of one method parameter."""
     kind: Any = param.kind if param.cli_default is not None else Optional[param.kind]  # noqa: UP045
+    # hidden: every method's parameters would fill a screen; `advcli methods NAME` shows them
     option = typer.Option(
-        rich_help_panel=param.panel, help=param.help, callback=_refused(param.kind_problem)
+        rich_help_panel=param.panel,
+        help=param.help,
+        callback=_refused(param.kind_problem),
+        hidden=True,
     )
     return inspect.Parameter(
         param.name,

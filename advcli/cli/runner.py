@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import copy
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -32,10 +33,12 @@ from advcli.params import ANY
 _METAVARS = {int: "INT", float: "NUMBER", "integer": "INT", "float": "NUMBER"}  # else TEXT
 
 
-def command() -> Any:
+def command(args: list[str] | None = None) -> Any:
     """The command line as the click command typer makes of :data:`app`, with metavars that
-    read as words (INT, NUMBER, TEXT; none for a flag)."""
-    group = typer.main.get_command(app)
+    read as words (INT, NUMBER, TEXT; none for a flag). Given the command line's ``args``,
+    only the command they name is made with its options: the others by name and help alone
+    (making every option of every command is a third of ``advcli --help``'s time)."""
+    group = typer.main.get_command(app if args is None else _naming_only(args))
     for cmd in [group, *getattr(group, "commands", {}).values()]:
         help_option = cmd.get_help_option(typer.Context(cmd))  # made once, then kept
         for param in [*cmd.params, *([help_option] if help_option else [])]:
@@ -54,6 +57,38 @@ def command() -> Any:
             flags = {p.name: p.opts[0] for p in cmd.params if p.name and p.opts}
             cmd.callback = _checked(cmd.callback, flags)
     return group
+
+
+def _naming_only(args: list[str]) -> typer.Typer:
+    """:data:`app` with every command but the one ``args`` name (the first word that is no
+    option) by name and help alone."""
+    named = next((arg for arg in args if not arg.startswith("-")), None)
+    listed = copy.copy(app)
+    listed.registered_commands = [
+        info if _name(info) == named else _listed(info)
+        for info in app.registered_commands
+        if info.callback is not None
+    ]
+    return listed
+
+
+def _name(info: Any) -> str:
+    """The name of a registered command."""
+    return info.name or typer.main.get_command_name(info.callback.__name__)
+
+
+def _listed(info: Any) -> Any:
+    """A command's registration with its name and help, without options: one that does not
+    run (:func:`_naming_only` keeps in full the one that does)."""
+
+    def no_options() -> None:
+        raise AssertionError("a command listed for --help ran")
+
+    listed = copy.copy(info)
+    listed.name = _name(info)
+    listed.help = info.help or inspect.getdoc(info.callback)
+    listed.callback = no_options
+    return listed
 
 
 def _checked(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
@@ -153,7 +188,8 @@ def _run(args: list[str] | None) -> Any:
     # Not standalone, so that typer's own errors reach main's handlers; it returns an exit
     # code where it stopped early (0 after --help, 130 after Ctrl-C).
     with stdout.guarded(), termination_handled():
-        return command().main(args=args, prog_name="advcli", standalone_mode=False)
+        given = sys.argv[1:] if args is None else args
+        return command(given).main(args=given, prog_name="advcli", standalone_mode=False)
 
 
 def _stdout_closed() -> NoReturn:

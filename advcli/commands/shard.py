@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from advcli import jobs, methods, progress
 from advcli.errors import DataError, UsageError, file_list
@@ -37,11 +38,13 @@ def shard(
     ray_address: str | None = None,
     batch_rows: int = BATCH_ROWS,
     bucket_tokens: int = BUCKET_TOKENS,
+    **params: Any,
 ) -> ShardResult:
     """``advcli shard``: returns a summary; the folder ``out`` appears only when complete.
 
-    A raw log needs ``method`` (and takes ``convention`` and ``param``, annotate's options as
-    ``KEY=VALUE``); a log annotated by advcli keeps its own. ``batch_rows`` (rows read at a
+    A raw log needs ``method`` (and takes ``convention`` and the method's parameters as
+    keywords, as :func:`advcli.annotate` does; ``param``, ``["gamma=0.99"]``, is their former
+    spelling); a log annotated by advcli keeps its own. ``batch_rows`` (rows read at a
     time) and ``bucket_tokens`` (tokens held in memory while writing) change memory and speed,
     never the output. ``engine="ray"`` counts, measures and annotates each work unit of a
     Parquet log on a Ray cluster; this process plans and writes the shards (the same bytes).
@@ -56,6 +59,11 @@ def shard(
     given = parse_assignments(param, methods.PARAMETERS)
     if method is None:
         check_text(param)
+    twice = sorted(set(given) & {name for name, value in params.items() if value is not None})
+    if twice:
+        msg = f"{methods.PARAMETERS[twice[0]].flag} given twice: as a flag and with --param"
+        raise UsageError(msg)
+    given.update(params)
     job = jobs.job(paths, col=col, preset=from_, preset_options=preset_options, method=method,
                    convention=convention, params=given if method is not None else None,
                    engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
@@ -63,10 +71,13 @@ def shard(
     inp = open_input(job)
     if job.ray is not None:
         inp.annotate = job.ray.annotate
-    if inp.annotated_input and (convention is not None or param):
+    if inp.annotated_input and (
+        convention is not None or any(v is not None for v in given.values())
+    ):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
-            "--convention and --param apply to raw logs. Hint: drop them, or shard the raw log"
+            "--convention and the method's parameters apply to raw logs. Hint: drop them, or "
+            "shard the raw log"
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)

@@ -56,8 +56,8 @@ CPU = "CPUExecutionProvider"
 DEVICES = ("auto", "cuda", "cpu")
 
 _INSTALL_HINT = (
-    "Hint: pip install 'advcli[gpu]' (onnxruntime-gpu, CUDA 13, NVIDIA driver R580+; "
-    "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of 'advcli[onnx]'."
+    f"Hint: {installed.pip_install('gpu')} (onnxruntime-gpu, CUDA 13, NVIDIA driver R580+; "
+    "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of the onnx extra."
 )
 _OVERRIDE_HINT = (
     "Hint: choose the tensors with --input-name, --mask-name and --output-name, "
@@ -81,11 +81,11 @@ def _import_ort() -> Any:
     except ImportError as exc:
         if importlib.util.find_spec("onnxruntime") is None:
             raise UsageError(
-                "ONNX Runtime is not installed: "
-                "pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
+                f"ONNX Runtime is not installed: {installed.pip_install('onnx')} (CPU) or "
+                f"{installed.pip_install('gpu')} (CUDA)"
             ) from None
         msg = f"ONNX Runtime is installed but cannot be imported ({_first_line(exc)})"
-        raise DependencyError(f"{msg}. Hint: pip install -U 'advcli[onnx]'") from None
+        raise DependencyError(f"{msg}. Hint: {installed.pip_install('onnx')} -U") from None
     return onnxruntime
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from advcli import versions
+from advcli import installed, versions
 from advcli.errors import DataError, UsageError, no_rows, where
 from advcli.io.arrow import one_binary
 from advcli.io.schema import ROLES, jsonl_dtypes
@@ -47,7 +47,9 @@ def open_stream(path: str) -> io.BufferedIOBase:
         try:
             import zstandard
         except ImportError:
-            msg = f"{path}: reading .zst needs the zstandard package: pip install 'advcli[zstd]'"
+            msg = (
+                f"{path}: reading .zst needs the zstandard package: {installed.pip_install('zstd')}"
+            )
             raise UsageError(msg) from None
         versions.check_optional("zstandard", zstandard.__version__, "zstd")
         return io.BufferedReader(_Checked(path, "zstd", _ZstdFrames(path)))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from advcli import installed
 from advcli.errors import AdvcliError, DependencyError, OutputError, UsageError
 from advcli.io.checksum import stream_sha256
 from advcli.io.interrupts import left_running
@@ -109,7 +110,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 def _needs_fsspec(uri: str, scheme: str) -> DependencyError:
     return DependencyError(
         f"{uri}: reading {scheme}:// needs fsspec and huggingface_hub. "
-        "Hint: pip install 'advcli[hf]'"
+        f"Hint: {installed.pip_install('hf')}"
     )
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "Plan",
     "TokenPass",
     "check_convention",
+    "default_values",
     "get",
     "load_plugins",
     "missing_roles",
@@ -201,18 +202,11 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
         flags = ", ".join(p.flag for p in PARAMETERS.values() if p.name in takes)
         msg = f"{PARAMETERS[foreign[0]].flag} does not apply to {chosen.name}; it takes: {flags}"
         raise UsageError(msg)
-    conv = CONVENTIONS[convention]
-    method_defaults = chosen.defaults(conv)
+    defaults = default_values(chosen, convention)
     values: dict[str, Any] = {}
-    for name, param in PARAMETERS.items():  # in --help's order, whatever the method's
-        if name not in takes:
-            continue
-        value = param.coerce(given.get(name))
-        if value is None and param.conventional:
-            value = method_defaults.get(name, getattr(conv, name, param.default))
-        elif value is None:
-            value = param.coerce(param.default)
-        values[name] = value
+    for name, default in defaults.items():
+        value = PARAMETERS[name].coerce(given.get(name))
+        values[name] = default if value is None else value
     taken = [PARAMETERS[name] for name in values]
     # each value on its own (the choices first), then what the values say together
     for param in [p for p in taken if p.choices] + [p for p in taken if not p.choices]:
@@ -222,6 +216,24 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
         if param.check is not None and (problem := param.check(values[param.name], values)):
             raise UsageError(problem)
     return Params(chosen, convention, values)
+
+
+def default_values(method: Method[Any], convention: str) -> dict[str, Any]:
+    """What each parameter ``method`` takes is where none is given, in ``--help``'s order:
+    the method's default under ``convention`` (a name), else the convention's, else the
+    parameter's own."""
+    conv = CONVENTIONS[convention]
+    method_defaults = method.defaults(conv)
+    takes = {param.name for param in method.takes}
+    values: dict[str, Any] = {}
+    for name, param in PARAMETERS.items():  # in --help's order, whatever the method's
+        if name not in takes:
+            continue
+        if param.conventional:
+            values[name] = method_defaults.get(name, getattr(conv, name, param.default))
+        else:
+            values[name] = param.coerce(param.default)
+    return values
 
 
 def check_convention(convention: str | None) -> str:

@@ -31,7 +31,7 @@ def ray_module() -> Any:
         versions.check_optional("ray", installed.version("ray"), "ray")
         import ray
     except (ImportError, installed.NotInstalled):
-        msg = "--engine ray needs Ray. Hint: pip install 'advcli[ray]'"
+        msg = f"--engine ray needs Ray. Hint: {installed.pip_install('ray')}"
         raise DependencyError(msg) from None
     return ray
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
-from advcli import progress
+from advcli import installed, progress
 from advcli.accounting import Audit, audit_log
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
@@ -152,7 +152,7 @@ def token_texts(path: str, seen: _Walk, log: Log) -> dict[str, str]:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        msg = "--tokenizer needs the tokenizers package. Hint: pip install 'advcli[text]'"
+        msg = f"--tokenizer needs the tokenizers package. Hint: {installed.pip_install('text')}"
         raise UsageError(msg) from None
     check_option_file("--tokenizer", path, "tokenizer.json")
     with _native_stderr_muted():

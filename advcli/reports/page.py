@@ -14,7 +14,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from advcli import versions
+from advcli import installed, versions
 from advcli.errors import DependencyError, file_list
 
 CHART_HEIGHT = 230
@@ -26,7 +26,7 @@ def bokeh() -> Any:
     try:
         module = importlib.import_module("bokeh")
     except ImportError:
-        msg = "advcli report draws its charts with Bokeh. Hint: pip install 'advcli[report]'"
+        msg = f"advcli report draws its charts with Bokeh. Hint: {installed.pip_install('report')}"
         raise DependencyError(msg) from None
     versions.check_optional("bokeh", module.__version__, "report")
     return module

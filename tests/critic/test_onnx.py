@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from advcli import installed
 from advcli.core.ragged import offsets_from_lengths
 from advcli.critic import load_critic
 from advcli.errors import DataError, UsageError
@@ -302,8 +303,8 @@ def test_cuda_without_cuda_provider_is_a_usage_error(critic_path):
     providers = ", ".join(onnxruntime.get_available_providers())
     assert str(err.value) == (
         f"--device cuda: this ONNX Runtime has no CUDA provider (providers: {providers}). "
-        "Hint: pip install 'advcli[gpu]' (onnxruntime-gpu, CUDA 13, NVIDIA driver R580+; "
-        "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of 'advcli[onnx]'."
+        f"Hint: {installed.pip_install('gpu')} (onnxruntime-gpu, CUDA 13, NVIDIA driver R580+; "
+        "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of the onnx extra."
     )
     assert load_critic(critic_path, device="auto").provider == "CPUExecutionProvider"
 
@@ -341,7 +342,8 @@ def test_missing_onnxruntime_is_a_usage_error(critic_path, monkeypatch):
     with pytest.raises(UsageError) as err:
         load_critic(critic_path)
     assert str(err.value) == (
-        "ONNX Runtime is not installed: pip install 'advcli[onnx]' (CPU) or 'advcli[gpu]' (CUDA)"
+        f"ONNX Runtime is not installed: {installed.pip_install('onnx')} (CPU) or "
+        f"{installed.pip_install('gpu')} (CUDA)"
     )
 
 

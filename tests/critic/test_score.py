@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
+from advcli import installed
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer
 from bench.critic_model import build_critic, make_weights, reference
@@ -121,7 +122,7 @@ def test_cuda_without_cuda_is_a_clear_error(critic, tmp_path):
     )
     assert proc.returncode == 2
     text = proc.stderr.decode()
-    assert text.count("\n") == 1 and "pip install 'advcli[gpu]'" in text
+    assert text.count("\n") == 1 and installed.pip_install("gpu") in text
 
 
 def test_no_room_for_the_critics_values_is_one_line(critic, tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from advcli import installed
 from tests.conftest import ROOT, groups_of_four, one_line, run, write_parquet
 
 HF = importlib.util.find_spec("fsspec") and importlib.util.find_spec("huggingface_hub")
@@ -122,7 +123,7 @@ def test_remote_locations_fail_in_one_line_within_the_stated_limit(tmp_path):
     assert time.monotonic() - started < 60
     if importlib.util.find_spec("fsspec") is None:
         proc = run("audit", "hf://datasets/someone/logs/x.parquet")
-        assert proc.returncode == 1 and "pip install 'advcli[hf]'" in one_line(proc)
+        assert proc.returncode == 1 and installed.pip_install("hf") in one_line(proc)
     pytest.importorskip("ray")
     started = time.monotonic()
     proc = run("annotate", write_parquet(tmp_path / "log.parquet", groups_of_four()), "--method",

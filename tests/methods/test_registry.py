@@ -24,7 +24,7 @@ from advcli.methods import PARAMETERS, REGISTRY, get, register, what_runs
 from advcli.methods.temporal import GAMMA, Gae
 from advcli.params import Param
 from advcli.presets import SHARED_WITH_METHODS
-from tests.conftest import METHOD_OPTIONS, ROOT, SAMPLE, sample_with_every_input
+from tests.conftest import METHOD_OPTIONS, ROOT, SAMPLE, read_manifest, sample_with_every_input
 
 INPUT_COLUMNS = pq.read_schema(SAMPLE / "rollouts.parquet").names
 
@@ -49,8 +49,7 @@ def test_annotate_has_one_option_per_parameter_made_from_its_declaration():
         assert param.flag in option.opts
         assert option.help == param.help
         assert option.default == param.cli_default
-    method = options["method"]
-    assert all(name in (method.help or "") for name in REGISTRY)
+    assert [line.name for line in advcli.list_methods().methods] == list(REGISTRY)
 
 
 def test_what_a_log_can_run_comes_from_each_methods_roles():
@@ -103,8 +102,12 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(
     """An installed plugin (tests/methods/toy_plugin: one module, one entry point) declares a
     method and a new parameter: the options, --method, the checks, schema and shard follow
     with nothing of advcli edited."""
-    help_text = run_with_toy(plugin_site, "annotate", "--help").stdout
-    assert "--toy-factor" in help_text and "scaled-mean" in help_text
+    assert "scaled-mean" in run_with_toy(plugin_site, "methods").stdout
+    toy = json.loads(run_with_toy(plugin_site, "methods", "scaled-mean", "--json").stdout)
+    assert [p["flag"] for p in toy["parameters"] if not p["shared"]] == [
+        "--zero-variance",
+        "--toy-factor",
+    ]
     out = tmp_path / "toy.parquet"
     proc = run_with_toy(
         plugin_site,
@@ -134,10 +137,11 @@ def test_an_estimator_added_in_one_file_is_a_method_of_every_command(
     )
     assert proc.returncode == 1 and "no 'prompt_id' column" in proc.stderr
     proc = run_with_toy(
-        plugin_site, "shard", small_log, "--method", "scaled-mean", "--param", "toy-factor=3",
+        plugin_site, "shard", small_log, "--method", "scaled-mean", "--toy-factor", "3",
         "--out", str(tmp_path / "shards"), "--json", "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert read_manifest(tmp_path / "shards")["params"]["toy_factor"] == 3.0
     assert "scaled-mean" not in advcli.describe(small_log).can_run  # this process: built-ins
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advcli import installed
 from advcli.reports.collect import ReportOptions, choose_groups
 from tests.conftest import groups_of_four, rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
@@ -207,7 +208,7 @@ def test_without_the_extra_it_says_which_to_install(tmp_path, small_log):
     assert proc.returncode == 1
     assert proc.stderr.decode() == (
         "advcli: error: advcli report draws its charts with Bokeh. "
-        "Hint: pip install 'advcli[report]'\n"
+        f"Hint: {installed.pip_install('report')}\n"
     )
 
 

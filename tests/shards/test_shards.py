@@ -154,8 +154,9 @@ def test_annotated_input_gives_the_same_shards_and_jsonl_works(capsys, tmp_path)
     assert got.column("returns").to_pylist() == pq.read_table(annotated)["returns"].to_pylist()
     code, _, err = run(capsys, "shard", annotated, "--method", "grpo", "--out", tmp_path / "x")
     assert code == 2 and "already annotated with method 'gae'" in err and "Hint:" in err
-    code, _, err = run(capsys, "shard", annotated, "--param", "gamma=0.9", "--out", tmp_path / "x")
-    assert code == 2 and "--param apply to raw logs" in err
+    for given in (["--gamma", "0.9"], ["--param", "gamma=0.9"]):
+        code, _, err = run(capsys, "shard", annotated, *given, "--out", tmp_path / "x")
+        assert code == 2 and "the method's parameters apply to raw logs" in err
     code, _, err = run(capsys, "shard", annotated, SAMPLE, "--out", tmp_path / "x")
     assert code == 2 and "a raw log among logs annotated by advcli" in err
     jsonl = ok(capsys, "shard", SAMPLE_JSONL, "--method", "gae", "--out", tmp_path / "j")
@@ -543,3 +544,30 @@ def test_sigkill_leaves_no_complete_looking_output(tmp_path):
     # the next run is not blocked by the debris and writes a complete folder
     done = subprocess.run([*args[:-2], "--rows-per-shard", "2000"], env=env, check=True)
     assert done.returncode == 0 and (out / "_advcli_manifest.parquet").exists()
+
+
+def folder_bytes(folder: Path) -> dict[Path, bytes]:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_methods_parameters_are_flags_as_on_annotate_and_param_a_deprecated_spelling(
+    capsys, tmp_path
+):
+    flags = ok(capsys, "shard", SAMPLE, "--method", "gae", "--lam", "0.9", "--out", tmp_path / "a")
+    assert flags["warnings"] == []
+    assert read_manifest(tmp_path / "a")["params"]["lam"] == 0.9
+    old = ok(
+        capsys, "shard", SAMPLE, "--method", "gae", "--param", "lam=0.9", "--out", tmp_path / "b"
+    )
+    assert old["warnings"] == ["--param is deprecated: write --lam 0.9"]
+    advcli.shard([str(SAMPLE)], tmp_path / "c", method="gae", lam=0.9)
+    assert (
+        folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b") == folder_bytes(tmp_path / "c")
+    )
+    code, _, err = run(capsys, "shard", SAMPLE, "--method", "grpo", "--param", "scale=none",
+                       "--scale", "batch", "--out", tmp_path / "d")  # fmt: skip
+    assert code == 2 and "--scale given twice: as a flag and with --param" in err
+    code, _, err = run(
+        capsys, "shard", SAMPLE, "--method", "grpo", "--lam", "0.9", "--out", tmp_path / "e"
+    )
+    assert code == 2 and "--lam does not apply to grpo" in err
