@@ -152,7 +152,7 @@ def shard(
     if inp.annotated_input and (convention is not None or param):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
-            "--convention and --param apply to raw logs. Hint: drop them, or shard the raw log"
+            "`convention` and `param` apply to raw logs. Hint: drop them, or shard the raw log"
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)
@@ -165,7 +165,7 @@ def shard(
         msg = (
             f"{file_list(inp.sources.files)}: no rows left to write "
             f"(dropped: {plan.dropped or inp.dropped_by_method}). "
-            "Hint: drop --drop-zero-variance / --drop-singletons"
+            "Hint: drop `drop_zero_variance` / `drop_singletons`"
         )
         raise DataError(msg)
     manifest = write_shards(
