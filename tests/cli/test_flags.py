@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import advcli
 from advcli.cli.flags import flags, keyword_of, on_command_line
+from advcli.errors import OutputError
+from tests.conftest import run
 
 
 @pytest.mark.parametrize(
@@ -67,3 +72,17 @@ def test_a_keyword_is_its_flag_in_python_spelling() -> None:
     assert keyword_of("--batch-tokens") == "batch_tokens"
     assert keyword_of("--from") == "from_"
     assert keyword_of("--out") == "out"
+
+
+def test_one_message_said_each_way(tmp_path: Path, small_log: str) -> None:
+    """The library's message names the keyword; the command line prints the flag."""
+    out = tmp_path / "taken.parquet"
+    out.write_text("taken")
+    with pytest.raises(OutputError) as raised:
+        advcli.annotate(small_log, out, method="grpo")
+    assert str(raised.value) == f"{out}: already exists. Hint: pass `force=True` to replace it"
+    proc = run("annotate", small_log, "--method", "grpo", "--out", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        f"advcli: error: {out}: already exists. Hint: pass --force to replace it\n"
+    )
