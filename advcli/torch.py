@@ -327,7 +327,7 @@ class Padded:
         if name not in rows[0]:
             msg = (
                 f"collate: the rows have no {name!r} column (they have "
-                f"{', '.join(rows[0])}). Hint: the layout advcli shard --layout wrote them in"
+                f"{', '.join(rows[0])}). Hint: the `layout` advcli shard wrote them in"
             )
             raise UsageError(msg)
         values = _arrays(rows, name, IDS)

@@ -126,12 +126,16 @@ def test_annotate_table_takes_polars_and_pandas_frames_and_gives_the_same_kind()
 def test_python_callers_read_their_keywords_in_errors(tmp_path, small_log):
     out = tmp_path / "o.parquet"
     out.write_text("taken")
-    with pytest.raises(advcli_errors.OutputError, match=r"Hint: pass force=True to replace it"):
+    with pytest.raises(advcli_errors.OutputError, match=r"Hint: pass `force=True` to replace it"):
         advcli.annotate(small_log, out, method="grpo")
-    with pytest.raises(advcli_errors.UsageError, match=r"col=\['reward=rewrd'\]: no column"):
+    with pytest.raises(advcli_errors.UsageError, match=r"`col=\['reward=rewrd'\]`: no column"):
         advcli.annotate(small_log, tmp_path / "p.parquet", method="grpo", col=["reward=rewrd"])
     with pytest.raises(advcli_errors.UsageError, match="critic none.onnx: no such file"):
         advcli.annotate(small_log, tmp_path / "q.parquet", method="gae", critic="none.onnx")
+    with pytest.raises(advcli_errors.UsageError, match=r"Hint: pass `method='grpo'` \(or another"):
+        advcli.shard(small_log, tmp_path / "shards")
+    with pytest.raises(advcli_errors.UsageError, match=r"^`format='arrow'` writes Arrow IPC"):
+        advcli.annotate(small_log, tmp_path / "r.parquet", method="grpo", format="arrow")
 
 
 def test_dir_lists_the_api():
@@ -143,5 +147,5 @@ def test_keywords_are_the_options_names(tmp_path, small_log):
     """``--from`` is ``from_`` (``from`` is Python's), ``--format`` is ``format``."""
     done = advcli.annotate(small_log, tmp_path / "a.out", method="grpo", format="jsonl")
     assert done.rows_written > 0 and (tmp_path / "a.out").read_text().startswith("{")
-    with pytest.raises(advcli_errors.UsageError, match=r"^from_='no-such': unknown framework"):
+    with pytest.raises(advcli_errors.UsageError, match=r"^`from_='no-such'`: unknown framework"):
         advcli.audit(small_log, from_="no-such")

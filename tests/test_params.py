@@ -93,10 +93,10 @@ def test_a_run_holds_exactly_what_its_method_takes():
 @pytest.mark.parametrize(
     ("method", "given", "message"),
     [
-        ("grpo", {"gamma": 0.5}, "--gamma does not apply to grpo; it takes: --baseline, --scale"),
-        ("mc", {"lam": 0.9}, "--lam does not apply to mc; it takes: --batch-size, --gamma"),
-        ("remax", {"whiten": "batch"}, "--whiten does not apply to remax"),
-        ("gdpo", {"kl_coef": 0.1}, "--kl-coef does not apply to gdpo"),
+        ("grpo", {"gamma": 0.5}, "`gamma` does not apply to grpo; it takes: `baseline`, `scale`"),
+        ("mc", {"lam": 0.9}, "`lam` does not apply to mc; it takes: `batch_size`, `gamma`"),
+        ("remax", {"whiten": "batch"}, "`whiten` does not apply to remax"),
+        ("gdpo", {"kl_coef": 0.1}, "`kl_coef` does not apply to gdpo"),
     ],
 )
 def test_a_parameter_the_method_does_not_take_is_refused(method, given, message):
@@ -118,7 +118,7 @@ def test_a_parameter_the_method_does_not_take_is_refused(method, given, message)
         ({"std_ddof": 2}, "--std-ddof 2: expected an integer in [0, 1]"),
         ({"batch_size": 0}, "--batch-size 0: expected a positive integer"),
         ({"eps": -1}, "--eps -1.0: expected a number >= 0"),
-        ({"speed": 3}, "unknown parameter 'speed'. Parameters: --baseline, --scale"),
+        ({"speed": 3}, "unknown parameter 'speed'. Parameters: `baseline`, `scale`"),
     ],
 )
 def test_bad_values_name_the_option(given, message):

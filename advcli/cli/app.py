@@ -16,6 +16,7 @@ import typer
 from advcli import progress
 from advcli._malloc import tune_allocator
 from advcli._version import __version__
+from advcli.cli.flags import on_command_line
 from advcli.cli.options import (
     _CONVENTIONS,
     METHOD_PARAMETERS,
@@ -108,6 +109,8 @@ def _report(
 
 
 def _print_json(obj: object, stream: TextIO | None = None) -> None:
+    if isinstance(obj, dict) and "warnings" in obj:
+        obj = {**obj, "warnings": [on_command_line(w) for w in obj["warnings"]]}
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     (stream or sys.stdout).write(orjson.dumps(obj, option=option).decode() + "\n")
 
@@ -120,7 +123,7 @@ def _one_line(key: object) -> str:
 
 def _warn(warnings: list[str]) -> None:
     for warning in warnings:
-        sys.stderr.write(f"advcli: warning: {warning}\n")
+        sys.stderr.write(f"advcli: warning: {on_command_line(warning)}\n")
 
 
 @app.command(epilog=_examples("schema"))

@@ -25,6 +25,7 @@ import typer.core
 import typer.main
 
 from advcli.cli.app import app
+from advcli.cli.flags import on_command_line
 from advcli.errors import AdvcliError, StdoutClosed, UsageError
 from advcli.io import stdout
 from advcli.io.interrupts import STOPS, leave, terminated_by, termination_handled
@@ -144,7 +145,7 @@ def _main(args: list[str] | None) -> None:
     except StdoutClosed:  # a reader of --out - stopped early (`| head`)
         _stdout_closed()
     except AdvcliError as exc:
-        _fail(f"advcli: error: {exc}", exc.exit_code)
+        _fail(f"advcli: error: {on_command_line(str(exc))}", exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         if os.environ.get("ADVCLI_DEBUG"):
             traceback.print_exc()

@@ -76,7 +76,7 @@ def shard(
     ):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
-            "--convention and the method's parameters apply to raw logs. Hint: drop them, or "
+            "`convention` and the method's parameters apply to raw logs. Hint: drop them, or "
             "shard the raw log"
         )
         raise UsageError(msg)
@@ -90,7 +90,7 @@ def shard(
         msg = (
             f"{file_list(inp.sources.files)}: no rows left to write "
             f"(dropped: {plan.dropped or inp.dropped_by_method}). "
-            "Hint: drop --drop-zero-variance / --drop-singletons"
+            "Hint: drop `drop_zero_variance` / `drop_singletons`"
         )
         raise DataError(msg)
     manifest = write_shards(

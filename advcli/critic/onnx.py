@@ -60,7 +60,7 @@ _INSTALL_HINT = (
     "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of the onnx extra."
 )
 _OVERRIDE_HINT = (
-    "Hint: choose the tensors with --input-name, --mask-name and --output-name, "
+    "Hint: choose the tensors with `input_name`, `mask_name` and `output_name`, "
     "or export the critic to this contract."
 )
 _CONTRACT = (
@@ -126,7 +126,7 @@ def _open_session(ort: Any, path: Path, device: str) -> Any:
     has_cuda = CUDA in ort.get_available_providers()
     if device == "cuda" and not has_cuda:
         raise UsageError(
-            f"--device cuda: this ONNX Runtime has no CUDA provider "
+            f"`device='cuda'`: this ONNX Runtime has no CUDA provider "
             f"(providers: {', '.join(ort.get_available_providers())}). {_INSTALL_HINT}"
         )
     if device == "cpu" or not has_cuda:
@@ -144,7 +144,7 @@ def _open_session(ort: Any, path: Path, device: str) -> Any:
         return create([CPU])  # "auto": CUDA broke the session; the CPU may still load it
     if device == "cuda" and session.get_providers()[0] != CUDA:
         raise UsageError(
-            "--device cuda: ONNX Runtime could not start CUDA (the session fell back to "
+            "`device='cuda'`: ONNX Runtime could not start CUDA (the session fell back to "
             f"{', '.join(session.get_providers())}); check the NVIDIA driver and the CUDA/cuDNN "
             f"libraries. {_INSTALL_HINT}"
         )
@@ -189,13 +189,14 @@ class Critic:
         self, inputs: list[Any], outputs: list[Any], ids_name: str | None, mask_name: str | None
     ) -> tuple[Any, Any]:
         by_name = {a.name: a for a in inputs}
-        for flag, name in (("--input-name", ids_name), ("--mask-name", mask_name)):
+        for option, name in (("input_name", ids_name), ("mask_name", mask_name)):
             if name is not None and name not in by_name:
-                raise self._refuse(f"{flag} '{name}' is not an input of the model", inputs, outputs)
+                given = f"`{option}={name!r}`"
+                raise self._refuse(f"{given} is not an input of the model", inputs, outputs)
         if len(inputs) != 2:
             raise self._refuse(f"the model has {len(inputs)} inputs, not 2", inputs, outputs)
         if ids_name is not None and ids_name == mask_name:
-            raise self._refuse("--input-name and --mask-name name the same input", inputs, outputs)
+            raise self._refuse("`input_name` and `mask_name` name the same input", inputs, outputs)
         if (
             ids_name is None
             and mask_name is None
@@ -222,7 +223,7 @@ class Critic:
         by_name = {a.name: a for a in outputs}
         if name is not None and name not in by_name:
             raise self._refuse(
-                f"--output-name '{name}' is not an output of the model", inputs, outputs
+                f"`output_name={name!r}` is not an output of the model", inputs, outputs
             )
         if not outputs:
             raise self._refuse("the model has no output", inputs, outputs)
@@ -289,7 +290,7 @@ class Critic:
             where = describe_row(i) if describe_row is not None else f"row {i}"
             raise DataError(
                 f"{where}: column 'input_ids': row has {int(offsets[i + 1] - offsets[i])} tokens, "
-                f"more than the critic's maximum of {limit}. Hint: pass --max-len-truncate left "
+                f"more than the critic's maximum of {limit}. Hint: pass `max_len_truncate='left'` "
                 f"to score only the last {limit} tokens, or split the rollout into segments."
             )
 
@@ -365,7 +366,7 @@ def load_critic(
 ) -> Critic:
     """Load an ONNX critic on ``device`` ("auto", "cuda", "cpu"); check it fits the contract."""
     if device not in DEVICES:
-        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not '{device}'")
+        raise UsageError(f"`device` must be one of {', '.join(DEVICES)}, not '{device}'")
     path = Path(path)
     check_option_file("--critic", str(path), "model.onnx")
     ort = _import_ort()

@@ -78,15 +78,15 @@ class CriticScorer:
         limit = self.opts.max_len
         if limit is not None and length > limit:
             problem = (
-                f"{length} tokens, and --max-len {limit} leaves out the first "
+                f"{length} tokens, and `max_len={limit}` leaves out the first "
                 f"{length - limit}, action tokens among them, which would get no value. "
-                "Hint: a larger --max-len (the model's limit permitting), or split the "
+                "Hint: a larger `max_len` (the model's limit permitting), or split the "
                 "rollout into segments"
             )
         else:
             problem = (
                 "the critic gave no value for an action token (a row's first token has no "
-                "earlier output to shift from). Hint: pass --no-shift if the model outputs "
+                "earlier output to shift from). Hint: pass `shift=False` if the model outputs "
                 "V(s_t) itself"
             )
         raise DataError(f"{self.sources.at(row0 + row, self.ids_column)}: {problem}")

@@ -91,7 +91,7 @@ def find(folder: Folder) -> Found | None:
     if folder.kind(NAME) == "file":
         with folder.open(NAME) as fh:
             meta = pq.read_metadata(fh)
-        shown, hint = folder.path(NAME), "write the folder again (--force)"
+        shown, hint = folder.path(NAME), "write the folder again (`force=True`)"
         text = (footer_value(meta, TEXT_KEY.encode(), shown, hint) or b"").decode(errors="replace")
         sha256 = footer_value(meta, SHA256_KEY.encode(), shown, hint)
         return Found(NAME, text, sha256.decode() if sha256 else None, frozenset({NAME}))

@@ -38,16 +38,16 @@ def output_format(path: str, fmt: str | None) -> str:
             return fmt or "jsonl"
         if fmt == "parquet":
             msg = (
-                "--out -: Parquet needs a file it can seek in, which a pipe is not. Hint: "
-                "--format jsonl or arrow for a pipe, or --out with a .parquet name"
+                "`out='-'`: Parquet needs a file it can seek in, which a pipe is not. Hint: "
+                "`format='jsonl'` or arrow for a pipe, or `out` with a .parquet name"
             )
             raise UsageError(msg)
-        raise UsageError(f"--format {fmt!r}: expected jsonl or arrow for --out -")
+        raise UsageError(f"`format={fmt!r}`: expected jsonl or arrow for `out='-'`")
     if fmt == "arrow":
-        raise UsageError("--format arrow writes Arrow IPC to standard output: add --out -")
+        raise UsageError("`format='arrow'` writes Arrow IPC to standard output: add `out='-'`")
     if fmt:
         if fmt not in ("parquet", "jsonl"):
-            msg = f"--format {fmt!r}: expected parquet or jsonl"
+            msg = f"`format={fmt!r}`: expected parquet or jsonl"
             raise UsageError(msg)
         return fmt
     lower = path.lower()
@@ -57,14 +57,14 @@ def output_format(path: str, fmt: str | None) -> str:
         return "jsonl"
     msg = (
         f"{path}: cannot tell the output format. "
-        "Hint: end the name in .parquet or .jsonl, or pass --format"
+        "Hint: end the name in .parquet or .jsonl, or pass `format`"
     )
     raise UsageError(msg)
 
 
 def _refuse_existing(out: str, exists: bool, *, force: bool) -> None:
     if exists and not force:
-        msg = f"{out}: already exists. Hint: pass --force to replace it"
+        msg = f"{out}: already exists. Hint: pass `force=True` to replace it"
         raise OutputError(msg)
 
 
@@ -83,8 +83,8 @@ def _refuse_special(path: Path) -> None:
     else:
         what = "not a regular file (a FIFO, a device or a socket)"
     msg = (
-        f"{path}: {what}; advcli replaces only a regular file or a folder it wrote, --force "
-        "or not. Hint: choose another --out"
+        f"{path}: {what}; advcli replaces only a regular file or a folder it wrote, `force=True` "
+        "or not. Hint: choose another `out`"
     )
     raise OutputError(msg)
 
@@ -104,8 +104,8 @@ def _refuse_unlisted(out: str, listed: Callable[[Folder], set[str] | None]) -> N
     if unlisted is not None:
         msg = (
             f"{out}: not an output folder of advcli (it holds {unlisted}, which no advcli "
-            "manifest there lists); --force replaces only a folder advcli wrote. Hint: "
-            "choose another --out, or move the folder away yourself"
+            "manifest there lists); `force=True` replaces only a folder advcli wrote. Hint: "
+            "choose another `out`, or move the folder away yourself"
         )
         raise OutputError(msg)
 
@@ -137,8 +137,8 @@ def check_stdout(files: list[str]) -> None:
     the inputs ``files`` (see :func:`refuse_stdout_input`)."""
     if stdout.is_closed():
         msg = (
-            "--out -: standard output is closed, so nothing could be written there. Hint: "
-            "send it to a file or a pipe, or give --out a file name"
+            "`out='-'`: standard output is closed, so nothing could be written there. Hint: "
+            "send it to a file or a pipe, or give `out` a file name"
         )
         raise OutputError(msg)
     refuse_stdout_input(files)
@@ -219,7 +219,7 @@ def _check_local_output(out: str, files: list[str], *, force: bool) -> None:
             if any(_same_identity(_stat(path), stdin) for path in written):
                 msg = (
                     f"{out}: this is the file standard input (-) reads, one of the inputs; "
-                    "advcli never overwrites its input. Hint: choose another --out"
+                    "advcli never overwrites its input. Hint: choose another `out`"
                 )
                 raise OutputError(msg)
             continue
@@ -227,12 +227,12 @@ def _check_local_output(out: str, files: list[str], *, force: bool) -> None:
             if any(_same_file(path, g) for g in (f, *metadata_paths(f))):
                 msg = (
                     f"{out}: this is one of the inputs; advcli never overwrites its input. "
-                    "Hint: choose another --out"
+                    "Hint: choose another `out`"
                 )
                 raise OutputError(msg)
     for path in written:
         if path.is_dir():
-            msg = f"{path}: a folder, not a file. Hint: give a file name for --out"
+            msg = f"{path}: a folder, not a file. Hint: give a file name for `out`"
             raise OutputError(msg)
         _refuse_special(path)
     for path in written:
@@ -253,7 +253,7 @@ def check_output_folder(
     and a folder holding anything else is refused, ``--force`` or not."""
     if out == STDOUT:
         msg = (
-            "--out -: this output is a folder of files, which standard output cannot hold. "
+            "`out='-'`: this output is a folder of files, which standard output cannot hold. "
             "Hint: name a folder (./- for one named '-')"
         )
         raise UsageError(msg)
@@ -275,16 +275,16 @@ def _check_local_folder(
         if path == target.resolve() or target.resolve() in path.parents:
             msg = (
                 f"{out}: holds the input {f}; advcli never overwrites its input. "
-                "Hint: choose another --out"
+                "Hint: choose another `out`"
             )
             raise OutputError(msg)
     here = Path.cwd().resolve()
     if target.resolve() == here or target.resolve() in here.parents:
-        msg = f"{out}: the current folder or one above it. Hint: choose a new folder for --out"
+        msg = f"{out}: the current folder or one above it. Hint: choose a new folder for `out`"
         raise OutputError(msg)
     _refuse_special(target)
     if target.exists() and not target.is_dir():
-        msg = f"{out}: a file, not a folder. Hint: give a new folder for --out"
+        msg = f"{out}: a file, not a folder. Hint: give a new folder for `out`"
         raise OutputError(msg)
     clean_stale(target)  # a swap a kill interrupted is undone first
     _refuse_existing(out, target.exists(), force=force)
@@ -301,7 +301,7 @@ def _check_remote_folder(
     for f in files:
         if f.split("?")[0].startswith(prefix):
             msg = f"{out}: holds the input {f}; advcli never overwrites its input"
-            raise OutputError(f"{msg}. Hint: choose another --out")
+            raise OutputError(f"{msg}. Hint: choose another `out`")
     _refuse_existing(out, bool(remote.listing(out)), force=force)
     _refuse_unlisted(out, listed)
     return Path(out)
@@ -343,7 +343,7 @@ def _refuse_long_names(out: str, paths: list[Path]) -> None:
             what = "its name" if path.name == Path(out).name else f"the name {path.name}"
             msg = (
                 f"{out}: {what} is {size} bytes long; a file name in that folder holds at most "
-                f"{most}. Hint: choose a shorter --out"
+                f"{most}. Hint: choose a shorter `out`"
             )
             raise OutputError(msg)
 
@@ -354,10 +354,10 @@ def _check_writable(folder: Path, out: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        msg = f"{out}: {existing} is a file, not a folder. Hint: choose another --out"
+        msg = f"{out}: {existing} is a file, not a folder. Hint: choose another `out`"
         raise OutputError(msg)
     if not os.access(existing, os.W_OK | os.X_OK):
-        msg = f"{out}: cannot write in {existing} (no permission). Hint: choose another --out"
+        msg = f"{out}: cannot write in {existing} (no permission). Hint: choose another `out`"
         raise OutputError(msg)
 
 
@@ -452,7 +452,7 @@ def publish(tmp: Path, target: Path, *, force: bool, shown: str) -> None:
         os.replace(tmp, target)
         return
     appeared = OutputError(
-        f"{shown}: appeared while writing (another run?). Hint: pass --force to replace it"
+        f"{shown}: appeared while writing (another run?). Hint: pass `force=True` to replace it"
     )
     try:
         os.link(tmp, target)  # fails if target exists: no other run's output is lost
@@ -554,7 +554,7 @@ def _swap_in(tmp: Path, target: Path, *, force: bool) -> None:
         os.rename(tmp, target)
         return
     if not force:
-        msg = f"{target}: appeared while writing. Hint: pass --force to replace it"
+        msg = f"{target}: appeared while writing. Hint: pass `force=True` to replace it"
         raise OutputError(msg)
     if _exchange(tmp, target):  # tmp now holds the old folder, removed on the way out
         return

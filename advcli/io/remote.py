@@ -227,7 +227,7 @@ def upload(local: str, uri: str, *, force: bool) -> None:
     """Copy the finished local file ``local`` to ``uri`` in one upload: the object appears
     when the upload completes, or not at all."""
     if not force and exists(uri):
-        raise OutputError(f"{uri}: appeared while writing. Hint: pass --force to replace it")
+        raise OutputError(f"{uri}: appeared while writing. Hint: pass `force=True` to replace it")
     stream = answered(uri, "write this object", lambda fs, path: fs.open_output_stream(path),
                       OutputError)  # fmt: skip
     try:
@@ -250,9 +250,9 @@ def check_output(uri: str, inputs: list[str], *, force: bool) -> None:
         raise UsageError(f"{msg}. Hint: write Parquet to object storage")
     if uri in inputs:
         msg = f"{uri}: this is one of the inputs; advcli never overwrites its input"
-        raise OutputError(f"{msg}. Hint: choose another --out")
+        raise OutputError(f"{msg}. Hint: choose another `out`")
     if not force and exists(uri):
-        raise OutputError(f"{uri}: already exists. Hint: pass --force to replace it")
+        raise OutputError(f"{uri}: already exists. Hint: pass `force=True` to replace it")
 
 
 def listing(uri: str) -> dict[str, int]:
@@ -313,7 +313,7 @@ def staged_folder(uri: str, *, force: bool, last: tuple[str, ...]) -> Iterator[F
     """
     before = listing(uri)
     if before and not force:
-        raise OutputError(f"{uri}: already exists. Hint: pass --force to replace it")
+        raise OutputError(f"{uri}: already exists. Hint: pass `force=True` to replace it")
     for name in last:
         if name in before:
             delete(child(uri, name))

@@ -271,13 +271,17 @@ def require(
             f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
             f"decoded text has none). {found}. Hint: "
             + (hint or (f"{without_tokens}; or " if without_tokens else "")
-               + "name the token column with --col")
+               + "name the token column with `col`")
         )  # fmt: skip
         raise SchemaError(msg)
     for role in sorted(needs):
         if roles[role] is None:
             near = closest(role, columns)
-            default = f"name it with --col {role}={near}" if near else "name its column with --col"
+            default = (
+                f"name it with `col={[f'{role}={near}']!r}`"
+                if near
+                else "name its column with `col`"
+            )
             msg = f"{files}: no '{role}' column. {found}. Hint: {hint or default}"
             raise SchemaError(msg)
 
@@ -523,7 +527,7 @@ def _segments(
     if roles["rollout_id"] is None:
         msg = (
             f"{file_list(check.sources.files)}: the log has '{col}' but no rollout_id column. "
-            "Hint: segments of one rollout share a rollout_id; name its column with --col"
+            "Hint: segments of one rollout share a rollout_id; name its column with `col`"
         )
         raise SchemaError(msg)
     check.no_nulls(col, "segment index")

@@ -125,11 +125,11 @@ def parse_col_mapping(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         role, sep, column = item.partition("=")
         if not sep or not role or not column:
-            msg = f"--col {item!r}: expected ROLE=COLUMN, for example --col reward=score"
+            msg = f"`col={[item]!r}`: expected ROLE=COLUMN, for example `col=['reward=score']`"
             raise UsageError(msg)
         if role not in ROLES:
             hint = did_you_mean(role, ROLES)
-            msg = f"--col {item!r}: unknown role '{role}'.{hint} Roles: {', '.join(ROLES)}"
+            msg = f"`col={[item]!r}`: unknown role '{role}'.{hint} Roles: {', '.join(ROLES)}"
             raise UsageError(msg)
         mapping[role] = column
     return mapping
@@ -145,9 +145,8 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
             col = mapping[role]
             if col not in names:
                 hint = did_you_mean(col, names)
-                msg = (
-                    f"{files}: --col {role}={col}: no column '{col}'.{hint} {columns_found(names)}"
-                )
+                given = f"`col={[f'{role}={col}']!r}`"
+                msg = f"{files}: {given}: no column '{col}'.{hint} {columns_found(names)}"
                 raise UsageError(msg)
             chosen = col
         elif role in names:
@@ -157,14 +156,14 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
             if len(fitting) > 1:
                 msg = (
                     f"{files}: columns {', '.join(repr(a) for a in fitting)} could each be "
-                    f"'{role}'. Hint: choose one with --col {role}={fitting[0]}"
+                    f"'{role}'. Hint: choose one with `col={[f'{role}={fitting[0]}']!r}`"
                 )
                 raise SchemaError(msg)
             chosen = fitting[0] if fitting else None
         if chosen is not None and not _fits(kind, schema.field(chosen).type):
             msg = (
                 f"{files}: column '{chosen}' ({role}) has type {schema.field(chosen).type}, "
-                f"expected {_KIND_TEXT[kind]}. Hint: map another column with --col"
+                f"expected {_KIND_TEXT[kind]}. Hint: map another column with `col`"
             )
             raise SchemaError(msg)
         columns[role] = chosen
@@ -173,7 +172,7 @@ def resolve_roles(schema: pa.Schema, mapping: dict[str, str], files: str) -> Rol
         if column is not None and column in taken:
             msg = (
                 f"{files}: column '{column}' is mapped to both '{taken[column]}' and '{role}'. "
-                "Hint: fix the --col options"
+                "Hint: fix the `col` options"
             )
             raise SchemaError(msg)
         if column is not None:

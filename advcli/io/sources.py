@@ -109,13 +109,13 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             if f.lower().endswith(".pt"):
                 msg = (
                     f"{f}: a torch file. Hint: slime and miles dump their rollouts as .pt "
-                    "files: read them with --from slime"
+                    "files: read them with `from_='slime'`"
                 )
                 raise UsageError(msg)
             if not (is_jsonl(f) or is_parquet(f)):
                 msg = (
                     f"{f}: unknown input format. Hint: advcli reads .parquet and .jsonl "
-                    "(.jsonl.gz, .jsonl.zst) files, and frameworks' dumps with --from"
+                    "(.jsonl.gz, .jsonl.zst) files, and frameworks' dumps with `from_`"
                 )
                 raise UsageError(msg)
             if f != STDIN and not remote.is_remote(f):

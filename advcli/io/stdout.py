@@ -75,7 +75,7 @@ def unwritable(exc: OSError) -> OutputError:
     reason = exc.strerror or type(exc).__name__
     return OutputError(
         f"standard output: could not write ({reason}). Hint: send it to a file or a pipe "
-        "that takes it (or give --out a file name)"
+        "that takes it (or give `out` a file name)"
     )
 
 

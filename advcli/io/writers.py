@@ -120,7 +120,7 @@ def _to_stdout(
     try:
         for table, n_tokens in batches:
             if fmt == "jsonl":
-                nulled += _json_ready(table, "--out -", rows, nonfinite, checked)
+                nulled += _json_ready(table, "`out='-'`", rows, nonfinite, checked)
                 sink.write(_frame(table).write_ndjson().encode())
             else:
                 if stream is None or schema is None:
@@ -152,7 +152,7 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: s
             what = "bytes" if any(is_type(k, unwritable) for k in _BYTES) else unwritable
             msg = (
                 f"{out}: column '{name}' holds {what}, which JSON lines cannot hold. Hint: "
-                "write Parquet (--out with a .parquet name)"
+                "write Parquet (`out` with a .parquet name)"
             )
             raise UsageError(msg)
         if name not in checked or not _holds_floats(column.type):
@@ -170,7 +170,7 @@ def _json_ready(table: pa.Table, out: str, row0: int, nonfinite: str, checked: s
         msg = (
             f"{out}: row {row0 + int(row_of_value[at])} of the output, column '{name}': "
             f"{flat[at]}, which JSON has no number for (it would be written null). Hint: "
-            "pass --nonfinite null to write null (counted in the summary), or write Parquet"
+            "pass `nonfinite='null'` to write null (counted in the summary), or write Parquet"
         )
         raise DataError(msg)
     return count

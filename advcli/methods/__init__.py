@@ -192,15 +192,15 @@ def resolve(method: str | Method[Any], convention: str | None = None, **given: A
     convention = check_convention(convention)
     unknown = [name for name in given if name not in PARAMETERS]
     if unknown:
-        flags = ", ".join(p.flag for p in PARAMETERS.values())
+        names = ", ".join(f"`{name}`" for name in PARAMETERS)
         hint = did_you_mean(unknown[0], PARAMETERS)
-        msg = f"unknown parameter {unknown[0]!r}.{hint} Parameters: {flags}"
+        msg = f"unknown parameter {unknown[0]!r}.{hint} Parameters: {names}"
         raise UsageError(msg)
     takes = {param.name for param in chosen.takes}
     foreign = [name for name, value in given.items() if value is not None and name not in takes]
     if foreign:
-        flags = ", ".join(p.flag for p in PARAMETERS.values() if p.name in takes)
-        msg = f"{PARAMETERS[foreign[0]].flag} does not apply to {chosen.name}; it takes: {flags}"
+        names = ", ".join(f"`{name}`" for name in PARAMETERS if name in takes)
+        msg = f"`{foreign[0]}` does not apply to {chosen.name}; it takes: {names}"
         raise UsageError(msg)
     defaults = default_values(chosen, convention)
     values: dict[str, Any] = {}

@@ -96,7 +96,7 @@ class HierarchicalGrpo(OutcomeMethod):
             unknown = sorted(scoped_names - set(names))
             if unknown:
                 msg = (
-                    f"--episode-agents: no rollout of agent {', '.join(map(repr, unknown))} in "
+                    f"`episode_agents`: no rollout of agent {', '.join(map(repr, unknown))} in "
                     f"the log. Hint: its agents are {', '.join(sorted(set(names)))}"
                 )
                 raise UsageError(msg)

@@ -159,12 +159,12 @@ class Method(ABC, Generic[PlanT]):
         if "input_ids" in self.roles:
             return self.name
         on = (
-            ("--kl-coef", signals.kl_coef(p)),
-            ("--opd-coef", p.opd_coef),
-            ("--entropy-coef", p.entropy_coef),
+            ("kl_coef", signals.kl_coef(p)),
+            ("opd_coef", p.opd_coef),
+            ("entropy_coef", p.entropy_coef),
         )
-        flags = [flag for flag, coef in on if coef]
-        return f"{self.name} with {' and '.join(flags)}" if flags else self.name
+        given = [f"`{name}`" for name, coef in on if coef]
+        return f"{self.name} with {' and '.join(given)}" if given else self.name
 
     def annotate(self, plan: PlanT, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         """:meth:`apply`, then the entropy bonus of ``--entropy-coef``, the distillation term

@@ -61,12 +61,12 @@ class FocalGrpo(Grpo):
     ) -> np.ndarray:
         if p.reward_correct == p.reward_wrong:
             msg = (
-                f"--reward-correct {p.reward_correct} equals --reward-wrong: focal-grpo's success "
+                f"`reward_correct={p.reward_correct}` equals `reward_wrong`: focal-grpo's success "
                 "rate divides by their difference"
             )
             raise UsageError(msg)
         if p.baseline != "group":
-            raise UsageError(f"--baseline {p.baseline}: focal-grpo weighs grpo's group baseline")
+            raise UsageError(f"`baseline={p.baseline!r}`: focal-grpo weighs grpo's group baseline")
         mean = np.where(stats.singleton, 0.0, stats.mean)  # verl's singleton: mean 0
         weight = G.focal_weight(mean, gamma=p.focal_gamma, correct=p.reward_correct,
                                 wrong=p.reward_wrong)  # fmt: skip

@@ -105,18 +105,18 @@ def weights(columns: tuple[str, ...], text: str | None) -> np.ndarray:
             given = {name.strip(): float(w) for name, _, w in named}
             unknown = sorted(set(given) - set(columns))
             if unknown:
-                msg = f"--reward-weights names '{unknown[0]}', not one of --reward-columns"
+                msg = f"`reward_weights` names '{unknown[0]}', not one of `reward_columns`"
                 raise ValueError(msg)
             return np.array([given.get(name, 1.0) for name in columns])
         if len(items) != len(columns):
             raise ValueError(
-                f"--reward-weights has {len(items)} weights for {len(columns)} reward columns"
+                f"`reward_weights` has {len(items)} weights for {len(columns)} reward columns"
             )
         return np.array([float(w) for w in items])
     except ValueError as exc:
         if "reward" in str(exc):
             raise
-        msg = f"--reward-weights {text!r}: expected NAME=W,... or W,W,... with numbers"
+        msg = f"`reward_weights={text!r}`: expected NAME=W,... or W,W,... with numbers"
         raise ValueError(msg) from None
 
 
@@ -138,10 +138,10 @@ class Gdpo(OutcomeMethod):
         names = columns(p)
         if not names:
             raise UsageError(
-                "gdpo needs --reward-columns: the log's reward columns, comma separated"
+                "gdpo needs `reward_columns`: the log's reward columns, comma separated"
             )
         if len(set(names)) < len(names):
-            raise UsageError(f"--reward-columns {p.reward_columns}: a column is named twice")
+            raise UsageError(f"`reward_columns={p.reward_columns!r}`: a column is named twice")
         try:
             weights(names, p.reward_weights)
         except ValueError as exc:
@@ -153,7 +153,7 @@ class Gdpo(OutcomeMethod):
 
     def reading_tokens(self, p: Params) -> str:
         if aggregation(p) == "verl":
-            return "gdpo with --aggregation verl (it whitens over the action tokens)"
+            return "gdpo with `aggregation='verl'` (it whitens over the action tokens)"
         return super().reading_tokens(p)
 
     def rewards(self, rows: Rows, p: Params) -> np.ndarray:
@@ -218,8 +218,8 @@ class Gdpo(OutcomeMethod):
 
 def _missing() -> str:
     return (
-        "no value (null or NaN), which --aggregation verl needs. "
-        "Hint: fill it, or use --aggregation trl (a missing reward counts as none)"
+        "no value (null or NaN), which `aggregation='verl'` needs. "
+        "Hint: fill it, or use `aggregation='trl'` (a missing reward counts as none)"
     )
 
 

@@ -259,8 +259,8 @@ def refuse_singletons(rows: Rows, single: np.ndarray, p: Params) -> None:
     row = int(np.flatnonzero(single[rows.rollout_codes])[0])
     key = rows.group_keys[rows.group_codes[row]].as_py()
     problem = (
-        f"prompt {key!r} has a single rollout; --singleton error (convention {p.convention}, "
-        f"method {p.method}) forbids singleton groups. Hint: pass --singleton zero, raw or drop"
+        f"prompt {key!r} has a single rollout; `singleton='error'` (convention {p.convention}, "
+        f"method {p.method}) forbids singleton groups. Hint: pass `singleton='zero'`, raw or drop"
     )
     raise RowError(row, ("prompt_id",), problem)
 
@@ -429,7 +429,9 @@ class GrpoPassk(GroupBaseline):
         self, rows: Rows, rewards: np.ndarray, codes: np.ndarray, stats: G.GroupStats, p: Params
     ) -> np.ndarray:
         if p.scale not in ("group", "none"):
-            msg = f"--scale {p.scale}: grpo-passk divides by the group's std (group) or not (none)"
+            msg = (
+                f"`scale={p.scale!r}`: grpo-passk divides by the group's std (group) or not (none)"
+            )
             raise UsageError(msg)
         return G.grpo_passk(rewards, codes, stats, eps=p.eps, eps_placement=p.eps_placement,
                             scale=p.scale == "group", singleton=kept_singleton(p))  # fmt: skip

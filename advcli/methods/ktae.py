@@ -61,7 +61,7 @@ IDS = "input_ids"  # read as a per-token column (tokens.extra), the only way a p
 
 def _beta_check(value: Any, values: Any) -> str | None:
     if value + values.get("ktae_alpha", 1.0) <= 0:
-        return "--ktae-alpha and --ktae-beta-ig are both 0: ktae's weight divides by their sum"
+        return "`ktae_alpha` and `ktae_beta_ig` are both 0: ktae's weight divides by their sum"
     return None
 
 

@@ -80,7 +80,7 @@ ENTROPY_KAPPA = Param(
 def _ordered(_: Any, values: Any) -> str | None:
     low, high = values.get("advantage_clip_low"), values.get("advantage_clip_high")
     if low is not None and high is not None and low > high:
-        return f"--advantage-clip-low {low} is above --advantage-clip-high {high}"
+        return f"`advantage_clip_low={low}` is above `advantage_clip_high={high}`"
     return None
 
 
@@ -136,8 +136,8 @@ def token_kl(
     if on is not None and not (np.isfinite(logprobs).all() and np.isfinite(ref).all()):
         bad = np.flatnonzero(~(np.isfinite(logprobs) & np.isfinite(ref)))[0]
         row = row0 + int(np.searchsorted(tokens.offsets, on[bad], side="right")) - 1
-        problem = ("a log-probability between actions is not a finite number, and --kl-on "
-                   "steps puts the KL there. Hint: --kl-on actions")  # fmt: skip
+        problem = ("a log-probability between actions is not a finite number, and "
+                   "`kl_on='steps'` puts the KL there. Hint: `kl_on='actions'`")  # fmt: skip
         raise RowError(row, ("logprobs", "ref_logprobs"), problem)
     kl[m] = kl_penalty(logprobs, ref, p.kl_estimator)
     return kl

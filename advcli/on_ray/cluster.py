@@ -31,7 +31,7 @@ def ray_module() -> Any:
         versions.check_optional("ray", installed.version("ray"), "ray")
         import ray
     except (ImportError, installed.NotInstalled):
-        msg = f"--engine ray needs Ray. Hint: {installed.pip_install('ray')}"
+        msg = f"`engine='ray'` needs Ray. Hint: {installed.pip_install('ray')}"
         raise DependencyError(msg) from None
     return ray
 
@@ -55,7 +55,7 @@ def connect(address: str | None) -> Any:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         reason = " ".join(str(exc).split())[:300]
         msg = (
-            f"cannot reach the Ray cluster at {address} ({reason}). Hint: check --ray-address "
+            f"cannot reach the Ray cluster at {address} ({reason}). Hint: check `ray_address` "
             "or RAY_ADDRESS (host:port of the head node), or leave both unset for a local Ray"
         )
         raise UsageError(msg) from None
@@ -80,7 +80,7 @@ def _probe(address: str) -> None:
         reason = exc.strerror or type(exc).__name__
     msg = (
         f"cannot reach the Ray cluster at {address} ({reason}; waited up to {PROBE_SECONDS:g} s). "
-        "Hint: check --ray-address or RAY_ADDRESS (host:port of the head node), or leave both "
+        "Hint: check `ray_address` or RAY_ADDRESS (host:port of the head node), or leave both "
         "unset for a local Ray"
     )
     raise UsageError(msg)

@@ -259,7 +259,7 @@ def _critic_gpus(ray: Any, opts: CriticOptions | None) -> float:
         return 0
     gpus = ray.cluster_resources().get("GPU", 0)
     if opts.device == "cuda" and not gpus:
-        msg = "--device cuda: the Ray cluster has no GPUs. Hint: --device auto or cpu"
+        msg = "`device='cuda'`: the Ray cluster has no GPUs. Hint: `device='auto'` or cpu"
         raise UsageError(msg)
     return 1 if gpus else 0
 
@@ -393,7 +393,7 @@ def verify_parts(location: str) -> Verification:
     manifest lists is there, a plain file with the manifest's sha256 and row count; no other
     file; the totals add up."""
     folder = Folder(location)
-    regen = "Hint: write it again with --engine ray --force"
+    regen = "Hint: write it again with `engine='ray'` `force=True`"
     read = manifests.read_json(folder)
     mpath = folder.path(read[0].where if read is not None else manifests.NAME)
     if read is not None and read[0].recorded is not None and not read[0].sha256_matches():

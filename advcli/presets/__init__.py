@@ -69,7 +69,7 @@ def get(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         hint = did_you_mean(name, PRESETS)
-        msg = f"--from {name!r}: unknown framework.{hint} Frameworks: {', '.join(PRESETS)}"
+        msg = f"`from_={name!r}`: unknown framework.{hint} Frameworks: {', '.join(PRESETS)}"
         raise UsageError(msg) from None
 
 

@@ -327,7 +327,7 @@ def need(path: str, present: set[str] | list[str], fields: list[str], framework:
         if name not in present:
             msg = (
                 f"{path}: no '{name}' field, which a {framework} dump has. Fields found: "
-                f"{', '.join(sorted(present)) or 'none'}. Hint: check the file and --from"
+                f"{', '.join(sorted(present)) or 'none'}. Hint: check the file and `from_`"
             )
             raise DataError(msg)
 
@@ -363,7 +363,7 @@ def repeated_prompts(
         return [
             f"{at_line}: {len(merged)} prompt text(s){within} with a multiple of the others' "
             f"{common} rows (this one {int(sizes[at])}), each scored as one group "
-            "(--merge-repeated-prompts): not the framework's numbers, which scored each "
+            "(`merge_repeated_prompts=True`): not the framework's numbers, which scored each "
             "dataset row apart"
         ]
     msg = (
@@ -446,7 +446,7 @@ def _convert(preset: Preset, path: str, options: PresetOptions) -> Converted:
         # types on malformed data (a panic in polars' Rust is not an Exception)
         msg = (
             f"{path}: cannot read it as {preset.framework}'s dump ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}). Hint: check the file and --from"
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Hint: check the file and `from_`"
         )
         raise DataError(msg) from None
 
@@ -455,7 +455,7 @@ def group_larger_than_files(size: int, rows: int, files: list[str]) -> UsageErro
     """``--group-size`` beyond the rows of every file: a group of a framework's dump is rows
     of one file (one step), so no row could be in one."""
     return UsageError(
-        f"--group-size {size}: more than the {rows} rows of {'any file of ' * (len(files) > 1)}"
+        f"`group_size={size}`: more than the {rows} rows of {'any file of ' * (len(files) > 1)}"
         f"{file_list(files)}, and a group is rows of one file (one step). Hint: give the "
         "framework's rollouts per prompt (TRL's num_generations, NeMo-RL's "
         "num_generations_per_prompt)"

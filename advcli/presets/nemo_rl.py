@@ -242,7 +242,7 @@ def groups(
         raise group_larger_than_files(size, len(prompts), [path])
     if len(prompts) % size:
         msg = (
-            f"{path}: {len(prompts)} rows are not whole groups of --group-size {size}. Hint: "
+            f"{path}: {len(prompts)} rows are not whole groups of `group_size={size}`. Hint: "
             "give NeMo-RL's num_generations_per_prompt"
         )
         raise DataError(msg)
@@ -253,8 +253,8 @@ def groups(
         first = int(block[mixed[0]]) * size
         msg = (
             f"{path}: lines {lines[first]}-{lines[first + size - 1]} hold two prompts, so "
-            f"blocks of --group-size {size} lines are not NeMo-RL's groups. Hint: give "
-            "num_generations_per_prompt, or leave --group-size out to group by prompt tokens"
+            f"blocks of `group_size={size}` lines are not NeMo-RL's groups. Hint: give "
+            "num_generations_per_prompt, or leave `group_size` out to group by prompt tokens"
         )
         raise DataError(msg)
     return pl.Series([f"b{b}" for b in block.tolist()], dtype=pl.String)

@@ -48,7 +48,7 @@ class Roll(Preset):
                 raise DataError(msg) from None
         if not isinstance(columns, dict):
             msg = f"{path}: expected one JSON object of column lists, saw {type(columns).__name__}"
-            raise DataError(msg + ". Hint: check the file and --from")
+            raise DataError(msg + ". Hint: check the file and `from_`")
         need(path, set(columns), ["id", "scores"], self.framework)
         n = len(columns["scores"])
         rows = []

@@ -93,7 +93,7 @@ AREAL_TRAINS = (
 AREAL_NORMALISED = (
     "AReaL's workflow normalised these rewards in their group already (reward_normalization: "
     "reward = (original_reward - mean) / (std + 1e-8), the raw reward kept as "
-    "original_reward), and its actor trains on reward as it is: --scale none gives that; the "
+    "original_reward), and its actor trains on reward as it is: `scale='none'` gives that; the "
     "areal convention's group norm would normalise them twice"
 )
 
@@ -101,7 +101,7 @@ STEP = r"global_step_(\d+)"  # SkyRL's folder of a step's evaluation
 
 SKYRL_APART = (
     "SkyRL scored as separate groups (its uid, which its eval dump leaves out). Hint: pass "
-    "--merge-repeated-prompts to score them as one group (not SkyRL's numbers)"
+    "`merge_repeated_prompts=True` to score them as one group (not SkyRL's numbers)"
 )
 
 

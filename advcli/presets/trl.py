@@ -63,7 +63,7 @@ class Trl(Preset):
         unknown = sorted(set(weights) - set(columns))
         if unknown:
             msg = (
-                f"--reward-weights {unknown[0]}: not a reward column of {path} (reward "
+                f"`reward_weights={unknown[0]!r}`: not a reward column of {path} (reward "
                 f"columns: {', '.join(columns)}). Hint: name one of them"
             )
             raise UsageError(msg)
@@ -217,7 +217,7 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
         missing = [c for c in options.reward_columns if c not in df.columns]
         if missing:
             msg = (
-                f"--reward-columns {missing[0]}: {path} has no such column (columns: "
+                f"`reward_columns={missing[:1]!r}`: {path} has no such column (columns: "
                 f"{', '.join(df.columns)}). Hint: name the reward functions' columns"
             )
             raise UsageError(msg)
@@ -228,13 +228,13 @@ def reward_columns(path: str, df: pl.DataFrame, options: PresetOptions) -> list[
             f"{path}: no reward columns (columns: {', '.join(df.columns)}): TRL's "
             "DistillationTrainer writes its completions files without rewards, so there is no "
             "reward to take advantages of. Hint: give a GRPO run's completions, or name the "
-            "reward columns with --reward-columns"
+            "reward columns with `reward_columns`"
         )
         raise DataError(msg)
     if not found:
         msg = (
             f"{path}: no float column between 'completion' and 'advantage' to take as a "
-            "reward. Hint: name them with --reward-columns"
+            "reward. Hint: name them with `reward_columns`"
         )
         raise DataError(msg)
     return found

@@ -102,7 +102,7 @@ class Verl(Preset):
 
 VERL_APART = (
     "verl scored as separate groups and its legacy dump (no uid) cannot tell apart. Hint: "
-    "pass --merge-repeated-prompts to score them as one group (not verl's numbers), or dump "
+    "pass `merge_repeated_prompts=True` to score them as one group (not verl's numbers), or dump "
     "with verl's V1 trainer, which writes the uid"
 )
 
@@ -146,8 +146,8 @@ def trained_reward(
             f"{where(path, int(lines[0]), 'score', line=True)}: the reward function returned "
             "math_dapo's dict (score, acc, pred), whose score is the dump's: verl's DAPO reward "
             "manager may have trained on it plus an overlong penalty that only "
-            "overlong_buffer_cfg.log=true writes (as overlong_reward). Hint: --col reward=score "
-            "reads the score as the reward knowingly"
+            "overlong_buffer_cfg.log=true writes (as overlong_reward). Hint: "
+            "`col=['reward=score']` reads the score as the reward knowingly"
         )
         return score, [], doubt
     return score, [], None

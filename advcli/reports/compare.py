@@ -63,7 +63,7 @@ def labels(given: str | None, default: tuple[str, str]) -> tuple[str, str]:
         return default
     names = [name.strip() for name in given.split(",")]
     if len(names) != 2 or not all(names):
-        raise UsageError(f"--label {given}: give two names, one per side, as --label a,b")
+        raise UsageError(f"`label={given!r}`: give two names, one per side, as `label='a,b'`")
     return names[0], names[1]
 
 
@@ -89,11 +89,11 @@ def check_options(compare: str | None, steps: str | None, given_labels: str | No
     """The comparison's options, checked before anything is read."""
     if steps is not None:
         if compare is not None:
-            raise UsageError("give --compare (two logs) or --steps (two steps of one), not both")
+            raise UsageError("give `compare` (two logs) or `steps` (two steps of one), not both")
         two_steps(steps)
     if given_labels is not None:
         if compare is None and steps is None:
-            raise UsageError("--label names the sides of --compare or --steps: give one of them")
+            raise UsageError("`label` names the sides of `compare` or `steps`: give one of them")
         labels(given_labels, ("", ""))
 
 
@@ -104,7 +104,9 @@ def two_steps(steps: str) -> tuple[float, float]:
     except ValueError:
         wanted = []
     if len(wanted) != 2 or wanted[0] == wanted[1] or not all(np.isfinite(wanted)):
-        raise UsageError(f"--steps {steps}: give two different trainer steps, as --steps 10,200")
+        raise UsageError(
+            f"`steps={steps!r}`: give two different trainer steps, as `steps='10,200'`"
+        )
     return wanted[0], wanted[1]
 
 
@@ -115,8 +117,8 @@ def step_sides(gathered: Gathered, steps: str, given_labels: str | None) -> tupl
     files = file_list(gathered.found.files)
     if step_of_row is None:
         raise UsageError(
-            f"{files}: --steps needs a 'step' column of numbers (the --from presets write each "
-            "dump file's step). Hint: compare two logs with --compare"
+            f"{files}: `steps` needs a 'step' column of numbers (the `from_` presets write each "
+            "dump file's step). Hint: compare two logs with `compare`"
         )
     step = step_of_row[gathered.found.rows.last_segment_row()]
     known = np.unique(step[~np.isnan(step)])
@@ -124,7 +126,7 @@ def step_sides(gathered: Gathered, steps: str, given_labels: str | None) -> tupl
         if not (step == x).any():
             shown = ", ".join(_number(s) for s in known[:10]) + (" …" if len(known) > 10 else "")
             raise UsageError(
-                f"--steps {steps}: the log has no rollout at step {_number(x)}. "
+                f"`steps={steps!r}`: the log has no rollout at step {_number(x)}. "
                 f"Its steps: {shown or 'none'}"
             )
     names = labels(given_labels, (f"step {_number(wanted[0])}", f"step {_number(wanted[1])}"))

@@ -150,7 +150,7 @@ def open_input(job: Job) -> Input:
         raw = files[next(i for i, m in enumerate(metas) if not (m and m.get("method")))]
         msg = (
             f"{raw}: a raw log among logs annotated by advcli; shard them as one kind. "
-            "Hint: annotate the raw log first, or shard the raw logs with --method"
+            "Hint: annotate the raw log first, or shard the raw logs with `method`"
         )
         raise UsageError(msg)
     # Here every input is annotated, or none is.
@@ -177,7 +177,7 @@ def open_input(job: Job) -> Input:
             msg = (
                 f"{files[0]}: already annotated with method {meta['method']!r}, not "
                 f"{job.method.name!r}. "
-                "Hint: drop --method, or shard the raw log"
+                "Hint: drop `method`, or shard the raw log"
             )
             raise UsageError(msg)
         with progress.stage("reading per-row columns"):
@@ -188,7 +188,7 @@ def open_input(job: Job) -> Input:
     if job.method is None:
         msg = (
             f"{file_list(files)}: a raw log (no advcli annotation), so shard needs a method. "
-            "Hint: pass --method grpo (or another method), or annotate the log first"
+            "Hint: pass `method='grpo'` (or another method), or annotate the log first"
         )
         raise UsageError(msg)
     run = job.plan(log)
@@ -202,8 +202,8 @@ def check_keep(inp: Input, keep: list[str]) -> list[str]:
     for name in keep:
         if name not in columns:
             msg = (
-                f"--keep {name}: no such column. Columns: {', '.join(columns)}. "
-                "Hint: --keep takes a column name of the log"
+                f"`keep={[name]!r}`: no such column. Columns: {', '.join(columns)}. "
+                "Hint: `keep` takes a column name of the log"
             )
             raise UsageError(msg)
     return list(dict.fromkeys(keep))

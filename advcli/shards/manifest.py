@@ -213,9 +213,9 @@ def verify(location: str | os.PathLike[str]) -> Verification:
     location = os.fspath(location)
     folder = Folder(location)
     if not folder.exists():
-        msg = f"{location}: no such folder. Hint: give the --out folder of advcli shard"
+        msg = f"{location}: no such folder. Hint: give the `out` folder of advcli shard"
         raise UsageError(msg)
-    regen = "write the shards again with advcli shard --force"
+    regen = "write the shards again with advcli shard `force=True`"
     found, manifest = read_manifest(folder, regen)
     mpath = folder.path(found.where)
     records = manifest["shards"]

@@ -101,15 +101,15 @@ def parse_split(spec: str | None) -> list[tuple[str, float]]:
         ok = sep and re.fullmatch(r"[A-Za-z0-9_-]+", name) and 0.0 < value < 1.0
         if not ok or name == "train" or name in dict(out):
             msg = (
-                f"--split {spec!r}: expected NAME=FRACTION[,NAME=FRACTION...] with fractions "
+                f"`split={spec!r}`: expected NAME=FRACTION[,NAME=FRACTION...] with fractions "
                 "in (0, 1) and names other than 'train' (train takes the rest). "
-                "Hint: --split val=0.02"
+                "Hint: `split='val=0.02'`"
             )
             raise UsageError(msg)
         out.append((name, value))
     if sum(v for _, v in out) >= 1.0:
-        msg = f"--split {spec!r}: the fractions add up to 1 or more, leaving nothing to train"
-        raise UsageError(msg + ". Hint: --split val=0.02")
+        msg = f"`split={spec!r}`: the fractions add up to 1 or more, leaving nothing to train"
+        raise UsageError(msg + ". Hint: `split='val=0.02'`")
     return out
 
 
@@ -118,33 +118,33 @@ def check_options(opts: ShardOptions) -> list[tuple[str, float]]:
 
     check_fields(opts)  # (numpy's generators take no negative seed)
     if opts.rows_per_shard is not None and opts.tokens_per_shard is not None:
-        msg = "--rows-per-shard and --tokens-per-shard: give one. Hint: drop one of them"
+        msg = "`rows_per_shard` and `tokens_per_shard`: give one. Hint: drop one of them"
         raise UsageError(msg)
     if opts.truncate and opts.pack is None:
-        msg = "--truncate cuts rollouts longer than --pack N; without --pack it does nothing"
-        raise UsageError(msg + ". Hint: add --pack, or drop --truncate")
+        msg = "`truncate=True` cuts rollouts longer than `pack` N; without `pack` it does nothing"
+        raise UsageError(msg + ". Hint: add `pack`, or drop `truncate`")
     if opts.loss_weights is not None and opts.loss_weights not in LOSS_WEIGHTS:
         msg = (
-            f"--loss-weights {opts.loss_weights!r}: expected one of {', '.join(LOSS_WEIGHTS)}. "
-            "Hint: --loss-weights token-mean"
+            f"`loss_weights={opts.loss_weights!r}`: expected one of {', '.join(LOSS_WEIGHTS)}. "
+            "Hint: `loss_weights='token-mean'`"
         )
         raise UsageError(msg)
     trainer = trainers.get(opts.layout)
     if trainer.name != trainers.DEFAULT:
-        for flag, given in (("--pack", opts.pack is not None),
-                            ("--loss-weights", opts.loss_weights is not None)):  # fmt: skip
+        for option, given in (("`pack`", opts.pack is not None),
+                              ("`loss_weights`", opts.loss_weights is not None)):  # fmt: skip
             if given:
                 msg = (
-                    f"--layout {trainer.name} with {flag}: packed rows and loss weights are "
+                    f"`layout={trainer.name!r}` with {option}: packed rows and loss weights are "
                     f"advcli's layout; {trainer.name} pads and weighs a batch itself. "
-                    f"Hint: drop {flag}, or use --layout advcli"
+                    f"Hint: drop {option}, or use `layout='advcli'`"
                 )
                 raise UsageError(msg)
     clash = sorted(set(opts.keep) & {*OWN_COLUMNS, *trainer.columns})
     if clash:
         msg = (
-            f"--keep {clash[0]}: advcli writes a column of that name itself. "
-            "Hint: it is already in the shards; drop this --keep"
+            f"`keep={clash[:1]!r}`: advcli writes a column of that name itself. "
+            "Hint: it is already in the shards; drop this `keep`"
         )
         raise UsageError(msg)
     return parse_split(opts.split)

@@ -141,7 +141,9 @@ def drop_without_signal(s: Samples, opts: ShardOptions) -> tuple[np.ndarray, dic
         if not wanted:
             continue
         if flag not in s.flags:
-            option = "--drop-singletons" if flag == "singleton" else "--drop-zero-variance"
+            option = (
+                "`drop_singletons=True`" if flag == "singleton" else "`drop_zero_variance=True`"
+            )
             msg = (
                 f"{option}: the annotated log has no '{flag}' column (only group methods, "
                 "grpo, rloo and batch-mean, flag rows). Hint: drop the option"
@@ -166,8 +168,8 @@ def truncate(
         row = int(np.flatnonzero(over)[0])
         msg = (
             f"{locate(int(s.source_row[row]))}: a rollout of {tok[row]} tokens does not fit "
-            f"in --pack {opts.pack} ({int(over.sum())} rollouts are longer). Hint: raise "
-            "--pack, or pass --truncate to cut them to --pack tokens (counted in the manifest)"
+            f"in `pack={opts.pack}` ({int(over.sum())} rollouts are longer). Hint: raise "
+            "`pack`, or pass `truncate=True` to cut them to `pack` tokens (counted in the manifest)"
         )
         raise DataError(msg)
     lens = np.minimum(tok, opts.pack)
@@ -250,12 +252,12 @@ def plan_shards(s: Samples, opts: ShardOptions, locate: Callable[[int], str]) ->
     error (file, row, column)."""
     kept, dropped = drop_without_signal(s, opts)
     needs_groups = [
-        o for o, on in (("--keep-groups", opts.keep_groups), ("--split", opts.split)) if on
+        o for o, on in (("`keep_groups=True`", opts.keep_groups), ("`split`", opts.split)) if on
     ]
     if needs_groups and s.group is None:
         msg = (
             f"{needs_groups[0]} needs prompt ids, and the log has no 'prompt_id' column. "
-            "Hint: name its column with --col"
+            "Hint: name its column with `col`"
         )
         raise UsageError(msg)
     lens, truncated = truncate(s, kept, opts, locate)

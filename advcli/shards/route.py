@@ -111,23 +111,23 @@ def _varies(inp: Input, row: int, advantages: np.ndarray, mask: np.ndarray) -> U
     advantage per sequence: the run that gave them, and the layout that takes them."""
     on_actions = advantages[mask]
     msg = (
-        f"{inp.sources.at(row, 'advantages')}: --layout trl holds one advantage per sequence, "
+        f"{inp.sources.at(row, 'advantages')}: `layout='trl'` holds one advantage per sequence, "
         f"and {run_options(inp.metadata)} gives advantages that vary along the row's action "
-        f"tokens (from {on_actions.min():g} to {on_actions.max():g}). Hint: --layout verl, which "
-        "takes per-token advantages, or --layout advcli"
+        f"tokens (from {on_actions.min():g} to {on_actions.max():g}). Hint: `layout='verl'`, which "
+        "takes per-token advantages, or `layout='advcli'`"
     )
     return UsageError(msg)
 
 
 def run_options(metadata: dict[str, Any]) -> str:
     """The run an annotation records, as its options: the method and every option set away
-    from its default (``--method grpo --entropy-coef 0.1``)."""
+    from its default (`` `method='grpo'` `entropy_coef=0.1` ``), in a message's terms."""
     params = metadata.get("params") or {}
-    words = [f"--method {metadata.get('method')}"]
+    words = [f"`method={metadata.get('method')!r}`"]
     for name, value in sorted(params.items()):
         param = PARAMETERS.get(name)
         if param is not None and not param.conventional and value != param.default:
-            words.append(f"{param.flag} {value}")
+            words.append(f"`{name}={value!r}`")
     return " ".join(words)
 
 

@@ -202,8 +202,8 @@ def get(name: str | None) -> TrainerLayout:
         return LAYOUTS[DEFAULT]
     if name not in LAYOUTS:
         msg = (
-            f"--layout {name!r}: expected one of {', '.join(LAYOUTS)}. "
-            "Hint: --layout verl writes what verl's actor update reads"
+            f"`layout={name!r}`: expected one of {', '.join(LAYOUTS)}. "
+            "Hint: `layout='verl'` writes what verl's actor update reads"
         )
         raise UsageError(msg)
     return LAYOUTS[name]

@@ -168,7 +168,7 @@ def test_max_len_error_text(critic):
         critic.score(ids, offsets, max_len=5)
     assert str(err.value) == (
         "row 1: column 'input_ids': row has 6 tokens, more than the critic's maximum of 5. "
-        "Hint: pass --max-len-truncate left to score only the last 5 tokens, "
+        "Hint: pass `max_len_truncate='left'` to score only the last 5 tokens, "
         "or split the rollout into segments."
     )
     with pytest.raises(DataError, match=r"^log\.parquet: row 1: column 'input_ids': row has 6"):
@@ -226,7 +226,7 @@ def tensor(name, dtype, shape):
 HINT = (
     "a critic takes integer token ids and attention mask [batch, seq] and returns float values "
     "[batch, seq] or [batch, seq, 1]. This model has inputs {inputs} and outputs {outputs}. "
-    "Hint: choose the tensors with --input-name, --mask-name and --output-name, "
+    "Hint: choose the tensors with `input_name`, `mask_name` and `output_name`, "
     "or export the critic to this contract."
 )
 
@@ -285,9 +285,9 @@ def test_wrong_models_are_refused_with_what_they_have(tmp_path):
 
 
 def test_unknown_override_names(critic_path):
-    with pytest.raises(UsageError, match=r"--input-name 'tokens' is not an input of the model; "):
+    with pytest.raises(UsageError, match=r"`input_name='tokens'` is not an input of the model; "):
         load_critic(critic_path, input_name="tokens")
-    with pytest.raises(UsageError, match=r"--output-name 'v' is not an output of the model; "):
+    with pytest.raises(UsageError, match=r"`output_name='v'` is not an output of the model; "):
         load_critic(critic_path, output_name="v")
     with pytest.raises(UsageError, match=r"This model has inputs input_ids: int64 \[batch, seq\]"):
         load_critic(critic_path, mask_name="input_ids", input_name="input_ids")
@@ -302,7 +302,7 @@ def test_cuda_without_cuda_provider_is_a_usage_error(critic_path):
         load_critic(critic_path, device="cuda")
     providers = ", ".join(onnxruntime.get_available_providers())
     assert str(err.value) == (
-        f"--device cuda: this ONNX Runtime has no CUDA provider (providers: {providers}). "
+        f"`device='cuda'`: this ONNX Runtime has no CUDA provider (providers: {providers}). "
         f"Hint: {installed.pip_install('gpu')} (onnxruntime-gpu, CUDA 13, NVIDIA driver R580+; "
         "on a CUDA 12 host: pip install 'onnxruntime-gpu<1.27'), in place of the onnx extra."
     )
@@ -310,7 +310,7 @@ def test_cuda_without_cuda_provider_is_a_usage_error(critic_path):
 
 
 def test_bad_arguments(critic, tmp_path):
-    with pytest.raises(UsageError, match="--device must be one of auto, cuda, cpu, not 'gpu'"):
+    with pytest.raises(UsageError, match="`device` must be one of auto, cuda, cpu, not 'gpu'"):
         load_critic(tmp_path / "x.onnx", device="gpu")
     with pytest.raises(UsageError, match="missing.onnx: no such file"):
         load_critic(tmp_path / "missing.onnx")

@@ -263,7 +263,7 @@ def test_ambiguous_aliases_ask_for_col(tmp_path):
         (["--method", "grpo", "--convention", "verll"],
          "unknown convention 'verll'. Did you mean 'verl'? Conventions:"),
         (["--method", "grpo", "--from", "vrl"],
-         "--from 'vrl': unknown framework. Did you mean 'verl'? Frameworks:"),
+         "--from vrl: unknown framework. Did you mean 'verl'? Frameworks:"),
         (["--method", "grpo", "--col", "rewrd=score"],
          "unknown role 'rewrd'. Did you mean 'reward'? Roles:"),
         (["--method", "grpo", "--col", "reward=scor"],

@@ -188,7 +188,8 @@ def test_kl_in_the_reward_of_a_temporal_method_sits_on_each_action():
 def test_kl_needs_the_logprobs_and_is_refused_where_no_reward_takes_it():
     with pytest.raises(SchemaError, match="no 'logprobs' column"):
         advcli.annotate_table(log([1, 0], "aa"), method="grpo", kl_coef=0.1)
-    with pytest.raises(UsageError, match="^kl_coef does not apply to opd; it takes: opd_coef, e"):
+    takes = "^`kl_coef` does not apply to opd; it takes: `opd_coef`, `e"
+    with pytest.raises(UsageError, match=takes):
         advcli.annotate_table(log([1, 0], "aa"), method="opd", kl_coef=0.1)
 
 
@@ -250,11 +251,11 @@ def test_gdpo_trl_skips_missing_rewards():
 
 def test_gdpo_usage_errors():
     t = log([0, 0], "aa", acc=[1.0, 0.0])
-    with pytest.raises(UsageError, match="^gdpo needs reward_columns: the log's reward columns"):
+    with pytest.raises(UsageError, match="^gdpo needs `reward_columns`: the log's reward columns"):
         per_row(t, "gdpo")
     with pytest.raises(UsageError, match="no column 'fmt'"):
         per_row(t, "gdpo", reward_columns="acc,fmt")
-    with pytest.raises(UsageError, match="^reward_weights names 'x'"):
+    with pytest.raises(UsageError, match="^`reward_weights` names 'x'"):
         per_row(t, "gdpo", reward_columns="acc", reward_weights="x=1")
 
 

@@ -25,6 +25,7 @@ def test_advantages_are_clamped_last_per_row_and_per_token():
         mask = np.asarray(row["action_mask"], bool)
         assert (np.asarray(adv)[~mask] == 0).all()
         assert max(adv) <= 0.25 and min(adv) >= -1.0
-    with pytest.raises(UsageError, match="advantage_clip_low 1.0 is above advantage_clip_high"):
+    above = "`advantage_clip_low=1.0` is above `advantage_clip_high=0.0`"
+    with pytest.raises(UsageError, match=above):
         advcli.annotate_table(table, method="grpo", advantage_clip_low=1.0,
                               advantage_clip_high=0.0)  # fmt: skip

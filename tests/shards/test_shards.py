@@ -402,7 +402,7 @@ def test_split_by_prompt_hash(capsys, tmp_path, log_path):
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
-        (["--split", "val=2"], 2, "--split 'val=2': expected NAME=FRACTION"),
+        (["--split", "val=2"], 2, "--split val=2: expected NAME=FRACTION"),
         (["--split", "val"], 2, "Hint: --split val=0.02"),
         (["--split", "val=0.6,test=0.5"], 2, "add up to 1 or more"),
         (["--keep", "nope"], 2, "--keep nope: no such column. Columns: prompt_id, rollout_id"),

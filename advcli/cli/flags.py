@@ -1,0 +1,120 @@
+"""The library's messages as the command line says them: options as ``--flag VALUE``.
+
+Outside :mod:`advcli.cli`, a message (an error, a warning, a hint) names an option as its Python
+keyword in backticks: with a value as Python source (`` `method='grpo'` ``, `` `force=True` ``,
+`` `col=['reward=score']` ``, `` `from_='trl'` ``, `` `gamma=0.99` ``), or bare without one
+("drop `` `critic` ``"). A Python caller reads it as it is. The command line shows every message
+through :func:`on_command_line` (the error line in :mod:`advcli.cli.runner`, the warnings on
+stderr and in ``--json``, in :mod:`advcli.cli.commands`), which spells each backticked option as
+its flag:
+
+- the keyword of an option is its flag's name in Python spelling (``--batch-tokens``:
+  ``batch_tokens``; ``--from``, a Python keyword: ``from_``), for every option of every command
+  (method parameters and the ``--from`` options among them) and every method parameter of
+  :data:`advcli.methods.PARAMETERS` (those of a plugin included);
+- no value: the bare flag (`` `critic` ``: ``--critic``); ``True``: the flag (``--force``);
+  ``False``: its ``--no-`` form (``--no-shift``), where the option has one;
+- a list: the flag once per item (`` `col=['a=b', 'c=d']` ``: ``--col a=b --col c=d``);
+- text: as a shell takes it, quoted only where it is not one plain word (``--from verll``,
+  ``--col 'reward=my score'``); a number: as the message writes it (``--gamma 0.99``).
+
+Anything else in backticks (a column, a method's name, an option with a value it cannot spell)
+is left as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import keyword
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+_QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)(?:=([^`]+))?`")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An option as the command line spells it: ``--shift``, and ``--no-shift`` where the
+    option is a flag that has that form."""
+
+    name: str
+    is_flag: bool = False
+    negative: str | None = None
+
+
+def on_command_line(message: str) -> str:
+    """``message`` with every backticked option spelled as its flag (see the module's rules).
+
+    >>> on_command_line("Hint: pass `force=True`, or `col=['reward=score']`, or drop `critic`")
+    'Hint: pass --force, or --col reward=score, or drop --critic'
+    >>> on_command_line("`from_='verll'`: unknown framework; column `reward` has no value")
+    '--from verll: unknown framework; column `reward` has no value'
+    """
+    return _QUOTED.sub(_spelled, message)
+
+
+def _spelled(match: re.Match[str]) -> str:
+    flag = flags().get(match.group(1))
+    if flag is None:
+        return match.group(0)
+    if match.group(2) is None:
+        return flag.name
+    source = match.group(2)
+    try:
+        value = ast.literal_eval(source)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return match.group(0)
+    if isinstance(value, list):
+        items = [_with_value(flag, item, repr(item)) for item in value]
+        spelled = [item for item in items if item is not None]
+        return " ".join(spelled) if spelled and len(spelled) == len(items) else match.group(0)
+    return _with_value(flag, value, source) or match.group(0)
+
+
+def _with_value(flag: Flag, value: Any, source: str) -> str | None:
+    """``flag`` given ``value`` (written ``source`` in the message), or None where the command
+    line cannot say it."""
+    if value is True:
+        return flag.name if flag.is_flag else None
+    if value is False:
+        return flag.negative
+    if isinstance(value, str):
+        return f"{flag.name} {shlex.quote(value)}"
+    if isinstance(value, (int, float)):
+        return f"{flag.name} {source.strip()}"
+    return None
+
+
+def keyword_of(flag: str) -> str:
+    """The Python keyword of the option ``flag``: ``--batch-tokens``: ``batch_tokens``,
+    ``--from``: ``from_``."""
+    name = flag.removeprefix("--").replace("-", "_")
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
+@functools.cache
+def flags() -> dict[str, Flag]:
+    """Every option of the command line, by its keyword (made once, when a message is first
+    shown: ``--help`` never needs it)."""
+    import typer.main
+
+    from advcli.cli.app import app  # here: that module shows messages through this one
+    from advcli.methods import PARAMETERS
+
+    found: dict[str, Flag] = {}
+    group = typer.main.get_command(app)
+    for command in getattr(group, "commands", {}).values():
+        for param in command.params:
+            names = [opt for opt in param.opts if opt.startswith("--")]
+            if names:
+                negative = [opt for opt in param.secondary_opts if opt.startswith("--no-")]
+                flag = Flag(names[0], getattr(param, "is_flag", False), next(iter(negative), None))
+                found.setdefault(keyword_of(names[0]), flag)
+    for param in PARAMETERS.values():  # a method's own, whichever commands list them
+        is_flag = param.kind is bool
+        no_form = f"--no-{param.flag.removeprefix('--')}" if is_flag else None
+        found.setdefault(param.name, Flag(param.flag, is_flag, no_form))
+    return found
