@@ -390,7 +390,7 @@ def test_exit_codes_follow_one_rule(tmp_path):
     assert proc.returncode == 2
     assert "--col reward=nosuch: no column 'nosuch'" in one_line(proc)
     proc = run("audit", log, "--col", "nosuch=reward")  # no such role
-    assert proc.returncode == 2 and "--col 'nosuch=reward': unknown role 'nosuch'" in one_line(proc)
+    assert proc.returncode == 2 and "--col nosuch=reward: unknown role 'nosuch'" in one_line(proc)
     errors = (ROOT / "docs" / "errors.md").read_text()
     assert "| 70 |" in errors  # the internal-error exit code is documented
 
