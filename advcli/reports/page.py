@@ -33,7 +33,7 @@ def bokeh() -> Any:
 
 
 def render(payload: dict[str, Any], title: str) -> str:
-    """The page for ``payload`` (what :func:`advcli.reports.collect.collect` gathers)."""
+    """The page for ``payload`` (what :func:`advcli.reports.collect.gather` gathers)."""
     bokeh()
     from bokeh.embed import json_item
     from bokeh.resources import Resources
