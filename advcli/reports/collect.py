@@ -31,12 +31,7 @@ from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log
 from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
-from advcli.reports.rollout_pass import (
-    RolloutPass,
-    floats_of,
-    histogram_of,
-    shortened,
-)
+from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
 
 
 @dataclass(frozen=True)
