@@ -5,7 +5,8 @@ One preset per framework dump format, each in its own module:
 - :mod:`~advcli.presets.verl` (verl's rollout and validation JSONL, V1 and legacy);
 - :mod:`~advcli.presets.trl` (TRL's completions Parquet);
 - :mod:`~advcli.presets.nemo_rl` (NeMo-RL's train and validation JSONL, with tokens);
-- :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens);
+- :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens; their
+  samples checked in :mod:`~advcli.presets.slime_samples`);
 - :mod:`~advcli.presets.prime_rl` (prime-rl's episode traces, with tokens; their node trees
   in :mod:`~advcli.presets.prime_rl_traces`, the trace stream in
   :mod:`~advcli.presets.prime_rl_stream`);

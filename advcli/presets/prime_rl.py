@@ -56,7 +56,7 @@ from advcli.presets.prime_rl_stream import (
     written_state,
 )
 from advcli.presets.prime_rl_traces import Tree, trace_reward, trace_tokens, trace_tree
-from advcli.presets.slime import passthrough
+from advcli.presets.slime_samples import passthrough
 
 STREAM_PATTERNS = (
     "monitors/file/traces/stream/*.jsonl*",
