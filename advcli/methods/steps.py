@@ -271,7 +271,7 @@ class Gigpo(RollTokens):
                 "singleton_state_groups": int((size == 1).sum()),
                 "tied_state_groups": int(
                     S.tied(returns, anchors, n_anchors, p.zero_variance_tol).sum()
-                ),  # fmt: skip
+                ),
                 "steps_with_no_signal": int(no_signal[anchors].sum()),
             },
         )

@@ -50,7 +50,7 @@ PRESETS: dict[str, Preset] = {
         Tinker(),
         NemoGym(),
         OpenInstruct(),
-    )  # fmt: skip
+    )
 }
 """Every preset, by the name ``--from`` takes."""
 

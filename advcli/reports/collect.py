@@ -111,7 +111,7 @@ def gather(
             group_tokens,
             listed,
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
-        ),  # fmt: skip
+        ),
         "details": seen.details(found, codes, rewards, lengths_),
         "vocab": token_texts(options.tokenizer, seen, log) if options.tokenizer else None,
     }

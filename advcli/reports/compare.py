@@ -151,7 +151,7 @@ def comparison(a: Side, b: Side, bins: int, batch_rows: int) -> dict[str, Any]:
             "rewards": _overlaid(rewards, bins),
             "advantages": None
             if any(x is None for x in advantages)
-            else _overlaid([x for x in advantages if x is not None], bins),  # fmt: skip
+            else _overlaid([x for x in advantages if x is not None], bins),
         },
         "prompts": _common(prompts, a, batch_rows),
     }
@@ -249,7 +249,7 @@ def _prompts(side: Side, basis: str, batch_rows: int) -> _Prompts:
         groups=np.bincount(group_at, minlength=len(keys)),
         zero_variance=np.bincount(
             group_at, weights=stats.zero_variance[groups], minlength=len(keys)
-        ).astype(np.int64),  # fmt: skip
+        ).astype(np.int64),
         spread=spread,
         group=first,
     )

@@ -68,7 +68,7 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
             else "advantages (rollouts)",
             dist["advantages"],
             ORANGE,
-        ),  # fmt: skip
+        ),
         "chart-lengths": ("response length (action tokens)", dist["lengths"], GREY),
     }
     for i, (name, hist) in enumerate(dist["components"].items()):
