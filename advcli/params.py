@@ -4,8 +4,9 @@ A method module declares the parameters it introduces (name, type, default, help
 check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
 that one declaration: the ``annotate`` options (:mod:`advcli.cli.options`), ``shard --param
 KEY=VALUE``, the check of the method parameters the public API takes as ``**params`` (its
-signatures do not list them), and the ``params`` recorded in every output's metadata. The options of the commands' dataclasses (``CriticOptions``, ...) are declared the
-same way, with :func:`option` on their fields.
+signatures do not list them), and the ``params`` recorded in every output's metadata. The
+options of the commands' dataclasses (``CriticOptions``, ...) are declared the same way, with
+:func:`option` on their fields.
 
 A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
 method takes: a parameter the user did not give takes the method's default, else the
