@@ -45,6 +45,8 @@ With G_t = r_t + γ·G_{t+1} the discounted return of step t within its trajecto
 
 ``--reward-clip`` and ``--advantage-clip`` (ROLL) clip the step's scalar to ±c before and after
 (there is no token-level whitening here). Statistics are float64 (std ddof 1, as ``torch.std``).
+The parameters, the :class:`StepMethod` base and ROLL's token pipeline the methods share are in
+:mod:`advcli.methods.step_method`.
 """
 
 from __future__ import annotations
