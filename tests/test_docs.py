@@ -1,9 +1,11 @@
-"""Docs that cannot drift from the code, and a package whose imports point one way."""
+"""Docs that cannot drift from the code, and a package whose imports point one way, in no circle."""
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import typer
@@ -88,7 +90,7 @@ def test_generated_docs_are_current():
     assert stale == [], "run make docs"
 
 
-def modules():
+def modules() -> Iterator[tuple[str, Path]]:
     """Every module of the package and its file, but the lazy public API (``advcli``)."""
     for path in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -104,7 +106,7 @@ def test_imports_point_one_way():
             assert other_rank < rank or other == name, f"{module} imports {imported}"
 
 
-def test_no_import_circle():
+def test_no_import_circle() -> None:
     """No module imports one that imports it back, by any path: inside a layer the ladder
     allows both ways. Every import counts, those in functions (none here is there to break a
     circle: the lazy imports are of numpy, polars and pyarrow) and those under ``if
