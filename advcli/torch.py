@@ -55,7 +55,7 @@ from advcli.io.rollouts import FLOAT32_MAX
 from advcli.io.tokens import ROW_TOKENS_ENV, max_row_tokens
 from advcli.lazy_imports import np
 
-LAYOUTS = ("advcli", "verl", "trl")
+COLLATE_LAYOUTS = ("advcli", "verl", "trl")  # the shard layouts `collate` pads as their trainer
 Rows = Sequence[Mapping[str, Any]]
 INT64_MAX = 2**63 - 1
 IDS, MASK, FLOATS = "token ids", "mask values (0 or 1)", "numbers"  # what a column holds
@@ -80,8 +80,10 @@ def collate(
     response_length: int | None = None,
 ) -> Callable[[Rows], dict[str, Any]]:
     """A ``collate_fn`` for shard rows of ``layout`` (see the module's docstring)."""
-    if layout not in LAYOUTS:
-        msg = f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}. Hint: layout='verl'"
+    if layout not in COLLATE_LAYOUTS:
+        msg = (
+            f"layout {layout!r}: expected one of {', '.join(COLLATE_LAYOUTS)}. Hint: layout='verl'"
+        )
         raise UsageError(msg)
     if layout == "advcli" and prompt_length is not None:
         msg = "prompt_length: the advcli layout has no prompt of its own. Hint: drop it"

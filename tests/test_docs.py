@@ -1,4 +1,4 @@
-"""Docs that cannot drift from the code, and a package whose imports point one way."""
+"""Docs that cannot drift from the code, and a package whose imports point one way, in no circle."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,15 +54,20 @@ def component(module: str) -> tuple[int, str]:
     raise AssertionError(f"{module} is in no layer")
 
 
-def imports(path) -> set[str]:
-    """The advcli modules a file imports at run time (not under ``if TYPE_CHECKING``)."""
+def imports(path, *, for_types_too: bool = False) -> set[str]:
+    """The advcli modules a file imports at run time, in functions too (not under ``if
+    TYPE_CHECKING`` unless ``for_types_too``)."""
     tree = ast.parse(path.read_text())
-    skip = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for n in ast.walk(node)
-    }
+    skip = (
+        set()
+        if for_types_too
+        else {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+    )
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -88,16 +94,41 @@ def test_generated_docs_are_current():
     assert stale == [], "run make docs"
 
 
-def test_imports_point_one_way():
+def modules() -> Iterator[tuple[str, Path]]:
+    """Every module of the package and its file, but the lazy public API (``advcli``)."""
     for path in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if module == "advcli.__init__":
-            continue  # the lazy public API
-        module = module.removesuffix(".__init__")
+        if module != "advcli.__init__":
+            yield module.removesuffix(".__init__"), path
+
+
+def test_imports_point_one_way():
+    for module, path in modules():
         rank, name = component(module)
         for imported in imports(path):
             other_rank, other = component(imported)
             assert other_rank < rank or other == name, f"{module} imports {imported}"
+
+
+def test_no_import_circle() -> None:
+    """No module imports one that imports it back, by any path: inside a layer the ladder
+    allows both ways. Every import counts, those in functions (none here is there to break a
+    circle: the lazy imports are of numpy, polars and pyarrow) and those under ``if
+    TYPE_CHECKING`` (a circle only the type checker sees still ties two modules together)."""
+    graph = {module: imports(path, for_types_too=True) for module, path in modules()}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError(" -> ".join([*path[path.index(module) :], module]))
+        if module in done or module not in graph:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
 
 
 def test_the_architecture_page_names_every_module():

@@ -99,7 +99,7 @@ CONVENTIONS: dict[str, Convention] = {
             tied_std="float32",
             zero_variance_tol=0.0,
             whiten_eps_placement="max",
-        ),  # fmt: skip
+        ),
         # src/prime_rl/orchestrator/algo/grpo.py: reward minus the group mean
         Convention("prime-rl", "group", "none", 0, 1e-6, "add", "zero", "skip", "none", 1),
         # tinker-cookbook 0.6.1 tinker_cookbook/rl/data_processing.py compute_advantages:
@@ -120,7 +120,7 @@ CONVENTIONS: dict[str, Convention] = {
             "none",
             1,
             zero_variance_tol=0.0,
-        ),  # fmt: skip
+        ),
         # AReaL@4aef98d areal/api/cli_args.py NormConfig (std_unbiased since v0.3.4, eps 1e-5),
         # areal/utils/data.py Normalization, as the GRPO examples set reward_norm; one: 0
         Convention("areal", "group", "group", 1, 1e-5, "add", "zero", "skip", "none", 1),
@@ -134,7 +134,7 @@ CONVENTIONS: dict[str, Convention] = {
         # -kl_coef * kl on every response token, tool tokens too, each a discounted step
         Convention(
             "miles", "group", "group", 1, 1e-6, "add", "zero", "step", "none", 1, kl_on="steps"
-        ),  # fmt: skip
+        ),
         # ROLL@8eb27cc roll/configs/base_config.py (adv_estimator grpo: group mean and std),
         # roll/utils/functionals.py: torch.std + 1e-6; std <= 1e-6 and groups of one get 0
         Convention("roll", "group", "group", 1, 1e-6, "add", "zero", "skip", "none", 1, 1e-6),

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from advcli import progress
 from advcli.errors import DataError, UsageError, file_list, no_rows
-from advcli.io import jsonl, remote
+from advcli.io import jsonl, jsonl_checks, remote
 from advcli.io.arrow import nul_name, readable_schema, readable_table, repeated_name
 from advcli.io.jsonl import STDIN, is_jsonl
 from advcli.io.schema import ROLES
@@ -338,9 +338,9 @@ class JsonlSource(LogSource):
         ]
         self._unique_checked: set[int] = set()  # files whose keys were checked
         self._fields_checked: set[tuple[int, str]] = set()  # (file, column of objects) checked
-        self._id_keys = [c for c in sorted(jsonl.id_columns(mapping))
+        self._id_keys = [c for c in sorted(jsonl_checks.id_columns(mapping))
                          if any(c in schema for schema in schemas)]  # fmt: skip
-        self._id_kinds: jsonl.IdKinds = {}  # of the log's first ids, across its files
+        self._id_kinds: jsonl_checks.IdKinds = {}  # of the log's first ids, across its files
         try:
             empty = [pl.DataFrame(schema=schema) for schema in schemas]
             self.polars_schema = pl.concat(empty, how="diagonal_relaxed").schema
@@ -406,16 +406,16 @@ class JsonlSource(LogSource):
                         break
                     frame = jsonl.read_ndjson(path, chunk, full, line, schema=schema)
                     if i not in self._unique_checked:
-                        jsonl.refuse_duplicate_keys(
+                        jsonl_checks.refuse_duplicate_keys(
                             path, chunk, line, frame.height, self._unique_keys
                         )
-                        jsonl.refuse_non_scalar_ids(
+                        jsonl_checks.refuse_non_scalar_ids(
                             path, chunk, line, self._id_keys, self._id_kinds
                         )
                     objects = [
                         c for c in self._object_keys(frame) if (i, c) not in self._fields_checked
                     ]
-                    jsonl.refuse_duplicate_fields(path, chunk, line, frame.select(objects))
+                    jsonl_checks.refuse_duplicate_fields(path, chunk, line, frame.select(objects))
                     checked.update(objects)
                     if keep is not None:
                         keep.add(i, frame)

@@ -267,11 +267,6 @@ def write_bytes(out: str, data: bytes, *, force: bool) -> None:
         raise stdout.unwritable(exc) from None
 
 
-def write_json(path: str | Path, obj: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        write_json_to(tmp, obj)
-
-
 def write_json_to(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 

@@ -85,10 +85,6 @@ class TokenPass(ABC, Generic[PlanT]):
     def add(self, plan: PlanT, row0: int, measured: Any) -> None:
         """Take one batch's measure, in batch order."""
 
-    def observe(self, plan: PlanT, row0: int, tokens: Tokens) -> None:
-        """:meth:`measure` and :meth:`add` on one batch, here."""
-        self.add(plan, row0, self.measure(plan, row0, tokens))
-
     @abstractmethod
     def finish(self, plan: PlanT) -> PlanT: ...
 

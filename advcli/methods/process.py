@@ -94,7 +94,7 @@ class GrpoProcess(Method[ProcessPlan]):
         ):
             if on and flagged.any():
                 drop |= flagged
-                dropped[reason] = int(flagged.sum())  # fmt: skip
+                dropped[reason] = int(flagged.sum())
         return ProcessPlan(
             columns={
                 "group_size": size[g],
@@ -110,7 +110,7 @@ class GrpoProcess(Method[ProcessPlan]):
                 "singleton_groups": int(single.sum()),
                 "zero_variance_rollout_share": float(zero_var[rows.rollout_groups()].mean())
                 if rows.n_rollouts
-                else 0.0,  # fmt: skip
+                else 0.0,
             },
             normalized=normalized,
             ends=steps.ends,

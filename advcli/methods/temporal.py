@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, get_args
 
 from advcli.core import group as G
@@ -41,7 +41,9 @@ from advcli.methods.base import (
 from advcli.methods.temporal_passes import (
     ChainPass,
     CountPass,
+    Estimates,
     Lam,
+    Steps,
     TemporalPlan,
     WhitenPass,
     adaptive,
@@ -163,29 +165,6 @@ PARAMETERS = (GAMMA, LAM, ALPHA, LAM_CRITIC, OBSERVATIONS, SEGMENTS, WHITEN, WHI
               WHITEN_EPS_PLACEMENT, STRICT, KL_ON)  # fmt: skip
 _COMMON = (GAMMA, OBSERVATIONS, SEGMENTS, WHITEN, WHITEN_DDOF, WHITEN_EPS_PLACEMENT, BATCH_SIZE,
            STRICT, KL_ON)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Steps:
-    """A batch of rows as time steps (``step_offsets`` cuts them into rows), and what comes
-    after each row's last step."""
-
-    step_offsets: np.ndarray
-    is_action: np.ndarray  # bool per step
-    values: np.ndarray  # V at each step (0 off actions; 0 everywhere without values)
-    rewards: np.ndarray  # per step
-    tail: np.ndarray  # per row: the value after its last step, for the advantages
-    tail_critic: np.ndarray  # the same for the returns
-    lam: Lam  # the advantages' lambda
-
-
-@dataclass(frozen=True)
-class Estimates:
-    """What a method computed on a batch's steps, before whitening."""
-
-    steps: Steps
-    advantages: np.ndarray  # per step
-    returns: np.ndarray  # per step; value methods: without V added
 
 
 class TemporalMethod(Method[TemporalPlan]):

@@ -1,13 +1,14 @@
-"""The plan of the temporal estimators (:mod:`advcli.methods.temporal`), and the token passes
-that refine it, each run before the final pass when a run needs it: action counts (adaptive
-lambda, compaction's scale), the segment chain (each segment's tail from the segments after
-it), and the whitening moments of each batch (merged with Chan's formula).
+"""The plan of the temporal estimators (:mod:`advcli.methods.temporal`), the time steps and
+estimates they compute on a batch, and the token passes that refine the plan, each run before
+the final pass when a run needs it: action counts (adaptive lambda, compaction's scale), the
+segment chain (each segment's tail from the segments after it), and the whitening moments of
+each batch (merged with Chan's formula).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from advcli.core import temporal as T
 from advcli.core.conventions import WHITEN_EPS
@@ -19,10 +20,32 @@ from advcli.methods.base import Plan, TokenPass, completion_batches
 if TYPE_CHECKING:
     from advcli.io.rollouts import Rows
     from advcli.io.tokens import Tokens
-    from advcli.methods.temporal import Estimates, TemporalMethod
     from advcli.params import Params
 
 Lam: TypeAlias = "float | np.ndarray"  # a scalar, or one per row
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A batch of rows as time steps (``step_offsets`` cuts them into rows), and what comes
+    after each row's last step."""
+
+    step_offsets: np.ndarray
+    is_action: np.ndarray  # bool per step
+    values: np.ndarray  # V at each step (0 off actions; 0 everywhere without values)
+    rewards: np.ndarray  # per step
+    tail: np.ndarray  # per row: the value after its last step, for the advantages
+    tail_critic: np.ndarray  # the same for the returns
+    lam: Lam  # the advantages' lambda
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What a method computed on a batch's steps, before whitening."""
+
+    steps: Steps
+    advantages: np.ndarray  # per step
+    returns: np.ndarray  # per step; value methods: without V added
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +67,30 @@ class TemporalPlan(Plan):
     # measured in the final pass (by a batch's first row), each taken once by ``apply``
 
 
+class TimeStepMethod(Protocol):
+    """What the passes ask of the method they run for
+    (:class:`advcli.methods.temporal.TemporalMethod`, which imports them)."""
+
+    @property
+    def reads_values(self) -> bool: ...
+
+    @property
+    def value_returns(self) -> bool: ...
+
+    def lambda_eff(self, lam: Lam) -> Lam: ...
+
+    def steps(
+        self,
+        plan: TemporalPlan,
+        tokens: Tokens,
+        row0: int,
+        p: Params,
+        *,
+        local: bool = False,
+        returns: bool = True,
+    ) -> Estimates: ...
+
+
 def adaptive(p: Params) -> bool:
     """Whether the run's lambda is adaptive (only gae takes a lambda)."""
     return "lam" in p and p.lam == "adaptive"
@@ -54,7 +101,7 @@ class CountPass(TokenPass[TemporalPlan]):
 
     title = "counting action tokens"
 
-    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+    def __init__(self, method: TimeStepMethod, rows: Rows, p: Params):
         self.method, self.rows, self.p = method, rows, p
         self.counts = np.zeros(rows.n_rows, dtype=np.int64)
 
@@ -95,7 +142,7 @@ class ChainPass(TokenPass[TemporalPlan]):
 
     title = "carrying values across segments"
 
-    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+    def __init__(self, method: TimeStepMethod, rows: Rows, p: Params):
         self.method, self.rows, self.p = method, rows, p
         self.reads_values = method.reads_values
         n = rows.n_rows
@@ -160,7 +207,7 @@ class WhitenPass(TokenPass[TemporalPlan]):
     title = "whitening statistics"
     per_batch = True
 
-    def __init__(self, method: TemporalMethod, rows: Rows, p: Params):
+    def __init__(self, method: TimeStepMethod, rows: Rows, p: Params):
         self.method, self.p = method, p
         self.reads_values = method.reads_values
         batch_id, _, n_batches = completion_batches(rows, p.batch_size)

@@ -5,8 +5,11 @@ One preset per framework dump format, each in its own module:
 - :mod:`~advcli.presets.verl` (verl's rollout and validation JSONL, V1 and legacy);
 - :mod:`~advcli.presets.trl` (TRL's completions Parquet);
 - :mod:`~advcli.presets.nemo_rl` (NeMo-RL's train and validation JSONL, with tokens);
-- :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens);
-- :mod:`~advcli.presets.prime_rl` (prime-rl's episode traces, with tokens);
+- :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens; their
+  samples checked in :mod:`~advcli.presets.slime_samples`);
+- :mod:`~advcli.presets.prime_rl` (prime-rl's episode traces, with tokens; their node trees
+  in :mod:`~advcli.presets.prime_rl_traces`, the trace stream in
+  :mod:`~advcli.presets.prime_rl_stream`);
 - :mod:`~advcli.presets.roll` (ROLL's columnar step dump);
 - :mod:`~advcli.presets.tinker` (tinker-cookbook's rollout summaries, per-step rewards);
 - :mod:`~advcli.presets.nemo_gym` (NeMo-Gym's rollouts.jsonl, with tokens);
@@ -47,7 +50,7 @@ PRESETS: dict[str, Preset] = {
         Tinker(),
         NemoGym(),
         OpenInstruct(),
-    )  # fmt: skip
+    )
 }
 """Every preset, by the name ``--from`` takes."""
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from advcli.errors import DataError, where
-from advcli.io import jsonl
+from advcli.io import jsonl_checks
 from advcli.lazy_imports import np, pl
 from advcli.presets.base import (
     Converted,
@@ -92,11 +92,11 @@ def indices(path: str, records: list[dict[str, Any]], lines: np.ndarray, key: st
     every index of the file is of the first's kind (an integer, or text), and an integer one
     is within int64: a float is refused, a fraction or a whole one (orjson reads an integer
     beyond 64 bits as a float, which would make two tasks one)."""
-    kinds: jsonl.IdKinds = {}
+    kinds: jsonl_checks.IdKinds = {}
     ids = []
     for record, line in zip(records, lines.tolist(), strict=True):
         value = record.get(key)
-        jsonl.check_id_kind(path, line, key, value, kinds)
+        jsonl_checks.check_id_kind(path, line, key, value, kinds)
         beyond = isinstance(value, int) and not INT64[0] <= value <= INT64[1]
         if isinstance(value, float) or beyond:
             read = ", a float (as an integer beyond 64 bits is read, its last digits lost)"

@@ -38,28 +38,25 @@ the log-probabilities everywhere.
 
 from __future__ import annotations
 
-import functools
-import re
-from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from advcli.core.ragged import offsets_from_lengths, ranges
 from advcli.errors import DataError, where
-from advcli.io import jsonl
 from advcli.io.arrow import list_array
 from advcli.lazy_imports import np, pa
-from advcli.presets.base import (
-    Converted,
-    Preset,
-    PresetOptions,
-    Setting,
-    json_records,
-    non_finite,
-    step_of,
+from advcli.presets.base import Converted, Preset, PresetOptions, Setting, json_records, step_of
+from advcli.presets.prime_rl_stream import (
+    TORN,
+    StreamRun,
+    chunk_form,
+    chunk_records,
+    is_stream_chunk,
+    numbered,
+    stream_run,
+    written_state,
 )
-from advcli.presets.slime import passthrough
+from advcli.presets.prime_rl_traces import Tree, trace_reward, trace_tokens, trace_tree
+from advcli.presets.slime_samples import passthrough
 
 STREAM_PATTERNS = (
     "monitors/file/traces/stream/*.jsonl*",
@@ -74,7 +71,6 @@ FAILED = (
     "does: it scores their groups over the other episodes"
 )
 
-TORN = "{path}: its last line is cut short (the run was writing it): left out"
 
 UNTRAINED = (
     "prime-rl's trace stream: left out {groups} group(s) ({episodes} episode(s)) that were "
@@ -279,17 +275,11 @@ def trace_costs(trace: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def trace_reward(trace: dict[str, Any]) -> float:
-    """A trace's reward: the sum of its rewards' score × weight."""
-    rewards = trace.get("rewards") or {}
-    return sum(float(r.get("score", 0.0)) * float(r.get("weight", 1.0)) for r in rewards.values())
-
-
 def stream_chunk(path: str) -> Converted:
     """One chunk of a trace stream, its traces folded with the run's annotations; the rows of
     groups the run has not trained on left out (:func:`stream_run`)."""
     traces = Path(path).parent.parent
-    run = stream_run(str(traces), _written(traces), frozenset(numbered(traces / "stream")))
+    run = stream_run(str(traces), written_state(traces), frozenset(numbered(traces / "stream")))
     records, lines, torn = chunk_records(path)
     twins = chunk_form(Path(path))[1]
     rows: list[dict[str, Any]] = []
@@ -331,165 +321,6 @@ def unlisted(path: str, records: list[dict[str, Any]], run: StreamRun) -> list[s
     ]
 
 
-EXPANDED_TOKENS = 1 << 25
-"""Most tokens the root-to-leaf paths of one episode may hold in all: each path is a rollout
-that repeats its shared prefix, so a deep tree of few tokens can expand past any memory."""
-
-
-@dataclass(frozen=True)
-class Tree:
-    """A trace's node tree, checked, as its root-to-leaf paths (one per leaf, in node order):
-    path k's nodes, root first, are ``path_nodes[node_bounds[k]:node_bounds[k + 1]]``, its
-    tokens ``positions[token_bounds[k]:token_bounds[k + 1]]`` of the trace's tokens in node
-    order (:class:`TraceTokens`)."""
-
-    leaves: np.ndarray
-    path_nodes: np.ndarray
-    node_bounds: np.ndarray
-    positions: np.ndarray
-    token_bounds: np.ndarray
-
-
-def trace_tree(path: str, line: int, t: int, nodes: list[Any]) -> Tree:
-    """Trace ``t``'s node tree, checked first: every parent another node of the trace (or null
-    for a root), no cycle, and its paths within :data:`EXPANDED_TOKENS` tokens and nodes in all,
-    counted before a path is built."""
-    at = where(path, line, "traces", line=True)
-    if not nodes:  # (a failed episode's traces may have none: skipped before)
-        raise DataError(f"{at}: trace {t} has no nodes, so no tokens. Hint: check the file")
-    n = len(nodes)
-    parent: list[int | None] = []
-    for i, node in enumerate(nodes):
-        p = node.get("parent") if isinstance(node, dict) else "missing"
-        if p is not None and (type(p) is not int or not 0 <= p < n or p == i):
-            msg = (
-                f"{at}: trace {t}, node {i}: parent {p!r} is not another node of the trace "
-                f"(0 to {n - 1}, or null for a root). Hint: check the file"
-            )
-            raise DataError(msg)
-        parent.append(p)
-    sizes = [len(node.get("token_ids") or []) for node in nodes]
-    reach = [-1] * n  # tokens from the root to the node, once known
-    depth = [0] * n  # nodes from the root to the node
-    for i in range(n):
-        chain: list[int] = []
-        j: int | None = i
-        while j is not None and reach[j] < 0:
-            if j in chain:
-                msg = f"{at}: trace {t}: node {j}'s parents form a cycle. Hint: check the file"
-                raise DataError(msg)
-            chain.append(j)
-            j = parent[j]
-        above, steps = (0, 0) if j is None else (reach[j], depth[j])
-        for k in reversed(chain):
-            above, steps = above + sizes[k], steps + 1
-            reach[k], depth[k] = above, steps
-    leaves = np.array(sorted(set(range(n)) - {p for p in parent if p is not None}), np.int64)
-    expanded = sum(reach[leaf] for leaf in leaves.tolist())
-    visits = sum(depth[leaf] for leaf in leaves.tolist())
-    if max(expanded, visits) > EXPANDED_TOKENS:
-        held = f"{expanded:,} tokens" if expanded > EXPANDED_TOKENS else f"{visits:,} nodes"
-        msg = (
-            f"{at}: trace {t}'s tree expands to {len(leaves):,} root-to-leaf paths of "
-            f"{held} in all (each path a rollout, its prefix repeated), beyond "
-            f"advcli's limit of {EXPANDED_TOKENS:,}. Hint: split the episode, or drop it"
-        )
-        raise DataError(msg)
-    # every path climbed from its leaf at once, its nodes written from its end
-    up = np.array([-1 if p is None else p for p in parent], np.int64)
-    node_bounds = offsets_from_lengths(np.array(depth, np.int64)[leaves])
-    path_nodes = np.empty(int(node_bounds[-1]), np.int64)
-    at_node, slot = leaves, node_bounds[1:] - 1
-    while len(at_node):
-        path_nodes[slot] = at_node
-        at_node, slot = up[at_node], slot - 1
-        climbing = at_node >= 0
-        at_node, slot = at_node[climbing], slot[climbing]
-    size = np.array(sizes, np.int64)
-    return Tree(
-        leaves=leaves,
-        path_nodes=path_nodes,
-        node_bounds=node_bounds,
-        positions=ranges(offsets_from_lengths(size)[:-1][path_nodes], size[path_nodes]),
-        token_bounds=offsets_from_lengths(np.array(reach, np.int64)[leaves]),
-    )
-
-
-@dataclass(frozen=True)
-class TraceTokens:
-    """A trace's tokens, its nodes' end to end in node order: ids, masks, and the
-    log-probabilities and advantages given over each node's sampled tokens placed on them (0
-    elsewhere); ``logged``: the nodes that carry advantages (the fold may add some)."""
-
-    ids: np.ndarray
-    mask: np.ndarray
-    logprobs: np.ndarray
-    advantages: np.ndarray
-    logged: np.ndarray
-    node_of: np.ndarray  # each token's node
-
-
-def trace_tokens(path: str, line: int, t: int, nodes: list[dict[str, Any]]) -> TraceTokens:
-    """Trace ``t``'s :class:`TraceTokens`, each node's lists checked against its tokens, and
-    its logged advantages finite."""
-    at = where(path, line, "nodes", line=True)
-    ids: list[Any] = []
-    masks: list[Any] = []
-    sizes = []
-    given: dict[str, list[Any]] = {"logprobs": [], "advantages": []}  # per node: None or list
-    for i, node in enumerate(nodes):
-        tokens = node.get("token_ids") or []
-        mask = node.get("mask") or [False] * len(tokens)
-        if not isinstance(tokens, list) or not isinstance(mask, list):
-            msg = f"{at}: trace {t}, node {i}: token_ids and mask are not lists"
-            raise DataError(msg + ". Hint: check the file")
-        if len(mask) != len(tokens):
-            msg = (
-                f"{at}: a node has {len(tokens)} token ids and {len(mask)} mask entries. "
-                "Hint: check the file"
-            )
-            raise DataError(msg)
-        ids += tokens
-        masks += mask
-        sizes.append(len(tokens))
-        for name, values in given.items():
-            values.append(node.get(name))
-    node_of = np.repeat(np.arange(len(nodes), dtype=np.int64), sizes)
-    mask_flat = np.array(masks, dtype=bool)
-    sampled = np.bincount(node_of[mask_flat], minlength=len(nodes)).tolist()
-    placed = {}
-    for name, values in given.items():
-        for own, count in zip(values, sampled, strict=True):
-            if own is not None and (not isinstance(own, list) or len(own) != count):
-                held = len(own) if isinstance(own, list) else "no list of"
-                msg = (
-                    f"{at}: a node's {name} has {held} values for {count} sampled tokens. "
-                    "Hint: check the file"
-                )
-                raise DataError(msg)
-        flat = np.zeros(len(mask_flat), dtype=np.float32)
-        has = np.array([v is not None for v in values], dtype=bool)
-        flat[mask_flat & has[node_of]] = list(chain.from_iterable(v for v in values if v))
-        placed[name] = flat
-    not_finite = np.flatnonzero(mask_flat & ~np.isfinite(placed["advantages"]))
-    if len(not_finite):
-        first = int(not_finite[0])
-        msg = (
-            f"{at}: trace {t}, node {int(node_of[first])}: a logged advantage is "
-            f"{non_finite(placed['advantages'][first])}, which prime-rl never trains on. "
-            "Hint: check the file"
-        )
-        raise DataError(msg)
-    return TraceTokens(
-        ids=np.array(ids, dtype=np.int32),
-        mask=mask_flat,
-        logprobs=placed["logprobs"],
-        advantages=placed["advantages"],
-        logged=np.array([v is not None for v in given["advantages"]], dtype=bool),
-        node_of=node_of,
-    )
-
-
 PER_TOKEN = {"input_ids": "int32", "action_mask": "int8", "logprobs": "float32",
              "source_advantages": "float32"}  # fmt: skip
 """A row's per-token columns and their types."""
@@ -519,284 +350,3 @@ def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
     for name in ("agent", "episode"):  # text even where no trace names one
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     return pa.table(columns)
-
-
-# --------------------------------------------------------------------------- the stream
-def is_stream_chunk(path: str) -> bool:
-    """Whether ``path`` is a chunk of a trace stream (``traces/stream/NNNNN.jsonl[.zst]``)."""
-    p = Path(path)
-    return (
-        p.parent.name == "stream"
-        and p.parent.parent.name == "traces"
-        and re.fullmatch(r"\d+\.jsonl(\.zst)?", p.name) is not None
-    )
-
-
-def numbered(folder: Path) -> dict[int, Path]:
-    """A folder's chunks by number, in either form."""
-    found = {}
-    for p in folder.iterdir() if folder.is_dir() else []:
-        match = re.fullmatch(r"(\d+)\.jsonl(\.zst)?", p.name)
-        if match:
-            found[int(match[1])] = p
-    return found
-
-
-def chunks(folder: Path) -> list[Path]:
-    """A folder's chunks in number order, each in the form to read (:func:`chunk_form`)."""
-    found = numbered(folder)
-    return [chunk_form(found[n])[0] for n in sorted(found)]
-
-
-def chunk_form(chunk: Path) -> tuple[Path, str | None]:
-    """Which form of a chunk to read, and a warning where its plain and sealed forms are both
-    there and disagree. Mid-seal both are there, the sealed one still being written: the plain
-    one is read, as prime-rl reads it. Otherwise the one holding more whole lines is read,
-    said, with the number of lines only the other holds."""
-    plain = chunk.with_name(chunk.name.removesuffix(".zst"))
-    sealed = plain.with_name(plain.name + ".zst")
-    if not (plain.is_file() and sealed.is_file()):
-        return chunk, None
-    return _twins(str(plain), str(sealed), plain.stat().st_mtime_ns, sealed.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _twins(plain: str, sealed: str, *written: int) -> tuple[Path, str | None]:
-    """:func:`chunk_form` of a chunk in both forms (``written``: their times, so that a file
-    rewritten is compared again)."""
-    data = Path(plain).read_bytes()
-    plain_lines = [x for x in data[: data.rfind(b"\n") + 1].splitlines() if x.strip()]
-    sealed_lines, cut = _sealed_lines(sealed)
-    if sealed_lines == plain_lines[: len(sealed_lines)] and (cut or sealed_lines == plain_lines):
-        return Path(plain), None  # a seal under way, or done and the plain one not yet removed
-    chosen, other = (
-        (sealed, plain_lines) if len(sealed_lines) > len(plain_lines) else (plain, sealed_lines)
-    )
-    held = set(sealed_lines if chosen == sealed else plain_lines)
-    only_other = sum(line not in held for line in other)
-    warning = (
-        f"{plain} and {sealed}, one chunk of prime-rl's trace stream in two forms, disagree "
-        f"({len(plain_lines)} and {len(sealed_lines)} whole lines"
-        f"{', the sealed one cut short' if cut else ''}): read {chosen}, "
-        + (
-            f"the one holding more; {only_other} line(s) only the other holds are left out"
-            if only_other
-            else "which holds every line of the other"
-        )
-    )
-    return Path(chosen), warning
-
-
-def _sealed_lines(path: str) -> tuple[list[bytes], bool]:
-    """The whole lines of a sealed chunk, and whether it stops short (cut or corrupt: still
-    being written)."""
-    parts: list[bytes] = []
-    cut = False
-    try:
-        with jsonl.open_stream(path) as fh:
-            while part := fh.read(1 << 20):
-                parts.append(part)
-    except DataError:
-        cut = True
-    data = b"".join(parts)
-    return [x for x in data[: data.rfind(b"\n") + 1].splitlines() if x.strip()], cut
-
-
-def chunk_records(path: str) -> tuple[list[dict[str, Any]], np.ndarray, bool]:
-    """A chunk's records and their lines, and whether its last line was cut short: the live
-    chunk of a running job may end inside a line, which is left out."""
-    try:
-        records, lines = json_records(path)
-        return records, lines, False
-    except DataError:
-        data = Path(path).read_bytes() if path.endswith(".jsonl") else b""
-        if not data or data.endswith(b"\n"):
-            raise
-    whole = data[: data.rfind(b"\n") + 1].splitlines()
-    kept = [(n, line) for n, line in enumerate(whole, start=1) if line.strip()]
-    records = [jsonl.parse_line(path, n, line, nan=True) for n, line in kept]
-    return records, np.array([n for n, _ in kept], dtype=np.int64), True
-
-
-def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
-    """``update`` deep-merged into ``into``: nested objects merged, anything else replaced."""
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-
-
-@dataclass(frozen=True)
-class StreamRun:
-    """What the whole run says about each chunk's traces."""
-
-    updates: dict[str, list[tuple[str, dict[str, Any]]]]  # per trace id, in fold order: where
-    # each was read (file and line) and the update
-    kept_groups: frozenset[str]
-    left_out: tuple[int, int]  # groups, episodes
-    annotated: bool  # some update carries advantages
-    listed: dict[int, frozenset[str]]  # per chunk, the episodes of kept groups the index lists
-    warnings: tuple[str, ...]  # about the annotations' chunks
-
-    def fold(
-        self, path: str, line: int, t: int, trace: dict[str, Any], tree: Tree, tokens: TraceTokens
-    ) -> None:
-        """The updates of trace ``t`` folded onto it: its ``info`` in place, the advantages
-        onto its ``tokens``."""
-        for read_at, update in self.updates.get(str(trace.get("id")), []):
-            info = update.get("info")
-            if isinstance(info, dict):
-                _merge(trace.setdefault("info", {}), info)
-            for branch in update.get("branches") or []:
-                if isinstance(branch, dict) and branch.get("advantages") is not None:
-                    _fold_advantages(read_at, trace, tree, tokens, branch)
-
-
-def _fold_advantages(
-    at: str, trace: dict[str, Any], tree: Tree, tokens: TraceTokens, branch: dict[str, Any]
-) -> None:
-    """A branch's advantages (one per token of its root-to-leaf path) cut along the path onto
-    its nodes: each node's sampled values replace its own, unless one of them is null. (The
-    trainer's streams, log-probabilities and entropies, are not read.) ``at``: where the
-    update was read, for errors."""
-    index, values = branch.get("index"), branch["advantages"]
-    if type(index) is not int or not 0 <= index < len(tree.leaves):
-        msg = (
-            f"{at}: trace {trace.get('id')}'s annotation names branch {index!r}, which the "
-            f"trace does not have (0 to {len(tree.leaves) - 1}). Hint: check the annotations "
-            "folder"
-        )
-        raise DataError(msg)
-    positions = tree.positions[tree.token_bounds[index] : tree.token_bounds[index + 1]]
-    if not isinstance(values, list) or len(values) != len(positions):
-        count = len(values) if isinstance(values, list) else "no list of"
-        msg = (
-            f"{at}: trace {trace.get('id')}'s annotation gives {count} advantages for a "
-            f"branch of {len(positions)} tokens. Hint: check the annotations folder"
-        )
-        raise DataError(msg)
-    given = np.empty(len(values), dtype=object)
-    try:
-        given[:] = values
-        null = given == None  # noqa: E711 (element by element on an object array)
-        numbers = np.where(null, 0.0, given).astype(np.float64)
-    except (TypeError, ValueError):
-        msg = f"{at}: trace {trace.get('id')}'s annotation gives advantages that are not numbers"
-        raise DataError(msg + ". Hint: check the annotations folder") from None
-    sampled = tokens.mask[positions]
-    node = tokens.node_of[positions]
-    kept = sampled & ~np.isin(node, node[sampled & null])  # a node with a null keeps its own
-    not_finite = np.flatnonzero(kept & ~np.isfinite(numbers))
-    if len(not_finite):
-        first = int(not_finite[0])
-        msg = (
-            f"{at}: trace {trace.get('id')}'s annotation gives advantage "
-            f"{non_finite(numbers[first])} at token {first} of branch {index}, which prime-rl "
-            "never trains on. Hint: check the annotations folder"
-        )
-        raise DataError(msg)
-    tokens.advantages[positions[kept]] = numbers[kept]
-    tokens.logged[node[kept]] = True
-
-
-def _written(traces: Path) -> tuple[tuple[str, int, int], ...]:
-    """Name, size and time of each file of a run's index and annotations: a run still being
-    written is read again when they change."""
-    found = [traces / "stream.index.jsonl", *(traces / "annotations").glob("**/*")]
-    return tuple(sorted((str(f), s.st_size, s.st_mtime_ns) for f in found
-                        if f.is_file() and (s := f.stat())))  # fmt: skip
-
-
-@functools.lru_cache(maxsize=4)
-def stream_run(
-    traces_dir: str, written: tuple[tuple[str, int, int], ...], present: frozenset[int]
-) -> StreamRun:
-    """The folded annotations and the groups to read of the run whose ``traces`` folder this
-    is: read once per folder and state of its files (``written``, :func:`_written`; ``present``:
-    the numbers of the stream's chunks, whose episodes the index lists)."""
-    traces = Path(traces_dir)
-    updates: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    annotations = traces / "annotations"
-    producers = (
-        sorted(p for p in annotations.iterdir() if p.is_dir()) if annotations.is_dir() else []
-    )
-    warnings: list[str] = []
-    for producer in producers:
-        for chunk in chunks(producer):
-            if (twins := chunk_form(chunk)[1]) is not None:
-                warnings.append(twins)
-            records, lines, torn = chunk_records(str(chunk))
-            if torn:
-                warnings.append(TORN.format(path=chunk))
-            for record, n in zip(records, lines.tolist(), strict=True):
-                read_at = where(str(chunk), n, "branches", line=True)
-                updates.setdefault(str(record.get("trace_id")), []).append((read_at, record))
-    effective = set()
-    annotated = False
-    for trace_id, read in updates.items():
-        info: dict[str, Any] = {}
-        for _, record in read:
-            _merge(info, record.get("info") or {})
-            annotated |= any("advantages" in b for b in record.get("branches") or [])
-        if info.get("effective") is True:
-            effective.add(trace_id)
-    groups, listed = _groups(traces)
-    trained = {g for g, episodes in groups.items() if any(effective & set(t) for t, _ in episodes)}
-    sizes = [len(groups[g]) for g in trained] or [len(e) for e in groups.values()] or [0]
-    complete = min(sizes) if trained else max(sizes)
-    kept = set(trained)
-    for g, episodes in groups.items():
-        rewards = {r for _, r in episodes}
-        if (
-            g not in trained
-            and len(episodes) >= complete
-            and len(rewards) == 1
-            and None not in rewards
-        ):
-            kept.add(g)
-    left = [g for g in groups if g not in kept]
-    gone = {n: sum(g in kept for _, g in e) for n, e in listed.items() if n not in present}
-    if any(gone.values()):
-        warnings.append(
-            f"prime-rl's trace stream: left out {sum(gone.values())} episode(s) the index lists "
-            f"in chunk(s) {', '.join(str(n) for n in sorted(gone) if gone[n])}, which "
-            f"{traces / 'stream'} does not hold"
-        )
-    return StreamRun(
-        updates=updates,
-        kept_groups=frozenset(kept),
-        left_out=(len(left), sum(len(groups[g]) for g in left)),
-        annotated=annotated,
-        listed={
-            n: frozenset(e for e, g in episodes if g in kept) for n, episodes in listed.items()
-        },
-        warnings=tuple(warnings),
-    )
-
-
-def _groups(
-    traces: Path,
-) -> tuple[dict[str, list[tuple[list[str], float | None]]], dict[int, list[tuple[str, str]]]]:
-    """Each group's episodes: their trace ids and their one reward (None when the episode
-    failed or its traces differ), from the index where there is one, else from the chunks;
-    and per chunk, the episodes (id, group) the index lists in it."""
-    groups: dict[str, list[tuple[list[str], float | None]]] = {}
-    listed: dict[int, list[tuple[str, str]]] = {}
-    index = traces / "stream.index.jsonl"
-    if index.is_file():
-        for row in json_records(str(index))[0]:
-            ids = [str(t) for t in row.get("trace_ids") or []]
-            reward = row.get("reward") if row.get("ok") and len(ids) == 1 else None
-            groups.setdefault(str(row.get("group")), []).append((ids, reward))
-            if type(row.get("chunk")) is int and row.get("id") is not None:
-                listed.setdefault(row["chunk"], []).append((str(row["id"]), str(row["group"])))
-        return groups, listed
-    for chunk in chunks(traces / "stream"):
-        for episode in chunk_records(str(chunk))[0]:
-            found = episode.get("traces") or []
-            rewards = {trace_reward(t) for t in found}
-            reward = rewards.pop() if episode.get("ok") and len(rewards) == 1 else None
-            group = (episode.get("group") or {}).get("id")
-            groups.setdefault(str(group), []).append(([str(t.get("id")) for t in found], reward))
-    return groups, listed

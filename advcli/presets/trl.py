@@ -130,7 +130,7 @@ class Trl(Preset):
             found.append(
                 Setting(
                     "gdpo", given, note='multi_objective_aggregation="normalize_then_sum"', own=True
-                )  # fmt: skip
+                )
             )
         return found
 

@@ -12,37 +12,26 @@ base64 of little-endian typed arrays, which the page reads with ``Float32Array``
 
 from __future__ import annotations
 
-import base64
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 from advcli import installed, progress
 from advcli.accounting import Audit, audit_log
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
-from advcli.core.ragged import first_where, lengths, prefix_hashes
-from advcli.engine import Run, room_in_tmpdir
-from advcli.errors import DataError, UsageError
-from advcli.io.arrow import flat_list
+from advcli.engine import Run
+from advcli.errors import UsageError
 from advcli.io.sources import prefetch
-from advcli.io.tokens import extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
 from advcli.logs import BATCH_ROWS, Log
 from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
-
-PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
-TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most
-TEXT_BUDGET = 2_000_000  # characters of text the page holds in all (a page under 10 MB)
-KEY_CHARS = 120  # of a prompt id shown in the groups table
-MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budget
-PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
+from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
 
 
 @dataclass(frozen=True)
@@ -58,21 +47,6 @@ class Gathered:
     prompt_hashes: np.ndarray | None  # per row: its prompt tokens' hash (with hash_prompts)
 
 
-def collect(
-    log: Log,
-    options: ReportOptions,
-    *,
-    run: Run | None = None,
-    reward_components: list[str] | None = None,
-    batch_rows: int = BATCH_ROWS,
-) -> dict[str, Any]:
-    """Everything the page shows. ``run``: a method planned over ``log`` (its advantages are
-    shown); without one, a log already annotated (an ``advantages`` or ``advantage`` column)
-    shows those."""
-    return gather(log, options, run=run, reward_components=reward_components,
-                  batch_rows=batch_rows).payload  # fmt: skip
-
-
 def gather(
     log: Log,
     options: ReportOptions,
@@ -82,8 +56,10 @@ def gather(
     batch_rows: int = BATCH_ROWS,
     hash_prompts: bool = False,
 ) -> Gathered:
-    """:func:`collect`, keeping what a comparison needs (``hash_prompts``: each row's
-    prompt tokens hashed, which match a prompt across logs without a prompt text column)."""
+    """Everything the page shows (``payload``) and what a comparison needs besides. ``run``: a
+    method planned over ``log`` (its advantages are shown); without one, a log already annotated
+    (an ``advantages`` or ``advantage`` column) shows those. ``hash_prompts``: each row's prompt
+    tokens hashed, which match a prompt across logs without a prompt text column."""
     with progress.stage("auditing the groups"):
         found = audit_log(log, tol=options.tol, near_tie=options.near_tie, batch_rows=batch_rows)
     rows = found.rows
@@ -104,8 +80,8 @@ def gather(
 
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
-        seen = _Walk(log, found, run, in_detail[codes], options, batch_rows,
-                     hash_prompts=hash_prompts).walk()  # fmt: skip
+        seen = RolloutPass(log, found, run, in_detail[codes], options, batch_rows,
+                           hash_prompts=hash_prompts).walk()  # fmt: skip
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
     )
@@ -135,7 +111,7 @@ def gather(
             group_tokens,
             listed,
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
-        ),  # fmt: skip
+        ),
         "details": seen.details(found, codes, rewards, lengths_),
         "vocab": token_texts(options.tokenizer, seen, log) if options.tokenizer else None,
     }
@@ -143,7 +119,7 @@ def gather(
                     seen.prompt_hash)  # fmt: skip
 
 
-def token_texts(path: str, seen: _Walk, log: Log) -> dict[str, str]:
+def token_texts(path: str, seen: RolloutPass, log: Log) -> dict[str, str]:
     """The text of every token id the page shows, by id, from a local ``tokenizer.json``.
 
     The tokenizers library panics where a regular expression of the file exceeds its regex
@@ -179,7 +155,7 @@ def _failures() -> tuple[type[BaseException], ...]:
 
 
 def _refuse_undecodable(
-    path: str, tokenizer: Any, ids: np.ndarray, seen: _Walk, log: Log
+    path: str, tokenizer: Any, ids: np.ndarray, seen: RolloutPass, log: Log
 ) -> NoReturn:
     """The first id the tokenizer fails to decode, named with the first row it is on."""
     for token in ids.tolist():
@@ -249,22 +225,7 @@ def histogram(
     if not len(x):
         return None
     lo, hi = float(x.min()), float(x.max())
-    return _histogram_of(iter([x]), lo, hi, bins, integers=integers)
-
-
-def _histogram_of(
-    chunks: Iterator[np.ndarray], lo: float, hi: float, bins: int, *, integers: bool = False
-) -> dict[str, list[float]]:
-    if integers:
-        step = max(1.0, float(np.ceil((hi - lo + 1) / bins)))
-        edges = np.arange(lo, hi + step + 1, step) - 0.5
-        edges = edges[: int(np.searchsorted(edges, hi, side="right")) + 1]
-    else:
-        edges = np.linspace(lo, hi, bins + 1) if hi > lo else np.array([lo - 0.5, hi + 0.5])
-    counts = np.zeros(len(edges) - 1, dtype=np.int64)
-    for chunk in chunks:
-        counts += np.histogram(chunk, bins=edges)[0]
-    return {"edges": edges.tolist(), "counts": counts.tolist()}
+    return histogram_of(iter([x]), lo, hi, bins, integers=integers)
 
 
 def trends(
@@ -358,7 +319,7 @@ def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> 
     texts = [""] * len(listed)
     for at, values in rows_of_column(log, column, wanted[order], batch_rows):
         for i, value in zip(order[at].tolist(), values.to_pylist(), strict=True):
-            texts[i] = _short(value or "", PROMPT_CHARS)
+            texts[i] = shortened(value or "", PROMPT_CHARS)
     return texts
 
 
@@ -374,7 +335,7 @@ def components(
     out = {}
     for name in names:
         where = f"{found.files}: column '{name}' (named as a reward column)"
-        x = _floats(table.column(name), where, "name the reward columns with --reward-columns")
+        x = floats_of(table.column(name), where, "name the reward columns with --reward-columns")
         out[name] = histogram(x[last], bins)
     return out
 
@@ -391,7 +352,7 @@ def group_table(
     stats = found.stats
     keys = found.rows.group_keys
     assert keys is not None
-    shown = [_short(k) for k in keys.take(pa.array(listed)).to_pylist()]
+    shown = [shortened(k) for k in keys.take(pa.array(listed)).to_pylist()]
     std = np.where(np.isnan(stats.std[listed]), 0.0, stats.std[listed])
     table = {
         "code": listed.tolist(),
@@ -409,7 +370,7 @@ def group_table(
 def listed_extras(
     log: Log,
     found: Audit,
-    seen: _Walk,
+    seen: RolloutPass,
     listed: np.ndarray,
     in_detail: np.ndarray,
     lengths_: np.ndarray | None,
@@ -435,287 +396,3 @@ def listed_extras(
         "spread": spread,
         "detail": in_detail[listed].tolist(),
     }
-
-
-LOGGED_HINT = "report a log annotated by advcli, or give --method"
-
-
-def _floats(values: pa.Array | pa.ChunkedArray, where: str, hint: str) -> np.ndarray:
-    """``values`` as float64 (nulls: NaN), or one line saying ``where`` holds no numbers."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    try:
-        return np.asarray(values.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise DataError(f"{where} holds no numbers. Hint: {hint}") from None
-
-
-def _short(key: object, chars: int = KEY_CHARS) -> str:
-    text = str(key)
-    return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
-def _b64(x: np.ndarray) -> str:
-    return base64.b64encode(
-        np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<")).tobytes()
-    ).decode()
-
-
-class _Walk:
-    """One pass over the log's rows: every action token's advantage into the histogram file
-    and each rollout's advantage sum; the tokens and text of the detail rows kept."""
-
-    def __init__(
-        self,
-        log: Log,
-        found: Audit,
-        run: Run | None,
-        detail_rollout: np.ndarray,
-        options: ReportOptions,
-        batch_rows: int,
-        *,
-        hash_prompts: bool = False,
-    ):
-        self.log, self.found, self.run = log, found, run
-        self.roles = log.roles
-        rows = found.rows
-        self.detail_row = detail_rollout[rows.rollout_codes]
-        n_detail = max(1, int(self.detail_row.sum()))
-        self.cap = max(MIN_TOKENS_SHOWN, options.token_budget // n_detail)
-        self.batch_rows = batch_rows
-        names = log.source.schema.names
-        self.logged_column: str | None = None
-        if run is None:
-            wanted = "advantages" if self.roles["input_ids"] is not None else "advantage"
-            self.logged_column = wanted if wanted in names else None
-        role_columns = {c for c in self.roles.columns.values() if c}
-        self.text_columns = [
-            f.name
-            for f in log.source.schema
-            if f.name not in role_columns
-            and f.name != self.logged_column
-            and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
-        ]
-        share = TEXT_BUDGET // (n_detail * max(1, len(self.text_columns)))
-        self.text_chars = min(max(share, TEXT_CHARS[0]), TEXT_CHARS[1])
-        self.adv_sum = np.zeros(rows.n_rollouts)
-        self.row_advantage: np.ndarray | None = None  # per row, a log without token ids
-        self.adv_lo, self.adv_hi = np.inf, -np.inf
-        self.adv_file: IO[bytes] | None = None  # the action tokens' advantages, float32
-        self.room = f"{4 * (found.report.action_tokens or rows.n_rollouts):,} bytes"
-        self.has_advantages = run is not None or self.logged_column is not None
-        # per detail row: ids, kinds and advantages shown, its length, the prompt tokens folded
-        self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]] = {}
-        self.text: dict[int, dict[str, str]] = {}
-        self.prompt_hash = (  # per row: the hash of its tokens before its first action
-            np.zeros(rows.n_rows, dtype=np.uint64)
-            if hash_prompts and self.roles["input_ids"] is not None
-            else None
-        )
-
-    def walk(self) -> _Walk:
-        if self.roles["input_ids"] is None:
-            self._walk_rows()
-        else:
-            for row0, table, tokens, ids, adv in self._batches():
-                self._add(row0, table, tokens, ids, adv)
-        return self
-
-    def _batches(self) -> Iterator[tuple[int, pa.Table, Any, np.ndarray, np.ndarray | None]]:
-        ids_column = self.roles.column("input_ids")
-        if self.run is not None:
-            for row0, table, tok, columns in self.run.computed():
-                ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
-                yield row0, table, tok, ids, columns["advantages"]
-            return
-        source = self.log.source
-        names = token_columns(self.roles, values=False, ids=True) + self.text_columns
-        if self.logged_column is not None:
-            names.append(self.logged_column)
-        for row0, table in prefetch(source.batches(list(dict.fromkeys(names)), self.batch_rows)):
-            tok = extract_tokens(table, self.roles, source.sources, row0, values=False)
-            ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
-            adv = None
-            if self.logged_column is not None:
-                adv = self._logged(table, row0, tok.offsets)
-            yield row0, table, tok, ids, adv
-
-    def _logged(self, table: pa.Table, row0: int, offsets: np.ndarray) -> np.ndarray:
-        """The advantages an annotated log holds, one per token, checked."""
-        name = self.logged_column
-        assert name is not None
-        column = table.column(name)
-        if not pa.types.is_list(column.type) and not pa.types.is_large_list(column.type):
-            msg = (
-                f"{self.log.files}: column '{name}' is not a list of numbers, one per token. "
-                f"Hint: {LOGGED_HINT}"
-            )
-            raise DataError(msg)
-        flat, offs = flat_list(column.fill_null([]) if column.null_count else column)
-        bad = lengths(offs) != lengths(offsets)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            msg = (
-                f"{self.log.sources.at(row0 + row, name)}: {lengths(offs)[row]} advantages but "
-                f"{lengths(offsets)[row]} tokens. Hint: {LOGGED_HINT}"
-            )
-            raise DataError(msg)
-        return _floats(flat, f"{self.log.files}: column '{name}'", LOGGED_HINT)
-
-    def _add(
-        self, row0: int, table: pa.Table, tok: Any, ids: np.ndarray, adv: np.ndarray | None
-    ) -> None:
-        offsets, mask = tok.offsets, tok.mask
-        n = len(offsets) - 1
-        rollouts = self.found.rows.rollout_codes[row0 : row0 + n]
-        if adv is not None:
-            act = adv[mask]
-            if len(act):
-                self._keep_advantages(act)
-                self.adv_lo = min(self.adv_lo, float(np.nanmin(act)))
-                self.adv_hi = max(self.adv_hi, float(np.nanmax(act)))
-            summed = np.zeros(len(adv) + 1)
-            np.cumsum(np.where(mask, np.nan_to_num(adv), 0.0), out=summed[1:])
-            np.add.at(self.adv_sum, rollouts, summed[offsets[1:]] - summed[offsets[:-1]])
-        if self.prompt_hash is not None:
-            prompt_ends = first_where(offsets, mask)
-            self.prompt_hash[row0 : row0 + n] = prefix_hashes(ids, offsets, prompt_ends)
-        ranks = self.found.rows.segment_rank[row0 : row0 + n]
-        for i in np.flatnonzero(self.detail_row[row0 : row0 + n]):
-            start, end = int(offsets[i]), int(offsets[i + 1])
-            part = mask[start:end]
-            first_action = int(np.argmax(part)) if part.any() else end - start
-            kind = np.full(end - start, OBSERVATION, dtype=np.uint8)
-            kind[:first_action] = PROMPT
-            kind[part] = ACTION
-            # the budget goes to the response: a rollout's prompt keeps its last few tokens
-            folded = max(0, first_action - PROMPT_TAIL) if ranks[i] == 0 else 0
-            begin = start + folded
-            shown = min(end, begin + self.cap)
-            self.tokens[row0 + int(i)] = (
-                ids[begin:shown],
-                kind[folded : shown - start],
-                None if adv is None else adv[begin:shown].astype(np.float32),
-                end - start,
-                folded,
-            )
-            self._keep_text(table, int(i), row0)
-
-    def _keep_advantages(self, x: np.ndarray) -> None:
-        with room_in_tmpdir("the advantages for the report", self.room):
-            if self.adv_file is None:
-                self.adv_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by histogram())
-            self.adv_file.write(x.astype(np.float32).tobytes())
-
-    def _keep_text(self, table: pa.Table, i: int, row0: int) -> None:
-        texts = {}
-        for name in self.text_columns:
-            if name in table.column_names and (value := table.column(name)[i].as_py()):
-                texts[name] = _short(value, self.text_chars)
-        if texts:
-            self.text[row0 + i] = texts
-
-    def _walk_rows(self) -> None:
-        """A log without token ids: one advantage per row; the text of the detail rows."""
-        rows = self.found.rows
-        if self.run is not None:
-            self.row_advantage = self.run.plan.columns["advantage"]
-        elif self.logged_column is not None:
-            name = self.logged_column
-            column = self.log.source.columns([name]).column(name)
-            where = f"{self.log.files}: column '{name}'"
-            self.row_advantage = _floats(column, where, LOGGED_HINT)
-        if self.row_advantage is not None:
-            adv = self.row_advantage
-            last = rows.last_segment_row()
-            self.adv_sum = adv[last].astype(np.float64)
-            finite = adv[last][~np.isnan(adv[last])]
-            if len(finite):
-                self._keep_advantages(finite)
-                self.adv_lo, self.adv_hi = float(finite.min()), float(finite.max())
-        if not self.text_columns or not self.detail_row.any():
-            return
-        source = self.log.source
-        for row0, table in prefetch(source.batches(self.text_columns, self.batch_rows)):
-            for i in np.flatnonzero(self.detail_row[row0 : row0 + table.num_rows]):
-                self._keep_text(table, int(i), row0)
-
-    def rollout_advantages(self, lengths_: np.ndarray | None) -> np.ndarray | None:
-        """Per rollout: its advantages' mean over its action tokens (without token ids, its
-        advantage); None where the walk saw no advantages."""
-        if not self.has_advantages:
-            return None
-        if lengths_ is None:
-            return self.adv_sum
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out: np.ndarray = np.where(lengths_ > 0, self.adv_sum / lengths_, np.nan)
-        return out
-
-    def histogram(self, bins: int) -> dict[str, list[float]] | None:
-        """The advantages' histogram over every action token (rollout, without token ids)."""
-        kept = self.adv_file
-        if kept is None or not self.adv_lo <= self.adv_hi:  # no finite advantage
-            return None
-        kept.seek(0)
-
-        def chunks() -> Iterator[np.ndarray]:
-            while block := kept.read(1 << 24):
-                yield np.frombuffer(block, dtype=np.float32)
-
-        with kept:
-            return _histogram_of(chunks(), self.adv_lo, self.adv_hi, bins)
-
-    def details(
-        self, found: Audit, codes: np.ndarray, rewards: np.ndarray, lengths_: np.ndarray | None
-    ) -> dict[str, list[dict[str, Any]]]:
-        """Per detail group (by group code): its rollouts in log order, each with its reward,
-        mean advantage over its action tokens, length, and its tokens and text where kept."""
-        rows = found.rows
-        keys = rows.rollout_keys
-        out: dict[str, list[dict[str, Any]]] = {}
-        by_rollout: dict[int, list[int]] = {}
-        for row in np.flatnonzero(self.detail_row):
-            by_rollout.setdefault(int(rows.rollout_codes[row]), []).append(int(row))
-        for rollout, its_rows in by_rollout.items():
-            its_rows.sort(key=lambda r: int(rows.segment_rank[r]))
-            length = int(lengths_[rollout]) if lengths_ is not None else None
-            advantage = None
-            if self.has_advantages:
-                if lengths_ is None:
-                    advantage = float(self.adv_sum[rollout])
-                elif length:
-                    advantage = float(self.adv_sum[rollout] / length)
-            entry: dict[str, Any] = {
-                "id": str(keys[rollout].as_py()) if keys is not None else str(its_rows[0]),
-                "reward": float(rewards[rollout]),
-                "advantage": None if advantage is None or np.isnan(advantage) else advantage,
-                "length": length,
-                "segments": len(its_rows),
-                "text": {k: v for r in its_rows for k, v in self.text.get(r, {}).items()},
-            }
-            per_row = self.run.plan.columns.get("advantage") if self.run is not None else None
-            if per_row is not None and rows.segmented:  # each step's (segment's) own; a
-                entry["steps"] = per_row[its_rows].tolist()  # per-token method has none
-            if self.tokens:
-                entry["tokens"] = self._token_view([self.tokens[r] for r in its_rows])
-            out.setdefault(str(int(codes[rollout])), []).append(entry)
-        return out
-
-    def _token_view(
-        self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]]
-    ) -> dict[str, Any]:
-        ids = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        kind = np.concatenate([p[1] for p in parts])
-        wide = ids.size and (ids.min() < 0 or ids.max() >= 2**32)
-        view: dict[str, Any] = {
-            "ids": _b64(ids.astype(np.float64 if wide else np.uint32)),
-            "ids_type": "f8" if wide else "u4",
-            "kind": _b64(kind),
-            "shown": int(ids.size),
-            "total": int(sum(p[3] for p in parts)),
-            "folded": int(parts[0][4]),  # the prompt tokens before those shown
-        }
-        if parts[0][2] is not None:
-            adv = np.concatenate([p[2] for p in parts if p[2] is not None])
-            view["adv"] = _b64(adv.astype(np.float32))
-        return view

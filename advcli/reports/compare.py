@@ -30,14 +30,13 @@ from advcli.lazy_imports import np, pa, pl
 from advcli.reports.collect import (
     PROMPT_CHARS,
     Gathered,
-    _histogram_of,
-    _short,
     first_rows,
     group_texts,
     prompt_text_column,
     row_steps,
     rows_of_column,
 )
+from advcli.reports.rollout_pass import histogram_of, shortened
 
 COMPARED_PROMPTS = 2_000  # the prompts both sides hold that the page lists: the largest changes
 NO_SIGNAL = (ALL_CORRECT, ALL_WRONG, ZERO_VARIANCE_OTHER, SINGLETON)
@@ -154,7 +153,7 @@ def comparison(a: Side, b: Side, bins: int, batch_rows: int) -> dict[str, Any]:
             "rewards": _overlaid(rewards, bins),
             "advantages": None
             if any(x is None for x in advantages)
-            else _overlaid([x for x in advantages if x is not None], bins),  # fmt: skip
+            else _overlaid([x for x in advantages if x is not None], bins),
         },
         "prompts": _common(prompts, a, batch_rows),
     }
@@ -208,7 +207,7 @@ def _overlaid(values: list[np.ndarray], bins: int) -> dict[str, Any] | None:
         return None
     lo = min(float(x.min()) for x in finite)
     hi = max(float(x.max()) for x in finite)
-    hists = [_histogram_of(iter([x]), lo, hi, bins) for x in finite]
+    hists = [histogram_of(iter([x]), lo, hi, bins) for x in finite]
     return {"edges": hists[0]["edges"], "counts": [h["counts"] for h in hists]}
 
 
@@ -252,7 +251,7 @@ def _prompts(side: Side, basis: str, batch_rows: int) -> _Prompts:
         groups=np.bincount(group_at, minlength=len(keys)),
         zero_variance=np.bincount(
             group_at, weights=stats.zero_variance[groups], minlength=len(keys)
-        ).astype(np.int64),  # fmt: skip
+        ).astype(np.int64),
         spread=spread,
         group=first,
     )
@@ -296,7 +295,7 @@ def _common(prompts: list[_Prompts], a: Side, batch_rows: int) -> dict[str, Any]
     found = a.gathered.found
     texts = group_texts(a.gathered.log, found, groups, batch_rows)
     assert found.rows.group_keys is not None
-    ids = [_short(k) for k in found.rows.group_keys.take(pa.array(groups)).to_pylist()]
+    ids = [shortened(k) for k in found.rows.group_keys.take(pa.array(groups)).to_pylist()]
 
     def side(p: _Prompts, at: np.ndarray) -> dict[str, Any]:
         spread = p.spread[at]
@@ -311,7 +310,7 @@ def _common(prompts: list[_Prompts], a: Side, batch_rows: int) -> dict[str, Any]
     return {
         "total": len(keys),
         "listed": len(order),
-        "prompt": [_short(t, PROMPT_CHARS) for t in texts] if texts is not None else ids,
+        "prompt": [shortened(t, PROMPT_CHARS) for t in texts] if texts is not None else ids,
         "change": change.tolist(),
         "sides": [side(pa_, ia), side(pb, ib)],
     }

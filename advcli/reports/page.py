@@ -39,7 +39,7 @@ def heading(files: list[str]) -> str:
 
 
 def render(payload: dict[str, Any], title: str) -> str:
-    """The page for ``payload`` (what :func:`advcli.reports.collect.collect` gathers)."""
+    """The page for ``payload`` (what :func:`advcli.reports.collect.gather` gathers)."""
     bokeh()
     from bokeh.embed import json_item
     from bokeh.resources import Resources
@@ -74,7 +74,7 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
             else "advantages (rollouts)",
             dist["advantages"],
             ORANGE,
-        ),  # fmt: skip
+        ),
         "chart-lengths": ("response length (action tokens)", dist["lengths"], GREY),
     }
     for i, (name, hist) in enumerate(dist["components"].items()):

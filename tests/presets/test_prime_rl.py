@@ -396,7 +396,7 @@ def test_a_tree_whose_paths_visit_too_many_nodes_is_refused_before_they_are_buil
     past a limit of 500."""
     import advcli
     from advcli.errors import DataError
-    from advcli.presets import prime_rl
+    from advcli.presets import prime_rl_traces
 
     nodes: list[dict[str, Any]] = [{"parent": None, "token_ids": [], "mask": []}]
     spine = 0
@@ -406,7 +406,7 @@ def test_a_tree_whose_paths_visit_too_many_nodes_is_refused_before_they_are_buil
         nodes.append({"parent": spine, "token_ids": [7], "mask": [True], "sampled": True})
     dump = _write(tmp_path / "step_1/train/effective/traces.jsonl",
                   _episodes(nodes, advantages=False)[:1])  # fmt: skip
-    monkeypatch.setattr(prime_rl, "EXPANDED_TOKENS", 500)
+    monkeypatch.setattr(prime_rl_traces, "EXPANDED_TOKENS", 500)
     with pytest.raises(DataError, match=r"trace 0's tree expands to 40 root-to-leaf paths of "
                        r"900 nodes in all .* beyond advcli's limit of 500"):  # fmt: skip
         advcli.audit([str(dump)], from_="prime-rl")
