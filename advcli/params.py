@@ -26,12 +26,9 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from advcli.errors import UsageError, did_you_mean
-
-if TYPE_CHECKING:
-    from advcli.methods.base import Method
 
 Check = Callable[[Any, Mapping[str, Any]], "str | None"]
 INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
@@ -168,7 +165,18 @@ class UndeclaredParameter(AttributeError):
     """A method read a parameter it does not declare: a bug in the method, not in the input."""
 
 
-class Params:
+class Named(Protocol):
+    """What the parameters need of their method: its name (a registered ``Method`` has one;
+    the methods sit above this module, which names none of them)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+EstimatorT = TypeVar("EstimatorT", bound=Named)
+
+
+class Params(Generic[EstimatorT]):
     """The parameters of one run, resolved: read them as attributes (``p.gamma``).
 
     They hold exactly the parameters the method takes (its own and the shared ones it accepts,
@@ -181,11 +189,11 @@ class Params:
 
     __slots__ = ("_values", "convention", "estimator", "method")
 
-    estimator: Method[Any]
+    estimator: EstimatorT
     method: str
     convention: str
 
-    def __init__(self, estimator: Method[Any], convention: str, values: Mapping[str, Any]):
+    def __init__(self, estimator: EstimatorT, convention: str, values: Mapping[str, Any]):
         object.__setattr__(self, "estimator", estimator)
         object.__setattr__(self, "method", estimator.name)
         object.__setattr__(self, "convention", convention)

@@ -110,7 +110,7 @@ def _report(
 
 def _print_json(obj: object, stream: TextIO | None = None) -> None:
     if isinstance(obj, dict) and "warnings" in obj:
-        obj = {**obj, "warnings": [on_command_line(w) for w in obj["warnings"]]}
+        obj = {**obj, "warnings": [on_command_line(w, app) for w in obj["warnings"]]}
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     (stream or sys.stdout).write(orjson.dumps(obj, option=option).decode() + "\n")
 
@@ -123,7 +123,7 @@ def _one_line(key: object) -> str:
 
 def _warn(warnings: list[str]) -> None:
     for warning in warnings:
-        sys.stderr.write(f"advcli: warning: {on_command_line(warning)}\n")
+        sys.stderr.write(f"advcli: warning: {on_command_line(warning, app)}\n")
 
 
 @app.command(epilog=_examples("schema"))

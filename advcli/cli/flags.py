@@ -32,6 +32,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+import typer
+
 _QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)(?:=([^`]+))?`")
 
 
@@ -45,19 +47,21 @@ class Flag:
     negative: str | None = None
 
 
-def on_command_line(message: str) -> str:
-    """``message`` with every backticked option spelled as its flag (see the module's rules).
+def on_command_line(message: str, app: typer.Typer) -> str:
+    """``message`` with every backticked option of ``app`` (or a method's parameter) spelled
+    as its flag (see the module's rules): ``Hint: pass `force=True`, or
+    `col=['reward=score']`, or drop `critic``` is ``Hint: pass --force, or --col reward=score,
+    or drop --critic``; ``column `reward` has no value`` stays as it is."""
+    known = flags(app)
 
-    >>> on_command_line("Hint: pass `force=True`, or `col=['reward=score']`, or drop `critic`")
-    'Hint: pass --force, or --col reward=score, or drop --critic'
-    >>> on_command_line("`from_='verll'`: unknown framework; column `reward` has no value")
-    '--from verll: unknown framework; column `reward` has no value'
-    """
-    return _QUOTED.sub(_spelled, message)
+    def spelled(match: re.Match[str]) -> str:
+        return _spelled(match, known)
+
+    return _QUOTED.sub(spelled, message)
 
 
-def _spelled(match: re.Match[str]) -> str:
-    flag = flags().get(match.group(1))
+def _spelled(match: re.Match[str], known: dict[str, Flag]) -> str:
+    flag = known.get(match.group(1))
     if flag is None:
         return match.group(0)
     if match.group(2) is None:
@@ -96,12 +100,11 @@ def keyword_of(flag: str) -> str:
 
 
 @functools.cache
-def flags() -> dict[str, Flag]:
-    """Every option of the command line, by its keyword (made once, when a message is first
-    shown: ``--help`` never needs it)."""
+def flags(app: typer.Typer) -> dict[str, Flag]:
+    """Every option of ``app``'s commands and every method parameter, by its keyword (made
+    once, when a message is first shown: ``--help`` never needs it)."""
     import typer.main
 
-    from advcli.cli.app import app  # here: that module shows messages through this one
     from advcli.methods import PARAMETERS
 
     found: dict[str, Flag] = {}

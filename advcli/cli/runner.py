@@ -145,7 +145,7 @@ def _main(args: list[str] | None) -> None:
     except StdoutClosed:  # a reader of --out - stopped early (`| head`)
         _stdout_closed()
     except AdvcliError as exc:
-        _fail(f"advcli: error: {on_command_line(str(exc))}", exc.exit_code)
+        _fail(f"advcli: error: {on_command_line(str(exc), app)}", exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         if os.environ.get("ADVCLI_DEBUG"):
             traceback.print_exc()

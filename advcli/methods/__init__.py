@@ -179,7 +179,9 @@ def what_runs(roles: Roles) -> dict[str, str]:
     return {name: verdict(missing_roles(m, roles)) for name, m in REGISTRY.items()}
 
 
-def resolve(method: str | Method[Any], convention: str | None = None, **given: Any) -> Params:
+def resolve(
+    method: str | Method[Any], convention: str | None = None, **given: Any
+) -> Params[Method[Any]]:
     """The parameters of a run of ``method`` (a method, or its name): exactly those it takes
     (:attr:`Method.takes`).
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import advcli
+from advcli.cli.app import app
 from advcli.cli.flags import flags, keyword_of, on_command_line
 from advcli.errors import OutputError
 from tests.conftest import run
@@ -35,7 +36,7 @@ from tests.conftest import run
     ],
 )
 def test_an_option_in_backticks_becomes_its_flag(message: str, shown: str) -> None:
-    assert on_command_line(message) == shown
+    assert on_command_line(message, app) == shown
 
 
 @pytest.mark.parametrize(
@@ -53,11 +54,11 @@ def test_an_option_in_backticks_becomes_its_flag(message: str, shown: str) -> No
     ],
 )
 def test_anything_else_is_left_as_it_is(message: str) -> None:
-    assert on_command_line(message) == message
+    assert on_command_line(message, app) == message
 
 
 def test_every_option_of_every_command_has_a_keyword() -> None:
-    known = flags()
+    known = flags(app)
     assert known["from_"].name == "--from"
     assert known["out"].name == "--out"  # its long form, not -o
     assert known["critic"].name == "--critic"  # the critic's path, a field's own flag

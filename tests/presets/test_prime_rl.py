@@ -494,7 +494,7 @@ def test_a_prime_rl_tree_past_the_expansion_limit_is_refused(tmp_path, monkeypat
     expands past any memory, so past EXPANDED_TOKENS it is refused before a path is built."""
     import advcli
     from advcli.errors import DataError
-    from advcli.presets import prime_rl
+    from advcli.presets import prime_rl_traces
 
     def deep(nodes: list[dict]) -> None:
         leaf = nodes[-1]
@@ -504,7 +504,7 @@ def test_a_prime_rl_tree_past_the_expansion_limit_is_refused(tmp_path, monkeypat
 
     dump = _prime_dump(tmp_path, deep)
     assert advcli.audit([dump], from_="prime-rl").report.rollouts > 32  # within the limit
-    monkeypatch.setattr(prime_rl, "EXPANDED_TOKENS", 500)
+    monkeypatch.setattr(prime_rl_traces, "EXPANDED_TOKENS", 500)
     with pytest.raises(DataError, match=r"tree expands to 32 root-to-leaf paths of [\d,]+ tokens"):
         advcli.audit([dump], from_="prime-rl")
 
