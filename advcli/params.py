@@ -2,11 +2,13 @@
 
 A method module declares the parameters it introduces (name, type, default, help, choices, a
 check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
-that one declaration: the ``annotate`` options (:mod:`advcli.cli.options`), ``shard --param
-KEY=VALUE``, the keyword arguments the public API accepts (its ``**params``, checked against the
-declarations when resolved), and the ``params`` recorded in every output's metadata. The
-options of the commands' dataclasses (``CriticOptions``, ...) are declared the same way, with
-:func:`option` on their fields.
+that one declaration: the flags of the commands that run a method (:mod:`advcli.cli.options`),
+``shard --param KEY=VALUE``, the keyword arguments the public API accepts (its ``**params``,
+checked against the declarations when resolved), and the ``params`` recorded in every output's
+metadata. Each command's own options are declared the same way, as the fields of its options
+dataclass (``AnnotateCommand``, ..., holding groups such as ``CriticOptions``), with
+:func:`option` on each: the command line's options and the Python function's keywords
+(:func:`takes_options`, :func:`command_options`) are both made from it.
 
 A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
 method takes: a parameter the user did not give takes the method's default, else the
@@ -24,7 +26,7 @@ import os
 import stat
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -304,18 +306,23 @@ def options_of(cls: type, *, absent_without: str | None = None) -> dict[str, Opt
 
 
 def command_options(
-    cls: type[T], command: str, keywords: Mapping[str, Any], *, takes_params: bool
+    cls: type[T],
+    command: str,
+    keywords: Mapping[str, Any],
+    parameters: Collection[str] = (),
 ) -> tuple[T, dict[str, Any]]:
     """The options dataclass ``cls`` of ``command`` made of the ``keywords`` it was called
-    with, and the keywords left: a method's parameters where it ``takes_params`` (checked when
-    the job resolves them), else refused. A required field left out is refused too."""
+    with, and the keywords left: a method's ``parameters`` where the command runs one (each
+    resolved, and checked against the method, when the job is made). Any other keyword is
+    refused, and so is a required field left out."""
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    rest = {k: v for k, v in keywords.items() if k not in names}
-    if rest and not takes_params:
-        unknown = next(iter(rest))
+    unknown = [k for k in keywords if k not in names and k not in parameters]
+    if unknown:
+        known = [*names, *parameters]
+        also = ", and a method's parameters (advcli.describe_method)" if parameters else ""
         msg = (
-            f"{command}() takes no keyword {unknown!r}.{did_you_mean(unknown, names)} "
-            f"Keywords: {', '.join(names)}"
+            f"{command}() takes no keyword {unknown[0]!r}.{did_you_mean(unknown[0], known)} "
+            f"Keywords: {', '.join(names)}{also}"
         )
         raise UsageError(msg)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -323,6 +330,7 @@ def command_options(
         if required and f.name not in keywords:
             raise UsageError(f"{command}() needs the keyword {f.name!r}")
     given = {k: v for k, v in keywords.items() if k in names}
+    rest = {k: v for k, v in keywords.items() if k not in names}
     return cls(**given), rest
 
 

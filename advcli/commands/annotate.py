@@ -65,7 +65,7 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
     manifest.
     """
     options, params = command_options(
-        AnnotateCommand, "annotate", {"out": out, **keywords}, takes_params=True
+        AnnotateCommand, "annotate", {"out": out, **keywords}, methods.PARAMETERS
     )
     method, critic, batch_rows = options.method, options.critic, options.batch_rows
     force, format, nonfinite = options.force, options.format, options.nonfinite

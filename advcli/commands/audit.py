@@ -38,7 +38,7 @@ def audit(inputs: LogPaths, **keywords: Any) -> Audit:
     (streamed); the keywords are :class:`AuditCommand`'s. ``near_tie``: the group std below
     which a group is a near-tie (default 5% of the log's reward range); ``engine="ray"``
     counts each file's tokens on a Ray cluster."""
-    options, _ = command_options(AuditCommand, "audit", keywords, takes_params=False)
+    options, _ = command_options(AuditCommand, "audit", keywords)
     col, from_, preset_options = options.col, options.from_, options.preset_options
     engine, ray_address, batch_rows = options.engine, options.ray_address, options.batch_rows
     tol, near_tie = options.tol, options.near_tie

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, reproduce
+from advcli import jobs, methods, reproduce
 from advcli.commands import fields
 from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError, UsageError
 from advcli.io.arrow import flat_list
@@ -61,7 +61,7 @@ def check(inputs: LogPaths, **keywords: Any) -> CheckResult:
     a NaN or an infinity differs, said with its rollout. The keywords are
     :class:`CheckCommand`'s (``from_`` needed), then the method's parameters.
     """
-    options, params = command_options(CheckCommand, "check", keywords, takes_params=True)
+    options, params = command_options(CheckCommand, "check", keywords, methods.PARAMETERS)
     from_, preset_options, method = options.from_, options.preset_options, options.method
     convention, tol, col, worst = options.convention, options.tol, options.col, options.worst
     batch_rows = options.batch_rows

@@ -46,7 +46,7 @@ def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> Re
     and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``.
     The keywords are :class:`ReportCommand`'s, then the method's parameters."""
     given, params = command_options(
-        ReportCommand, "report", {"out": out, **keywords}, takes_params=True
+        ReportCommand, "report", {"out": out, **keywords}, methods.PARAMETERS
     )
     method, convention, col, force = given.method, given.convention, given.col, given.force
     options, from_, preset_options = given.options, given.from_, given.preset_options

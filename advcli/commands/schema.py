@@ -65,7 +65,7 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
     that much (``sampled`` says how much; ``full=True`` reads it all): the columns and roles
     are the whole log's (from each file's first lines), the counts the sample's. The keywords
     are :class:`SchemaCommand`'s."""
-    options, _ = command_options(SchemaCommand, "schema", keywords, takes_params=False)
+    options, _ = command_options(SchemaCommand, "schema", keywords)
     col, from_, preset_options = options.col, options.from_, options.preset_options
     batch_rows, full = options.batch_rows, options.full
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,

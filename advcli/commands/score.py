@@ -47,9 +47,7 @@ def score(
     (``critic``: its options, or the path of the ONNX file); the keywords are
     :class:`ScoreCommand`'s. ``engine="ray"`` scores each work unit on a Ray cluster, on a GPU
     each where it has GPUs; ``out`` is then a folder of parts."""
-    options, _ = command_options(
-        ScoreCommand, "score", {"out": out, "critic": critic, **keywords}, takes_params=False
-    )
+    options, _ = command_options(ScoreCommand, "score", {"out": out, "critic": critic, **keywords})
     col, format, force, nonfinite = options.col, options.format, options.force, options.nonfinite
     engine, ray_address, batch_rows = options.engine, options.ray_address, options.batch_rows
     started = time.perf_counter()

@@ -66,7 +66,7 @@ def shard(
     The keywords are :class:`ShardCommand`'s, then the method's parameters.
     """
     called, params = command_options(
-        ShardCommand, "shard", {"out": out, "opts": opts, **keywords}, takes_params=True
+        ShardCommand, "shard", {"out": out, "opts": opts, **keywords}, methods.PARAMETERS
     )
     method, convention, param, col = called.method, called.convention, called.param, called.col
     from_, preset_options, force = called.from_, called.preset_options, called.force

@@ -110,3 +110,8 @@ def test_a_required_keyword_left_out_is_refused() -> None:
 def test_a_declared_range_holds_from_python_too() -> None:
     said = call("audit", near_tie=-1.0)  # named as Python callers spell it
     assert said.endswith("-1.0: expected a number >= 0") and "near" in said
+
+
+def test_a_command_that_runs_a_method_refuses_what_is_neither_option_nor_parameter() -> None:
+    said = call("annotate", out="never.parquet", method="grpo", forse=True)
+    assert said.startswith("annotate() takes no keyword 'forse'. Did you mean 'force'?")
