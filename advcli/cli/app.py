@@ -1,6 +1,7 @@
 """The commands of ``advcli``: each a thin layer over :mod:`advcli.api` that shows its result.
 
-Their options come from :mod:`advcli.cli.options` (most made from their one declaration); the
+Their options come from :mod:`advcli.cli.options`: made from each command's options dataclass
+(:mod:`advcli.commands`), but for those that only show the result, declared here; the
 process around them (errors as one line and an exit code, signals) is :mod:`advcli.cli.runner`.
 """
 

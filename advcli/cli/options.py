@@ -156,7 +156,6 @@ class _Group:
     """The options of one field of a command's options dataclass: one option, or those of
     the options dataclass it holds (``nested``), and how their values make the field's."""
 
-    name: str
     options: list[inspect.Parameter]
     value: Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -164,11 +163,11 @@ class _Group:
     def of(cls, owner: type, f: dataclasses.Field[Any]) -> _Group:
         shown: OptionHelp = f.metadata[OPTION]
         if shown.nested is PresetOptions:
-            return cls(f.name, _PRESET_OPTIONS, lambda values: {f.name: _preset_options(values)})
+            return cls(_PRESET_OPTIONS, lambda values: {f.name: _preset_options(values)})
         if shown.nested is not None:
             return _nested(f.name, shown.nested, shown.absent_without)
         (option,) = _field_options(owner, [f], "")
-        return cls(f.name, [option], lambda values: values)
+        return cls([option], lambda values: values)
 
 
 def _field_options(
@@ -223,7 +222,7 @@ def _nested(name: str, cls: type, absent_without: str | None) -> _Group:
                 given[f.name] = f.default_factory()
         return {name: cls(**given)}
 
-    return _Group(name, _field_options(cls, fields, prefix, absent_without), value)
+    return _Group(_field_options(cls, fields, prefix, absent_without), value)
 
 
 def _method_options() -> list[inspect.Parameter]:
