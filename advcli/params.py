@@ -2,11 +2,13 @@
 
 A method module declares the parameters it introduces (name, type, default, help, choices, a
 check); the registry (:mod:`advcli.methods`) gathers them, and everything else is derived from
-that one declaration: the ``annotate`` options (:mod:`advcli.cli.options`), ``shard --param
-KEY=VALUE``, the keyword arguments the public API accepts (its ``**params``, checked against the
-declarations when resolved), and the ``params`` recorded in every output's metadata. The
-options of the commands' dataclasses (``CriticOptions``, ...) are declared the same way, with
-:func:`option` on their fields.
+that one declaration: the flags of the commands that run a method (:mod:`advcli.cli.options`),
+``shard --param KEY=VALUE``, the keyword arguments the public API accepts (its ``**params``,
+checked against the declarations when resolved), and the ``params`` recorded in every output's
+metadata. Each command's own options are declared the same way, as the fields of its options
+dataclass (``AnnotateCommand``, ..., holding groups such as ``CriticOptions``), with
+:func:`option` on each: the command line's options and the Python function's keywords
+(:func:`takes_options`, :func:`command_options`) are both made from it.
 
 A run's parameters are resolved once into an immutable :class:`Params` holding exactly those the
 method takes: a parameter the user did not give takes the method's default, else the
@@ -17,13 +19,14 @@ user gave it, and dropped when only a convention or a preset has a value for it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 import os
 import stat
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
@@ -31,6 +34,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from advcli.errors import UsageError, did_you_mean
 
 Check = Callable[[Any, Mapping[str, Any]], "str | None"]
+T = TypeVar("T")
+R = TypeVar("R")
 INT64 = 1 << 63  # an integer option beyond int64 cannot index or count anything
 
 
@@ -264,16 +269,22 @@ OPTION = "advcli_option"
 
 @dataclass(frozen=True)
 class OptionHelp:
-    """How the command line shows one field of an options dataclass (``CriticOptions``,
-    ``ShardOptions``, ...): its help, its flag (default ``--field-name``), its panel, and for a
+    """How the command line shows one field of an options dataclass (a command's, such as
+    ``AnnotateCommand``, or a group of its options, such as ``CriticOptions``): its help, its
+    flag (default ``--field-name``) and ``short`` one, its panel, whether ``hidden``, and for a
     number, its range (:func:`check_fields` holds the field to it, from the command line and
-    from Python alike). The CLI makes each option from it (:mod:`advcli.cli.options`):
-    declared once, here."""
+    from Python alike). A field whose value is itself an options dataclass is ``nested``: its
+    own fields are the options (all absent, None, where ``absent_without`` is not given). The
+    CLI makes each option from it (:mod:`advcli.cli.options`): declared once, here."""
 
     help: str
     flag: str | None = None
     panel: str | None = None
     range: Range = ANY
+    short: str | None = None
+    hidden: bool = False
+    nested: type | None = None
+    absent_without: str | None = None
 
     def name_flag(self, name: str) -> str:
         """The flag of the field ``name``."""
@@ -286,10 +297,87 @@ def option(
     flag: str | None = None,
     panel: str | None = None,
     range: Range = ANY,
+    short: str | None = None,
+    hidden: bool = False,
 ) -> dict[str, OptionHelp]:
     """A field's metadata that makes it a command-line option: ``field(default=...,
-    metadata=option("What it does."))``. A field without it is no option."""
-    return {OPTION: OptionHelp(help, flag, panel, range)}
+    metadata=option("What it does."))``. A field without it is no option (a keyword of the
+    Python API alone)."""
+    return {OPTION: OptionHelp(help, flag, panel, range, short, hidden)}
+
+
+def options_of(cls: type, *, absent_without: str | None = None) -> dict[str, OptionHelp]:
+    """A field's metadata that makes the fields of the options dataclass ``cls`` options of the
+    command (``annotate``'s ``critic``: the ``--critic`` options); ``absent_without``: the
+    field whose option, not given, leaves the whole group None (``--critic``'s path)."""
+    return {OPTION: OptionHelp("", nested=cls, absent_without=absent_without)}
+
+
+def command_options(
+    cls: type[T],
+    command: str,
+    keywords: Mapping[str, Any],
+    parameters: Collection[str] = (),
+) -> tuple[T, dict[str, Any]]:
+    """The options dataclass ``cls`` of ``command`` made of the ``keywords`` it was called
+    with, and the keywords left: a method's ``parameters`` where the command runs one (each
+    resolved, and checked against the method, when the job is made). Any other keyword is
+    refused, and so is a required field left out."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = [k for k in keywords if k not in names and k not in parameters]
+    if unknown:
+        known = [*names, *parameters]
+        also = ", and a method's parameters (advcli.describe_method)" if parameters else ""
+        msg = (
+            f"{command}() takes no keyword {unknown[0]!r}.{did_you_mean(unknown[0], known)} "
+            f"Keywords: {', '.join(names)}{also}"
+        )
+        raise UsageError(msg)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in keywords:
+            raise UsageError(f"{command}() needs the keyword {f.name!r}")
+    given = {k: v for k, v in keywords.items() if k in names}
+    rest = {k: v for k, v in keywords.items() if k not in names}
+    return cls(**given), rest
+
+
+def takes_options(cls: type, *, params: bool) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a command's function, which takes ``**keywords``, the signature its options
+    dataclass ``cls`` makes: its positional parameters, then each field of ``cls`` (a keyword
+    unless positional already), then ``**params`` where it takes a method's parameters; so
+    that ``help()`` and ``inspect.signature`` show what it takes."""
+
+    def decorate(function: Callable[..., R]) -> Callable[..., R]:
+        own = inspect.signature(function).parameters.values()
+        positional = [p for p in own if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        keywords = [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=_field_default(f),
+                annotation=f.type,
+            )
+            for f in dataclasses.fields(cls)
+            if f.name not in {p.name for p in positional}
+        ]
+        more = [inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)] if params else []
+        function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [*positional, *keywords, *more],
+            return_annotation=inspect.signature(function).return_annotation,
+        )
+        return function
+
+    return decorate
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default as a keyword shows it (a list's: None, its empty value)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return None
+    return inspect.Parameter.empty
 
 
 def check_fields(options: Any) -> None:

@@ -1,12 +1,12 @@
 """The commands of ``advcli``: each a thin layer over :mod:`advcli.api` that shows its result.
 
-Their options come from :mod:`advcli.cli.options` (most made from their one declaration); the
+Their options come from :mod:`advcli.cli.options`: made from each command's options dataclass
+(:mod:`advcli.commands`), but for those that only show the result, declared here; the
 process around them (errors as one line and an exit code, signals) is :mod:`advcli.cli.runner`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -17,33 +17,9 @@ from advcli import progress
 from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.flags import on_command_line
-from advcli.cli.options import (
-    _CONVENTIONS,
-    METHOD_PARAMETERS,
-    Col,
-    Engine,
-    Force,
-    Format,
-    InputsArgument,
-    Json,
-    NearTie,
-    Nonfinite,
-    OutFile,
-    ProgressMode,
-    Quiet,
-    RayAddress,
-    ZeroVarianceTol,
-    with_method_parameters,
-    with_options,
-    with_preset_options,
-)
-from advcli.core.group import ZERO_VARIANCE_TOL
-from advcli.critic.options import CriticOptions
-from advcli.errors import AdvantagesDiffer, ThresholdExceeded, UsageError, file_list
+from advcli.cli.options import InputsArgument, Json, ProgressMode, Quiet, with_options
+from advcli.errors import AdvantagesDiffer, ThresholdExceeded, file_list
 from advcli.lazy_imports import pandas_unseen
-from advcli.presets import PresetOptions
-from advcli.reports import ReportOptions
-from advcli.shards import ShardOptions
 
 if TYPE_CHECKING:
     from advcli.results import Result
@@ -127,22 +103,12 @@ def _warn(warnings: list[str]) -> None:
 
 
 @app.command(epilog=_examples("schema"))
-@with_preset_options(after="col")
+@with_options("advcli.commands.schema:SchemaCommand")
 def schema(
     inputs: InputsArgument,
-    col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full",
-            help="Read the whole log: a JSONL log of more than 4 MB of text is otherwise read "
-            "as its first lines (about 4 MB; the counts are then the sample's, and it says so).",
-        ),
-    ] = False,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Show the detected column roles, types, row count and token statistics."""
     from advcli import render  # here, not at the top: --help needs none of it
@@ -150,9 +116,7 @@ def schema(
 
     activity = render.Activity(quiet=False, mode=progress_mode)
     with pandas_unseen(), activity, progress.stage("reading the log"):
-        info = command.schema(
-            inputs, col=col, from_=preset, preset_options=preset_options, full=full,
-        )  # fmt: skip
+        info = command.schema(inputs, **(options or {}))
     if as_json:
         _print_json(info.as_dict())
     else:
@@ -161,95 +125,39 @@ def schema(
 
 
 @app.command(epilog=_examples("annotate"))
-@with_preset_options(after="col", runs_method=True)
-@with_options(CriticOptions, after="as_json", name="critic", absent_without="path")
-@with_method_parameters(after="convention")
+@with_options("advcli.commands.annotate:AnnotateCommand")
 def annotate(
     inputs: InputsArgument,
-    out: OutFile,
-    method: Annotated[str, typer.Option(help=f"The estimator. {METHOD_PARAMETERS}")],
-    convention: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help=_CONVENTIONS),
-    ] = None,
-    col: Col = None,
-    fmt: Format = None,
-    force: Force = False,
-    nonfinite: Nonfinite = "error",
     quiet: Quiet = False,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
-    engine: Engine = "local",
-    ray_address: RayAddress = None,
-    critic: CriticOptions | None = None,
+    options: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
+    assert options is not None
     with render.Activity(quiet, mode=progress_mode):
-        result = api.annotate(
-            inputs,
-            out,
-            method=method,
-            convention=convention,
-            col=col,
-            format=fmt,
-            force=force,
-            nonfinite=nonfinite,
-            critic=critic,
-            from_=preset,
-            preset_options=preset_options,
-            engine=engine,
-            ray_address=ray_address,
-            **(params or {}),
-        )
+        result = api.annotate(inputs, **options, **(params or {}))
+    out = options["out"]
     _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command(epilog=_examples("check"))
-@with_preset_options(after="col", runs_method=True)
-@with_method_parameters(after="convention")
+@with_options("advcli.commands.check:CheckCommand")
 def check(
     inputs: InputsArgument,
-    method: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help=f"Default: the framework's own (grpo). {METHOD_PARAMETERS}"),
-    ] = None,
-    convention: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Default: the framework's own (--from trl: trl, nemo-rl, prime-rl)."),
-    ] = None,
-    tol: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option(
-            min=0.0,
-            help="Largest absolute difference that counts as the same. Default: 1e-5, "
-            "or 5e-5 where the logged advantages have 4 decimals.",
-        ),
-    ] = None,
-    col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
+    options: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
 ) -> None:
     """Recompute the advantages a framework logged (TRL, NeMo-RL, prime-rl) and compare."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
-    if preset is None:
-        msg = (
-            "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
-        )
-        raise UsageError(msg)
     with render.Activity(quiet=False, mode=progress_mode):
-        result = api.check(
-            inputs, from_=preset, preset_options=preset_options, method=method,
-            convention=convention, tol=tol, col=col, **(params or {}),
-        )  # fmt: skip
+        result = api.check(inputs, **(options or {}), **(params or {}))
     if as_json:
         _print_json(result.as_dict())
     else:
@@ -266,38 +174,28 @@ def check(
 
 
 @app.command(epilog=_examples("score"))
-@with_options(CriticOptions, after="out", name="critic")
+@with_options("advcli.commands.score:ScoreCommand")
 def score(
     inputs: InputsArgument,
-    out: OutFile,
-    col: Col = None,
-    fmt: Format = None,
-    force: Force = False,
-    nonfinite: Nonfinite = "error",
-    engine: Engine = "local",
-    ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
-    critic: CriticOptions | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
-    assert critic is not None  # --critic is required
+    assert options is not None
     with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
-        result = api.score(
-            inputs, out, critic, col=col, format=fmt, force=force, nonfinite=nonfinite,
-            engine=engine, ray_address=ray_address,
-        )  # fmt: skip
+        result = api.score(inputs, **options)
+    out = options["out"]
     _report(f"score: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command(epilog=_examples("audit"))
-@with_preset_options(after="col")
+@with_options("advcli.commands.audit:AuditCommand")
 def audit(
     inputs: InputsArgument,
-    col: Col = None,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
     list_: Annotated[
@@ -315,12 +213,7 @@ def audit(
             help="Exit with status 3 when the zero-variance share of rollouts is above (0 to 1).",
         ),
     ] = None,
-    zero_variance_tol: ZeroVarianceTol = ZERO_VARIANCE_TOL,
-    near_tie: NearTie = None,
-    engine: Engine = "local",
-    ray_address: RayAddress = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
     from advcli import api, render  # here, not at the top: --help needs none of it
@@ -329,11 +222,7 @@ def audit(
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
-        found = api.audit(
-            inputs, col=col, tol=zero_variance_tol, near_tie=near_tie, from_=preset,
-            engine=engine, ray_address=ray_address,
-            preset_options=preset_options,
-        )  # fmt: skip
+        found = api.audit(inputs, **(options or {}))
     report = found.report
     if list_ and as_json:
         _print_json(found.prompt_ids(list_))
@@ -355,34 +244,14 @@ def audit(
 
 
 @app.command(epilog=_examples("report"))
-@with_preset_options(after="col", runs_method=True)
-@with_options(ReportOptions, after="as_json", name="options")
-@with_method_parameters(after="convention")
+@with_options("advcli.commands.report:ReportCommand")
 def report(
     inputs: InputsArgument,
-    out: Annotated[
-        str, typer.Option("--out", "-o", help="Output .html file; - for standard output.")
-    ],
-    method: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            help="Show this method's advantages (default: those an annotated log holds). "
-            + METHOD_PARAMETERS
-        ),
-    ] = None,
-    convention: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help=_CONVENTIONS),
-    ] = None,
-    col: Col = None,
-    force: Force = False,
     quiet: Quiet = False,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
-    options: ReportOptions | None = None,
+    options: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
 ) -> None:
     """Write one self-contained HTML page of the log's groups, rewards and advantages.
 
@@ -391,80 +260,30 @@ def report(
     """
     from advcli import api, render  # here, not at the top: --help needs none of it
 
+    assert options is not None
     with render.Activity(quiet, mode=progress_mode):
-        result = api.report(
-            inputs, out, method=method, convention=convention, col=col, force=force,
-            options=options, from_=preset, preset_options=preset_options,
-            **(params or {}),
-        )  # fmt: skip
+        result = api.report(inputs, **options, **(params or {}))
+    out = options["out"]
     _report(f"report: {out}", result, as_json=as_json, quiet=quiet, out=out)
 
 
 @app.command(epilog=_examples("shard"))
-@with_preset_options(after="col")
-@with_options(ShardOptions, after="param", name="opts")
-@with_method_parameters(after="convention")
+@with_options("advcli.commands.shard:ShardCommand")
 def shard(
     inputs: InputsArgument,
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (must not exist).")],
-    method: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            help=f"Raw logs: the estimator (annotated logs keep theirs). {METHOD_PARAMETERS}"
-        ),
-    ] = None,
-    convention: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help=f"Raw logs: {_CONVENTIONS}"),
-    ] = None,
-    param: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--param", hidden=True, help="Deprecated: KEY=VALUE, now --key value."),
-    ] = None,
-    col: Col = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
-    engine: Engine = "local",
-    ray_address: RayAddress = None,
     quiet: Quiet = False,
     as_json: Json = False,
     progress_mode: ProgressMode = "auto",
-    opts: ShardOptions | None = None,
+    options: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
-    preset: str | None = None,
-    preset_options: PresetOptions | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
+    assert options is not None
     with render.Activity(quiet, mode=progress_mode):
-        result = api.shard(
-            inputs,
-            out,
-            opts,
-            method=method,
-            convention=convention,
-            param=param,
-            col=col,
-            from_=preset,
-            preset_options=preset_options,
-            force=force,
-            engine=engine,
-            ray_address=ray_address,
-            **(params or {}),
-        )
-    if param:
-        result = dataclasses.replace(result, warnings=[_param_deprecated(param), *result.warnings])
-    _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
-
-
-def _param_deprecated(items: list[str]) -> str:
-    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
-    (the flags annotate takes; --param ran them all)."""
-    flags = []
-    for item in items:
-        key, _, value = item.partition("=")
-        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
-    return f"--param is deprecated: write {' '.join(flags)}"
+        result = api.shard(inputs, **options, **(params or {}))
+    _report(f"shard: {options['out']}", result, as_json=as_json, quiet=quiet)
 
 
 @app.command("methods", epilog=_examples("methods"))

@@ -1,15 +1,20 @@
-"""The command line's options: those every command shares (inputs, --col, --json, ...), and
-those made from their one declaration: a method's parameters (:data:`advcli.methods.PARAMETERS`),
-the fields of the options dataclasses (``CriticOptions``, ``ShardOptions``, ``ReportOptions``,
-declared with :func:`advcli.params.option`), and ``--from`` with what some frameworks' logs need.
-Each group is added to a command's signature, and its values reach the command as one object.
+"""The command line's options: those that only show a result (inputs, --json, --quiet,
+--progress), and those made from their one declaration: the fields of each command's options
+dataclass (``AnnotateCommand``, ..., declared with :func:`advcli.params.option` in the
+command's module, :mod:`advcli.commands`), the groups of options some of them hold
+(``CriticOptions``, ``ShardOptions``, ``ReportOptions``, ``PresetOptions``), and a method's
+parameters (:data:`advcli.methods.PARAMETERS`). They are added to a command's signature when
+the command is made (only the one that runs: :mod:`advcli.cli.runner`), and reach it as the
+keywords of its Python function.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
@@ -17,21 +22,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from advcli import progress
-from advcli.core.conventions import CONVENTIONS
 from advcli.errors import UsageError, did_you_mean
 from advcli.methods import PARAMETERS
 from advcli.params import OPTION, OptionHelp, Param, number_kind
-from advcli.presets import PRESETS, SHARED_WITH_METHODS, PresetOptions
-from advcli.presets.base import FROM
+from advcli.presets import SHARED_WITH_METHODS, PresetOptions
 
 InputsArgument = Annotated[
     list[str], typer.Argument(help="Parquet or JSONL files, directories or globs; - for stdin.")
-]
-
-
-Col = Annotated[
-    Optional[list[str]],  # noqa: UP045 (typer needs Optional on Python 3.10)
-    typer.Option("--col", help="Map a role to a column: --col reward=score (repeatable)."),
 ]
 
 
@@ -59,85 +56,6 @@ ProgressMode = Annotated[
         "plain lines once the work has lasted 10 s.",
     ),
 ]
-OutFile = Annotated[
-    str,
-    typer.Option(
-        "--out",
-        "-o",
-        help="Output .parquet or .jsonl file; - for standard output (JSONL, or Arrow IPC with "
-        "--format arrow).",
-    ),
-]
-
-
-Format = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option("--format", help="parquet or jsonl (default: from --out); arrow with --out -."),
-]
-
-
-Force = Annotated[bool, typer.Option(help="Replace an existing output.")]
-
-
-Nonfinite = Annotated[
-    str,
-    typer.Option(help="A NaN or infinity bound for a JSONL output: error, or null (counted)."),
-]
-
-
-_RAY = "Beyond one machine (Ray)"
-
-
-Engine = Annotated[
-    str,
-    typer.Option(
-        rich_help_panel=_RAY,
-        help="local, or ray: one task per input Parquet file (or row range of a large one) on a "
-        "Ray cluster; other logs (JSONL, --from dumps) are read once into Ray's object store "
-        "(annotate, score: --out is then a folder of parts and a manifest; score takes a GPU a "
-        "task where the cluster has GPUs; shard writes the same shards from here; needs the "
-        "ray extra).",
-    ),
-]
-
-
-RayAddress = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        rich_help_panel=_RAY,
-        help="The cluster's head (host:port; default: RAY_ADDRESS, else a local Ray on every "
-        "core).",
-    ),
-]
-
-
-ZeroVarianceTol = Annotated[
-    float, typer.Option(min=0.0, help="A group is zero-variance when max - min <= this.")
-]
-
-
-NearTie = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        min=0.0,
-        help="A group is a near-tie when its reward std is below this "
-        "(default: 0.05 x the log's reward range).",
-    ),
-]
-
-
-METHOD_PARAMETERS = (
-    "advcli methods lists the methods; advcli methods NAME shows one's parameters, which this "
-    "command takes as flags (--lam 0.9)."
-)
-"""Where a command that runs a method sends its --help reader for the method parameters, which
-its --help leaves out (every method's would fill several screens)."""
-
-
-_CONVENTIONS = (
-    ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults (default: the "
-    "framework's own with --from, else advcli's; seed is advcli's former name)."
-)
 
 
 def _refused(problem: Callable[[Any], str | None]) -> Callable[[Any], Any]:
@@ -170,56 +88,162 @@ def _option(param: Param) -> inspect.Parameter:
     )
 
 
-def _injected(
-    after: str,
-    options: list[inspect.Parameter],
-    gather: Callable[[dict[str, Any]], dict[str, Any]],
-    gives: tuple[str, ...],
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Add ``options`` to a command after its option ``after``; ``gather`` turns their values
-    into the keyword arguments ``gives`` that the command takes instead (left out of the
-    command line)."""
+class _Deferred:
+    """A command whose options its options dataclass makes, once the command is made (its
+    signature asked for): ``advcli --help`` imports no command's module."""
+
+    def __init__(self, command: Callable[..., None], make: Callable[[], Callable[..., None]]):
+        functools.update_wrapper(self, command)
+        self._make = make
+
+    @functools.cached_property
+    def _made(self) -> Callable[..., None]:
+        return self._make()
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self._made)
+
+    def __call__(self, **values: Any) -> None:
+        self._made(**values)
+
+
+def with_options(spec: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The options of the command's options dataclass ``spec`` (``module:Class``), after its
+    first parameter (the inputs), and, where it has a ``method``, an option for every method
+    parameter (hidden: ``advcli methods NAME`` shows them). The command gets the values of the
+    dataclass's fields as one dict, ``options`` (the keywords of its Python function), and the
+    method parameters the command line gave as another, ``params``."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        signature = inspect.signature(command, eval_str=True)
-        names = {o.name for o in options}
-        own = [p for p in signature.parameters.values() if p.name not in gives]
-        at = [p.name for p in own].index(after) + 1
+        def make() -> Callable[..., None]:
+            module, _, name = spec.partition(":")
+            return _with_fields(command, getattr(importlib.import_module(module), name))
 
-        @functools.wraps(command)
-        def wrapper(**kwargs: Any) -> None:
-            values = {name: kwargs.pop(name) for name in names}
-            command(**kwargs, **gather(values))
-
-        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*own[:at], *options, *own[at:]]
-        )
-        return wrapper
+        return _Deferred(command, make)
 
     return decorate
 
 
-def with_method_parameters(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """An option for every method parameter (:data:`advcli.methods.PARAMETERS`), after the
-    option ``after``; the command gets those given on the command line as one dict,
-    ``params`` (an option left at its default is not given: the method may not take it)."""
+def _with_fields(command: Callable[..., None], cls: type) -> Callable[..., None]:
+    """``command`` with the options of ``cls``'s fields (see :func:`with_options`)."""
+    groups = [_Group.of(cls, f) for f in dataclasses.fields(cls) if OPTION in f.metadata]
+    runs_method = "method" in {f.name for f in dataclasses.fields(cls)}
+    method_options = _method_options() if runs_method else []
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name not in ("options", "params")]
+    fields = [option for group in groups for option in group.options]
+
+    @functools.wraps(command)
+    def wrapper(**values: Any) -> None:
+        params = _given({p.name: values.pop(p.name) for p in method_options})
+        if "from_" in values:
+            _refuse_without_from(values, runs_method)
+        options: dict[str, Any] = {}
+        for group in groups:
+            options.update(group.value({p.name: values.pop(p.name) for p in group.options}))
+        extra = {"params": params} if runs_method else {}
+        command(**values, options=options, **extra)
+
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*own[:1], *fields, *own[1:], *method_options]
+    )
+    return wrapper
+
+
+@dataclasses.dataclass
+class _Group:
+    """The options of one field of a command's options dataclass: one option, or those of
+    the options dataclass it holds (``nested``), and how their values make the field's."""
+
+    options: list[inspect.Parameter]
+    value: Callable[[dict[str, Any]], dict[str, Any]]
+
+    @classmethod
+    def of(cls, owner: type, f: dataclasses.Field[Any]) -> _Group:
+        shown: OptionHelp = f.metadata[OPTION]
+        if shown.nested is PresetOptions:
+            return cls(_PRESET_OPTIONS, lambda values: {f.name: _preset_options(values)})
+        if shown.nested is not None:
+            return _nested(f.name, shown.nested, shown.absent_without)
+        (option,) = _field_options(owner, [f], "")
+        return cls([option], lambda values: values)
+
+
+def _field_options(
+    cls: type, fields: list[dataclasses.Field[Any]], prefix: str, absent_without: str | None = None
+) -> list[inspect.Parameter]:
+    """The typer options of ``fields`` of ``cls``, each named ``prefix`` + the field's name. A
+    field without a default is a required option, unless it is ``absent_without``."""
+    hints = typing.get_type_hints(cls)
+    options = []
+    for f in fields:
+        shown: OptionHelp = f.metadata[OPTION]
+        hint = hints[f.name]
+        default: Any = ...  # typer: required
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING or f.name == absent_without:
+            default = None
+        flag, number = shown.name_flag(f.name), number_kind(hint)
+        declared = functools.partial(shown.range.problem, flag, integer=number is int)
+        option = typer.Option(
+            flag,
+            *([shown.short] if shown.short else []),
+            help=shown.help,
+            rich_help_panel=shown.panel,
+            hidden=shown.hidden,
+            callback=_refused(declared) if number else None,
+        )
+        kind = _typer_type(hint, optional=default is None)
+        options.append(
+            inspect.Parameter(
+                prefix + f.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=default,
+                annotation=Annotated[kind, option],
+            )
+        )
+    return options
+
+
+def _nested(name: str, cls: type, absent_without: str | None) -> _Group:
+    """The options of the options dataclass ``cls`` that the field ``name`` holds; not given
+    ``absent_without``, the field is None (``annotate`` without ``--critic``)."""
+    fields = [f for f in dataclasses.fields(cls) if OPTION in f.metadata]
+    prefix = f"{name}__"  # apart from the command's own options
+
+    def value(values: dict[str, Any]) -> dict[str, Any]:
+        given = {f.name: values[prefix + f.name] for f in fields}
+        if absent_without is not None and given[absent_without] is None:
+            return {name: None}
+        for f in fields:  # a list option given no value: the field's own default
+            if given[f.name] is None and f.default_factory is not dataclasses.MISSING:
+                given[f.name] = f.default_factory()
+        return {name: cls(**given)}
+
+    return _Group(_field_options(cls, fields, prefix, absent_without), value)
+
+
+def _method_options() -> list[inspect.Parameter]:
+    """An option for every method parameter (:data:`advcli.methods.PARAMETERS`) but those
+    a framework's reader shares, and the context that says which the command line gave."""
     options = [_option(p) for p in PARAMETERS.values() if p.name not in SHARED_WITH_METHODS]
     context = inspect.Parameter(
         _CONTEXT, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=typer.Context
     )  # typer passes the command's context to it: where each value came from
-
-    def gather(values: dict[str, Any]) -> dict[str, Any]:
-        return {"params": _given(values)}
-
-    return _injected(after, [*options, context], gather, ("params",))
+    return [*options, context]
 
 
 _CONTEXT = "method_parameters_context"
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:
-    """The options among ``values`` that the command line gave (the context, under
+    """The method parameters among ``values`` that the command line gave (an option left at
+    its default is not given: the method may not take it; the context, under
     :data:`_CONTEXT`, knows where each came from)."""
+    if not values:
+        return {}
     ctx = values.pop(_CONTEXT)
     return {
         name: value
@@ -228,56 +252,35 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _preset_options() -> list[inspect.Parameter]:
-    """``--from``, then an option for every field of :class:`PresetOptions`; a list or dict
-    field is text there (``a,b``; ``a=1,b=0.5``), read by :func:`_presets`."""
+def _preset_text_options() -> list[inspect.Parameter]:
+    """An option for every field of :class:`PresetOptions`; a list or dict field is text
+    there (``a,b``; ``a=1,b=0.5``), read by :func:`_preset_options`."""
     hints = typing.get_type_hints(PresetOptions)
-    options = [
-        _keyword(
-            "from_",
-            ("--from",),
-            Optional[str],  # noqa: UP045
-            f"Read the log as this framework writes it: {', '.join(PRESETS)}.",
-        )
-    ]
+    options = []
     for f in dataclasses.fields(PresetOptions):
         shown: OptionHelp = f.metadata[OPTION]
         kind = next(
             (k for k in (bool, int) if k in (hints[f.name], *typing.get_args(hints[f.name]))), str
         )
+        option = typer.Option(
+            *((shown.flag,) if shown.flag else ()), rich_help_panel=shown.panel, help=shown.help
+        )
         options.append(
-            _keyword(
+            inspect.Parameter(
                 f.name,
-                (shown.flag,) if shown.flag else (),
-                Optional[kind],  # noqa: UP045
-                shown.help,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=None,
+                annotation=Annotated[Optional[kind], option],  # noqa: UP045
             )
         )
     return options
 
 
-def _keyword(name: str, decls: tuple[str, ...], kind: Any, help_text: str) -> inspect.Parameter:
-    option = typer.Option(*decls, rich_help_panel=FROM, help=help_text)
-    return inspect.Parameter(
-        name,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        default=None,
-        annotation=Annotated[kind, option],
-    )
+_PRESET_OPTIONS = _preset_text_options()
 
 
-_PRESET_OPTIONS = _preset_options()
-
-
-def _presets(values: dict[str, Any], runs_method: bool) -> dict[str, Any]:
-    """``preset`` and ``preset_options`` from the ``--from`` options."""
-    preset = values.pop("from_")
-    given = [f"--{k.replace('_', '-')}" for k, v in values.items() if v is not None]
-    if runs_method:  # --reward-columns and --reward-weights are gdpo's too
-        given = [flag for flag in given if flag[2:].replace("-", "_") not in SHARED_WITH_METHODS]
-    if given and preset is None:
-        msg = f"{given[0]} applies to a framework's log: add --from (e.g. --from trl)"
-        raise UsageError(msg)
+def _preset_options(values: dict[str, Any]) -> PresetOptions:
+    """:class:`PresetOptions` of their options' text."""
     weights: dict[str, float] = {}
     for item in (values["reward_weights"] or "").split(",") if values["reward_weights"] else []:
         name, sep, weight = item.partition("=")
@@ -289,82 +292,35 @@ def _presets(values: dict[str, Any], runs_method: bool) -> dict[str, Any]:
         if not sep:
             raise UsageError(f"--reward-weights {item!r}: expected NAME=WEIGHT. Hint: acc=1")
     columns = values["reward_columns"]
-    options = PresetOptions(
+    return PresetOptions(
         reward_columns=[c.strip() for c in columns.split(",")] if columns else None,
         reward_weights=weights,
         group_size=values["group_size"],
         reward_key=values["reward_key"],
         merge_repeated_prompts=bool(values["merge_repeated_prompts"]),
     )
-    return {"preset": preset, "preset_options": options}
 
 
-def with_preset_options(
-    after: str, *, runs_method: bool = False
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """``--from`` and the options some frameworks' logs need; the command gets ``preset`` and
-    ``preset_options``. ``runs_method``: the command runs a method, which may read some."""
-
-    def gather(values: dict[str, Any]) -> dict[str, Any]:
-        return _presets(values, runs_method)
-
-    return _injected(after, _PRESET_OPTIONS, gather, ("preset", "preset_options"))
+def _refuse_without_from(values: dict[str, Any], runs_method: bool) -> None:
+    """Refuse the options of a framework's log among the command line's ``values`` without
+    ``--from``, but those a method reads too where the command ``runs_method``
+    (--reward-columns and --reward-weights: gdpo's)."""
+    given = [
+        f"--{p.name.replace('_', '-')}"
+        for p in _PRESET_OPTIONS
+        if values[p.name] is not None and not (runs_method and p.name in SHARED_WITH_METHODS)
+    ]
+    if given and values["from_"] is None:
+        msg = f"{given[0]} applies to a framework's log: add --from (e.g. --from trl)"
+        raise UsageError(msg)
 
 
 def _typer_type(hint: Any, optional: bool) -> Any:
     """A field's type as typer reads it: ``Optional[X]`` for ``X | None`` or an option whose
-    default is None (typer needs Optional on Python 3.10), else ``X``."""
-    if type(None) in typing.get_args(hint):
-        (hint,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
-        optional = True
+    default is None (typer needs Optional on Python 3.10), else ``X``; the first type of a
+    union (``str`` of ``str | os.PathLike[str]``)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        optional = optional or type(None) in args
+        hint = next(arg for arg in args if arg is not type(None))
     return Optional[hint] if optional else hint  # noqa: UP045
-
-
-def _field_options(cls: type, prefix: str) -> list[tuple[str, dataclasses.Field[Any]]]:
-    """The fields of ``cls`` that are options (:func:`advcli.params.option`), each with the
-    name its keyword takes in the command (``prefix`` keeps them apart from the others)."""
-    return [(prefix + f.name, f) for f in dataclasses.fields(cls) if OPTION in f.metadata]
-
-
-def with_options(
-    cls: type, after: str, name: str, *, absent_without: str | None = None
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """An option for every field of the options dataclass ``cls`` that declares one, after the
-    option ``after``; the command gets ``cls(...)`` of their values as ``name``. A field without
-    a default is a required option, unless it is ``absent_without``: then, not given, the
-    command gets None (``annotate`` without ``--critic``)."""
-    hints = typing.get_type_hints(cls)
-    fields = _field_options(cls, f"{name}__")
-    options = []
-    for keyword, f in fields:
-        shown: OptionHelp = f.metadata[OPTION]
-        hint = hints[f.name]
-        default: Any = ...  # typer: required
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING or f.name == absent_without:
-            default = None
-        flag, number = shown.name_flag(f.name), number_kind(hint)
-        declared = functools.partial(shown.range.problem, flag, integer=number is int)
-        option = typer.Option(flag, help=shown.help, rich_help_panel=shown.panel,
-                              callback=_refused(declared) if number else None)  # fmt: skip
-        kind = _typer_type(hint, optional=default is None)
-        options.append(
-            inspect.Parameter(
-                keyword,
-                inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                default=default,
-                annotation=Annotated[kind, option],
-            )
-        )
-
-    def gather(values: dict[str, Any]) -> dict[str, Any]:
-        given = {f.name: values[keyword] for keyword, f in fields}
-        if absent_without is not None and given[absent_without] is None:
-            return {name: None}
-        for _, f in fields:  # a list option given no value: the field's own default
-            if given[f.name] is None and f.default_factory is not dataclasses.MISSING:
-                given[f.name] = f.default_factory()
-        return {name: cls(**given)}
-
-    return _injected(after, options, gather, (name,))

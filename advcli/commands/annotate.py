@@ -7,9 +7,11 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import jobs, methods, progress
+from advcli.commands import fields
 from advcli.commands.outputs import check_nonfinite, check_parts_output, passed_through
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer
@@ -22,30 +24,37 @@ from advcli.io.split_tokens import SplitTokens, in_users_layout, joined
 from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.lazy_imports import pa, pl
 from advcli.logs import BATCH_ROWS, Log, LogPaths, input_paths
+from advcli.params import command_options, options_of, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import AnnotateResult
 
 
-def annotate(
-    inputs: LogPaths,
-    out: str | os.PathLike[str],
-    *,
-    method: str,
-    convention: str | None = None,
-    col: list[str] | None = None,
-    format: str | None = None,
-    force: bool = False,
-    nonfinite: str = "error",
-    critic: CriticOptions | str | os.PathLike[str] | None = None,
-    from_: str | None = None,
-    preset_options: PresetOptions | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    batch_rows: int = BATCH_ROWS,
-    **params: Any,
-) -> AnnotateResult:
+@dataclass(frozen=True)
+class AnnotateCommand:
+    """The options of ``advcli annotate``: its flags, and the keywords of :func:`annotate`."""
+
+    out: str | os.PathLike[str] = field(metadata=fields.out_option(fields.FILE_OUT))
+    method: str = field(metadata=fields.method_option("The estimator."))
+    convention: str | None = fields.convention()
+    col: list[str] | None = fields.col()
+    from_: str | None = fields.from_()
+    preset_options: PresetOptions | None = fields.preset_options()
+    format: str | None = fields.output_format()
+    force: bool = fields.force()
+    nonfinite: str = fields.nonfinite()
+    critic: CriticOptions | str | os.PathLike[str] | None = field(
+        default=None, metadata=options_of(CriticOptions, absent_without="path")
+    )
+    engine: str = fields.engine()
+    ray_address: str | None = fields.ray_address()
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the output
+
+
+@takes_options(AnnotateCommand, params=True)
+def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> AnnotateResult:
     """``advcli annotate``: stream the log through ``method`` into ``out``; returns the summary.
 
+    The keywords are :class:`AnnotateCommand`'s, then the method's parameters.
     ``critic`` (its options, or the ONNX file's path) scores the values (those of the log, if
     it has any, are then not read: a
     warning says so and the metadata records it); ``from_`` reads the log as that framework
@@ -55,13 +64,19 @@ def annotate(
     else a local Ray); ``out`` is then a folder of one Parquet part per input file and a
     manifest.
     """
+    options, params = command_options(
+        AnnotateCommand, "annotate", {"out": out, **keywords}, methods.PARAMETERS
+    )
+    method, critic, batch_rows = options.method, options.critic, options.batch_rows
+    force, format, nonfinite = options.force, options.format, options.nonfinite
     started = time.perf_counter()
     out = os.fspath(out)
     if critic is not None and not isinstance(critic, CriticOptions):
         critic = CriticOptions(os.fspath(critic))  # the ONNX file's path
-    job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
-                   method=method, convention=convention, params=params, engine=engine,
-                   ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
+    job = jobs.job(input_paths(inputs), col=options.col, preset=options.from_,
+                   preset_options=options.preset_options, method=method,
+                   convention=options.convention, params=params, engine=options.engine,
+                   ray_address=options.ray_address, batch_rows=batch_rows)  # fmt: skip
     assert job.method is not None
     if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)

@@ -3,10 +3,12 @@ row by row (TRL's per-row ``advantage``) or token by token (NeMo-RL's and prime-
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, reproduce
-from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError
+from advcli import jobs, methods, reproduce
+from advcli.commands import fields
+from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np
 from advcli.logs import (
@@ -14,24 +16,40 @@ from advcli.logs import (
     LogPaths,
     input_paths,
 )
+from advcli.params import Range, check_fields, command_options, option, takes_options
 from advcli.presets import PresetOptions
 from advcli.presets.base import non_finite
 from advcli.results import CheckResult
 
 
-def check(
-    inputs: LogPaths,
-    *,
-    from_: str,
-    preset_options: PresetOptions | None = None,
-    method: str | None = None,
-    convention: str | None = None,
-    tol: float | None = None,
-    worst: int = 5,
-    col: list[str] | None = None,
-    batch_rows: int = BATCH_ROWS,
-    **params: Any,
-) -> CheckResult:
+@dataclass(frozen=True)
+class CheckCommand:
+    """The options of ``advcli check``: its flags, and the keywords of :func:`check`."""
+
+    from_: str | None = fields.from_()
+    method: str | None = fields.method("Default: the framework's own (grpo).")
+    convention: str | None = fields.convention(
+        "Default: the framework's own (--from trl: trl, nemo-rl, prime-rl)."
+    )
+    tol: float | None = field(
+        default=None,
+        metadata=option(
+            "Largest absolute difference that counts as the same. Default: 1e-5, or 5e-5 where "
+            "the logged advantages have 4 decimals.",
+            range=Range(0),
+        ),
+    )
+    col: list[str] | None = fields.col()
+    preset_options: PresetOptions | None = fields.preset_options()
+    worst: int = 5  # the rows that differ most, listed
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the result
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@takes_options(CheckCommand, params=True)
+def check(inputs: LogPaths, **keywords: Any) -> CheckResult:
     """``advcli check``: recompute the advantages a framework logged with its own (TRL's
     ``advantage``, NeMo-RL's and prime-rl's per-token ``advantages``) and compare them.
 
@@ -40,8 +58,18 @@ def check(
     1e-5, or 5e-5 where the logged advantages have 4 decimals: a dump that rounds them), or
     when an option the user gave contradicts the logged advantages. A row without a logged
     value (null: prime-rl's trace not shipped yet) is not compared, and counted; one that logs
-    a NaN or an infinity differs, said with its rollout.
+    a NaN or an infinity differs, said with its rollout. The keywords are
+    :class:`CheckCommand`'s (``from_`` needed), then the method's parameters.
     """
+    options, params = command_options(CheckCommand, "check", keywords, methods.PARAMETERS)
+    from_, preset_options, method = options.from_, options.preset_options, options.method
+    convention, tol, col, worst = options.convention, options.tol, options.col, options.worst
+    batch_rows = options.batch_rows
+    if from_ is None:
+        msg = (
+            "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
+        )
+        raise UsageError(msg)
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method or "grpo", convention=convention, params=params,
                    batch_rows=batch_rows)  # fmt: skip

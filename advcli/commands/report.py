@@ -6,34 +6,51 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import jobs, methods, progress
+from advcli.commands import fields
 from advcli.io.outputs import check_output
 from advcli.io.writers import write_bytes
 from advcli.logs import BATCH_ROWS, LogPaths, input_paths
+from advcli.params import command_options, options_of, takes_options
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, compare
 from advcli.reports.collect import Gathered, gather
 from advcli.results import ReportResult
 
 
-def report(
-    inputs: LogPaths,
-    out: str | os.PathLike[str],
-    *,
-    method: str | None = None,
-    convention: str | None = None,
-    col: list[str] | None = None,
-    force: bool = False,
-    options: ReportOptions | None = None,
-    from_: str | None = None,
-    preset_options: PresetOptions | None = None,
-    batch_rows: int = BATCH_ROWS,
-    **params: Any,
-) -> ReportResult:
+@dataclass(frozen=True)
+class ReportCommand:
+    """The options of ``advcli report``: its flags, and the keywords of :func:`report`."""
+
+    out: str | os.PathLike[str] = field(
+        metadata=fields.out_option("Output .html file; - for standard output.")
+    )
+    method: str | None = fields.method(
+        "Show this method's advantages (default: those an annotated log holds)."
+    )
+    convention: str | None = fields.convention()
+    col: list[str] | None = fields.col()
+    from_: str | None = fields.from_()
+    preset_options: PresetOptions | None = fields.preset_options()
+    force: bool = fields.force()
+    options: ReportOptions | None = field(default=None, metadata=options_of(ReportOptions))
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the page
+
+
+@takes_options(ReportCommand, params=True)
+def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> ReportResult:
     """``advcli report``: one self-contained HTML page (``out``) of the log's groups, rewards
-    and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``."""
+    and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``.
+    The keywords are :class:`ReportCommand`'s, then the method's parameters."""
+    given, params = command_options(
+        ReportCommand, "report", {"out": out, **keywords}, methods.PARAMETERS
+    )
+    method, convention, col, force = given.method, given.convention, given.col, given.force
+    options, from_, preset_options = given.options, given.from_, given.preset_options
+    batch_rows = given.batch_rows
     from advcli.reports import page
 
     started = time.perf_counter()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import jobs, methods
 from advcli.accounting import token_counts
+from advcli.commands import fields
 from advcli.errors import DataError
 from advcli.io.file_sources import JsonlSource
 from advcli.io.rollouts import extract_rows, row_columns
@@ -16,6 +18,7 @@ from advcli.logs import (
     group_warnings,
     input_paths,
 )
+from advcli.params import command_options, option, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import Description
 
@@ -34,22 +37,37 @@ def sampled(source: JsonlSource, read: int, rows: int) -> str:
     return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); --full reads everything"
 
 
-def schema(
-    inputs: LogPaths,
-    *,
-    col: list[str] | None = None,
-    from_: str | None = None,
-    preset_options: PresetOptions | None = None,
-    batch_rows: int = BATCH_ROWS,
-    full: bool = False,
-) -> Description:
+@dataclass(frozen=True)
+class SchemaCommand:
+    """The options of ``advcli schema``: its flags, and the keywords of :func:`schema`."""
+
+    col: list[str] | None = fields.col()
+    full: bool = field(
+        default=False,
+        metadata=option(
+            "Read the whole log: a JSONL log of more than 4 MB of text is otherwise read as its "
+            "first lines (about 4 MB; the counts are then the sample's, and it says so).",
+            flag="--full",
+        ),
+    )
+    from_: str | None = fields.from_()
+    preset_options: PresetOptions | None = fields.preset_options()
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the result
+
+
+@takes_options(SchemaCommand, params=False)
+def schema(inputs: LogPaths, **keywords: Any) -> Description:
     """``advcli schema``: column roles and types, rows and token statistics (streamed), and
     what each command can do with the log. Bad data does not stop it: each problem found is
     listed in ``problems``, with the file, row and column.
 
     A JSONL log of more than :data:`SAMPLE_BYTES` of text is read as its first lines, about
     that much (``sampled`` says how much; ``full=True`` reads it all): the columns and roles
-    are the whole log's (from each file's first lines), the counts the sample's."""
+    are the whole log's (from each file's first lines), the counts the sample's. The keywords
+    are :class:`SchemaCommand`'s."""
+    options, _ = command_options(SchemaCommand, "schema", keywords)
+    col, from_, preset_options = options.col, options.from_, options.preset_options
+    batch_rows, full = options.batch_rows, options.full
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    batch_rows=batch_rows)  # fmt: skip
     log = job.open()

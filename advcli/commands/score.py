@@ -5,36 +5,51 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import jobs
 from advcli._version import __version__
+from advcli.commands import fields
 from advcli.commands.outputs import check_nonfinite, check_parts_output, passed_through
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer, scored_batches
 from advcli.io.outputs import check_output, output_format
 from advcli.io.writers import write_batches
 from advcli.logs import BATCH_ROWS, LogPaths, input_paths
-from advcli.params import check_option_file
+from advcli.params import check_option_file, command_options, options_of, takes_options
 from advcli.results import ScoreResult
 
 
+@dataclass(frozen=True)
+class ScoreCommand:
+    """The options of ``advcli score``: its flags, and the keywords of :func:`score`."""
+
+    out: str | os.PathLike[str] = field(metadata=fields.out_option(fields.FILE_OUT))
+    critic: CriticOptions | str | os.PathLike[str] = field(metadata=options_of(CriticOptions))
+    col: list[str] | None = fields.col()
+    format: str | None = fields.output_format()
+    force: bool = fields.force()
+    nonfinite: str = fields.nonfinite()
+    engine: str = fields.engine()
+    ray_address: str | None = fields.ray_address()
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the output
+
+
+@takes_options(ScoreCommand, params=False)
 def score(
     inputs: LogPaths,
     out: str | os.PathLike[str],
     critic: CriticOptions | str | os.PathLike[str],
-    *,
-    col: list[str] | None = None,
-    format: str | None = None,
-    force: bool = False,
-    nonfinite: str = "error",
-    engine: str = "local",
-    ray_address: str | None = None,
-    batch_rows: int = BATCH_ROWS,
+    **keywords: Any,
 ) -> ScoreResult:
     """``advcli score``: add (or replace) a ``values`` column computed by the critic
-    (``critic``: its options, or the path of the ONNX file). ``engine="ray"`` scores each work
-    unit on a Ray cluster, on a GPU each where it has GPUs; ``out`` is then a folder of parts."""
+    (``critic``: its options, or the path of the ONNX file); the keywords are
+    :class:`ScoreCommand`'s. ``engine="ray"`` scores each work unit on a Ray cluster, on a GPU
+    each where it has GPUs; ``out`` is then a folder of parts."""
+    options, _ = command_options(ScoreCommand, "score", {"out": out, "critic": critic, **keywords})
+    col, format, force, nonfinite = options.col, options.format, options.force, options.nonfinite
+    engine, ray_address, batch_rows = options.engine, options.ray_address, options.batch_rows
     started = time.perf_counter()
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import jobs, methods, progress
+from advcli.commands import fields
 from advcli.errors import DataError, UsageError, file_list
 from advcli.io.outputs import check_output_folder
 from advcli.logs import BATCH_ROWS, LogPaths, input_paths
-from advcli.params import parse_assignments
+from advcli.params import command_options, option, options_of, parse_assignments, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import ShardResult
 from advcli.shards.build import write_shards
@@ -22,23 +24,36 @@ from advcli.shards.options import ShardOptions, check_options, check_text
 from advcli.shards.plan import plan_shards
 
 
+@dataclass(frozen=True)
+class ShardCommand:
+    """The options of ``advcli shard``: its flags, and the keywords of :func:`shard`."""
+
+    out: str | os.PathLike[str] = field(
+        metadata=fields.out_option("Output folder (must not exist).")
+    )
+    method: str | None = fields.method("Raw logs: the estimator (annotated logs keep theirs).")
+    convention: str | None = fields.convention(f"Raw logs: {fields.CONVENTION}")
+    param: list[str] | None = field(
+        default=None,
+        metadata=option("Deprecated: KEY=VALUE, now --key value.", flag="--param", hidden=True),
+    )
+    opts: ShardOptions | None = field(default=None, metadata=options_of(ShardOptions))
+    col: list[str] | None = fields.col()
+    from_: str | None = fields.from_()
+    preset_options: PresetOptions | None = fields.preset_options()
+    force: bool = fields.force("Replace an existing output folder.")
+    engine: str = fields.engine()
+    ray_address: str | None = fields.ray_address()
+    batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the shards
+    bucket_tokens: int = BUCKET_TOKENS  # tokens held while writing: memory, never the shards
+
+
+@takes_options(ShardCommand, params=True)
 def shard(
     inputs: LogPaths,
     out: str | os.PathLike[str],
     opts: ShardOptions | None = None,
-    *,
-    method: str | None = None,
-    convention: str | None = None,
-    param: list[str] | None = None,
-    col: list[str] | None = None,
-    from_: str | None = None,
-    preset_options: PresetOptions | None = None,
-    force: bool = False,
-    engine: str = "local",
-    ray_address: str | None = None,
-    batch_rows: int = BATCH_ROWS,
-    bucket_tokens: int = BUCKET_TOKENS,
-    **params: Any,
+    **keywords: Any,
 ) -> ShardResult:
     """``advcli shard``: returns a summary; the folder ``out`` appears only when complete.
 
@@ -48,7 +63,15 @@ def shard(
     time) and ``bucket_tokens`` (tokens held in memory while writing) change memory and speed,
     never the output. ``engine="ray"`` counts, measures and annotates each work unit of a
     Parquet log on a Ray cluster; this process plans and writes the shards (the same bytes).
+    The keywords are :class:`ShardCommand`'s, then the method's parameters.
     """
+    called, params = command_options(
+        ShardCommand, "shard", {"out": out, "opts": opts, **keywords}, methods.PARAMETERS
+    )
+    method, convention, param, col = called.method, called.convention, called.param, called.col
+    from_, preset_options, force = called.from_, called.preset_options, called.force
+    engine, ray_address, batch_rows = called.engine, called.ray_address, called.batch_rows
+    bucket_tokens = called.bucket_tokens
     started = time.perf_counter()
     opts = opts or ShardOptions()
     paths = input_paths(inputs)
@@ -114,6 +137,16 @@ def shard(
         splits={k: v["samples"] for k, v in manifest["splits"].items()},
         dropped=manifest["dropped"],
         truncated=manifest["truncated"],
-        warnings=inp.warnings,
+        warnings=[_param_deprecated(param), *inp.warnings] if param else inp.warnings,
         seconds=round(time.perf_counter() - started, 3),
     )
+
+
+def _param_deprecated(items: list[str]) -> str:
+    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
+    (the flags annotate takes; --param ran them all)."""
+    flags = []
+    for item in items:
+        key, _, value = item.partition("=")
+        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
+    return f"--param is deprecated: write {' '.join(flags)}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from advcli.cli.app import app
-from advcli.cli.options import METHOD_PARAMETERS
+from advcli.commands.fields import METHOD_PARAMETERS
 from advcli.methods import PARAMETERS
 from tools.docs import command_help
 

@@ -1,0 +1,147 @@
+"""The options several commands take, each declared once here as a field of the commands'
+options dataclasses (``col: list[str] | None = col()``): the command line and the Python API
+both read them from there (:mod:`advcli.params`). Light: ``--help`` imports this module."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from advcli.core.conventions import CONVENTIONS
+from advcli.core.group import ZERO_VARIANCE_TOL
+from advcli.params import OptionHelp, Range, option, options_of
+from advcli.presets import PRESETS, PresetOptions
+from advcli.presets.base import FROM
+
+RAY = "Beyond one machine (Ray)"  # the help panel of --engine and --ray-address
+
+METHOD_PARAMETERS = (
+    "advcli methods lists the methods; advcli methods NAME shows one's parameters, which this "
+    "command takes as flags (--lam 0.9)."
+)
+"""Where a command that runs a method sends its --help reader for the method parameters, which
+its --help leaves out (every method's would fill several screens)."""
+
+CONVENTION = (
+    ", ".join([*CONVENTIONS][:-1]) + f" or {[*CONVENTIONS][-1]} defaults (default: the "
+    "framework's own with --from, else advcli's; seed is advcli's former name)."
+)
+
+
+FILE_OUT = (
+    "Output .parquet or .jsonl file; - for standard output (JSONL, or Arrow IPC with "
+    "--format arrow)."
+)
+"""The help of ``annotate``'s and ``score``'s ``--out``."""
+
+
+def out_option(help: str) -> dict[str, OptionHelp]:
+    """The metadata of the output's field (``--out``, ``-o``; required: ``field(metadata=...)``
+    without a default, as the type checker reads it)."""
+    return option(help, flag="--out", short="-o")
+
+
+def method_option(help: str) -> dict[str, OptionHelp]:
+    """The metadata of the estimator's field (``--method``), its help followed by the hint to
+    its parameters."""
+    return option(f"{help} {METHOD_PARAMETERS}")
+
+
+def method(help: str) -> Any:
+    """An estimator that the command may go without (``--method``)."""
+    return field(default=None, metadata=method_option(help))
+
+
+def convention(help: str = CONVENTION) -> Any:
+    return field(default=None, metadata=option(help))
+
+
+def col() -> Any:
+    return field(
+        default=None,
+        metadata=option("Map a role to a column: --col reward=score (repeatable).", flag="--col"),
+    )
+
+
+def output_format() -> Any:
+    return field(
+        default=None,
+        metadata=option(
+            "parquet or jsonl (default: from --out); arrow with --out -.", flag="--format"
+        ),
+    )
+
+
+def force(help: str = "Replace an existing output.") -> Any:
+    return field(default=False, metadata=option(help, flag="--force/--no-force"))
+
+
+def nonfinite() -> Any:
+    return field(
+        default="error",
+        metadata=option("A NaN or infinity bound for a JSONL output: error, or null (counted)."),
+    )
+
+
+def engine() -> Any:
+    return field(
+        default="local",
+        metadata=option(
+            "local, or ray: one task per input Parquet file (or row range of a large one) on a "
+            "Ray cluster; other logs (JSONL, --from dumps) are read once into Ray's object store "
+            "(annotate, score: --out is then a folder of parts and a manifest; score takes a GPU "
+            "a task where the cluster has GPUs; shard writes the same shards from here; needs "
+            "the ray extra).",
+            panel=RAY,
+        ),
+    )
+
+
+def ray_address() -> Any:
+    return field(
+        default=None,
+        metadata=option(
+            "The cluster's head (host:port; default: RAY_ADDRESS, else a local Ray on every core).",
+            panel=RAY,
+        ),
+    )
+
+
+def from_() -> Any:
+    """``--from``: the framework whose log it is."""
+    return field(
+        default=None,
+        metadata=option(
+            f"Read the log as this framework writes it: {', '.join(PRESETS)}.",
+            flag="--from",
+            panel=FROM,
+        ),
+    )
+
+
+def preset_options() -> Any:
+    """What some frameworks' logs need (:class:`PresetOptions`; their options follow
+    ``--from``)."""
+    return field(default=None, metadata=options_of(PresetOptions))
+
+
+def zero_variance_tol() -> Any:
+    return field(
+        default=ZERO_VARIANCE_TOL,
+        metadata=option(
+            "A group is zero-variance when max - min <= this.",
+            flag="--zero-variance-tol",
+            range=Range(0),
+        ),
+    )
+
+
+def near_tie() -> Any:
+    return field(
+        default=None,
+        metadata=option(
+            "A group is a near-tie when its reward std is below this "
+            "(default: 0.05 x the log's reward range).",
+            range=Range(0),
+        ),
+    )
