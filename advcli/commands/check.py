@@ -56,7 +56,7 @@ def check(
     if not per_token and "source_advantage" not in names:
         msg = (
             f"{log.files}: no advantages of {chosen.framework}'s own to check. Hint: TRL, "
-            "NeMo-RL and prime-rl dumps carry them (--from trl, nemo-rl, prime-rl)"
+            "NeMo-RL and prime-rl dumps carry them (`from_='trl'`, nemo-rl, prime-rl)"
         )
         raise DataError(msg)
     run = job.plan(log)
