@@ -6,7 +6,6 @@ process around them (errors as one line and an exit code, signals) is :mod:`advc
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -452,19 +451,7 @@ def shard(
             ray_address=ray_address,
             **(params or {}),
         )
-    if param:
-        result = dataclasses.replace(result, warnings=[_param_deprecated(param), *result.warnings])
     _report(f"shard: {out}", result, as_json=as_json, quiet=quiet)
-
-
-def _param_deprecated(items: list[str]) -> str:
-    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
-    (the flags annotate takes; --param ran them all)."""
-    flags = []
-    for item in items:
-        key, _, value = item.partition("=")
-        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
-    return f"--param is deprecated: write {' '.join(flags)}"
 
 
 @app.command("methods", epilog=_examples("methods"))
