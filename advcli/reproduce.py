@@ -504,9 +504,8 @@ def _unknowns(preset: presets.Preset, log: Log, user: Params) -> str:
     options (bare: only the user knows their values)."""
     facts = carried(user, preset.settings(log.source.schema.names, log.options))
     missing = [
-        f"{name} ({flag})"
-        for name, flag in preset.unknowns()
-        if (key := flag.removeprefix("--").replace("-", "_")) not in facts
-        and not getattr(log.options, key, None)
+        f"{name} (`{name}`)"
+        for name in preset.unknowns()
+        if name not in facts and not getattr(log.options, name, None)
     ]
     return f" (its dump does not hold {', '.join(missing)})" if missing else ""

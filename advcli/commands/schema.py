@@ -110,7 +110,9 @@ def schema(
     info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
     if sample is not None and sample.sampled_bytes is not None:
         info["sampled"] = sampled(sample, sample.sampled_bytes, info["rows"])
-        warnings.append("a sample of the log was read: its group sizes are not checked (--full)")
+        warnings.append(
+            "a sample of the log was read: its group sizes are not checked (`full=True`)"
+        )
     info["problems"] = problems
     info["warnings"] = warnings
     if log.looks_like is not None:
