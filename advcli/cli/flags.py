@@ -68,7 +68,7 @@ warnings): the settings found from a framework's logged advantages, those reprod
 def result_on_command_line(result: dict[str, Any], app: typer.Typer) -> dict[str, Any]:
     """``result`` (a command's, as a dict: what ``--json`` prints, what its summary shows)
     with the options in its warnings and :data:`SAYING_OPTIONS` spelled as flags."""
-    said = {
+    said: dict[str, Any] = {
         k: on_command_line(v, app) for k in SAYING_OPTIONS if isinstance(v := result.get(k), str)
     }
     if "warnings" in result:
