@@ -155,7 +155,7 @@ def schema(
     if as_json:
         _print_json(info.as_dict())
     else:
-        render.schema_report(file_list(info.files), info.as_dict())
+        render.schema_report(file_list(info.files), result_on_command_line(info.as_dict(), app))
         _warn(info.warnings)
 
 

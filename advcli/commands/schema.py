@@ -31,7 +31,7 @@ def sampled(source: JsonlSource, read: int, rows: int) -> str:
         about = rows * size / read
         about = round(about, -3 if about > 1e4 else 0)
         whole = f" of {size / 1e6:.1f} MB, about {about:,.0f} rows in all"
-    return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); --full reads everything"
+    return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); `full=True` reads everything"
 
 
 def schema(

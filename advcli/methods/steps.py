@@ -161,7 +161,7 @@ def too_many_states(limit: int) -> str:
         f"its episode group has more than {limit:,} distinct states, and `similarity` compares "
         "each with the first state of every cluster it may join, a time that grows with their "
         f"square. Hint: raise {SIMILARITY_STATES} (default {DEFAULT_SIMILARITY_STATES:,}), or "
-        "leave --similarity out to group equal states"
+        "leave `similarity` out to group equal states"
     )
 
 
