@@ -72,9 +72,9 @@ def test_with_from_only_the_framework_s_settings_are_looked_up(
     job = jobs.job([str(SAMPLE / "trl" / "completions")], preset="trl", method="rloo")
     looked_up = lookups(monkeypatch)
     run = job.plan(job.open())
-    assert run.settled is not None and run.settled.startswith("--group-size 4")
+    assert run.settled is not None and run.settled.startswith("`group_size=4`")
     assert run.agreement is not None and run.agreement.differ == 54
-    assert run.reproduced_by == "--method grpo"
+    assert run.reproduced_by == "`method='grpo'`"
     assert set(looked_up) == {"grpo", "gdpo"}
 
 
