@@ -145,7 +145,7 @@ def audit_log(
         msg = (
             f"{log.files}: no 'prompt_id' column, so no groups to audit. "
             f"{columns_found(source.schema.names)}. "
-            "Hint: name the group key's column with --col"
+            "Hint: name the group key's column with `col`"
         )
         raise SchemaError(msg)
     log.require({"prompt_id", "reward"}, what="audit")

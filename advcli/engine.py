@@ -435,7 +435,7 @@ def _check_scored(tokens: Tokens, row0: int) -> None:
         row = row0 + int(row_of(tokens.offsets)[np.flatnonzero(bad)[0]])
         problem = (
             "the critic gave no value for an action token (a row's first token has no earlier "
-            "output to shift from). Hint: pass --no-shift if the model outputs V(s_t) itself"
+            "output to shift from). Hint: pass `shift=False` if the model outputs V(s_t) itself"
         )
         raise RowError(row, ("input_ids",), problem)
 

@@ -203,12 +203,11 @@ def job(
         p = methods.resolve(chosen, convention, **given)
     elif given:
         name = next(iter(given))
-        flag = methods.PARAMETERS[name].flag if name in methods.PARAMETERS else name
-        raise UsageError(f"{flag} is a method's parameter: add --method (e.g. --method grpo)")
+        raise UsageError(f"`{name}` is a method's parameter: add `method` (e.g. `method='grpo'`)")
     elif convention is not None:
         methods.check_convention(convention)
     if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        raise UsageError(f"`engine` {engine!r}: expected one of {', '.join(ENGINES)}")
     reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions())
     ray = OnRay(ray_address, batch_rows) if engine == "ray" else None
     return Job(tuple(paths), reading, chosen, p, ray, batch_rows)

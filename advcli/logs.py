@@ -88,11 +88,11 @@ class Log:
         hint = None
         if self.looks_like is not None:
             p = self.looks_like
-            hint = f"it looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+            hint = f"it looks like {p.framework}'s rollout dump: read it with `from_={p.name!r}`"
             if not self.mapped and self.roles["prompt_id"] != "prompt_id":
                 msg = (
                     f"{self.files}: advcli's own column names would misread its groups, "
-                    f"rewards and tokens. Hint: {hint} (or name its columns with --col to read "
+                    f"rewards and tokens. Hint: {hint} (or name its columns with `col` to read "
                     "it as it is)"
                 )
                 raise SchemaError(msg)
@@ -125,7 +125,7 @@ def open_log(
         p = presets.looks_like(first_fields(inputs))
         if p is None:
             raise
-        msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with --from {p.name}"
+        msg = f"{exc}. It looks like {p.framework}'s rollout dump: read it with `from_={p.name!r}`"
         raise type(exc)(msg) from None
     for role, column in roles.columns.items():
         lacking = source.files_without(column) if column is not None else []
@@ -142,7 +142,7 @@ def open_log(
     if looks_like is not None:
         p = looks_like
         log.warnings.append(
-            f"{log.files}: this looks like {p.framework}'s rollout dump; --from {p.name} reads "
+            f"{log.files}: this looks like {p.framework}'s rollout dump; `from_={p.name!r}` reads "
             f"it as {p.framework} writes it (its groups, rewards and tokens)"
         )
     return log
@@ -195,7 +195,7 @@ def group_warnings(log: Log, rows: Rows) -> list[str]:
         return [
             f"every group has a single rollout: is '{column}' really the prompt? (a key unique "
             "to each rollout gives no group signal). Hint: name the group key's column with "
-            "--col, or read a framework's dump with --from"
+            "`col`, or read a framework's dump with `from_`"
         ]
     groups = sizes[sizes > 1]
     values, counts = np.unique(groups, return_counts=True)

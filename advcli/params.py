@@ -73,17 +73,18 @@ class Range:
             return f"{noun} {'<' if self.high_open else '<='} {high:g}"
         return "an integer" if integer else "a finite number"
 
-    def problem(self, flag: str, value: Any, integer: bool) -> str | None:
-        """What is wrong with ``value`` for the option ``flag`` (which it names), or None: not
-        a number (an integer for ``integer``), not finite, beyond int64 or out of the range."""
+    def problem(self, name: str, value: Any, integer: bool) -> str | None:
+        """What is wrong with ``value`` for the option ``name`` (written as given: `` `gamma` ``
+        in a library message), or None: not a number (an integer for ``integer``), not finite,
+        beyond int64 or out of the range."""
         if not _is_number(value, integer):
-            return f"{flag} {value!r}: expected {self.expected(integer)}"
+            return f"{name} {value!r}: expected {self.expected(integer)}"
         if integer and not -INT64 <= int(value) < INT64:
-            return f"{flag} {value}: too large (at most {INT64 - 1})"
+            return f"{name} {value}: too large (at most {INT64 - 1})"
         if not math.isfinite(value):
-            return f"{flag} {value}: expected {self.expected(integer, finite=True)}"
+            return f"{name} {value}: expected {self.expected(integer, finite=True)}"
         if not self.holds(value):
-            return f"{flag} {value}: expected {self.expected(integer)}"
+            return f"{name} {value}: expected {self.expected(integer)}"
         return None
 
 
@@ -159,10 +160,10 @@ class Param:
         if value is None:
             return None
         if self.choices and value not in self.choices:
-            return f"{self.flag} {value!r}: expected one of {', '.join(self.choices)}"
+            return f"`{self.name}` {value!r}: expected one of {', '.join(self.choices)}"
         parsed_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if self.kind in (int, float) or parsed_number:  # (--lam: a number, or 'adaptive')
-            return self.range.problem(self.flag, value, integer=self.kind is int)
+            return self.range.problem(f"`{self.name}`", value, integer=self.kind is int)
         return None
 
 
@@ -236,6 +237,9 @@ class Params(Generic[EstimatorT]):
         return {"method": self.method, "convention": self.convention, **self._values}
 
 
+_PARAM_EXAMPLE = "`param=['gamma=0.99']`"
+
+
 def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> dict[str, Any]:
     """``["gamma=0.99", "strict=true"]`` (``shard --param``) as typed values of ``params``."""
     given: dict[str, Any] = {}
@@ -243,22 +247,21 @@ def parse_assignments(items: list[str] | None, params: Mapping[str, Param]) -> d
         key, sep, raw = item.partition("=")
         name = key.strip().lstrip("-").replace("-", "_")
         if not sep:
-            raise UsageError(f"--param {item!r}: expected KEY=VALUE. Hint: --param gamma=0.99")
+            raise UsageError(f"`param` {item!r}: expected KEY=VALUE. Hint: {_PARAM_EXAMPLE}")
         if name not in params:
             keys = [n.replace("_", "-") for n in params]
             msg = (
-                f"--param {item!r}: no parameter {key.strip()!r}."
+                f"`param` {item!r}: no parameter {key.strip()!r}."
                 f"{did_you_mean(name.replace('_', '-'), keys)} Parameters: {', '.join(keys)}. "
-                "Hint: --param gamma=0.99"
+                f"Hint: {_PARAM_EXAMPLE}"
             )
             raise UsageError(msg)
         try:
             given[name] = params[name].from_text(raw)
         except ValueError:
             example = {int: "1", float: "0.5", bool: "true"}.get(params[name].kind, "...")
-            msg = (
-                f"--param {item!r}: expected {params[name].expected}. Hint: --param {key}={example}"
-            )
+            hint = [f"{key}={example}"]
+            msg = f"`param` {item!r}: expected {params[name].expected}. Hint: `param={hint}`"
             raise UsageError(msg) from None
     return given
 
@@ -382,7 +385,7 @@ def _field_default(f: dataclasses.Field[Any]) -> Any:
 
 def check_fields(options: Any) -> None:
     """Refuse a number field of the options dataclass ``options`` outside its declared range
-    (every number finite, an integer within int64), naming its flag: a :class:`UsageError`.
+    (every number finite, an integer within int64), naming its keyword: a :class:`UsageError`.
     The dataclasses call it on creation (``__post_init__``)."""
     hints = typing.get_type_hints(type(options))
     for f in dataclasses.fields(options):
@@ -390,7 +393,7 @@ def check_fields(options: Any) -> None:
         value, number = getattr(options, f.name), number_kind(hints[f.name])
         if shown is None or value is None or number is None:
             continue
-        if problem := shown.range.problem(shown.name_flag(f.name), value, integer=number is int):
+        if problem := shown.range.problem(f"`{f.name}`", value, integer=number is int):
             raise UsageError(problem)
 
 
@@ -401,23 +404,23 @@ def number_kind(hint: Any) -> type | None:
     return next((k for k in (int, float) if k in kinds), None)
 
 
-def check_option_file(flag: str, path: str, usual: str) -> None:
-    """Refuse what the option ``flag`` names unless it is a regular file, saying what it is
-    instead: nothing, a folder (naming the ``usual`` file in it, where it holds one), or a
-    FIFO or a device (read once, or never: no file to load)."""
+def check_option_file(option: str, path: str, usual: str) -> None:
+    """Refuse what the option ``option`` (its keyword: ``critic``) names unless it is a regular
+    file, saying what it is instead: nothing, a folder (naming the ``usual`` file in it, where it
+    holds one), or a FIFO or a device (read once, or never: no file to load)."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise UsageError(f"{flag} {path}: no such file. Hint: give a {usual}") from None
+        raise UsageError(f"`{option}={path!r}`: no such file. Hint: give a {usual}") from None
     except OSError as exc:
-        msg = f"{flag} {path}: cannot open it ({exc.strerror or exc}). Hint: give a {usual}"
+        msg = f"`{option}={path!r}`: cannot open it ({exc.strerror or exc}). Hint: give a {usual}"
         raise UsageError(msg) from None
     if stat.S_ISDIR(mode):
         inside = os.path.join(path, usual)
         holds = os.path.isfile(inside)
-        hint = f"{flag} {inside}" if holds else f"give a {usual}"
-        msg = f"{flag} {path}: a folder{'' if holds else f' without a {usual}'}. Hint: {hint}"
+        hint = f"`{option}={inside!r}`" if holds else f"give a {usual}"
+        msg = f"`{option}={path!r}`: a folder{'' if holds else f' without a {usual}'}. Hint: {hint}"
         raise UsageError(msg)
     if not stat.S_ISREG(mode):
         what = "not a regular file (a FIFO, a device or a socket)"
-        raise UsageError(f"{flag} {path}: {what}. Hint: give a {usual}")
+        raise UsageError(f"`{option}={path!r}`: {what}. Hint: give a {usual}")

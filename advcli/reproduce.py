@@ -239,15 +239,12 @@ def _again(trial: Trial, setting: Setting, convention: str) -> Trial | None:
 
 
 def _spelled(name: str, value: Any) -> str | None:
-    """A parameter's value as the option that gives it (None: no option can: a None)."""
-    flag = methods.PARAMETERS[name].flag
+    """A parameter's value as the keyword that gives it (None: no option can: a None)."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        return flag if value else "--no-" + flag.removeprefix("--")
     if isinstance(value, float):
-        return f"{flag} {value:g}"
-    return f"{flag} {value}"
+        return f"`{name}={value:g}`"  # 1.0 as 1: as short as the command line writes it
+    return f"`{name}={value!r}`"
 
 
 def hint(trial: Trial, user: Params, user_reward: str | None) -> str | None:
@@ -260,9 +257,9 @@ def hint(trial: Trial, user: Params, user_reward: str | None) -> str | None:
     base = user
     if target.method != user.method or user.convention != target.convention:
         if user.convention != target.convention:
-            parts.append(f"--convention {target.convention}")
+            parts.append(f"`convention={target.convention!r}`")
         if target.method != user.method:
-            parts.append(f"--method {target.method}")
+            parts.append(f"`method={target.method!r}`")
         base = methods.resolve(target.estimator, target.convention)
     had = base.as_dict()
     for name, value in target.as_dict().items():
@@ -273,7 +270,8 @@ def hint(trial: Trial, user: Params, user_reward: str | None) -> str | None:
             return None
         parts.append(spelled)
     if not same_reward(trial.setting, user_reward):
-        parts.append(f"--col reward={trial.setting.reward or 'reward'}")
+        column = trial.setting.reward or "reward"
+        parts.append(f"`col={[f'reward={column}']}`")
     return " ".join(parts)
 
 
@@ -305,11 +303,11 @@ class Found:
     turn the user's run into it."""
 
     setting: Setting
-    flags: str
+    options: str
 
     def sentence(self) -> str:
         note = f" ({self.setting.note})" if self.setting.note else ""
-        return f"{self.flags}{note}"
+        return f"{self.options}{note}"
 
 
 def carried(user: Params, settings: list[Setting]) -> dict[str, Any]:
@@ -384,8 +382,8 @@ def reproducing(
         p = trial.params
         if p == user and same_reward(trial.setting, user_reward):
             continue
-        flags = hint(trial, user, user_reward)
-        if not flags:
+        options = hint(trial, user, user_reward)
+        if not options:
             continue
         if needs_engine(p):
             found = engine_fits(log, trial.setting, p)
@@ -394,7 +392,7 @@ def reproducing(
                 read = read_rows(log, tried)
             found = row_agreement(read, trial, preset)
         if found is not None and found.reproduces:
-            return Found(trial.setting, flags)
+            return Found(trial.setting, options)
     return None
 
 
@@ -494,7 +492,7 @@ def disagreement(log: Log, p: Params, agreement: Agreement, found: Found | None)
         return f"{ours}, and {agreement.sentence()}"
     label = found.setting.note or found.setting.method
     return (
-        f"{preset.framework}'s logged advantages are its {label}, which {found.flags} gives; "
+        f"{preset.framework}'s logged advantages are its {label}, which {found.options} gives; "
         f"{ours}: they differ in {agreement.counts()}"
     )
 
@@ -504,9 +502,8 @@ def _unknowns(preset: presets.Preset, log: Log, user: Params) -> str:
     options (bare: only the user knows their values)."""
     facts = carried(user, preset.settings(log.source.schema.names, log.options))
     missing = [
-        f"{name} ({flag})"
-        for name, flag in preset.unknowns()
-        if (key := flag.removeprefix("--").replace("-", "_")) not in facts
-        and not getattr(log.options, key, None)
+        f"{name} (`{name}`)"
+        for name in preset.unknowns()
+        if name not in facts and not getattr(log.options, name, None)
     ]
     return f" (its dump does not hold {', '.join(missing)})" if missing else ""

@@ -54,7 +54,7 @@ def _regrouped(
         grouped = open_with(replace(options, group_size=size))
         if _fits(preset, grouped):
             grouped.settled = (
-                f"--group-size {size} (found from {preset.framework}'s logged advantages: "
+                f"`group_size={size}` (found from {preset.framework}'s logged advantages: "
                 f"its groups are blocks of {size} rows, not the rows of one prompt)"
             )
             return grouped
@@ -116,7 +116,7 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
         msg = (
             f"{log.files}: {preset.framework}'s dump does not say how many rollouts a prompt "
             "has, and holds no logged advantages to tell. Hint: give TRL's num_generations "
-            "with --group-size"
+            "with `group_size`"
         )
         raise UsageError(msg)
     given = options.group_size
@@ -147,16 +147,16 @@ def settle(preset: presets.Preset, options: presets.PresetOptions, open_with: Op
         msg = (
             f"{log.files}: the logged advantages fit more than one set of reward columns "
             f"({listed}; the others are log_extra columns). Hint: name the reward functions' "
-            "columns with --reward-columns"
+            "columns with `reward_columns`"
         )
         raise UsageError(msg)
     settled = replace(options, group_size=size, reward_columns=list(fitting[0]))
     if settled == options:
         return log
     log = open_with(settled)
-    told = [f"--group-size {size}"] if given is None else []
+    told = [f"`group_size={size}`"] if given is None else []
     if options.reward_columns is None:
-        told.append(f"--reward-columns {','.join(fitting[0])}")
+        told.append(f"`reward_columns` {','.join(fitting[0])}")
     log.settled = f"{' '.join(told)} (found from {preset.framework}'s logged advantages)"
     return log
 
@@ -168,15 +168,15 @@ def _refuse_unsettled(
     columns weighted alike, naming the options the user has not given (bare: only they know
     TRL's num_generations and reward_weights)."""
     if fits:
-        told = f"fit --group-size {' and '.join(map(str, fits))}"
-        missing = ["--group-size"]
+        told = f"fit `group_size` {' and '.join(map(str, fits))}"
+        missing = ["`group_size`"]
     else:
         alike = "" if weighed else " with its reward columns weighted alike"
         told = (
             f"fit no group size{alike}" if given is None else f"do not fit groups of {given}{alike}"
         )
-        known = {"--group-size": given is not None, "--reward-weights": weighed}
-        missing = [flag for flag, have in known.items() if not have]
+        known = {"`group_size`": given is not None, "`reward_weights`": weighed}
+        missing = [option for option, have in known.items() if not have]
     msg = (
         f"{log.files}: {preset.framework}'s dump holds neither num_generations nor "
         f"reward_weights, and its logged advantages {told}. Hint: give {' and '.join(missing)}"
@@ -208,7 +208,7 @@ def _refuse_contradicted(
         else f"its logged advantages do not fit groups of {given}"
     )
     msg = (
-        f"--group-size {given}: {log.files}: {why}, and {preset.framework}'s logged "
-        f"advantages fit --group-size {best}. Hint: --group-size {best}"
+        f"`group_size={given}`: {log.files}: {why}, and {preset.framework}'s logged "
+        f"advantages fit `group_size={best}`. Hint: `group_size={best}`"
     )
     raise ContradictsLog(msg)

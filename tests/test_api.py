@@ -130,7 +130,7 @@ def test_python_callers_read_their_keywords_in_errors(tmp_path, small_log):
         advcli.annotate(small_log, out, method="grpo")
     with pytest.raises(advcli_errors.UsageError, match=r"`col=\['reward=rewrd'\]`: no column"):
         advcli.annotate(small_log, tmp_path / "p.parquet", method="grpo", col=["reward=rewrd"])
-    with pytest.raises(advcli_errors.UsageError, match="critic none.onnx: no such file"):
+    with pytest.raises(advcli_errors.UsageError, match="`critic='none.onnx'`: no such file"):
         advcli.annotate(small_log, tmp_path / "q.parquet", method="gae", critic="none.onnx")
     with pytest.raises(advcli_errors.UsageError, match=r"Hint: pass `method='grpo'` \(or another"):
         advcli.shard(small_log, tmp_path / "shards")

@@ -14,6 +14,8 @@ import orjson
 import pytest
 
 import advcli
+from advcli.cli.app import app
+from advcli.cli.flags import result_on_command_line
 from advcli.critic.options import CriticOptions
 from advcli.io import manifests
 from advcli.io.folders import Folder
@@ -47,10 +49,11 @@ class Found(Protocol):
 
 
 def same_result(by_cli: dict[str, Any], by_api: Found) -> None:
-    """The same result, once the API's is written as ``--json`` writes it (tuples as lists; the
-    warnings last, an empty list where there are none)."""
+    """The same result, once the API's is written as ``--json`` writes it (its options spelled
+    as flags, tuples as lists; the warnings last, an empty list where there are none)."""
     as_json = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-    mine = json.loads(orjson.dumps(by_api.as_dict(), option=as_json))
+    said = result_on_command_line(by_api.as_dict(), app)  # its messages as the CLI spells them
+    mine = json.loads(orjson.dumps(said, option=as_json))
     assert mine.pop("warnings", []) == by_cli.pop("warnings", [])
     assert list(mine) == list(by_cli)  # --json prints as_dict(), in its order
     for key in UNCOMPARED:

@@ -340,10 +340,10 @@ def test_schema_samples_a_long_jsonl_log_unless_full(tmp_path, monkeypatch):
     about = round(first_chunk * size / ends[first_chunk - 1])
     assert info.sampled == (
         f"the first {first_chunk:,} rows ({ends[first_chunk - 1] / 1e6:.1f} MB of "
-        f"{size / 1e6:.1f} MB, about {about:,} rows in all); --full reads everything"
+        f"{size / 1e6:.1f} MB, about {about:,} rows in all); `full=True` reads everything"
     )
     assert info.warnings == [
-        "a sample of the log was read: its group sizes are not checked (--full)"
+        "a sample of the log was read: its group sizes are not checked (`full=True`)"
     ]
     whole = advcli.describe(path, full=True)
     assert whole.rows == 400 and whole.sampled is None

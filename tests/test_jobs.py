@@ -17,10 +17,10 @@ def test_a_job_refuses_its_options_before_reading(tmp_path):
     """Nothing is read: the log does not even exist."""
     missing = [str(tmp_path / "none.parquet")]
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"engine": "spark"}, "--engine 'spark': expected one of local, ray"),
+        ({"engine": "spark"}, "`engine` 'spark': expected one of local, ray"),
         ({"method": "grpx"}, "unknown method 'grpx'"),
         ({"method": "grpo", "params": {"gamma": 0.5}}, "`gamma` does not apply to grpo"),
-        ({"params": {"gamma": 0.5}}, "--gamma is a method's parameter: add --method"),
+        ({"params": {"gamma": 0.5}}, "`gamma` is a method's parameter: add `method`"),
         ({"convention": "x"}, "unknown convention 'x'"),
         ({"preset": "x"}, "`from_='x'`: unknown framework"),
     ]
@@ -72,9 +72,9 @@ def test_with_from_only_the_framework_s_settings_are_looked_up(
     job = jobs.job([str(SAMPLE / "trl" / "completions")], preset="trl", method="rloo")
     looked_up = lookups(monkeypatch)
     run = job.plan(job.open())
-    assert run.settled is not None and run.settled.startswith("--group-size 4")
+    assert run.settled is not None and run.settled.startswith("`group_size=4`")
     assert run.agreement is not None and run.agreement.differ == 54
-    assert run.reproduced_by == "--method grpo"
+    assert run.reproduced_by == "`method='grpo'`"
     assert set(looked_up) == {"grpo", "gdpo"}
 
 

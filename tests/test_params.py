@@ -54,13 +54,13 @@ def test_text_is_parsed_by_the_declared_type():
 @pytest.mark.parametrize(
     ("item", "needle"),
     [
-        ("gamma=x", "--param 'gamma=x': expected a number. Hint: --param gamma=0.5"),
+        ("gamma=x", "`param` 'gamma=x': expected a number. Hint: `param=['gamma=0.5']`"),
         ("batch_size=1.5", "expected an integer"),
         ("strict=maybe", "expected true or false"),
-        ("nope=1", "--param 'nope=1': no parameter 'nope'. Parameters: baseline, scale, std-ddof,"),
-        ("lamm=1", "--param 'lamm=1': no parameter 'lamm'. Did you mean 'lam'? Parameters: "),
+        ("nope=1", "`param` 'nope=1': no parameter 'nope'. Parameters: baseline, scale, std-ddof,"),
+        ("lamm=1", "`param` 'lamm=1': no parameter 'lamm'. Did you mean 'lam'? Parameters: "),
         ("std_dof=1", "no parameter 'std_dof'. Did you mean 'std-ddof'? Parameters: "),
-        ("gamma", "--param 'gamma': expected KEY=VALUE. Hint: --param gamma=0.99"),
+        ("gamma", "`param` 'gamma': expected KEY=VALUE. Hint: `param=['gamma=0.99']`"),
     ],
 )
 def test_bad_assignments_are_usage_errors(item, needle):
@@ -110,14 +110,14 @@ def test_a_parameter_the_method_does_not_take_is_refused(method, given, message)
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ({"gamma": 1.5}, "--gamma 1.5: expected a number in [0, 1]"),
-        ({"lam": "x"}, "--lam 'x': expected a number in [0, 1] or 'adaptive'"),
-        ({"lam": 2}, "--lam 2.0: expected a number in [0, 1]"),
-        ({"lam": "adaptive"}, "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"),
-        ({"scale": "foo"}, "--scale 'foo': expected one of group, batch, none"),
-        ({"std_ddof": 2}, "--std-ddof 2: expected an integer in [0, 1]"),
-        ({"batch_size": 0}, "--batch-size 0: expected a positive integer"),
-        ({"eps": -1}, "--eps -1.0: expected a number >= 0"),
+        ({"gamma": 1.5}, "`gamma` 1.5: expected a number in [0, 1]"),
+        ({"lam": "x"}, "`lam` 'x': expected a number in [0, 1] or 'adaptive'"),
+        ({"lam": 2}, "`lam` 2.0: expected a number in [0, 1]"),
+        ({"lam": "adaptive"}, "`lam='adaptive'` needs `alpha` A > 0 (VAPO uses 0.05, SAO 1.5)"),
+        ({"scale": "foo"}, "`scale` 'foo': expected one of group, batch, none"),
+        ({"std_ddof": 2}, "`std_ddof` 2: expected an integer in [0, 1]"),
+        ({"batch_size": 0}, "`batch_size` 0: expected a positive integer"),
+        ({"eps": -1}, "`eps` -1.0: expected a number >= 0"),
         ({"speed": 3}, "unknown parameter 'speed'. Parameters: `baseline`, `scale`"),
     ],
 )
@@ -157,7 +157,7 @@ def test_no_number_parameter_takes_a_nan_or_an_infinity(param, value):
     """The Python API: every float parameter of every method, as its declared range says."""
     with pytest.raises(UsageError) as err:
         resolve(_taker(param), **_run_of(param), **{param.name: value})
-    assert str(err.value).startswith(f"{param.flag} {value}: expected a finite number")
+    assert str(err.value).startswith(f"`{param.name}` {value}: expected a finite number")
 
 
 @pytest.mark.parametrize("param", [PARAMETERS[n] for n in ("eps", "lam", "entropy_kappa")],
@@ -178,12 +178,12 @@ def test_a_nan_on_the_command_line_is_a_usage_error_naming_the_option(tmp_path, 
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ({"eps": "0.1"}, "--eps '0.1': expected a number >= 0"),
-        ({"batch_size": 2.5}, "--batch-size 2.5: expected a positive integer"),
-        ({"batch_size": 1 << 63}, "--batch-size 9223372036854775808: too large"),
-        ({"f_norm": 0}, "--f-norm 0.0: expected a number > 0"),
-        ({"alpha": 0, "lam": "adaptive"}, "--alpha 0.0: expected a number > 0"),
-        ({"similarity": 1}, "--similarity 1.0: expected a number in [0, 1)"),
+        ({"eps": "0.1"}, "`eps` '0.1': expected a number >= 0"),
+        ({"batch_size": 2.5}, "`batch_size` 2.5: expected a positive integer"),
+        ({"batch_size": 1 << 63}, "`batch_size` 9223372036854775808: too large"),
+        ({"f_norm": 0}, "`f_norm` 0.0: expected a number > 0"),
+        ({"alpha": 0, "lam": "adaptive"}, "`alpha` 0.0: expected a number > 0"),
+        ({"similarity": 1}, "`similarity` 1.0: expected a number in [0, 1)"),
     ],
 )
 def test_a_number_outside_its_declared_range_is_refused(given, message):
@@ -195,7 +195,7 @@ def test_a_number_outside_its_declared_range_is_refused(given, message):
 
 def test_each_value_is_checked_before_what_the_values_say_together():
     """--ktae-beta-ig's check reads --ktae-alpha: a NaN there is named, not summed."""
-    with pytest.raises(UsageError, match=r"^--ktae-alpha nan: expected a finite number >= 0"):
+    with pytest.raises(UsageError, match=r"^`ktae_alpha` nan: expected a finite number >= 0"):
         resolve("ktae", ktae_alpha=float("nan"), ktae_beta_ig=0.0)
 
 
@@ -212,7 +212,6 @@ def test_every_number_option_of_the_options_dataclasses_has_a_declared_range(cls
     """From Python as from the command line: ``report --seed -1`` was a bug (exit 70), and
     ``ReportOptions(seed=-1)`` the same; a NaN or an integer beyond int64 is no count."""
     shown = field.metadata[OPTION]
-    flag = shown.name_flag(field.name)
     kind = number_kind(typing.get_type_hints(cls)[field.name])
     if (value == -1 and shown.range.holds(-1)) or (value == 1 << 63 and kind is float):
         return  # a field that takes it
@@ -220,4 +219,4 @@ def test_every_number_option_of_the_options_dataclasses_has_a_declared_range(cls
         made = cls(**OPTIONS[cls], **{field.name: value})
         if cls is ShardOptions:
             check_options(made)  # (mutable: checked before anything is read)
-    assert str(err.value).startswith(f"{flag} {value}")
+    assert str(err.value).startswith(f"`{field.name}` {value}")

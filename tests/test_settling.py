@@ -12,7 +12,7 @@ from tests.conftest import SAMPLE
 
 TRL = [str(SAMPLE / "trl" / "completions")]
 FOUND = (
-    "--group-size 4 --reward-columns accuracy_reward,format_reward "
+    "`group_size=4` `reward_columns` accuracy_reward,format_reward "
     "(found from TRL's logged advantages)"
 )
 
@@ -39,9 +39,9 @@ def test_a_group_size_the_logged_advantages_contradict_is_refused() -> None:
 
     with pytest.raises(ContradictsLog) as refused:
         settling.settle(trl, PresetOptions(group_size=3), open_with)
-    assert str(refused.value).startswith("--group-size 3: ")
+    assert str(refused.value).startswith("`group_size=3`: ")
     assert str(refused.value).endswith(
         "completions_00003.parquet: 72 of its rows are not whole groups of 3 (read as "
-        "evaluation rows or a cut group), and TRL's logged advantages fit --group-size 4. "
-        "Hint: --group-size 4"
+        "evaluation rows or a cut group), and TRL's logged advantages fit `group_size=4`. "
+        "Hint: `group_size=4`"
     )

@@ -16,7 +16,7 @@ import typer
 from advcli import progress
 from advcli._malloc import tune_allocator
 from advcli._version import __version__
-from advcli.cli.flags import on_command_line
+from advcli.cli.flags import on_command_line, result_on_command_line
 from advcli.cli.options import InputsArgument, Json, ProgressMode, Quiet, with_options
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, file_list
 from advcli.lazy_imports import pandas_unseen
@@ -74,7 +74,7 @@ def _report(
     stdout: the JSON goes to stderr."""
     from advcli import render  # here, not at the top: --help needs none of it
 
-    result = found.as_dict()
+    result = result_on_command_line(found.as_dict(), app)
     warnings = result.pop("warnings", [])
     if as_json:
         _print_json({**result, "warnings": warnings}, sys.stderr if out == "-" else None)
@@ -85,8 +85,8 @@ def _report(
 
 
 def _print_json(obj: object, stream: TextIO | None = None) -> None:
-    if isinstance(obj, dict) and "warnings" in obj:
-        obj = {**obj, "warnings": [on_command_line(w, app) for w in obj["warnings"]]}
+    if isinstance(obj, dict):
+        obj = result_on_command_line(obj, app)
     option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     (stream or sys.stdout).write(orjson.dumps(obj, option=option).decode() + "\n")
 
@@ -120,7 +120,7 @@ def schema(
     if as_json:
         _print_json(info.as_dict())
     else:
-        render.schema_report(file_list(info.files), info.as_dict())
+        render.schema_report(file_list(info.files), result_on_command_line(info.as_dict(), app))
         _warn(info.warnings)
 
 
@@ -161,7 +161,7 @@ def check(
     if as_json:
         _print_json(result.as_dict())
     else:
-        render.check_report(result.as_dict())
+        render.check_report(result_on_command_line(result.as_dict(), app))
         _warn(result.warnings)
     if not result.ok:
         msg = (

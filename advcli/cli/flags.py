@@ -60,6 +60,27 @@ def on_command_line(message: str, app: typer.Typer) -> str:
     return _QUOTED.sub(spelled, message)
 
 
+SAYING_OPTIONS = ("found", "reproduced_by", "sampled")
+"""The fields of a result that name options, as the library's messages do (besides its
+warnings and what ``can_run`` says): the settings found from a framework's logged advantages,
+those reproducing them, and how to read a whole log where a sample was read."""
+
+
+def result_on_command_line(result: dict[str, Any], app: typer.Typer) -> dict[str, Any]:
+    """``result`` (a command's, as a dict: what ``--json`` prints, what its summary shows)
+    with the options in its warnings and :data:`SAYING_OPTIONS` spelled as flags."""
+    said: dict[str, Any] = {
+        k: on_command_line(v, app) for k in SAYING_OPTIONS if isinstance(v := result.get(k), str)
+    }
+    if isinstance(
+        verdicts := result.get("can_run"), dict
+    ):  # schema's: "needs values (or `critic`)"
+        said["can_run"] = {k: on_command_line(v, app) for k, v in verdicts.items()}
+    if "warnings" in result:
+        said["warnings"] = [on_command_line(w, app) for w in result["warnings"]]
+    return {**result, **said}
+
+
 def _spelled(match: re.Match[str], known: dict[str, Flag]) -> str:
     flag = known.get(match.group(1))
     if flag is None:

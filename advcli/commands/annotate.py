@@ -80,7 +80,7 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
     assert job.method is not None
     if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
-        msg = f"--critic: {method} reads no values. Hint: drop --critic, or use one of {reading}"
+        msg = f"`critic`: {method} reads no values. Hint: drop `critic`, or use one of {reading}"
         raise UsageError(msg)
     if job.ray is not None:
         return _annotate_on_ray(job, out, fmt=format, force=force, critic=critic, started=started)
@@ -111,14 +111,14 @@ def _critic_scorer(
     """``annotate --critic``'s scorer (``make``: here or on the cluster); None without it."""
     if critic is None:
         return None
-    log.require({"input_ids"}, what="--critic")
+    log.require({"input_ids"}, what="`critic`")
     return make(critic, log.sources, log.roles)
 
 
 def _warn_rescored(run: Run) -> None:
     if run.scorer is not None and (column := run.roles["values"]) is not None:
         run.warnings.append(
-            f"the log's '{column}' column is not read: --critic scores the values "
+            f"the log's '{column}' column is not read: `critic` scores the values "
             "(recorded in the output's metadata)"
         )
 
@@ -140,7 +140,7 @@ def _annotate_on_ray(
     log = job.reading.open(job.paths)
     if isinstance(log.source, SplitTokens):  # its parts would not be in the user's layout
         msg = f"{log.files}: prompt_ids + response_ids on Ray: not yet"
-        raise UsageError(f"{msg}. Hint: annotate it without --engine ray")
+        raise UsageError(f"{msg}. Hint: annotate it without `engine='ray'`")
     log.source = job.ray.place(log.source)
     ray = job.ray.ray
     run = job.plan(log, _critic_scorer(log, critic, lambda *args: on_ray.WorkerCritic(ray, *args)))

@@ -67,7 +67,8 @@ def check(inputs: LogPaths, **keywords: Any) -> CheckResult:
     batch_rows = options.batch_rows
     if from_ is None:
         msg = (
-            "check compares with a framework's own advantages: add --from trl, nemo-rl or prime-rl"
+            "check compares with a framework's own advantages: add `from_='trl'` "
+            "(or nemo-rl, prime-rl)"
         )
         raise UsageError(msg)
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
@@ -84,7 +85,7 @@ def check(inputs: LogPaths, **keywords: Any) -> CheckResult:
     if not per_token and "source_advantage" not in names:
         msg = (
             f"{log.files}: no advantages of {chosen.framework}'s own to check. Hint: TRL, "
-            "NeMo-RL and prime-rl dumps carry them (--from trl, nemo-rl, prime-rl)"
+            "NeMo-RL and prime-rl dumps carry them (`from_='trl'`, nemo-rl, prime-rl)"
         )
         raise DataError(msg)
     run = job.plan(log)

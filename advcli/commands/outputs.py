@@ -17,15 +17,15 @@ def passed_through(log: Log) -> list[str]:
 
 def check_nonfinite(nonfinite: str) -> None:
     if nonfinite not in NONFINITE:
-        msg = f"--nonfinite {nonfinite}: expected one of {', '.join(NONFINITE)}"
+        msg = f"`nonfinite={nonfinite!r}`: expected one of {', '.join(NONFINITE)}"
         raise UsageError(msg)
 
 
 def check_parts_output(out: str, fmt: str | None, files: list[str], *, force: bool) -> None:
     """``--out`` of ``--engine ray``: a folder of Parquet parts, refused as output folders are."""
     if fmt not in (None, "parquet") or out == "-":
-        shown = f"--format {fmt}" if fmt not in (None, "parquet") else "--out -"
-        raise UsageError(f"{shown}: --engine ray writes Parquet parts into a folder")
+        shown = f"`format={fmt!r}`" if fmt not in (None, "parquet") else "`out='-'`"
+        raise UsageError(f"{shown}: `engine='ray'` writes Parquet parts into a folder")
     from advcli.on_ray import tasks as on_ray  # Ray's side is imported only when used
 
     check_output_folder(out, files, force=force, listed=on_ray.listed_parts)

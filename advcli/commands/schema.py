@@ -34,7 +34,7 @@ def sampled(source: JsonlSource, read: int, rows: int) -> str:
         about = rows * size / read
         about = round(about, -3 if about > 1e4 else 0)
         whole = f" of {size / 1e6:.1f} MB, about {about:,.0f} rows in all"
-    return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); --full reads everything"
+    return f"the first {rows:,} rows ({read / 1e6:.1f} MB{whole}); `full=True` reads everything"
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,9 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
     info["can_run"].update(shard=verdicts["shard"], score=verdicts["score"])
     if sample is not None and sample.sampled_bytes is not None:
         info["sampled"] = sampled(sample, sample.sampled_bytes, info["rows"])
-        warnings.append("a sample of the log was read: its group sizes are not checked (--full)")
+        warnings.append(
+            "a sample of the log was read: its group sizes are not checked (`full=True`)"
+        )
     info["problems"] = problems
     info["warnings"] = warnings
     if log.looks_like is not None:

@@ -99,7 +99,7 @@ def _score_on_ray(
     from advcli.on_ray import tasks as on_ray
 
     assert job.ray is not None
-    check_option_file("--critic", opts.path, "model.onnx")
+    check_option_file("critic", opts.path, "model.onnx")
     check_parts_output(out, fmt, job.files, force=force)
     log = job.open()
     log.require({"input_ids"}, what="score")

@@ -84,8 +84,8 @@ def shard(
         check_text(param)
     twice = sorted(set(given) & {name for name, value in params.items() if value is not None})
     if twice:
-        msg = f"{methods.PARAMETERS[twice[0]].flag} given twice: as a flag and with --param"
-        raise UsageError(msg)
+        raise UsageError(f"`{twice[0]}` given twice: as a flag and with `param`")
+    deprecated = [_param_deprecated(given)] if param else []
     given.update(params)
     job = jobs.job(paths, col=col, preset=from_, preset_options=preset_options, method=method,
                    convention=convention, params=given if method is not None else None,
@@ -137,16 +137,13 @@ def shard(
         splits={k: v["samples"] for k, v in manifest["splits"].items()},
         dropped=manifest["dropped"],
         truncated=manifest["truncated"],
-        warnings=[_param_deprecated(param), *inp.warnings] if param else inp.warnings,
+        warnings=[*deprecated, *inp.warnings],
         seconds=round(time.perf_counter() - started, 3),
     )
 
 
-def _param_deprecated(items: list[str]) -> str:
-    """The warning of ``shard --param KEY=VALUE``, spelling each as the flag that replaces it
-    (the flags annotate takes; --param ran them all)."""
-    flags = []
-    for item in items:
-        key, _, value = item.partition("=")
-        flags.append(f"--{key.strip().lstrip('-').replace('_', '-')} {value}")
-    return f"--param is deprecated: write {' '.join(flags)}"
+def _param_deprecated(assigned: dict[str, Any]) -> str:
+    """The warning of ``param=["KEY=VALUE"]``, naming the keywords that replace it (those
+    annotate takes; ``param`` ran them all): on the command line, ``--param`` and the flags."""
+    keywords = " ".join(f"`{name}={value!r}`" for name, value in assigned.items())
+    return f"`param` is deprecated: write {keywords}"

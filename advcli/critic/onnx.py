@@ -368,7 +368,7 @@ def load_critic(
     if device not in DEVICES:
         raise UsageError(f"`device` must be one of {', '.join(DEVICES)}, not '{device}'")
     path = Path(path)
-    check_option_file("--critic", str(path), "model.onnx")
+    check_option_file("critic", str(path), "model.onnx")
     ort = _import_ort()
     session = _open_session(ort, path, device)
     return Critic(path, session, ort, input_name, mask_name, output_name)

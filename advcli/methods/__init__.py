@@ -170,7 +170,7 @@ def without_tokens() -> str:
 
 def verdict(missing: list[str]) -> str:
     """ "yes", or what is missing: ``needs input_ids, values``."""
-    critic = " (or --critic)" if missing == ["values"] else ""
+    critic = " (or `critic`)" if missing == ["values"] else ""
     return f"needs {', '.join(missing)}{critic}" if missing else "yes"
 
 

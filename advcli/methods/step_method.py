@@ -84,7 +84,7 @@ SIMILARITY = Param(
     PANEL,
     range=Range(0, 1, high_open=True),
     check=lambda value, values: (
-        "--similarity applies to --implementation verl-agent"
+        "`similarity` applies to `implementation='verl-agent'`"
         if value and values.get("implementation") != "verl-agent"
         else None
     ),

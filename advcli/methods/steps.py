@@ -158,10 +158,10 @@ def similarity_states() -> int:
 def too_many_states(limit: int) -> str:
     """Why an episode group of more than ``limit`` distinct states is refused."""
     return (
-        f"its episode group has more than {limit:,} distinct states, and --similarity compares "
+        f"its episode group has more than {limit:,} distinct states, and `similarity` compares "
         "each with the first state of every cluster it may join, a time that grows with their "
         f"square. Hint: raise {SIMILARITY_STATES} (default {DEFAULT_SIMILARITY_STATES:,}), or "
-        "leave --similarity out to group equal states"
+        "leave `similarity` out to group equal states"
     )
 
 
@@ -225,8 +225,8 @@ class Gigpo(RollTokens):
                      "norm_std": "auto"}  # fmt: skip
         given = [name for name, default in roll_only.items() if getattr(p, name) != default]
         if p.implementation != "roll" and given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise UsageError(f"{flags}: only gigpo --implementation roll takes it")
+            named = ", ".join(f"`{name}`" for name in given)
+            raise UsageError(f"{named}: only gigpo `implementation='roll'` takes it")
         rewards = step_rewards(rows)
         returns = S.step_returns(rewards, rows.rollout_codes, rows.segment_rank, p.step_gamma)
         R = episode_returns(rows, rewards)

@@ -64,7 +64,7 @@ def _parse_lam(value: Any) -> float | str:
     try:
         return float(value)
     except (TypeError, ValueError):
-        msg = f"--lam {value!r}: expected a number in [0, 1] or 'adaptive'"
+        msg = f"`lam` {value!r}: expected a number in [0, 1] or 'adaptive'"
         raise UsageError(msg) from None
 
 
@@ -73,7 +73,7 @@ UNIT = Range(0, 1)
 
 def _check_lam(value: Any, values: Any) -> str | None:
     if value == "adaptive" and values["alpha"] is None:
-        return "--lam adaptive needs --alpha A > 0 (VAPO uses 0.05, SAO 1.5)"
+        return "`lam='adaptive'` needs `alpha` A > 0 (VAPO uses 0.05, SAO 1.5)"
     return None
 
 
@@ -155,7 +155,7 @@ KL_ON = Param(
     choices=get_args(KlOn),
     conventional=True,
     check=lambda value, values: (
-        "--kl-on steps: the steps between actions are tokens only with --observations step"
+        "`kl_on='steps'`: the steps between actions are tokens only with `observations='step'`"
         if value == "steps" and values.get("observations") != "step" and values.get("kl_coef")
         else None
     ),
@@ -338,8 +338,8 @@ def _check_rewards(orphaned: np.ndarray, moved: np.ndarray, row0: int, *, strict
         raise RowError(row0 + int(np.flatnonzero(orphaned)[0]), roles, problem)
     if strict and moved.any():
         problem = (
-            "a reward sits on a non-action token (--strict forbids moving it to the preceding "
-            "action). Hint: drop --strict"
+            "a reward sits on a non-action token (`strict=True` forbids moving it to the preceding "
+            "action). Hint: drop `strict`"
         )
         raise RowError(row0 + int(np.flatnonzero(moved)[0]), roles, problem)
 

@@ -169,9 +169,9 @@ class Preset(ABC):
         default."""
         return [Setting("grpo", own=True)]
 
-    def unknowns(self) -> list[tuple[str, str]]:
-        """The framework's settings that shape its advantages and its dump does not hold, as
-        ``(its name, the option that gives it)``: named, where the user has not given them,
+    def unknowns(self) -> list[str]:
+        """The framework's settings that shape its advantages and its dump does not hold, by
+        the keyword of the option that gives them: named, where the user has not given them,
         when none of :meth:`settings` reproduces the logged advantages."""
         return []
 

@@ -162,7 +162,7 @@ def episode_rows(
     group = episode.get("group")
     if not isinstance(group, dict) or group.get("id") is None:
         msg = f"{where(path, line, 'group', line=True)}: no group.id, which a prime-rl episode has"
-        raise DataError(msg + ". Hint: check the file and --from")
+        raise DataError(msg + ". Hint: check the file and `from_`")
     work = (episode.get("run") or {}).get("work") or {}
     out = []
     skipped = 0

@@ -75,8 +75,8 @@ class Slime(Preset):
             Setting("reinforce-pp", note="advantage_estimator reinforce_plus_plus", own=True),
         ]  # fmt: skip
 
-    def unknowns(self) -> list[tuple[str, str]]:
-        return [("kl_coef", "--kl-coef")]
+    def unknowns(self) -> list[str]:
+        return ["kl_coef"]
 
     def files(self, inputs: list[str]) -> list[str]:
         """The rollout dumps: a train dump named (or found in a folder) stands for its rollout
@@ -90,7 +90,7 @@ class Slime(Preset):
         dump = _load_pt(path)
         if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
             msg = f"{path}: no 'samples' list, which a {self.framework} rollout dump has"
-            raise DataError(msg + ". Hint: check the file and --from")
+            raise DataError(msg + ". Hint: check the file and `from_`")
         if not dump["samples"]:
             raise DataError(f"{path}: the input has no rows. Hint: check the file")
         samples = checked_samples(path, dump["samples"])

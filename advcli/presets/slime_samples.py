@@ -233,13 +233,13 @@ def reward_of(path: str, row: int, reward: Any, options: PresetOptions) -> float
         if options.reward_key is None:
             msg = (
                 f"{where(path, row, 'reward')}: the reward is a dict ({keys}). "
-                "Hint: choose one with --reward-key"
+                "Hint: choose one with `reward_key`"
             )
             raise UsageError(msg)
         if options.reward_key not in reward:
             msg = (
                 f"{where(path, row, 'reward')}: no '{options.reward_key}' in the reward dict "
-                f"({keys}). Hint: choose one of them with --reward-key"
+                f"({keys}). Hint: choose one of them with `reward_key`"
             )
             raise DataError(msg)
         reward = reward[options.reward_key]

@@ -134,8 +134,8 @@ class Trl(Preset):
             )
         return found
 
-    def unknowns(self) -> list[tuple[str, str]]:
-        return [("reward_weights", "--reward-weights")]
+    def unknowns(self) -> list[str]:
+        return ["reward_weights"]
 
     def reward_of(
         self, columns: dict[str, np.ndarray], options: PresetOptions

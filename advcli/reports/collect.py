@@ -128,14 +128,14 @@ def token_texts(path: str, seen: RolloutPass, log: Log) -> dict[str, str]:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        msg = f"--tokenizer needs the tokenizers package. Hint: {installed.pip_install('text')}"
+        msg = f"`tokenizer` needs the tokenizers package. Hint: {installed.pip_install('text')}"
         raise UsageError(msg) from None
-    check_option_file("--tokenizer", path, "tokenizer.json")
+    check_option_file("tokenizer", path, "tokenizer.json")
     with _native_stderr_muted():
         try:
             tokenizer = Tokenizer.from_file(path)
         except _failures() as exc:  # the library raises its own (Rust) exceptions
-            msg = f"--tokenizer {path}: not a tokenizer.json the tokenizers library reads ({exc})"
+            msg = f"`tokenizer={path!r}`: not a tokenizer.json the tokenizers library reads ({exc})"
             raise UsageError(msg) from None
         shown = [part[0] for part in seen.tokens.values()]
         ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
@@ -166,12 +166,12 @@ def _refuse_undecodable(
             at = log.sources.at(row, log.roles.column("input_ids"))
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
             msg = (
-                f"--tokenizer {path}: {at}: token {token}: the tokenizers library fails to "
+                f"`tokenizer={path!r}`: {at}: token {token}: the tokenizers library fails to "
                 f"decode it ({problem}). Hint: give another tokenizer.json, or leave "
-                "--tokenizer out"
+                "`tokenizer` out"
             )
             raise UsageError(msg) from None
-    raise UsageError(f"--tokenizer {path}: the tokenizers library fails to decode the tokens")
+    raise UsageError(f"`tokenizer={path!r}`: the tokenizers library fails to decode the tokens")
 
 
 @contextmanager
@@ -335,7 +335,7 @@ def components(
     out = {}
     for name in names:
         where = f"{found.files}: column '{name}' (named as a reward column)"
-        x = floats_of(table.column(name), where, "name the reward columns with --reward-columns")
+        x = floats_of(table.column(name), where, "name the reward columns with `reward_columns`")
         out[name] = histogram(x[last], bins)
     return out
 

@@ -28,7 +28,7 @@ MIN_TOKENS_SHOWN = 64  # per rollout, however many rollouts share the token budg
 PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
 KEY_CHARS = 120  # of a prompt id shown in the groups table
 
-LOGGED_HINT = "report a log annotated by advcli, or give --method"
+LOGGED_HINT = "report a log annotated by advcli, or give `method`"
 
 
 def histogram_of(

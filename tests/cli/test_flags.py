@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,73 @@ def test_one_message_said_each_way(tmp_path: Path, small_log: str) -> None:
     assert proc.stderr.decode() == (
         f"advcli: error: {out}: already exists. Hint: pass --force to replace it\n"
     )
+
+
+ROOT = Path(advcli.__file__).parent
+FLAG = re.compile(r"(?<![\w-])--[a-z]")
+NOT_MESSAGES = ("help", "flag", "panel")
+"""Keywords whose text is no message: an option's help (its flags named as ``--help`` shows
+them) and a declared flag (``Param.flag``, ``OptionHelp``)."""
+HELP_MAKERS = ("Param", "option", "method", "convention")
+"""Calls whose arguments are an option's help (a method parameter's, an options field's, and
+the shared fields' makers in ``commands/fields.py``: ``fields.method(HELP)``)."""
+HELP_FIELDS = ("summary", "definition", "also_needs")
+"""A method's own help (``advcli methods NAME``), naming its flags as the command line does."""
+HELP_PAGES = ("render.py", "commands/fields.py")
+"""Modules that draw the command line's pages (a method's flags with their ``--no-`` form), or
+declare the options every command shares, their help texts as ``--help`` shows them."""
+FRAMEWORKS_OWN = {
+    ("presets/slime.py", "--save-debug-rollout-data DIR/{rollout_id}.pt, or --dump-details DIR"),
+    (
+        "presets/slime.py",
+        " is not there. Hint: give the --dump-details folder, or put the rollout dump beside it",
+    ),
+    ("presets/open_instruct.py", "grpo_fast --save_traces --rollouts_save_path DIR"),
+    ("presets/text.py", "openrlhf.cli.batch_inference --eval_task rm (through v0.9)"),
+    ("presets/text.py", "the --output_path JSONL"),
+}
+"""A framework's own flags, quoted as such: the command lines that write its dumps."""
+
+
+def _called(call: ast.Call) -> str:
+    """The name a call calls: ``option`` of ``option(...)`` and of ``fields.option(...)``."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+
+
+def _messages(tree: ast.Module) -> list[ast.Constant]:
+    """The text of ``tree`` that may reach a user as a message: every string, less docstrings
+    (of a module, class, function or attribute: a string alone as a statement) and help."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        within: list[ast.AST] = []
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            within = [node.value]  # a docstring
+        elif isinstance(node, ast.keyword) and node.arg in NOT_MESSAGES:
+            within = [node.value]
+        elif isinstance(node, ast.Call) and _called(node) in HELP_MAKERS:
+            within = list(node.args)
+        elif isinstance(node, ast.Assign) and any(
+            getattr(target, "id", "") in HELP_FIELDS for target in node.targets
+        ):
+            within = [node.value]
+        skipped.update(id(inner) for part in within for inner in ast.walk(part))
+    return [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped
+    ]  # fmt: skip
+
+
+def test_no_library_message_spells_a_flag() -> None:
+    """Outside :mod:`advcli.cli`, messages name options as Python keywords (the command line
+    spells them as flags): no ``--flag`` in the library's strings."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith("cli/") or where in HELP_PAGES:
+            continue
+        for text in _messages(ast.parse(path.read_text())):
+            said = str(text.value)  # (a str: _messages keeps no other constant)
+            if FLAG.search(said) and (where, said) not in FRAMEWORKS_OWN:
+                found.append(f"{where}:{text.lineno}: {text.value!r}")
+    assert found == []

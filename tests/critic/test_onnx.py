@@ -312,7 +312,7 @@ def test_cuda_without_cuda_provider_is_a_usage_error(critic_path):
 def test_bad_arguments(critic, tmp_path):
     with pytest.raises(UsageError, match="`device` must be one of auto, cuda, cpu, not 'gpu'"):
         load_critic(tmp_path / "x.onnx", device="gpu")
-    with pytest.raises(UsageError, match="missing.onnx: no such file"):
+    with pytest.raises(UsageError, match="missing.onnx'`: no such file"):
         load_critic(tmp_path / "missing.onnx")
     with pytest.raises(UsageError, match=r": a folder without a model.onnx\. Hint: give a"):
         load_critic(tmp_path)

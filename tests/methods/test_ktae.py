@@ -349,7 +349,7 @@ def test_parameters() -> None:
             params.ktae_top) == (1e-6, 1.0, 1.0, True, 1.0)  # fmt: skip
     with pytest.raises(UsageError, match="both 0"):
         resolve("ktae", ktae_alpha=0.0, ktae_beta_ig=0.0)
-    with pytest.raises(UsageError, match="--ktae-top"):
+    with pytest.raises(UsageError, match="`ktae_top`"):
         resolve("ktae", ktae_top=float("nan"))
 
 

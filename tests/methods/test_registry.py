@@ -56,7 +56,7 @@ def test_what_a_log_can_run_comes_from_each_methods_roles():
     no_values = Roles({"input_ids": "ids", "reward": "r", "prompt_id": "p"})
     runs = what_runs(no_values)
     assert runs["grpo"] == "yes" and runs["reinforce-pp"] == "yes"
-    assert runs["gae"] == "needs values (or --critic)"
+    assert runs["gae"] == "needs values (or `critic`)"
     assert what_runs(Roles({"input_ids": "ids", "reward": "r"}))["rloo"] == "needs prompt_id"
 
 

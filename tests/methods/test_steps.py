@@ -259,10 +259,10 @@ def test_a_missing_state_is_one_line(tmp_path) -> None:
 
 
 def test_options_of_another_implementation_are_refused() -> None:
-    with pytest.raises(UsageError, match="^similarity applies to implementation verl-agent"):
+    with pytest.raises(UsageError, match="^`similarity` applies to `implementation='verl-agent'`"):
         advcli.annotate_table(pa.Table.from_pylist(_worked_rows()), method="gigpo",
                               implementation="trinity", similarity=0.9)  # fmt: skip
-    with pytest.raises(UsageError, match="implementation roll"):
+    with pytest.raises(UsageError, match="`implementation='roll'`"):
         advcli.annotate_table(pa.Table.from_pylist(_worked_rows()), method="gigpo",
                               reward_clip=1.0)  # fmt: skip
 

@@ -561,6 +561,8 @@ def test_a_methods_parameters_are_flags_as_on_annotate_and_param_a_deprecated_sp
     )
     assert old["warnings"] == ["--param is deprecated: write --lam 0.9"]
     advcli.shard([str(SAMPLE)], tmp_path / "c", method="gae", lam=0.9)
+    python = advcli.shard([str(SAMPLE)], tmp_path / "f", method="gae", param=["lam=0.9"])
+    assert python.warnings == ["`param` is deprecated: write `lam='0.9'`"]  # lam: text
     assert (
         folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b") == folder_bytes(tmp_path / "c")
     )
