@@ -21,7 +21,6 @@ default, and one the method does not take is refused. Errors are
 
 from __future__ import annotations
 
-from advcli.accounting import Audit
 from advcli.commands.annotate import annotate, annotate_table
 from advcli.commands.audit import audit
 from advcli.commands.check import check
@@ -47,6 +46,7 @@ from advcli.results import (
     ShardResult,
     Verification,
 )
+from advcli.run.accounting import Audit
 from advcli.shards import ShardOptions
 
 describe = schema

@@ -20,7 +20,7 @@ PACKAGE = ROOT / "advcli"
 
 # Layers, lowest first: a module imports from its own layer's component or from lower layers.
 LAYERS = [
-    ("advcli.lazy_imports",),
+    ("advcli.lazy_imports", "advcli.run"),  # advcli.run: the package, a docstring
     (
         "advcli.errors",
         "advcli.core",
@@ -33,11 +33,11 @@ LAYERS = [
     ("advcli.versions",),
     ("advcli.io", "advcli.params"),
     ("advcli.methods", "advcli.critic", "advcli.presets"),
-    ("advcli.logs",),
-    ("advcli.reproduce",),
-    ("advcli.engine", "advcli.accounting", "advcli.settling"),
+    ("advcli.run.logs",),
+    ("advcli.run.reproduce",),
+    ("advcli.run.engine", "advcli.run.accounting", "advcli.run.settling"),
     ("advcli.on_ray",),
-    ("advcli.jobs",),
+    ("advcli.run.jobs",),
     ("advcli.shards", "advcli.reports"),
     ("advcli.commands",),
     ("advcli.api", "advcli.render", "advcli.torch"),
@@ -47,11 +47,18 @@ LAYERS = [
 
 
 def component(module: str) -> tuple[int, str]:
-    for rank, names in enumerate(LAYERS):
-        for name in names:
-            if module == name or module.startswith(name + "."):
-                return rank, name
-    raise AssertionError(f"{module} is in no layer")
+    """The layer and component of ``module``: the longest component name it falls under
+    (``advcli.run.jobs`` is the jobs layer, the package ``advcli.run`` its own)."""
+    found = [
+        (len(name), rank, name)
+        for rank, names in enumerate(LAYERS)
+        for name in names
+        if module == name or module.startswith(name + ".")
+    ]
+    if not found:
+        raise AssertionError(f"{module} is in no layer")
+    _, rank, name = max(found)
+    return rank, name
 
 
 def imports(path, *, for_types_too: bool = False) -> set[str]:

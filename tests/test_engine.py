@@ -167,8 +167,8 @@ def test_schema_and_audit_report_progress_up_to_the_totals(tmp_path):
 def test_group_key_warnings(tmp_path):
     """Every group a single rollout, or groups of two or more of an uncommon size, are
     signs of a wrong group key; a singleton among groups of 4 is not (it is flagged)."""
-    from advcli import logs
     from advcli.io.rollouts import extract_rows, row_columns
+    from advcli.run import logs
 
     def warnings_for(keys):
         rows = [rollout(k, float(i % 2)) for i, k in enumerate(keys)]
@@ -204,8 +204,8 @@ def test_a_value_cache_scores_once_and_arrives_empty_elsewhere():
     without scoring. Pickled (sent to a Ray task), it arrives empty and scores again."""
     import pickle
 
-    from advcli.engine import ValueCache
     from advcli.io.tokens import Tokens
+    from advcli.run.engine import ValueCache
 
     def batch() -> Tokens:
         offsets = np.array([0, 2, 5])
@@ -256,8 +256,8 @@ def test_whitening_per_step_reads_the_log_once_with_the_numbers_of_two_passes(
     last row, whitens it and writes it: one read of the tokens, the numbers of the pass that
     measures every step first (however the reads cut the steps), and each step whitened
     alone (its action tokens: mean 0, and the convention's variance)."""
-    from advcli import engine
     from advcli.io import file_sources as sources
+    from advcli.run import engine
 
     inputs = stepped_log(tmp_path)
     reads = []

@@ -1,4 +1,4 @@
-"""A command's run resolved once (advcli.jobs), and the one channel of its progress."""
+"""A command's run resolved once (advcli.run.jobs), and the one channel of its progress."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 import advcli
-from advcli import jobs, methods
+from advcli import methods
 from advcli.errors import UsageError
 from advcli.methods import Method
+from advcli.run import jobs
 from tests.conftest import SAMPLE
 
 

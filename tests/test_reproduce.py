@@ -1,10 +1,10 @@
-"""advcli's advantages against a framework's logged ones (:mod:`advcli.reproduce`)."""
+"""advcli's advantages against a framework's logged ones (:mod:`advcli.run.reproduce`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from advcli import reproduce
+from advcli.run import reproduce
 
 
 def test_logged_values_of_four_decimals_are_compared_to_half_their_last_digit():

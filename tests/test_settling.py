@@ -1,13 +1,14 @@
 """What a framework's dump leaves out, settled from its logged advantages by the job
-(:mod:`advcli.settling`), not by opening the log."""
+(:mod:`advcli.run.settling`), not by opening the log."""
 
 from __future__ import annotations
 
 import pytest
 
-from advcli import jobs, logs, presets, settling
+from advcli import presets
 from advcli.errors import ContradictsLog
 from advcli.presets import PresetOptions
+from advcli.run import jobs, logs, settling
 from tests.conftest import SAMPLE
 
 TRL = [str(SAMPLE / "trl" / "completions")]

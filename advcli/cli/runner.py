@@ -117,9 +117,10 @@ def _refuse_stdout_input(inputs: list[str], preset: str | None) -> None:
     ``--from preset`` reads them); inputs that cannot be read are left to the command."""
     if stdout.regular_file() is None:  # a terminal, a pipe: no file to compare (the usual case)
         return
-    from advcli import jobs, presets
+    from advcli import presets
     from advcli.io import outputs
-    from advcli.logs import input_paths
+    from advcli.run import jobs
+    from advcli.run.logs import input_paths
 
     try:
         reading = jobs.Reading(preset=presets.get(preset) if preset else None)

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, methods, progress
+from advcli import methods, progress
 from advcli.commands import fields
 from advcli.commands.outputs import check_nonfinite, check_parts_output, passed_through
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer
-from advcli.engine import Run, Scorer, Summary
 from advcli.errors import UsageError
 from advcli.io.outputs import check_output, output_format
 from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
@@ -23,10 +22,12 @@ from advcli.io.sources import Sources, TableSource
 from advcli.io.split_tokens import SplitTokens, in_users_layout, joined
 from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.lazy_imports import pa, pl
-from advcli.logs import BATCH_ROWS, Log, LogPaths, input_paths
 from advcli.params import command_options, options_of, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import AnnotateResult
+from advcli.run import jobs
+from advcli.run.engine import Run, Scorer, Summary
+from advcli.run.logs import BATCH_ROWS, Log, LogPaths, input_paths
 
 
 @dataclass(frozen=True)

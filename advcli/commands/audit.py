@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from advcli import jobs
-from advcli.accounting import Audit, audit_log
 from advcli.commands import fields
-from advcli.logs import BATCH_ROWS, LogPaths, input_paths
 from advcli.params import check_fields, command_options, takes_options
 from advcli.presets import PresetOptions
+from advcli.run import jobs
+from advcli.run.accounting import Audit, audit_log
+from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
 
 @dataclass(frozen=True)

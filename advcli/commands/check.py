@@ -6,20 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, methods, reproduce
+from advcli import methods
 from advcli.commands import fields
 from advcli.errors import AdvantagesDiffer, ContradictsLog, DataError, UsageError
 from advcli.io.arrow import flat_list
 from advcli.lazy_imports import np
-from advcli.logs import (
-    BATCH_ROWS,
-    LogPaths,
-    input_paths,
-)
 from advcli.params import Range, check_fields, command_options, option, takes_options
 from advcli.presets import PresetOptions
 from advcli.presets.base import non_finite
 from advcli.results import CheckResult
+from advcli.run import jobs, reproduce
+from advcli.run.logs import (
+    BATCH_ROWS,
+    LogPaths,
+    input_paths,
+)
 
 
 @dataclass(frozen=True)

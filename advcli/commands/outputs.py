@@ -6,7 +6,7 @@ from __future__ import annotations
 from advcli.errors import UsageError
 from advcli.io.outputs import check_output_folder
 from advcli.io.writers import NONFINITE
-from advcli.logs import Log
+from advcli.run.logs import Log
 
 
 def passed_through(log: Log) -> list[str]:

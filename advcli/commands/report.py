@@ -9,16 +9,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, methods, progress
+from advcli import methods, progress
 from advcli.commands import fields
 from advcli.io.outputs import check_output
 from advcli.io.writers import write_bytes
-from advcli.logs import BATCH_ROWS, LogPaths, input_paths
 from advcli.params import command_options, options_of, takes_options
 from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, compare
 from advcli.reports.collect import Gathered, gather
 from advcli.results import ReportResult
+from advcli.run import jobs
+from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
 
 @dataclass(frozen=True)

@@ -5,22 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, methods
-from advcli.accounting import token_counts
+from advcli import methods
 from advcli.commands import fields
 from advcli.errors import DataError
 from advcli.io.file_sources import JsonlSource
 from advcli.io.rollouts import extract_rows, row_columns
 from advcli.io.schema import describe_type
-from advcli.logs import (
+from advcli.params import command_options, option, takes_options
+from advcli.presets import PresetOptions
+from advcli.results import Description
+from advcli.run import jobs
+from advcli.run.accounting import token_counts
+from advcli.run.logs import (
     BATCH_ROWS,
     LogPaths,
     group_warnings,
     input_paths,
 )
-from advcli.params import command_options, option, takes_options
-from advcli.presets import PresetOptions
-from advcli.results import Description
 
 SAMPLE_BYTES = 4 << 20  # schema reads a JSONL log's first 4 MB of lines unless --full
 

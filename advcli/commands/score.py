@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs
 from advcli._version import __version__
 from advcli.commands import fields
 from advcli.commands.outputs import check_nonfinite, check_parts_output, passed_through
@@ -16,9 +15,10 @@ from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer, scored_batches
 from advcli.io.outputs import check_output, output_format
 from advcli.io.writers import write_batches
-from advcli.logs import BATCH_ROWS, LogPaths, input_paths
 from advcli.params import check_option_file, command_options, options_of, takes_options
 from advcli.results import ScoreResult
+from advcli.run import jobs
+from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
 
 @dataclass(frozen=True)

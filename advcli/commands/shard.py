@@ -8,14 +8,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from advcli import jobs, methods, progress
+from advcli import methods, progress
 from advcli.commands import fields
 from advcli.errors import DataError, UsageError, file_list
 from advcli.io.outputs import check_output_folder
-from advcli.logs import BATCH_ROWS, LogPaths, input_paths
 from advcli.params import command_options, option, options_of, parse_assignments, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import ShardResult
+from advcli.run import jobs
+from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 from advcli.shards.build import write_shards
 from advcli.shards.inputs import check_keep, measure, open_input
 from advcli.shards.layout import BUCKET_TOKENS

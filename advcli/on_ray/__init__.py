@@ -10,7 +10,7 @@ A log the workers cannot read in place (JSONL, a framework's dump, struct fields
 reads (:func:`~advcli.on_ray.cluster.staged`); its units are runs of those pieces.
 
 The driver reads the per-row columns and plans the method exactly as the local engine does
-(:func:`advcli.engine.plan_run`). A token pass (whitening statistics, segment chains, action
+(:func:`advcli.run.engine.plan_run`). A token pass (whitening statistics, segment chains, action
 counts) is measured unit by unit on the cluster, each task running the local engine's measure
 on its unit's batches; the driver adds the results up in log order, so every statistic is
 bit-identical to the local engine's. The final pass writes one Parquet part per unit (the

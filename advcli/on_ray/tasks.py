@@ -17,10 +17,8 @@ from typing import Any
 
 from advcli import progress
 from advcli._version import __version__
-from advcli.accounting import CountTokens, TokenCounts, token_counts
 from advcli.critic.options import CriticOptions
 from advcli.critic.scorer import CriticScorer, scored_batches
-from advcli.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
 from advcli.errors import AdvcliError, DataError, OutputError, UsageError
 from advcli.io import manifests, remote
 from advcli.io.file_sources import ParquetSource
@@ -30,10 +28,12 @@ from advcli.io.schema import Roles
 from advcli.io.sources import LogSource, Sources
 from advcli.io.writers import METADATA_KEY, write_batches
 from advcli.lazy_imports import np, pa, pq
-from advcli.logs import BATCH_ROWS
 from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ray_module, work_units
 from advcli.results import Verification
+from advcli.run.accounting import CountTokens, TokenCounts, token_counts
+from advcli.run.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
+from advcli.run.logs import BATCH_ROWS
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
 RETRIES = 2  # a task whose worker dies runs again this many times (Ray's task retries)
@@ -115,7 +115,7 @@ def _measure_unit(run: Run, token_pass: TokenPass[Any], unit: Unit) -> list[tupl
 
 
 def measured_on_ray(ray: Any) -> Measure:
-    """A :data:`advcli.engine.Measure` that measures each work unit on the cluster."""
+    """A :data:`advcli.run.engine.Measure` that measures each work unit on the cluster."""
 
     def measure(run: Run, token_pass: TokenPass[Any]) -> Iterator[tuple[int, Any]]:
         log = cluster_log(run.source)
@@ -141,7 +141,7 @@ def _count_unit(
 
 
 def counted_on_ray(ray: Any, batch_rows: int = BATCH_ROWS) -> CountTokens:
-    """A :class:`advcli.accounting.CountTokens` that counts each work unit on the cluster."""
+    """A :class:`advcli.run.accounting.CountTokens` that counts each work unit on the cluster."""
     task = _task(ray, _count_unit)
 
     def count(

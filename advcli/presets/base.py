@@ -65,7 +65,7 @@ class PresetOptions:
 
 SHARED_WITH_METHODS = ("reward_columns", "reward_weights")
 """The :class:`PresetOptions` that are method parameters too: TRL's reward columns are GDPO's,
-given once (one ``--reward-columns``; :func:`advcli.jobs.shared_with_reader` wires them)."""
+given once (one ``--reward-columns``; :func:`advcli.run.jobs.shared_with_reader` wires them)."""
 
 
 @dataclass
@@ -165,7 +165,7 @@ class Preset(ABC):
     def settings(self, names: list[str], options: PresetOptions) -> list[Setting]:
         """The framework's known settings that change its advantages, in combination, on a
         log with the columns ``names`` read with ``options``: tried when the logged advantages
-        differ, to name the one that gives them (:mod:`advcli.reproduce`). The first is the
+        differ, to name the one that gives them (:mod:`advcli.run.reproduce`). The first is the
         default."""
         return [Setting("grpo", own=True)]
 

@@ -13,7 +13,7 @@ What TRL 1.16 does, and so this preset (``trl/trainer/grpo_trainer.py``):
   *unscorable*: left out of its group's mean and std, advantage 0 (``unscored``).
 - Which float columns are reward functions is not in the file: ``log_extra`` columns come after
   them, before ``advantage``. ``--reward-columns`` names them; else the logged advantages decide
-  (:mod:`advcli.settling`), and all the float columns are taken only when nothing tells.
+  (:mod:`advcli.run.settling`), and all the float columns are taken only when nothing tells.
 - Groups are contiguous blocks of ``num_generations`` rows with the same prompt.
   ``--group-size`` gives it; else the logged advantages do. A run of rows with one prompt
   text is cut into blocks of that size (neighbouring dataset rows may share a prompt text).

@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from advcli import installed, progress
-from advcli.accounting import Audit, audit_log
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
-from advcli.engine import Run
 from advcli.errors import UsageError
 from advcli.io.sources import prefetch
 from advcli.lazy_imports import np, pa
-from advcli.logs import BATCH_ROWS, Log
 from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
 from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
+from advcli.run.accounting import Audit, audit_log
+from advcli.run.engine import Run
+from advcli.run.logs import BATCH_ROWS, Log
 
 
 @dataclass(frozen=True)

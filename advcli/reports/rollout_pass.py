@@ -10,16 +10,16 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
-from advcli.accounting import Audit
 from advcli.core.ragged import first_where, lengths, prefix_hashes
-from advcli.engine import Run, room_in_tmpdir
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
 from advcli.io.sources import prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
-from advcli.logs import Log
 from advcli.reports.options import ReportOptions
+from advcli.run.accounting import Audit
+from advcli.run.engine import Run, room_in_tmpdir
+from advcli.run.logs import Log
 
 PROMPT, ACTION, OBSERVATION = 0, 1, 2  # what a token is, in the token view
 TEXT_CHARS = (200, 4000)  # of each text column shown with a rollout: at least, at most

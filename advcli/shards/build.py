@@ -10,7 +10,7 @@ from advcli import progress
 from advcli._version import __version__
 from advcli.io import manifests
 from advcli.io.outputs import output_folder
-from advcli.logs import BATCH_ROWS
+from advcli.run.logs import BATCH_ROWS
 from advcli.shards import trainers
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import BUCKET_TOKENS, ROW_GROUP_TOKENS, layout

@@ -14,8 +14,6 @@ from typing import Any
 import orjson
 
 from advcli import progress
-from advcli.accounting import CountTokens, token_counts
-from advcli.engine import Batch, Run
 from advcli.errors import AdvcliError, DataError, UsageError, file_list
 from advcli.io import jsonl, remote
 from advcli.io.jsonl import STDIN, is_jsonl
@@ -25,9 +23,11 @@ from advcli.io.schema import ROLES, Roles
 from advcli.io.sources import LogSource, Sources, expand_inputs, prefetch
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.io.writers import read_metadata
-from advcli.jobs import Job
 from advcli.lazy_imports import np, pa, pq
-from advcli.logs import BATCH_ROWS
+from advcli.run.accounting import CountTokens, token_counts
+from advcli.run.engine import Batch, Run
+from advcli.run.jobs import Job
+from advcli.run.logs import BATCH_ROWS
 
 
 @dataclass

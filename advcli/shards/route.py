@@ -14,8 +14,8 @@ from advcli.errors import DataError, OutputError, UsageError
 from advcli.io.arrow import fast_ipc, flat_list, is_list, list_array
 from advcli.io.sources import Sources
 from advcli.lazy_imports import np, pa
-from advcli.logs import BATCH_ROWS
 from advcli.methods import PARAMETERS
+from advcli.run.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
 from advcli.shards.trainers import LOGPROBS, one_per_sequence

@@ -17,12 +17,12 @@ import pytest
 import zstandard
 
 import advcli
-from advcli import logs
 from advcli.errors import DataError
 from advcli.io import jsonl
 from advcli.io.file_sources import JsonlSource, open_source, read_inputs
 from advcli.io.jsonl import chunks as jsonl_chunks
 from advcli.io.jsonl_checks import refuse_duplicate_keys
+from advcli.run import logs
 from tests.conftest import (
     READING_COMMANDS,
     annotate_in_memory,

@@ -31,8 +31,8 @@ from advcli.io.sources import (
 )
 from advcli.io.tokens import extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
-from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import steps
+from advcli.run.logs import BATCH_ROWS, Log, group_warnings
 
 
 class CountTokens(Protocol):

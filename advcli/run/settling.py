@@ -3,11 +3,11 @@
 TRL's dump leaves out two of the settings that shape its numbers, the group size
 (``num_generations``) and which float columns are reward functions; NeMo-RL's groups may be
 blocks of rows rather than the rows of one prompt. :func:`settle` finds them by trying the
-framework's per-row settings (:mod:`advcli.reproduce`) on the log opened each way, or refuses
+framework's per-row settings (:mod:`advcli.run.reproduce`) on the log opened each way, or refuses
 naming the options only the user knows. A group size the user gives that the logged
 advantages contradict is refused, naming the one they fit.
 
-Opening a log (:mod:`advcli.logs`) runs no estimator: the job calls :func:`settle` when it
+Opening a log (:mod:`advcli.run.logs`) runs no estimator: the job calls :func:`settle` when it
 opens the log of a framework's dump.
 """
 
@@ -18,8 +18,15 @@ from dataclasses import replace
 
 from advcli import presets
 from advcli.errors import ContradictsLog, DataError, UsageError
-from advcli.logs import Log
-from advcli.reproduce import RowsRead, named_columns, needs_engine, read_rows, row_agreement, trials
+from advcli.run.logs import Log
+from advcli.run.reproduce import (
+    RowsRead,
+    named_columns,
+    needs_engine,
+    read_rows,
+    row_agreement,
+    trials,
+)
 
 Opener = Callable[[presets.PresetOptions], Log]
 """Opens the log with these preset options."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from advcli import methods, progress, reproduce
+from advcli import methods, progress
 from advcli._version import __version__
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
@@ -50,11 +50,12 @@ from advcli.io.sources import (
 from advcli.io.split_tokens import stored_roles
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
-from advcli.logs import BATCH_ROWS, Log, group_warnings
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
 from advcli.presets import Setting
 from advcli.results import AnnotateResult
+from advcli.run import reproduce
+from advcli.run.logs import BATCH_ROWS, Log, group_warnings
 
 
 class Scorer(Protocol):

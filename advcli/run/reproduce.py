@@ -14,7 +14,7 @@ placeholder, so that following the hint reaches the logged numbers.
 A setting is tried per row where its method gives one advantage per rollout
 (:func:`row_agreement`), else by the engine (:data:`EngineFits`). What a dump leaves out
 (TRL's group size and reward columns) is settled from the logged advantages before the run,
-by :mod:`advcli.settling`, with the same per-row trials.
+by :mod:`advcli.run.settling`, with the same per-row trials.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from advcli.io.rollouts import Rows, extract_rows, row_columns
 from advcli.io.schema import Roles
 from advcli.io.sources import LogSource
 from advcli.lazy_imports import np, pa, pc
-from advcli.logs import Log
 from advcli.methods import Method, Plan
 from advcli.params import Params
 from advcli.presets import Setting
+from advcli.run.logs import Log
 
 TOL = 1e-5
 """Largest absolute difference that counts as the same advantage (the logged ones are float32

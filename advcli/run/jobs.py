@@ -6,7 +6,7 @@ read: the log's inputs and how to read them (``--col``, ``--from`` and its optio
 ``--convention``, the method's options), where the passes run (here, or on a Ray cluster:
 :class:`OnRay`) and the rows a pass reads at a time. The layers below take the job and ask it;
 none looks the method (which its :class:`Params` hold), the preset or the engine up again. With
-``--from``, opening the log settles what the dump leaves out (:mod:`advcli.settling`).
+``--from``, opening the log settles what the dump leaves out (:mod:`advcli.run.settling`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advcli import methods, presets, progress, settling
-from advcli.accounting import CountTokens
-from advcli.engine import Batch, Run, Scorer, plan_run
+from advcli import methods, presets, progress
 from advcli.errors import UsageError
 from advcli.io.file_sources import ParquetSource
 from advcli.io.sources import LogSource, expand_inputs
-from advcli.logs import BATCH_ROWS, Log, open_log
 from advcli.methods import Method
 from advcli.params import Params
 from advcli.presets import SHARED_WITH_METHODS, Preset, PresetOptions
+from advcli.run import settling
+from advcli.run.accounting import CountTokens
+from advcli.run.engine import Batch, Run, Scorer, plan_run
+from advcli.run.logs import BATCH_ROWS, Log, open_log
 
 ENGINES = ("local", "ray")
 """Where ``--engine`` runs the passes: in this process, or on a Ray cluster."""

@@ -5,7 +5,7 @@ every pass over it.
 A log that looks like a framework's dump but is read without ``--from`` opens, with a warning
 naming the preset; a column it lacks is then an error that says to use ``--from``. Opening reads
 and checks the log and runs no estimator: what a dump leaves out is settled from its logged
-advantages by the job (:mod:`advcli.settling`).
+advantages by the job (:mod:`advcli.run.settling`).
 """
 
 from __future__ import annotations
