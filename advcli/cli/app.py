@@ -7,6 +7,7 @@ process around them (errors as one line and an exit code, signals) is :mod:`advc
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -102,6 +103,30 @@ def _warn(warnings: list[str]) -> None:
         sys.stderr.write(f"advcli: warning: {on_command_line(warning, app)}\n")
 
 
+def _write(
+    command: str,
+    inputs: list[str],
+    options: dict[str, Any] | None,
+    params: dict[str, Any] | None,
+    *,
+    quiet: bool,
+    as_json: bool,
+    mode: str,
+    stage: str | None = None,
+) -> None:
+    """Run a command that writes an output (``annotate``, ``score``, ``report``, ``shard``)
+    through its API function, as one progress ``stage`` if given, then show its result (with
+    ``--out -``, the JSON on stderr)."""
+    from advcli import api, render  # here, not at the top: --help needs none of it
+
+    assert options is not None
+    staged = progress.stage(stage) if stage is not None else contextlib.nullcontext()
+    with render.Activity(quiet, mode=mode), staged:
+        result = getattr(api, command)(inputs, **options, **(params or {}))
+    out = options["out"]
+    _report(f"{command}: {out}", result, as_json=as_json, quiet=quiet, out=out)
+
+
 @app.command(epilog=_examples("schema"))
 @with_options("advcli.commands.schema:SchemaCommand")
 def schema(
@@ -135,13 +160,7 @@ def annotate(
     params: dict[str, Any] | None = None,
 ) -> None:
     """Write the log back with per-token advantages and group statistics."""
-    from advcli import api, render  # here, not at the top: --help needs none of it
-
-    assert options is not None
-    with render.Activity(quiet, mode=progress_mode):
-        result = api.annotate(inputs, **options, **(params or {}))
-    out = options["out"]
-    _report(f"annotate: {out}", result, as_json=as_json, quiet=quiet, out=out)
+    _write("annotate", inputs, options, params, quiet=quiet, as_json=as_json, mode=progress_mode)
 
 
 @app.command(epilog=_examples("check"))
@@ -183,13 +202,16 @@ def score(
     options: dict[str, Any] | None = None,
 ) -> None:
     """Add a `values` column scored by an ONNX critic (CUDA when available, else CPU)."""
-    from advcli import api, render  # here, not at the top: --help needs none of it
-
-    assert options is not None
-    with render.Activity(quiet, mode=progress_mode), progress.stage("scoring"):
-        result = api.score(inputs, **options)
-    out = options["out"]
-    _report(f"score: {out}", result, as_json=as_json, quiet=quiet, out=out)
+    _write(
+        "score",
+        inputs,
+        options,
+        None,
+        quiet=quiet,
+        as_json=as_json,
+        mode=progress_mode,
+        stage="scoring",
+    )
 
 
 @app.command(epilog=_examples("audit"))
@@ -258,13 +280,7 @@ def report(
     --zero-variance-tol, a method parameter (advcli methods NAME), is the page's zero-variance
     test too.
     """
-    from advcli import api, render  # here, not at the top: --help needs none of it
-
-    assert options is not None
-    with render.Activity(quiet, mode=progress_mode):
-        result = api.report(inputs, **options, **(params or {}))
-    out = options["out"]
-    _report(f"report: {out}", result, as_json=as_json, quiet=quiet, out=out)
+    _write("report", inputs, options, params, quiet=quiet, as_json=as_json, mode=progress_mode)
 
 
 @app.command(epilog=_examples("shard"))
@@ -278,12 +294,7 @@ def shard(
     params: dict[str, Any] | None = None,
 ) -> None:
     """Write annotated rollouts as training-ready Parquet shards with a manifest."""
-    from advcli import api, render  # here, not at the top: --help needs none of it
-
-    assert options is not None
-    with render.Activity(quiet, mode=progress_mode):
-        result = api.shard(inputs, **options, **(params or {}))
-    _report(f"shard: {options['out']}", result, as_json=as_json, quiet=quiet)
+    _write("shard", inputs, options, params, quiet=quiet, as_json=as_json, mode=progress_mode)
 
 
 @app.command("methods", epilog=_examples("methods"))
