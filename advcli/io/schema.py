@@ -42,6 +42,7 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "step_ends": ("ids", ("step_end_positions",)),
     # Per-token log-probabilities: the sampling policy's, a reference's (KL), a teacher's (OPD)
     "logprobs": ("nums", ("old_logprobs", "rollout_log_probs", "generation_logprobs")),
+    "trainer_logprobs": ("nums", ("prev_logprobs", "old_log_probs", "log_probs")),
     "ref_logprobs": ("nums", ("ref_log_probs", "ref_log_prob")),
     "teacher_logprobs": ("nums", ("teacher_log_probs",)),
     # Multi-agent logs: the role that wrote a rollout, and the episode it took part in

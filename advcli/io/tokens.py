@@ -34,7 +34,12 @@ class Tokens:
         return np.diff(np.searchsorted(np.flatnonzero(self.mask), self.offsets)).astype(np.int64)
 
 
-TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
+TOKEN_FLOATS = (
+    "logprobs",
+    "ref_logprobs",
+    "teacher_logprobs",
+    "trainer_logprobs",
+)  # per-token, read when asked
 MAX_ROW_TOKENS = 1 << 25  # the default bound on one row's tokens
 ROW_TOKENS_ENV = "ADVCLI_MAX_ROW_TOKENS"
 
