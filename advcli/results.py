@@ -60,6 +60,7 @@ class AnnotateResult(Result):
     stats: dict[str, Any] = spread()
     found: str | None = optional()  # settings found from a framework's logged advantages
     logged_advantages: str | None = optional()  # how ours compare with those
+    correction: dict[str, Any] | None = optional()  # the rollout correction, what it masked
     nonfinite_nulls: int | None = optional()  # NaN or infinity written as null (JSONL)
     output: str = ""
     engine: str | None = optional()  # "ray": output is a folder of parts
