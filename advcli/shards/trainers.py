@@ -13,6 +13,14 @@ unpadded (:mod:`advcli.torch` pads a batch as the trainer does).
   ``advantages`` value per sequence (refused where the advantages vary along a sequence's
   action tokens: :func:`one_per_sequence`) and ``old_per_token_logps`` (the logged log-probs).
 
+With ``--correction``, the weights and masks go under each trainer's name: ``advcli``:
+``is_weights`` and ``is_mask`` per token; ``verl``: ``rollout_is_weights`` over the response (its
+batch key, which its policy loss multiplies in), and a rejection mode's masked tokens also
+dropped from ``response_mask``, as verl's ``rollout_rs`` drops them (a truncate or mask mode
+leaves ``response_mask`` as it is: its masked tokens weigh 0, as verl's ``rollout_is`` leaves
+them); ``trl``: ``importance_sampling_ratio``, as TRL's loss reads it: per completion token for a
+token mode, one number per sequence for a sequence mode.
+
 A ``--keep`` column with a value per token covers the response (the completion) in the verl and
 trl layouts, as the trainers' own per-token fields do.
 """
@@ -31,6 +39,9 @@ from advcli.lazy_imports import np, pa
 # Columns a routed sample carries for a trainer layout, besides advcli's own.
 LOGPROBS = "__advcli_logprobs__"  # the logged log-probs, over the whole sequence
 SEQUENCE_ADVANTAGE = "__advcli_advantage__"  # the one advantage of each sequence
+REJECTED = "__advcli_rejected__"  # the tokens a rejection mode masked (verl's response_mask)
+SEQUENCE_WEIGHT = "__advcli_weight__"  # the one correction weight of each sequence (trl)
+WEIGHTS, MASKED = "is_weights", "is_mask"  # advcli's names of the correction's columns
 IDS = ("prompt_id", "rollout_id", "segment_index")
 
 Columns: TypeAlias = "dict[str, pa.Array]"
@@ -109,6 +120,9 @@ def _verl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     out = _ids(cols)
     out["prompts"] = cut.head(ids)
     out["responses"] = cut.tail(ids)
+    if REJECTED in cols:  # verl's rollout_rs takes them out of the response mask
+        rejected = np.asarray(flat_list(cols[REJECTED])[0], dtype=np.int8)
+        mask = pa.array(np.asarray(mask, dtype=np.int8) * (1 - rejected))
     out["response_mask"] = cut.tail(mask)
     out["attention_mask"] = _ones(cut.offsets, large)
     out["position_ids"] = list_array(positions(cut.offsets).astype(np.int32), cut.offsets,
@@ -117,6 +131,8 @@ def _verl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     out["returns"] = cut.tail(returns)
     if LOGPROBS in cols:
         out["old_log_probs"] = cut.tail(flat_list(cols[LOGPROBS])[0])
+    if WEIGHTS in cols:
+        out["rollout_is_weights"] = cut.tail(flat_list(cols[WEIGHTS])[0])
     return _extras(cols, per_token, cut, out)
 
 
@@ -131,6 +147,10 @@ def _trl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     out["advantages"] = cols[SEQUENCE_ADVANTAGE].cast(pa.float32())
     if LOGPROBS in cols:
         out["old_per_token_logps"] = cut.tail(flat_list(cols[LOGPROBS])[0])
+    if SEQUENCE_WEIGHT in cols:
+        out["importance_sampling_ratio"] = cols[SEQUENCE_WEIGHT]
+    elif WEIGHTS in cols:
+        out["importance_sampling_ratio"] = cut.tail(flat_list(cols[WEIGHTS])[0])
     return _extras(cols, per_token, cut, out)
 
 
@@ -150,11 +170,23 @@ def one_per_sequence(
     return value, int(rows[np.flatnonzero(varies)[0]]) if varies.any() else None
 
 
+def one_weight_per_sequence(
+    weights: np.ndarray, mask: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """Each row's sequence-mode weight (float32): the one on its action tokens, 1 where it has
+    none (no correction applies)."""
+    first = first_where(offsets, mask)
+    acting = first < lengths(offsets)
+    value = np.ones(len(first), dtype=np.float32)
+    value[acting] = weights[offsets[:-1][acting] + first[acting]]
+    return value
+
+
 def _advcli(cols: Columns, per_token: set[str], large: bool) -> Columns:
     return cols
 
 
-ADVCLI_COLUMNS = ("input_ids", "loss_mask", "advantages", "returns")
+ADVCLI_COLUMNS = ("input_ids", "loss_mask", "advantages", "returns", WEIGHTS, MASKED)
 LAYOUTS = {
     layout.name: layout
     for layout in (
@@ -170,6 +202,7 @@ LAYOUTS = {
                 "advantages",
                 "returns",
                 "old_log_probs",
+                "rollout_is_weights",
             ),
             ("prompts", "responses"),
             "response_mask",
@@ -185,6 +218,7 @@ LAYOUTS = {
                 "tool_mask",
                 "advantages",
                 "old_per_token_logps",
+                "importance_sampling_ratio",
             ),
             ("prompt_ids", "completion_ids"),
             "tool_mask",
