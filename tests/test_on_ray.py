@@ -45,6 +45,7 @@ TIMEOUT = 180  # seconds for any one command: a saturated pool once hung
 ENV_HOME = {"RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
 ENV = {**os.environ, **ENV_HOME}
 
+CORRECTED = ["trainer_logprobs=teacher_logprobs"]  # a second stream, 0.1 nats below
 CASES = {  # name: annotate's keyword arguments: every registered method, then options
     **{name: {"method": name, **METHOD_OPTIONS.get(name, {})} for name in REGISTRY},
     "grpo verl": {"method": "grpo", "convention": "verl"},
@@ -56,6 +57,19 @@ CASES = {  # name: annotate's keyword arguments: every registered method, then o
     "gae verl (whitened)": {"method": "gae", "convention": "verl", "batch_size": 8},
     "gae openrlhf": {"method": "gae", "convention": "openrlhf"},
     "gae adaptive": {"method": "gae", "lam": "adaptive", "alpha": 0.05},
+    "grpo, a sequence correction": {
+        "method": "grpo",
+        "correction": "sequence-mask",
+        "correction_bounds": "0.5,2",
+        "col": CORRECTED,
+    },
+    "grpo, verl's token rejection": {
+        "method": "grpo",
+        "convention": "verl",
+        "col": CORRECTED,
+        "correction": "token-k3",
+        "correction_bounds": "0.004",
+    },
 }
 
 
@@ -584,6 +598,9 @@ SHARD_CASES = {  # name: shard's options
                                            "--drop-zero-variance", "--keep-groups"],
     "rloo, a column kept, TRL's layout": ["--method", "rloo", "--keep", "old_logprobs",
                                           "--rows-per-shard", "4", "--layout", "trl"],
+    "grpo corrected, verl's layout": ["--method", "grpo", "--col", *CORRECTED, "--correction",
+                                      "token-k2", "--correction-bounds", "0.004", "--layout",
+                                      "verl"],
 }  # fmt: skip
 
 

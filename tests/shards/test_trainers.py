@@ -3,6 +3,7 @@ an observation inside the response, from an annotated log, and the refusals."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -168,3 +169,60 @@ def test_trl_takes_any_run_whose_advantages_are_one_per_sequence(tmp_path, args)
     for v, t in zip(pq.read_table(verl).to_pylist(), pq.read_table(trl).to_pylist(), strict=True):
         on_actions = {a for a, m in zip(v["advantages"], v["response_mask"], strict=True) if m}
         assert on_actions == {t["advantages"]}
+
+
+# The trainer's log-probs of the worked example: ratios 3, 1 and 0.25 on its action tokens
+RATIOS = [1.0, 1.0, 3.0, 1.0, 1.0, 0.25, 1.0]
+
+
+def corrected_log(tmp_path) -> str:
+    both = [{**row, "trainer_logprobs": [lp + float(np.log(r)) for lp, r in zip(
+        LOGPROBS, RATIOS, strict=True)]} for row in rows()]  # fmt: skip
+    return write_jsonl(tmp_path / "both.jsonl", both)
+
+
+def test_advcli_layout_carries_the_weights_and_masks_per_token(tmp_path):
+    first, _ = shard(tmp_path, "advcli", "--correction", "token-mask", "--correction-bounds",
+                     "0.5,2", log=corrected_log(tmp_path))  # fmt: skip
+    assert first["is_weights"] == pytest.approx([1, 1, 0, 1, 1, 0, 1], abs=1e-6)
+    assert first["is_mask"] == [0, 0, 1, 0, 0, 1, 0]
+
+
+def test_verl_takes_the_weights_as_rollout_is_weights_and_a_rejection_out_of_the_mask(tmp_path):
+    """verl's rollout_rs drops what it rejects from response_mask; its rollout_is leaves the
+    mask and weighs a masked token 0."""
+    log = corrected_log(tmp_path)
+    rejected, _ = shard(tmp_path, "verl", "--correction", "token-k1", "--correction-bounds", "2",
+                        log=log)  # fmt: skip
+    assert rejected["rollout_is_weights"] == [0, 1, 1, 0, 1]
+    assert rejected["response_mask"] == [0, 1, 0, 0, 0]
+    masked, _ = shard(tmp_path, "verl", "--correction", "token-mask", "--correction-bounds",
+                      "0.5,2", "--force", log=log)  # fmt: skip
+    assert masked["rollout_is_weights"] == pytest.approx([0, 1, 1, 0, 1], abs=1e-6)
+    assert masked["response_mask"] == [1, 1, 0, 1, 0]
+    assert "is_weights" not in masked and "is_mask" not in masked
+
+
+def test_trl_takes_importance_sampling_ratio_per_token_or_per_sequence(tmp_path):
+    """As TRL's loss multiplies it in: (B, T) for a token mode, (B, 1) for a sequence mode."""
+    log = corrected_log(tmp_path)
+    token, _ = shard(tmp_path, "trl", "--correction", "token_truncate", "--correction-bounds",
+                     "2", log=log)  # fmt: skip
+    assert token["importance_sampling_ratio"] == pytest.approx([2, 1, 1, 0.25, 1], rel=1e-6)
+    sequence, _ = shard(tmp_path, "trl", "--correction", "sequence_truncate",
+                        "--correction-bounds", "10", "--force", log=log)  # fmt: skip
+    assert sequence["importance_sampling_ratio"] == pytest.approx(0.75, rel=1e-6)
+
+
+def test_an_annotated_log_keeps_its_correction_in_every_layout(tmp_path):
+    annotated = tmp_path / "annotated.parquet"
+    done = run("annotate", corrected_log(tmp_path), "--method", "grpo", "--out", annotated,
+               "--correction", "token-k1", "--correction-bounds", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    first, _ = shard(tmp_path, "verl", log=str(annotated))
+    assert first["rollout_is_weights"] == [0, 1, 1, 0, 1]
+    assert first["response_mask"] == [0, 1, 0, 0, 0]
+    again = run("shard", annotated, "--out", tmp_path / "again", "--correction", "tis")
+    assert again.returncode == 2
+    assert "`convention`, `correction`" not in again.stderr.decode()  # spelled as flags
+    assert "--correction and the method's parameters apply to raw logs" in again.stderr.decode()
