@@ -45,7 +45,6 @@ TIMEOUT = 180  # seconds for any one command: a saturated pool once hung
 ENV_HOME = {"RAY_USAGE_STATS_ENABLED": "0", "HOME": tempfile.mkdtemp(prefix="advcli-ray-")}
 ENV = {**os.environ, **ENV_HOME}
 
-CORRECTED = ["trainer_logprobs=teacher_logprobs"]  # a second stream, 0.1 nats below
 CASES = {  # name: annotate's keyword arguments: every registered method, then options
     **{name: {"method": name, **METHOD_OPTIONS.get(name, {})} for name in REGISTRY},
     "grpo verl": {"method": "grpo", "convention": "verl"},
@@ -61,12 +60,10 @@ CASES = {  # name: annotate's keyword arguments: every registered method, then o
         "method": "grpo",
         "correction": "sequence-mask",
         "correction_bounds": "0.5,2",
-        "col": CORRECTED,
     },
     "grpo, verl's token rejection": {
         "method": "grpo",
         "convention": "verl",
-        "col": CORRECTED,
         "correction": "token-k3",
         "correction_bounds": "0.004",
     },
@@ -123,10 +120,14 @@ def stop_processes_of(home: str) -> None:
 
 @pytest.fixture(scope="module")
 def three_files(tmp_path_factory) -> Path:
-    """The sample log (with the columns only some methods read) in three files; rollout r23's
-    two segments lie in two of them."""
+    """The sample log (with the columns only some methods read, and the trainer's log-probs)
+    in three files; rollout r23's two segments lie in two of them."""
     folder = tmp_path_factory.mktemp("log")
     table = sample_with_every_input()
+    logprobs = table.column("logprobs").to_pylist()  # the trainer's: its own token by token
+    drift = np.random.default_rng(1)
+    trainer = [[x + 0.2 * drift.standard_normal() for x in row] for row in logprobs]
+    table = table.append_column("trainer_logprobs", pa.array(trainer))
     for name, start, n in (("a", 0, 5), ("b", 5, 7), ("c", 12, 2)):
         pq.write_table(table.slice(start, n), folder / f"{name}.parquet")
     return folder
@@ -598,7 +599,7 @@ SHARD_CASES = {  # name: shard's options
                                            "--drop-zero-variance", "--keep-groups"],
     "rloo, a column kept, TRL's layout": ["--method", "rloo", "--keep", "old_logprobs",
                                           "--rows-per-shard", "4", "--layout", "trl"],
-    "grpo corrected, verl's layout": ["--method", "grpo", "--col", *CORRECTED, "--correction",
+    "grpo corrected, verl's layout": ["--method", "grpo", "--correction",
                                       "token-k2", "--correction-bounds", "0.004", "--layout",
                                       "verl"],
 }  # fmt: skip
