@@ -190,7 +190,9 @@ def open_input(job: Job) -> Input:
             raise UsageError(msg)
         with progress.stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-        info = {k: meta.get(k) for k in ("method", "params", "correction") if k in meta}
+        info: dict[str, Any] = {k: meta.get(k) for k in ("method", "params")}
+        if "correction" in meta:  # the rollout correction the annotation wrote
+            info["correction"] = meta["correction"]
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
         return Input(source, roles, rows, None, info, {}, log.warnings)
     if job.method is None:
