@@ -65,10 +65,10 @@ def read_batch() -> Batch:
     return Batch([r["prompt_id"] for r in rows], sampler, trainer, mask, lengths, prompt)
 
 
-def per_action_token(values: np.ndarray, batch: Batch) -> list[list[float]]:
+def per_action_token(values: np.ndarray, batch: Batch, kind: type = float) -> list[list]:
     """A (B, T) array (or (B, 1), broadcast) as per-row lists over each row's action tokens."""
     values = np.broadcast_to(values, batch.response_mask.shape)
-    return [[float(v) for v in values[i][batch.response_mask[i] == 1]] for i in range(len(values))]
+    return [[kind(v) for v in values[i][batch.response_mask[i] == 1]] for i in range(len(values))]
 
 
 def action_token_counts(batch: Batch) -> list[int]:

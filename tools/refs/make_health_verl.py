@@ -123,7 +123,7 @@ def run_case(case, batch):
             else health_rows.per_action_token(
                 weights.batch["rollout_is_weights"].double().numpy(), batch
             ),
-            "response_mask": health_rows.per_action_token(mask.numpy(), batch),
+            "response_mask": health_rows.per_action_token(mask.numpy(), batch, int),
             "metrics": metrics,
         }
     return {**case, "function": "compute_rollout_correction_and_rejection_mask", **out}
@@ -145,7 +145,7 @@ def no_correction(batch):
         )
         case[precision] = {
             "rollout_is_weights": None,
-            "response_mask": health_rows.per_action_token(mask.numpy(), batch),
+            "response_mask": health_rows.per_action_token(mask.numpy(), batch, int),
             "metrics": metrics,
             "compute_offpolicy_metrics": helper.compute_offpolicy_metrics(**args),
             "compute_rollout_corr_metrics_from_logprobs": helper.compute_rollout_corr_metrics_from_logprobs(
