@@ -13,7 +13,8 @@ Sources (read from bare git clones; the commit is checked and written into each 
     miles/backends/training_utils/loss_hub/math_utils.py   compute_approx_kl
     miles/backends/training_utils/cp_utils.py              get_sum_of_sample_mean
     miles/backends/training_utils/loss_hub/losses.py       policy_loss_function: the statements
-        from ``train_scored_log_probs = old_log_probs`` to ``train_rollout_kl = ...`` (asserted)
+        from ``train_scored_log_probs = old_log_probs`` to the ``if rollout_old_log_probs:`` that
+        computes both figures (found by their text)
     miles/backends/training_utils/log_utils.py             aggregate_train_losses: the division of
         the summed per-sample means by the step's sample count (statement asserted)
   slime    https://github.com/THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515
@@ -73,6 +74,7 @@ import __future__
 import argparse
 import ast
 import enum
+import hashlib
 import json
 import subprocess
 import sys
@@ -117,7 +119,6 @@ class Source:
         if head != commit:
             raise SystemExit(f"{git_dir}: HEAD is {head}, this script was made at {commit}")
         self.rel = rel
-        self.commit = commit
         self.text = subprocess.run(
             ["git", "--git-dir", git_dir, "show", f"{commit}:{rel}"],
             check=True,
@@ -146,7 +147,7 @@ class Source:
     def statements(self, fn: str, first: str, last: str) -> list[ast.stmt]:
         """The statements of function ``fn`` from the one whose text starts with ``first`` to the
         one starting with ``last`` (same block), as parsed."""
-        body = self.node(fn).body  # type: ignore[attr-defined]
+        body = self.node(fn).body
         texts = [ast.unparse(s) for s in body]
         i = next(k for k, t in enumerate(texts) if t.startswith(first))
         j = next(k for k, t in enumerate(texts) if k >= i and t.startswith(last))
@@ -197,12 +198,7 @@ def as_floats(x: torch.Tensor) -> list[float]:
 
 
 def plain(metrics: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in metrics.items():
-        if isinstance(v, torch.Tensor):
-            v = v.item()
-        out[k] = float(v) if isinstance(v, float) else v
-    return out
+    return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -377,28 +373,18 @@ def nemo_case(
         masked = ~local["token_kept_mask"]
     elif kind == "seq-mask-tis":
         masked = (local["seq_kept_mask"] == 0).unsqueeze(-1).expand_as(weights)
-    out_rows = []
-    for i, r in enumerate(rows):
-        pos = action_positions(r)
-        out_rows.append(
-            {
-                "row": i,
-                "positions": pos,
-                "sample_mask": float(sample_mask[i]),
-                # the loss's column t-1 is token t (the [:, 1:] slices)
-                "is_weights": [float(weights[i, t - 1]) for t in pos],
-                "is_mask": [int(masked[i, t - 1]) for t in pos],
-                # the row's mean exp(|δ|) the threshold compares (0 for a row with no token)
-                "seq_mult_prob_error": float(seq_error[i]),
-            }
-        )
+    # the loss's column t-1 is token t (its [:, 1:] slices)
+    cols = [[t - 1 for t in action_positions(r)] for r in rows]
     return {
+        "is_weights": [[float(weights[i, c]) for c in cs] for i, cs in enumerate(cols)],
+        "is_mask": [[int(masked[i, c]) for c in cs] for i, cs in enumerate(cols)],
+        "sample_mask": as_floats(sample_mask),
+        "seq_mult_prob_error": as_floats(seq_error),
         "metrics": plain(metrics),
         "seq_logprob_error_metrics": plain(seq_metrics),
         "loss": float(loss),
         "global_valid_seqs": float(global_valid_seqs),
         "global_valid_toks": float(global_valid_toks),
-        "rows": out_rows,
     }
 
 
@@ -409,9 +395,9 @@ def make_nemo(git_dir: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         runs = {k: nemo_case(nemo, rows, settings, threshold, d) for k, d in DTYPES.items()}
         cases.append(
             {
-                "case": name,
+                "name": name,
                 "note": note,
-                "settings": {
+                "setting": {
                     "loss_fn": {"reference_policy_kl_penalty": 0.0, **settings},
                     "grpo": {"seq_logprob_error_threshold": threshold},
                 },
@@ -421,22 +407,27 @@ def make_nemo(git_dir: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         )
     return {
         "made_by": MADE_BY,
-        "framework": f"NeMo-RL @ {NEMO_COMMIT}",
+        "framework": "nemo-rl",
+        "commit": NEMO_COMMIT,
         "source_lines": lines,
         "versions": versions(),
-        "log": "tests/fixtures/refs/health/log.parquet",
-        "prompt_tokens": PROMPT_TOKENS,
-        "notes": (
+        **log_facts(rows),
+        "about": (
             "One microbatch of all rows: NeMo's metrics are globally normalised per microbatch "
-            "and summed by grpo.py, so here each is the whole batch's. rows[].positions: the "
-            "row's action tokens (indices into the row); is_weights / is_mask over them: the "
-            "weight ClippedPGLossFn multiplies the token's loss by (importance_weights_to_use) "
-            "and whether its truncated-IS type zeroed it (1 = masked); tis masks nothing. "
-            "sample_mask: after seq_logprob_error_threshold (1 = kept; a row at 0 adds nothing "
-            "to the loss or its metrics, whatever its weights). seq_mult_prob_error: the row's "
-            "mean exp(|δ|) that the threshold compares (0 for a row with no action token, "
-            "which the min/mean/max leave out). The seq_mask_tis case is "
-            "advcli's mode seq-mask-tis. Rows with no action token carry empty lists."
+            "and summed by grpo.py, so here each is the whole batch's. Per precision "
+            "('float64': tensors float64, compare at 1e-6; 'float32': as NeMo runs): "
+            "is_weights / is_mask, one list per log row over its action tokens: the weight "
+            "ClippedPGLossFn multiplies the token's loss by (importance_weights_to_use: 1 "
+            "without a correction) and whether its truncated-IS type zeroed it (1 = masked: "
+            "icepop's ~token_kept_mask, seq-mask-tis's 1 - seq_kept_mask; tis masks nothing). "
+            "sample_mask per row, after seq_logprob_error_threshold (1 = kept; a row at 0 adds "
+            "nothing to the loss or its metrics, whatever its weights). seq_mult_prob_error per "
+            "row: its mean exp(|δ|), what the threshold compares (0 for a row with no action "
+            "token, which the min/mean/max leave out). metrics: what ClippedPGLossFn returned; "
+            "seq_logprob_error_metrics: what compute_and_apply_seq_logprob_error_masking "
+            "returned (grpo_train logs its num_masked_seqs as "
+            "num_masked_seqs_by_logprob_error). The seq_mask_tis case is advcli's mode "
+            "seq-mask-tis."
         ),
         "cases": cases,
     }
@@ -583,15 +574,13 @@ def miles_case(
     batch = miles_batch(rows, dtype)
     # loss.py's count the logged sums are divided by: samples, or tokens (each at least 1)
     divisors = {
-        "sample_mean": len(rows),
-        "calculate_per_token_loss": int(
-            sum(torch.clamp_min(m.sum(), 1) for m in batch["loss_masks"])
-        ),
+        "": len(rows),
+        "_per_token_loss": int(sum(torch.clamp_min(m.sum(), 1) for m in batch["loss_masks"])),
     }
-    out: dict[str, Any] = {"divisors": divisors}
+    out: dict[str, Any] = {"samples": divisors[""], "tokens": divisors["_per_token_loss"]}
     weights = {}
-    for name, divisor in divisors.items():
-        per_token = name == "calculate_per_token_loss"
+    for suffix, divisor in divisors.items():
+        per_token = suffix == "_per_token_loss"
         sums = mismatch_sums(x, batch, per_token)
         for fw, reducer in (("miles", miles_reducer), ("slime", slime_reducer)):
             if tis is not None:
@@ -606,27 +595,31 @@ def miles_case(
                     loss_masks=batch["loss_masks"],
                 )
                 sums[fw] |= {k: reducer(x, batch, per_token)(v) for k, v in tis_metrics.items()}
-            out.setdefault(fw, {})[name] = {k: float(v) / divisor for k, v in sums[fw].items()}
+            key = ("metrics" if fw == "miles" else "slime_metrics") + suffix
+            out[key] = {k: float(v) / divisor for k, v in sums[fw].items()}
     if tis is not None and not torch.equal(weights["miles"], weights["slime"]):
         raise SystemExit("slime's and miles' TIS weights differ")
-    out["rows"] = []
-    start = 0
-    for i, r in enumerate(rows):
-        pos = action_positions(r)
-        entry: dict[str, Any] = {"row": i, "positions": pos}
-        if tis is not None:
+    if tis is not None:
+        start = 0
+        for r in rows:
             w = weights["miles"][start : start + len(r["input_ids"]) - PROMPT_TOKENS]
-            entry["is_weights"] = [float(w[t - PROMPT_TOKENS]) for t in pos]
-            masks = tis["function"] == "icepop_function"
-            entry["is_mask"] = [int(masks and w[t - PROMPT_TOKENS] == 0) for t in pos]
-        out["rows"].append(entry)
-        start += len(r["input_ids"]) - PROMPT_TOKENS
+            at = [t - PROMPT_TOKENS for t in action_positions(r)]
+            out.setdefault("is_weights", []).append([float(w[t]) for t in at])
+            pops = tis["function"] == "icepop_function"
+            out.setdefault("is_mask", []).append([int(pops and w[t] == 0) for t in at])
+            start += len(r["input_ids"]) - PROMPT_TOKENS
     return out
 
 
 # (case, TIS settings under miles' names, advcli mode, bounds, note)
 MILES_CASES: list[tuple[str, dict[str, Any] | None, str | None, list[float] | None, str]] = [
-    ("metrics", None, None, None, "no TIS: the two mismatch figures only"),
+    (
+        "metrics",
+        None,
+        None,
+        None,
+        "no TIS (--use-tis and --get-mismatch-metrics off): the two mismatch figures only",
+    ),
     (
         "tis",
         {"function": "vanilla_tis_function", "tis_clip": 2.0, "tis_clip_low": 0.0},
@@ -656,7 +649,8 @@ def make_miles(miles_git: str, slime_git: str, rows: list[dict[str, Any]]) -> di
     x = load_miles(miles_git, slime_git)
     cases = []
     for name, tis, mode, bounds, note in MILES_CASES:
-        settings: dict[str, Any] = {"get_mismatch_metrics": True}
+        # the two mismatch figures need only rollout_log_probs in the batch
+        settings: dict[str, Any] = {"use_tis": False}
         if tis is not None:
             settings |= {"use_tis": True, "tis_clip": tis["tis_clip"]}
             settings["tis_clip_low"] = tis["tis_clip_low"]
@@ -667,35 +661,55 @@ def make_miles(miles_git: str, slime_git: str, rows: list[dict[str, Any]]) -> di
         runs = {k: miles_case(x, rows, tis, d) for k, d in DTYPES.items()}
         cases.append(
             {
-                "case": name,
+                "name": name,
                 "note": note,
-                "settings": settings,
+                "setting": settings,
                 "advcli": {"correction": mode, "correction_bounds": bounds},
                 **runs,
             }
         )
     return {
         "made_by": MADE_BY,
-        "framework": f"miles @ {MILES_COMMIT}; slime @ {SLIME_COMMIT}",
+        "framework": "miles",
+        "commit": MILES_COMMIT,
+        "slime_commit": SLIME_COMMIT,
         "source_lines": x["lines"],
         "versions": versions(),
-        "log": "tests/fixtures/refs/health/log.parquet",
-        "prompt_tokens": PROMPT_TOKENS,
-        "notes": (
-            "A sample is a row's response (after its prompt_tokens); its loss mask the action "
-            "mask there. Per case and precision: miles.sample_mean (the default: Σ over samples "
-            "of each sample's mean over its loss-mask tokens, a sample with none adding 0, / "
-            "samples) and miles.calculate_per_token_loss (Σ over tokens / Σ max(tokens, 1)); "
-            "slime.* the same from slime's code (slime logs no train_rollout_kl). "
-            "train_rollout_kl: compute_approx_kl(rollout, trainer, 'low_var_kl'): k3 of "
-            "log(trainer/rollout)... as log_ratio = -(rollout - trainer) clamped to ±20, then "
-            "the value clamped to ±10, computed in float32 (.float()) in both precisions. tis, "
-            "tis_abs (|ρ − 1|), tis_clipfrac (share of tokens whose weight ≠ ρ) are reduced the "
-            "same way. rows[].is_weights over rows[].positions (the action tokens): what the TIS "
+        **log_facts(rows),
+        "about": (
+            "A sample is a row's response (after its prompt_length tokens); its loss mask the "
+            "action mask there. Per case and precision ('float64': tensors float64, compare at "
+            "1e-6; 'float32': as miles runs): metrics, the logged values by default (Σ over "
+            "samples of each sample's mean over its loss-mask tokens, a sample with none "
+            "adding 0, / samples), and metrics_per_token_loss, with --calculate-per-token-loss "
+            "(Σ over tokens / Σ max(tokens, 1)); samples and tokens are those divisors. "
+            "slime_metrics*: the same from slime's code (slime logs no train_rollout_kl). "
+            "train_rollout_kl per token: compute_approx_kl(rollout, trainer, 'low_var_kl') = "
+            "exp(δ) − 1 − δ with δ = trainer − rollout clamped to ±20 first and the value to "
+            "±10 after, in float32 (it casts with .float()) in both precisions. tis (ρ), "
+            "tis_abs (|ρ − 1|) and tis_clipfrac (1 where the weight ≠ ρ) are reduced the "
+            "same way. is_weights, one list per log row over its action tokens: what the TIS "
             "function multiplies pg_loss by; is_mask 1 where icepop zeroed it (vanilla TIS masks "
             "nothing). slime's TIS functions gave the same weights (checked)."
         ),
         "cases": cases,
+    }
+
+
+def log_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What names the log a fixture was computed on, and its rows as the fixtures count them."""
+    return {
+        "log": "tests/fixtures/refs/health/log.parquet",
+        "log_sha256": hashlib.sha256(LOG.read_bytes()).hexdigest(),
+        "prompt_length": PROMPT_TOKENS,
+        "rows": [
+            {
+                "prompt_id": r["prompt_id"],
+                "response_length": len(r["input_ids"]) - PROMPT_TOKENS,
+                "action_tokens": sum(r["action_mask"]),
+            }
+            for r in rows
+        ],
     }
 
 
