@@ -165,13 +165,14 @@ def test_names_and_bounds() -> None:
 
 
 def framework_cases(framework: str) -> list[dict[str, Any]]:
-    """The fixture's cases advcli spells as one mode (verl's batch normalisation and chained
-    rejection options are not modes of advcli's)."""
+    """The fixture's cases advcli spells as one mode (verl's batch normalisation, chained
+    rejection options and NeMo-RL's row masking by sequence error are not modes of advcli's)."""
     return [
         c
         for c in fixture(framework)["cases"]
         if c["advcli"]["correction"] and "," not in c["advcli"]["correction"]
         and not c["setting"].get("rollout_is_batch_normalize")
+        and "seq_logprob_error_threshold" not in c["setting"].get("grpo", {})
     ]  # fmt: skip
 
 
@@ -181,20 +182,27 @@ def per_action_token(x: np.ndarray, action: np.ndarray, offsets: np.ndarray) -> 
 
 @pytest.mark.parametrize(
     ("framework", "name"),
-    [(f, c["name"]) for f in ("verl", "trl") for c in framework_cases(f)],
+    [(f, c["name"]) for f in ("verl", "trl", "nemo_rl", "miles") for c in framework_cases(f)],
 )
 def test_the_frameworks_own_weights_and_masks(framework: str, name: str) -> None:
-    """Against verl's rollout_corr_helper and TRL's GRPOTrainer run on the same log (float64)."""
+    """Against verl's rollout_corr_helper, TRL's GRPOTrainer, NeMo-RL's ClippedPGLossFn and
+    miles' TIS functions run on the same log (float64)."""
     ref = case(framework, name)
     mode = mode_named(ref["advcli"]["correction"])
     assert mode is not None
     lo, hi = ref["advcli"]["correction_bounds"]
     trainer, sampler, action, offsets = health_log()
-    got = corrected(trainer, sampler, action, offsets, Correction(mode, lo, hi, framework))
+    flavour = framework.replace("_", "-")
+    got = corrected(trainer, sampler, action, offsets, Correction(mode, lo, hi, flavour))
     weights = per_action_token(got.weights, action, offsets)
     kept = per_action_token((~got.masked).astype(float), action, offsets)
     out = ref["float64"]
-    if framework == "trl":
+    if framework in ("nemo_rl", "miles"):
+        masked = per_action_token(got.masked.astype(float), action, offsets)
+        for got_row, want_row in zip(masked, out["is_mask"], strict=True):
+            np.testing.assert_array_equal(got_row, want_row)
+        expected = out["is_weights"]
+    elif framework == "trl":
         expected = out["importance_sampling_ratio"]
         if mode.level == "sequence":  # TRL keeps one ratio per row
             expected = [[w] * len(row) for w, row in zip(expected, weights, strict=True)]
