@@ -3,8 +3,10 @@ and a worked example."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -20,6 +22,7 @@ from advcli.core.correction import (
     default_lo,
     mode_named,
 )
+from tests.core.health_refs import case, fixture
 
 LOG = Path(__file__).parents[1] / "fixtures" / "refs" / "health" / "log.parquet"
 
@@ -159,3 +162,53 @@ def test_names_and_bounds() -> None:
     assert bounds_problem(k1, 0.0, 2.0) is not None and default_lo(k1, 2.0) == 0.5
     assert bounds_problem(MODES["token-mask"], 3.0, 2.0) is not None
     assert bounds_problem(MODES["token-mask"], 0.5, math.inf) is not None
+
+
+def framework_cases(framework: str) -> list[dict[str, Any]]:
+    """The fixture's cases advcli spells as one mode (verl's batch normalisation, chained
+    rejection options and NeMo-RL's row masking by sequence error are not modes of advcli's)."""
+    return [
+        c
+        for c in fixture(framework)["cases"]
+        if c["advcli"]["correction"] and "," not in c["advcli"]["correction"]
+        and not c["setting"].get("rollout_is_batch_normalize")
+        and "seq_logprob_error_threshold" not in c["setting"].get("grpo", {})
+    ]  # fmt: skip
+
+
+def per_action_token(x: np.ndarray, action: np.ndarray, offsets: np.ndarray) -> list[list[float]]:
+    return [x[a:b][action[a:b]].tolist() for a, b in itertools.pairwise(offsets)]
+
+
+@pytest.mark.parametrize(
+    ("framework", "name"),
+    [(f, c["name"]) for f in ("verl", "trl", "nemo_rl", "miles") for c in framework_cases(f)],
+)
+def test_the_frameworks_own_weights_and_masks(framework: str, name: str) -> None:
+    """Against verl's rollout_corr_helper, TRL's GRPOTrainer, NeMo-RL's ClippedPGLossFn and
+    miles' TIS functions run on the same log (float64)."""
+    ref = case(framework, name)
+    mode = mode_named(ref["advcli"]["correction"])
+    assert mode is not None
+    lo, hi = ref["advcli"]["correction_bounds"]
+    trainer, sampler, action, offsets = health_log()
+    flavour = framework.replace("_", "-")
+    got = corrected(trainer, sampler, action, offsets, Correction(mode, lo, hi, flavour))
+    weights = per_action_token(got.weights, action, offsets)
+    kept = per_action_token((~got.masked).astype(float), action, offsets)
+    out = ref["float64"]
+    if framework in ("nemo_rl", "miles"):
+        masked = per_action_token(got.masked.astype(float), action, offsets)
+        for got_row, want_row in zip(masked, out["is_mask"], strict=True):
+            np.testing.assert_array_equal(got_row, want_row)
+        expected = out["is_weights"]
+    elif framework == "trl":
+        expected = out["importance_sampling_ratio"]
+        if mode.level == "sequence":  # TRL keeps one ratio per row
+            expected = [[w] * len(row) for w, row in zip(expected, weights, strict=True)]
+    elif mode.kind == "reject":  # verl rejects by zeroing its response mask
+        expected, weights = out["response_mask"], kept
+    else:
+        expected = out["rollout_is_weights"]
+    for got_row, want_row in zip(weights, expected, strict=True):
+        np.testing.assert_allclose(got_row, want_row, rtol=1e-6, atol=1e-12)
