@@ -5,6 +5,7 @@ resolve to each framework's defaults; bad options and logs are one line."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,11 +19,22 @@ from advcli.core.correction import (
     TRL_DEFAULT_HI,
     Correction,
     corrected,
+    mode_named,
 )
 from advcli.errors import SchemaError, UsageError
 from advcli.run.correcting import correction_of
+from advcli.shards import ShardOptions
 from tests.conftest import SAMPLE, metadata_of, one_line, run
-from tests.core.test_correction import BOUNDS, LOG, REJECT_HI, health_log, loop
+from tests.core.health_refs import case
+from tests.core.test_correction import (
+    BOUNDS,
+    LOG,
+    REJECT_HI,
+    framework_cases,
+    health_log,
+    loop,
+    per_action_token,
+)
 
 
 def bounds_of(name: str) -> str:
@@ -197,3 +209,127 @@ def test_rows_the_method_drops_take_their_weights_along(tmp_path: Path) -> None:
                             b.column("is_weights").to_pylist(), strict=True):  # fmt: skip
         assert weights == a.column("is_weights")[kept[tuple(row)]].as_py()
     assert b.num_rows < a.num_rows
+
+
+CONVENTION = {"verl": "verl", "trl": "trl", "nemo_rl": "nemo-rl", "miles": "miles"}
+
+
+def given_bounds(ref: dict[str, Any]) -> str:
+    """A fixture's bounds as ``correction_bounds`` spells them (HI alone for k2 and k3)."""
+    mode = mode_named(ref["advcli"]["correction"])
+    assert mode is not None
+    lo, hi = ref["advcli"]["correction_bounds"]
+    return f"{lo!r},{hi!r}" if mode.two_sided else repr(hi)
+
+
+def on_actions(table: pa.Table, name: str, action: np.ndarray, offsets: np.ndarray) -> list:
+    flat = table.column(name).combine_chunks().values.to_numpy().astype(np.float64)
+    return per_action_token(flat, action, offsets)
+
+
+@pytest.mark.parametrize(
+    ("framework", "name"),
+    [(f, c["name"]) for f in CONVENTION for c in framework_cases(f)],
+)
+def test_annotate_writes_each_frameworks_own_weights(
+    tmp_path: Path, framework: str, name: str
+) -> None:
+    """``annotate --convention F --correction M --correction-bounds LO,HI`` against verl's
+    rollout_corr_helper, TRL's GRPOTrainer, NeMo-RL's ClippedPGLossFn and miles' TIS functions
+    run on the same log (their float64 outputs, tools/refs/make_health_*.py), within 1e-6."""
+    ref = case(framework, name)
+    out = tmp_path / "a.parquet"
+    advcli.annotate(LOG, out, method="grpo", convention=CONVENTION[framework],
+                    correction=ref["advcli"]["correction"],
+                    correction_bounds=given_bounds(ref))  # fmt: skip
+    _, _, action, offsets = health_log()
+    table = pq.read_table(out)
+    weights = on_actions(table, "is_weights", action, offsets)
+    masked = on_actions(table, "is_mask", action, offsets)
+    want = ref["float64"]
+    mode = mode_named(ref["advcli"]["correction"])
+    assert mode is not None
+    if framework in ("nemo_rl", "miles"):
+        expected, want_masked = want["is_weights"], want["is_mask"]
+    elif framework == "trl":
+        expected = want["importance_sampling_ratio"]
+        if mode.level == "sequence":  # TRL keeps one ratio per row
+            expected = [[w] * len(row) for w, row in zip(expected, weights, strict=True)]
+        want_masked = [[float(w == 0) for w in row] for row in expected]
+    elif mode.kind == "reject":  # verl rejects by zeroing its response mask
+        expected = want["response_mask"]
+        want_masked = [[1.0 - k for k in row] for row in expected]
+    else:
+        expected = want["rollout_is_weights"]
+        want_masked = [[float(w == 0) for w in row] for row in expected]
+    for got_row, want_row in zip(weights, expected, strict=True):
+        np.testing.assert_allclose(got_row, want_row, rtol=1e-6, atol=1e-12)
+    if mode.kind != "truncate":
+        for got_row, want_row in zip(masked, want_masked, strict=True):
+            np.testing.assert_array_equal(got_row, want_row)
+
+
+def test_trls_convention_carries_its_cap(tmp_path: Path) -> None:
+    """Under TRL's convention, no bounds: TRL's default vllm_importance_sampling_clip_max, 3."""
+    ref = case("trl", "token_truncate")
+    out = tmp_path / "a.parquet"
+    advcli.annotate(LOG, out, method="grpo", convention="trl", correction="token_truncate")
+    _, _, action, offsets = health_log()
+    weights = on_actions(pq.read_table(out), "is_weights", action, offsets)
+    for got_row, want_row in zip(weights, ref["float64"]["importance_sampling_ratio"],
+                                 strict=True):  # fmt: skip
+        np.testing.assert_allclose(got_row, want_row, rtol=1e-6)
+
+
+def response_actions(mask: list[int]) -> np.ndarray:
+    """Which tokens of a row's response (from its first action token) are actions."""
+    first = mask.index(1) if 1 in mask else len(mask)  # a row without actions: no response
+    return np.asarray(mask[first:], dtype=bool)
+
+
+@pytest.mark.parametrize("name", [c["name"] for c in framework_cases("verl")])
+def test_the_verl_layout_holds_what_verls_own_code_gives(tmp_path: Path, name: str) -> None:
+    """``shard --layout verl``: ``rollout_is_weights`` as verl's rollout_is gives them, and a
+    rejection mode's ``response_mask`` as verl's rollout_rs leaves it."""
+    ref = case("verl", name)
+    out = tmp_path / "shards"
+    advcli.shard(LOG, out, ShardOptions(layout="verl"), method="grpo", convention="verl",
+                 correction=ref["advcli"]["correction"],
+                 correction_bounds=given_bounds(ref))  # fmt: skip
+    table = pq.read_table(out)
+    _, _, action, _ = health_log()
+    log_masks = pq.read_table(LOG).column("action_mask").to_pylist()
+    mode = mode_named(ref["advcli"]["correction"])
+    assert mode is not None
+    want = ref["float64"]
+    for i, mask in enumerate(log_masks):
+        acting = response_actions(mask)
+        weights = np.asarray(table.column("rollout_is_weights")[i].as_py())[acting]
+        response_mask = np.asarray(table.column("response_mask")[i].as_py())[acting]
+        if mode.kind == "reject":
+            np.testing.assert_array_equal(response_mask, want["response_mask"][i])
+            assert (weights == np.asarray(want["response_mask"][i])).all()
+        else:
+            np.testing.assert_allclose(weights, want["rollout_is_weights"][i], rtol=1e-6)
+            assert (response_mask == 1).all()
+    assert action.any()
+
+
+@pytest.mark.parametrize("name", [c["name"] for c in framework_cases("trl")])
+def test_the_trl_layout_holds_trls_own_ratio(tmp_path: Path, name: str) -> None:
+    """``shard --layout trl``: ``importance_sampling_ratio`` as GRPOTrainer computes it, per
+    completion token or one per sequence."""
+    ref = case("trl", name)
+    out = tmp_path / "shards"
+    advcli.shard(LOG, out, ShardOptions(layout="trl"), method="grpo", convention="trl",
+                 correction=ref["advcli"]["correction"],
+                 correction_bounds=given_bounds(ref))  # fmt: skip
+    ratio = pq.read_table(out).column("importance_sampling_ratio").to_pylist()
+    want = ref["float64"]["importance_sampling_ratio"]
+    log_masks = pq.read_table(LOG).column("action_mask").to_pylist()
+    for row, expected, mask in zip(ratio, want, log_masks, strict=True):
+        if isinstance(row, list):
+            acting = response_actions(mask)
+            np.testing.assert_allclose(np.asarray(row)[acting], expected, rtol=1e-6)
+        else:
+            assert row == pytest.approx(expected, rel=1e-6)
