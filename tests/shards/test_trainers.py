@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run, write_jsonl
+from tests.conftest import read_manifest, run, write_jsonl
 
 # One prompt of two rollouts, rewards 1 and 0: GRPO gives +-0.5 / (0.5 + 1e-6) (advcli's
 # default: the population std, epsilon 1e-6). Each: 2 prompt tokens, 2 action tokens, a tool's
@@ -220,6 +220,8 @@ def test_an_annotated_log_keeps_its_correction_in_every_layout(tmp_path):
                "--correction", "token-k1", "--correction-bounds", "2")  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
     first, _ = shard(tmp_path, "verl", log=str(annotated))
+    manifest = read_manifest(tmp_path / "shards-verl")
+    assert manifest["correction"] == {"mode": "token-k1", "lo": 0.5, "hi": 2.0, "flavour": "advcli"}
     assert first["rollout_is_weights"] == [0, 1, 1, 0, 1]
     assert first["response_mask"] == [0, 1, 0, 0, 0]
     again = run("shard", annotated, "--out", tmp_path / "again", "--correction", "tis")
