@@ -333,3 +333,31 @@ def test_the_trl_layout_holds_trls_own_ratio(tmp_path: Path, name: str) -> None:
             np.testing.assert_allclose(np.asarray(row)[acting], expected, rtol=1e-6)
         else:
             assert row == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_split_log_gets_its_weights_over_the_response(tmp_path: Path) -> None:
+    """A ``prompt_ids`` + ``response_ids`` log: the weights and masks written over the response,
+    as its log-probs are (the prompt's weights of 1 left out, as its advantages of 0 are)."""
+    whole = pq.read_table(LOG).to_pylist()
+    rows = []
+    for r in whole:
+        mask = r["action_mask"]
+        first = mask.index(1) if 1 in mask else len(mask)
+        if 0 in mask[first:]:
+            continue  # an observation inside the response: the split layout has no such mask
+        rows.append({"prompt_id": r["prompt_id"], "prompt_ids": r["input_ids"][:first],
+                     "response_ids": r["input_ids"][first:], "reward": r["reward"],
+                     "logprobs": r["logprobs"][first:],
+                     "trainer_logprobs": r["trainer_logprobs"][first:]})  # fmt: skip
+    split = tmp_path / "split.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), split)
+    kw = {"method": "grpo", "correction": "token-mask", "correction_bounds": "0.9,1.1"}
+    advcli.annotate(split, tmp_path / "out.parquet", **kw)
+    out = pq.read_table(tmp_path / "out.parquet")
+    for row, weights, masks in zip(rows, out["is_weights"].to_pylist(),
+                                   out["is_mask"].to_pylist(), strict=True):  # fmt: skip
+        ratio = np.exp(np.float64(row["trainer_logprobs"]) - np.float64(row["logprobs"]))
+        inside = (ratio >= 0.9) & (ratio <= 1.1)
+        assert masks == (~inside).astype(int).tolist()
+        np.testing.assert_allclose(weights, np.where(inside, ratio, 0.0), rtol=1e-6)
+    assert sum(map(sum, out["is_mask"].to_pylist())) > 0
