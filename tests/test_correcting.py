@@ -361,3 +361,12 @@ def test_a_split_log_gets_its_weights_over_the_response(tmp_path: Path) -> None:
         assert masks == (~inside).astype(int).tolist()
         np.testing.assert_allclose(weights, np.where(inside, ratio, 0.0), rtol=1e-6)
     assert sum(map(sum, out["is_mask"].to_pylist())) > 0
+
+
+def test_a_table_in_memory_takes_a_correction_too(tmp_path: Path) -> None:
+    on_disk = tmp_path / "a.parquet"
+    kw = {"method": "grpo", "correction": "seq-mask-tis", "correction_bounds": "0.8,1.25"}
+    advcli.annotate(LOG, on_disk, **kw)
+    in_memory = advcli.annotate_table(pq.read_table(LOG), **kw)
+    for name in ("is_weights", "is_mask"):
+        assert in_memory[name].to_pylist() == pq.read_table(on_disk)[name].to_pylist()

@@ -167,15 +167,20 @@ def annotate_table(
     method: str,
     convention: str | None = None,
     col: list[str] | None = None,
+    correction: str | None = None,
+    correction_bounds: str | None = None,
     **params: Any,
 ) -> Any:
     """``annotate`` on a table in memory (a pyarrow Table, or a polars or pandas DataFrame):
-    the table with the method's columns, its rows in order (less any the method drops), of
-    the kind given. The run's metadata is the Arrow schema's ``advcli`` key (pandas: the
-    frame's ``attrs["advcli"]``; polars keeps none). Errors name rows of ``<table>``."""
+    the table with the method's columns (and ``correction``'s), its rows in order (less any
+    the method drops), of the kind given. The run's metadata is the Arrow schema's ``advcli``
+    key (pandas: the frame's ``attrs["advcli"]``; polars keeps none). Errors name rows of
+    ``<table>``."""
     given = table
     table = _arrow_table(table)
-    annotated = _annotate_arrow(table, method=method, convention=convention, col=col, **params)
+    annotated = _annotate_arrow(table, method=method, convention=convention, col=col,
+                                correction=correction, correction_bounds=correction_bounds,
+                                **params)  # fmt: skip
     if isinstance(given, pa.Table):
         return annotated
     metadata = json.loads(annotated.schema.metadata[METADATA_KEY])
@@ -207,9 +212,12 @@ def _annotate_arrow(
     method: str,
     convention: str | None = None,
     col: list[str] | None = None,
+    correction: str | None = None,
+    correction_bounds: str | None = None,
     **params: Any,
 ) -> pa.Table:
-    job = jobs.job([], method=method, convention=convention, params=params)
+    job = jobs.job([], method=method, convention=convention, params=params,
+                   correction=correction, correction_bounds=correction_bounds)  # fmt: skip
     mapping = parse_col_mapping(col)
     sources = Sources(files=["<table>"], row_counts=[table.num_rows])
     source = joined(TableSource(table, sources), mapping)
