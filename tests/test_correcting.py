@@ -365,8 +365,8 @@ def test_a_split_log_gets_its_weights_over_the_response(tmp_path: Path) -> None:
 
 def test_a_table_in_memory_takes_a_correction_too(tmp_path: Path) -> None:
     on_disk = tmp_path / "a.parquet"
-    kw = {"method": "grpo", "correction": "seq-mask-tis", "correction_bounds": "0.8,1.25"}
-    advcli.annotate(LOG, on_disk, **kw)
-    in_memory = advcli.annotate_table(pq.read_table(LOG), **kw)
+    kw: dict[str, Any] = {"correction": "seq-mask-tis", "correction_bounds": "0.8,1.25"}
+    advcli.annotate(LOG, on_disk, method="grpo", **kw)
+    in_memory = advcli.annotate_table(pq.read_table(LOG), method="grpo", **kw)
     for name in ("is_weights", "is_mask"):
         assert in_memory[name].to_pylist() == pq.read_table(on_disk)[name].to_pylist()
