@@ -84,6 +84,32 @@ def test_annotations_fold_newest_wins(tmp_path: Path) -> None:
     assert restamped == 1 and len(rows) == 7  # the failed trace has no tokens
 
 
+def test_the_trainers_log_probs_are_folded_beside_the_samplers(tmp_path: Path) -> None:
+    """The trainer's annotations (``trainer_logprobs``, rounded to 4 decimals, null off the
+    loss mask) become the trainer's stream, on the same tokens as the sampler's ``logprobs``:
+    at each sampled token, the values prime-rl's own fold gives its node."""
+    rows, _ = _annotated(tmp_path, PRIME / "stream_multi_annotation")
+    by_trace = {(t["episode_id"], t["trace_index"]): t["folded"]
+                for t in _truth("stream_multi_annotation")}  # fmt: skip
+    for row in rows:
+        episode, trace, _leaf = row["rollout_id"].split("/")
+        nodes = by_trace[(episode, int(trace))]["node_trainer_logprobs"]
+        sampled = [m == 1 for m in row["action_mask"]]
+        trainer = [v for v, m in zip(row["trainer_logprobs"], sampled, strict=True) if m]
+        assert trainer == pytest.approx([v for k in sorted(nodes, key=int) for v in nodes[k]],
+                                        abs=1e-7)  # fmt: skip
+        sampler = [v for v, m in zip(row["logprobs"], sampled, strict=True) if m]
+        assert len(sampler) == len(trainer) and sampler != trainer
+        assert all(v == 0 for v, m in zip(row["trainer_logprobs"], sampled, strict=True) if not m)
+    # by hand, the first trace's annotation (trainer/00000.jsonl, line 2): its sampled tokens
+    # are the branch's last 9, 22 to 30
+    first = next(r for r in rows if r["rollout_id"].startswith("ad000eac13f349c0bbb0d683c286c20e"))
+    assert first["trainer_logprobs"][22:25] == pytest.approx([-1.9704, -1.1442, -1.3155])
+    proc = run("schema", str(PRIME / "stream"), "--from", "prime-rl", "--json")
+    assert proc.returncode == 0, proc.stderr  # no trainer annotations: no trainer column
+    assert json.loads(proc.stdout)["logprob_streams"]["trainer"] is None
+
+
 @pytest.mark.parametrize("live", ["stream/00004.jsonl", "annotations/orch/00000.jsonl"])
 def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path, live: str) -> None:
     """The chunk a running job writes may end inside a line, an episode's or an annotation's:
