@@ -140,11 +140,13 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
     return Description(**info)
 
 
-def logprob_streams(roles: Roles) -> dict[str, str | None]:
+def logprob_streams(roles: Roles) -> dict[str, str | None] | None:
     """The column of each log-prob stream (None: the log has none), and the stream the KL
-    penalty and distillation read: the trainer's where the log has it."""
+    penalty and distillation read: the trainer's where the log has it (None: neither)."""
     read = {"trainer_logprobs": "trainer", "logprobs": "sampler"}
     policy = next((read[r] for r in POLICY_STREAMS if roles[r] is not None), None)
+    if policy is None:
+        return None
     return {
         "sampler": roles["logprobs"],
         "trainer": roles["trainer_logprobs"],

@@ -73,6 +73,12 @@ read the trainer's recomputed log-probs (``old_log_probs``, ``log_probs``), and 
 only where the trainer reuses them (verl's bypass mode, slime's ``--use-rollout-logprobs``)."""
 
 
+def role_shown(role: str) -> str:
+    """A role as a table of what a log lacks names it: the policy's log-probs as the streams
+    that give them."""
+    return " or ".join(reversed(POLICY_STREAMS)) if role == POLICY_LOGPROBS else role
+
+
 def _fits(kind: str, t: pa.DataType) -> bool:
     if kind == "key":
         return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t))

@@ -102,6 +102,12 @@ def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
     assert first["prompts"] == [1, 2] and first["responses"] == [3, 4, 5]
     assert first["response_mask"] == [1, 0, 1]
     assert first["old_log_probs"] == first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
+    # verl's own names for both streams, over the response: old_log_probs the trainer's
+    both = [dict(r, old_log_probs=[-0.5, 0.0, -1.25]) for r in split]
+    (tmp_path / "both").mkdir()
+    first, _ = shard(tmp_path / "both", "verl", log=write_jsonl(tmp_path / "both.jsonl", both))
+    assert first["old_log_probs"] == [-0.5, 0.0, -1.25]
+    assert first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
 
 
 def test_a_kept_per_token_column_covers_the_response(tmp_path):
