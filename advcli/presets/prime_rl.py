@@ -5,9 +5,12 @@
 verifiers episode: its ``id``, its ``group`` (``group.id`` is the GRPO group) and its
 ``traces``. A trace has ``rewards`` (``{name: {score, weight}}``: the reward is the sum of
 score × weight) and a tree of message ``nodes`` (``parent``, ``token_ids``, ``mask``, and over
-the sampled tokens ``logprobs`` and ``advantages``). Every path from the root to a leaf is one
-rollout of the group: its nodes' tokens and masks, concatenated; the node advantages, placed on
-the sampled tokens, are kept as ``source_advantages``. ``effective`` holds what was trained on
+the sampled tokens ``logprobs``, ``advantages`` and, where the trainer's were written,
+``trainer_logprobs``). Every path from the root to a leaf is one rollout of the group: its
+nodes' tokens and masks, concatenated; the node advantages, placed on the sampled tokens, are
+kept as ``source_advantages``, the sampler's and the trainer's log-probabilities as
+``logprobs`` and ``trainer_logprobs`` (null on a path one of whose sampled nodes has none; no
+column where no trace of the file has them). ``effective`` holds what was trained on
 (with advantages); ``all`` holds every episode, errors too: a folder is searched for the
 ``train/effective`` files only, and a file under ``all`` is read only when named.
 
@@ -19,9 +22,9 @@ What the trained cohort adds comes later, as update records under
 ``annotations/<producer>/`` (chunked the same way): ``{trace_id, info, branches: [{index,
 <stream>: [...]}]}``. They are folded onto the episode's traces by trace id as prime-rl's own
 reader folds them: producers in name order, each in write order, newest wins; ``info`` is
-deep-merged; a branch's stream (``advantages``: one value per token of the branch's
-root-to-leaf path) is cut along the path by each node's token count, and its values at the
-sampled positions replace the node's. ``stream.index.jsonl`` (one row per episode: its group,
+deep-merged; a branch's stream (the orchestrator's ``advantages``, the trainer's
+``trainer_logprobs``: one value per token of the branch's root-to-leaf path) is cut along the
+path by each node's token count, and its values at the sampled positions replace the node's. ``stream.index.jsonl`` (one row per episode: its group,
 trace ids and reward) gives the groups without reading the chunks twice.
 
 Which stream rollouts are read: the stream holds every arrival, trained or not. A group is

@@ -544,3 +544,28 @@ def test_a_failed_prime_rl_episode_without_tokens_is_skipped_and_said():
     assert proc.returncode == 0
     assert any("left out 1 failed episode(s) (ok false: no tokens, no reward)" in w
                for w in json.loads(proc.stdout)["warnings"])  # fmt: skip
+
+
+def test_a_step_files_nodes_trainer_log_probs_are_the_trainers_stream(tmp_path):
+    """An episode record whose sampled nodes hold ``trainer_logprobs`` (verifiers' node field)
+    gives each path the trainer's stream on its sampled tokens; a path one of whose sampled
+    nodes lacks them holds nulls there; a file without any has no such column."""
+    nodes = _tree(2)  # nodes 1, 2 at depth 1; 3, 4 under 1; 5, 6 under 2
+    for i in (1, 3, 4, 2, 5):
+        nodes[i]["trainer_logprobs"] = [-i / 100]
+    path = _write(tmp_path / "run/rollouts/step_1/train/effective/traces.jsonl",
+                  _episodes(nodes, advantages=True))  # fmt: skip
+    rows, _ = _annotated(tmp_path, path)
+    by_leaf = {row["rollout_id"]: row for row in rows}
+    # the path 0 → 1 → 3: tokens [1, 2 | 1001, 5001 | 1003, 5003], sampled at 3 and 5
+    assert by_leaf["e0/0/3"]["trainer_logprobs"] == pytest.approx(
+        [0, 0, 0, -0.01, 0, -0.03], abs=1e-7
+    )
+    assert by_leaf["e0/0/3"]["logprobs"] == pytest.approx([0, 0, 0, -0.001, 0, -0.003], abs=1e-7)
+    assert by_leaf["e0/0/6"]["trainer_logprobs"] == [None] * 6  # node 6 has none
+    for node in nodes:
+        node.pop("trainer_logprobs", None)
+    bare = _write(tmp_path / "bare/rollouts/step_1/train/effective/traces.jsonl",
+                  _episodes(nodes, advantages=True))  # fmt: skip
+    rows, _ = _annotated(tmp_path / "bare", bare)
+    assert "trainer_logprobs" not in rows[0]
