@@ -24,8 +24,9 @@ What the trained cohort adds comes later, as update records under
 reader folds them: producers in name order, each in write order, newest wins; ``info`` is
 deep-merged; a branch's stream (the orchestrator's ``advantages``, the trainer's
 ``trainer_logprobs``: one value per token of the branch's root-to-leaf path) is cut along the
-path by each node's token count, and its values at the sampled positions replace the node's. ``stream.index.jsonl`` (one row per episode: its group,
-trace ids and reward) gives the groups without reading the chunks twice.
+path by each node's token count, and its values at the sampled positions replace the node's.
+``stream.index.jsonl`` (one row per episode: its group, trace ids and reward) gives the groups
+without reading the chunks twice.
 
 Which stream rollouts are read: the stream holds every arrival, trained or not. A group is
 read when one of its traces was shipped (``info.effective``), or when it is complete (as many
