@@ -18,11 +18,13 @@ Per layout (``advcli shard --layout``), a batch of B rows holds:
   right-padded, ``input_ids`` their concatenation, ``attention_mask`` (B, P + R),
   ``position_ids`` = ``clip(cumsum(attention_mask) - 1, 0)`` (verl's
   ``compute_position_id_with_mask``), and ``response_mask``, ``advantages``, ``returns``,
-  ``old_log_probs`` (B, R).
+  ``old_log_probs`` (the trainer's log-probs, else the sampler's) and ``rollout_log_probs``
+  (the sampler's) (B, R).
 - ``trl`` (as ``GRPOTrainer._generate_and_score_completions`` pads): ``prompt_ids`` and
   ``prompt_mask`` (B, P) left-padded, ``completion_ids``, ``completion_mask`` (B, C) and
   ``tool_mask`` (B, C, padded with 1, as TRL does) right-padded, ``advantages`` (B,),
-  ``old_per_token_logps`` (B, C).
+  ``old_per_token_logps`` (the trainer's log-probs, else the sampler's) and
+  ``sampling_per_token_logps`` (the sampler's) (B, C).
 
 P, R (C) and T are the batch's longest unless ``prompt_length`` and ``response_length`` fix them
 (verl pads to its ``rollout.prompt_length`` and ``rollout.response_length``). Token ids and masks
@@ -66,8 +68,9 @@ PER_TOKEN = {
     "advcli": {"loss_mask": MASK, "advantages": FINITE, "returns": FINITE,
                "loss_weight": FLOATS},
     "verl": {"response_mask": MASK, "advantages": FINITE, "returns": FINITE,
-             "old_log_probs": FLOATS},
-    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS},
+             "old_log_probs": FLOATS, "rollout_log_probs": FLOATS},
+    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS,
+            "sampling_per_token_logps": FLOATS},
 }  # fmt: skip
 PER_ROW = {"trl": {"advantages": FINITE}}
 

@@ -10,6 +10,7 @@ from advcli import progress
 from advcli._version import __version__
 from advcli.io import manifests
 from advcli.io.outputs import output_folder
+from advcli.io.schema import POLICY_LOGPROBS
 from advcli.run.logs import BATCH_ROWS
 from advcli.shards import trainers
 from advcli.shards.inputs import Input, Samples
@@ -24,7 +25,13 @@ from advcli.shards.options import (
 )
 from advcli.shards.plan import ShardPlan
 from advcli.shards.route import allow_open_files, arrive_in_order, route
-from advcli.shards.trainers import LOGPROBS, SEQUENCE_ADVANTAGE, TrainerLayout
+from advcli.shards.trainers import (
+    LOGPROB_STREAMS,
+    LOGPROBS,
+    SAMPLER_LOGPROBS,
+    SEQUENCE_ADVANTAGE,
+    TrainerLayout,
+)
 from advcli.shards.write import PieceWriter, write_pieces
 
 
@@ -65,7 +72,9 @@ def write_shards(
         if direct:
             with (
                 progress.stage(f"{reading} and writing shards"),
-                PieceWriter(tmp, plan, lay, opts, {LOGPROBS} & set(taken), shard_meta) as pieces,
+                PieceWriter(
+                    tmp, plan, lay, opts, set(LOGPROB_STREAMS) & set(taken), shard_meta
+                ) as pieces,
             ):
                 route(inp, samples, lay, extra, None, batch_rows, taken=taken,
                       complete=pieces.bucket)  # fmt: skip
@@ -84,14 +93,17 @@ def write_shards(
 
 def taken_columns(inp: Input, trainer: TrainerLayout) -> dict[str, str]:
     """The log's columns a trainer layout takes besides advcli's own (its name for each: the
-    column): the logged log-probs where there are some, and one advantage per sequence, from
+    column): the policy's log-probs (the trainer's, else the sampler's) and the sampler's
+    where the log has them, and one advantage per sequence, from
     the advantages, where the layout holds one (refused, as the rows are read, at a row whose
     advantages vary along its action tokens)."""
     if trainer.name == trainers.DEFAULT:
         return {}
     taken = {}
+    if inp.roles[POLICY_LOGPROBS] is not None:
+        taken[LOGPROBS] = inp.roles.column(POLICY_LOGPROBS)
     if inp.roles["logprobs"] is not None:
-        taken[LOGPROBS] = inp.roles.column("logprobs")
+        taken[SAMPLER_LOGPROBS] = inp.roles.column("logprobs")
     if trainer.sequence_advantage:
         taken[SEQUENCE_ADVANTAGE] = "advantages"
     return taken

@@ -18,7 +18,7 @@ from advcli.methods import PARAMETERS
 from advcli.run.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
-from advcli.shards.trainers import LOGPROBS, one_per_sequence
+from advcli.shards.trainers import LOGPROB_STREAMS, one_per_sequence
 
 POSITION = "__advcli_position__"  # a bucket row's position in the output
 SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
@@ -90,7 +90,7 @@ def sample_table(
     for name in extra:
         cols[name] = table.column(name)
     for name, column in (taken or {}).items():
-        if name == LOGPROBS:
+        if name in LOGPROB_STREAMS:
             values = per_token(table.column(column), n_tokens)
             if values is None:
                 hint = "one log-prob per token (of the response in a prompt_ids + response_ids log)"
@@ -234,4 +234,4 @@ def route(
                 writers[j].write_table(batch.slice(a, b - a))
     if complete is not None and held:
         complete(holding, pa.concat_tables(held))
-    return per_token_columns | ({LOGPROBS} & set(taken))  # checked per token as it was read
+    return per_token_columns | (set(LOGPROB_STREAMS) & set(taken))  # checked per token as read
