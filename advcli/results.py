@@ -160,6 +160,9 @@ class Description(Result):
     tokens_per_row_mean: float | None = optional()
     tokens_per_row_max: int | None = optional()
     actions: str = ""  # where the action tokens come from
+    # the columns of the sampler's and the trainer's log-probs, and which the KL penalty and
+    # distillation read (advcli.io.schema.POLICY_STREAMS)
+    logprob_streams: dict[str, str | None] | None = optional()  # None: the log has neither
     can_run: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

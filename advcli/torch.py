@@ -19,14 +19,16 @@ Per layout (``advcli shard --layout``), a batch of B rows holds:
   right-padded, ``input_ids`` their concatenation, ``attention_mask`` (B, P + R),
   ``position_ids`` = ``clip(cumsum(attention_mask) - 1, 0)`` (verl's
   ``compute_position_id_with_mask``), and ``response_mask``, ``advantages``, ``returns``,
-  ``old_log_probs`` (B, R); with ``--correction``, ``rollout_is_weights`` (B, R), 0 on
-  padding (verl's weights are multiplied by the response mask).
+  ``old_log_probs`` (the trainer's log-probs, else the sampler's) and ``rollout_log_probs``
+  (the sampler's) (B, R); with ``--correction``, ``rollout_is_weights`` (B, R), 0 on padding
+  (verl's weights are multiplied by the response mask).
 - ``trl`` (as ``GRPOTrainer._generate_and_score_completions`` pads): ``prompt_ids`` and
   ``prompt_mask`` (B, P) left-padded, ``completion_ids``, ``completion_mask`` (B, C) and
   ``tool_mask`` (B, C, padded with 1, as TRL does) right-padded, ``advantages`` (B,),
-  ``old_per_token_logps`` (B, C); with ``--correction``, ``importance_sampling_ratio`` as
-  TRL's loss multiplies it in: (B, C) for a token mode, padded with 1 (TRL's ratio of a padded
-  position is exp(0)), (B, 1) for a sequence mode.
+  ``old_per_token_logps`` (the trainer's log-probs, else the sampler's) and
+  ``sampling_per_token_logps`` (the sampler's) (B, C); with ``--correction``,
+  ``importance_sampling_ratio`` as TRL's loss multiplies it in: (B, C) for a token mode,
+  padded with 1 (TRL's ratio of a padded position is exp(0)), (B, 1) for a sequence mode.
 
 P, R (C) and T are the batch's longest unless ``prompt_length`` and ``response_length`` fix them
 (verl pads to its ``rollout.prompt_length`` and ``rollout.response_length``). Token ids and masks
@@ -70,8 +72,9 @@ PER_TOKEN = {
     "advcli": {"loss_mask": MASK, "advantages": FINITE, "returns": FINITE,
                "loss_weight": FLOATS, "is_weights": FLOATS, "is_mask": MASK},
     "verl": {"response_mask": MASK, "advantages": FINITE, "returns": FINITE,
-             "old_log_probs": FLOATS, "rollout_is_weights": FLOATS},
-    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS},
+             "old_log_probs": FLOATS, "rollout_log_probs": FLOATS, "rollout_is_weights": FLOATS},
+    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS,
+            "sampling_per_token_logps": FLOATS},
 }  # fmt: skip
 PER_ROW = {"trl": {"advantages": FINITE}}
 IS_RATIO = "importance_sampling_ratio"  # the trl layout's correction weights: per token or row

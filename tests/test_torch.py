@@ -310,3 +310,23 @@ def test_a_null_among_numbers_is_nan_no_value():
     row = dict(GOOD["verl"], old_log_probs=[-0.5, None])
     batch = collate(layout="verl")([row, GOOD["verl"]])
     assert batch["old_log_probs"][0, 0] == -0.5 and torch.isnan(batch["old_log_probs"][0, 1])
+
+
+@pytest.mark.parametrize(
+    ("layout", "sampler"), [("verl", "rollout_log_probs"), ("trl", "sampling_per_token_logps")]
+)
+def test_the_samplers_stream_is_padded_beside_the_trainers(layout: str, sampler: str) -> None:
+    """Rows of 2 and 1 response tokens: the sampler's log-probs right-padded with 0 as the
+    trainer's, float32; one that is not a number refused at its row and column."""
+    prompt = {"prompts", "prompt_ids"}
+    short = {k: v[:1] for k, v in GOOD[layout].items() if isinstance(v, list) and k not in prompt}
+    rows = [
+        dict(GOOD[layout], **{sampler: [-0.25, -0.75]}),
+        dict(GOOD[layout], **short, **{sampler: [-1.5]}),
+    ]
+    batch = collate(layout=layout)(rows)
+    assert batch[sampler].dtype == torch.float32
+    assert batch[sampler].tolist() == [[-0.25, -0.75], [-1.5, 0.0]]
+    assert batch[NUMBERS[layout]].tolist() == [[-0.5, -0.5], [-0.5, 0.0]]
+    with pytest.raises(UsageError, match=f"column '{sampler}'"):
+        collate(layout=layout)([dict(GOOD[layout], **{sampler: ["x", "y"]})])

@@ -19,7 +19,7 @@ from advcli.run.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
 from advcli.shards.trainers import (
-    LOGPROBS,
+    LOGPROB_STREAMS,
     MASKED,
     REJECTED,
     SEQUENCE_WEIGHT,
@@ -99,7 +99,7 @@ def sample_table(
     for name in extra:
         cols[name] = table.column(name)
     for name, column in (taken or {}).items():
-        if name == LOGPROBS:
+        if name in LOGPROB_STREAMS:
             values = per_token(table.column(column), n_tokens)
             if values is None:
                 hint = "one log-prob per token (of the response in a prompt_ids + response_ids log)"
@@ -248,4 +248,4 @@ def route(
                 writers[j].write_table(batch.slice(a, b - a))
     if complete is not None and held:
         complete(holding, pa.concat_tables(held))
-    return per_token_columns | ({LOGPROBS, REJECTED} & set(taken))  # checked per token as read
+    return per_token_columns | ({*LOGPROB_STREAMS, REJECTED} & set(taken))  # checked per token

@@ -44,7 +44,8 @@ def test_verl_splits_at_the_first_action_and_keeps_the_rest_response_long(tmp_pa
     assert first["advantages"] == pytest.approx([A, A, 0, A, 0], rel=1e-6)
     assert second["advantages"] == pytest.approx([-A, -A, 0, -A, 0], rel=1e-6)
     assert first["returns"] == first["advantages"]  # GRPO: verl returns the advantages
-    assert first["old_log_probs"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    # the sampler's stream alone: verl's bypass mode, old_log_probs = rollout_log_probs
+    assert first["old_log_probs"] == first["rollout_log_probs"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
     assert first["prompt_id"] == "p"
     assert "input_ids" not in first and "loss_mask" not in first
 
@@ -58,6 +59,37 @@ def test_trl_writes_one_advantage_per_sequence_and_the_action_mask_as_tool_mask(
     assert first["advantages"] == pytest.approx(A, rel=1e-6)
     assert second["advantages"] == pytest.approx(-A, rel=1e-6)
     assert first["old_per_token_logps"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    assert first["sampling_per_token_logps"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+
+
+TRAINER = [0.0, 0.0, -0.25, -1.5, 0.0, -2.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("layout", "trainers", "samplers"),
+    [("verl", "old_log_probs", "rollout_log_probs"),
+     ("trl", "old_per_token_logps", "sampling_per_token_logps")],
+)  # fmt: skip
+@pytest.mark.parametrize("trainer_name", ["trainer_logprobs", "old_log_probs", "prev_logprobs"])
+def test_both_streams_go_under_the_trainers_names(tmp_path, layout, trainers, samplers,
+                                                  trainer_name):  # fmt: skip
+    """The trainer's log-probs (by advcli's name, verl's or NeMo-RL's) are what verl's actor
+    and TRL's loss read as the old policy's; the sampler's (advcli's ``old_logprobs``) go under
+    the sampler's name, over the same response tokens."""
+    log = [dict(r, **{trainer_name: TRAINER}) for r in rows()]
+    path = write_jsonl(tmp_path / "both.jsonl", log)
+    first, _ = shard(tmp_path, layout, log=path)
+    assert first[trainers] == [-0.25, -1.5, 0.0, -2.5, 0.0]
+    assert first[samplers] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    assert trainer_name == trainers or trainer_name not in first  # a role, not passed through
+
+
+def test_the_trainers_stream_alone_is_the_old_policys(tmp_path):
+    log = [{k: v for k, v in r.items() if k != "old_logprobs"} | {"log_probs": TRAINER}
+           for r in rows()]  # fmt: skip
+    first, _ = shard(tmp_path, "verl", log=write_jsonl(tmp_path / "t.jsonl", log))
+    assert first["old_log_probs"] == [-0.25, -1.5, 0.0, -2.5, 0.0]
+    assert "rollout_log_probs" not in first
 
 
 def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
@@ -70,7 +102,13 @@ def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
     first, _ = shard(tmp_path, "verl", log=log)
     assert first["prompts"] == [1, 2] and first["responses"] == [3, 4, 5]
     assert first["response_mask"] == [1, 0, 1]
-    assert first["old_log_probs"] == [-0.25, 0.0, -0.75]
+    assert first["old_log_probs"] == first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
+    # verl's own names for both streams, over the response: old_log_probs the trainer's
+    both = [dict(r, old_log_probs=[-0.5, 0.0, -1.25]) for r in split]
+    (tmp_path / "both").mkdir()
+    first, _ = shard(tmp_path / "both", "verl", log=write_jsonl(tmp_path / "both.jsonl", both))
+    assert first["old_log_probs"] == [-0.5, 0.0, -1.25]
+    assert first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
 
 
 def test_a_kept_per_token_column_covers_the_response(tmp_path):
