@@ -119,8 +119,9 @@ def health_row(step: int, prompt: str, k: int, reward: float) -> dict:
     delta[jumps] = np.log(3.0) * health_rng.choice([-1.0, 1.0], int(jumps.sum()))
     trainer = sampler + np.where(action, delta, 0.0)
     return {
-        "prompt_id": prompt,
-        "rollout_id": f"s{step}-{prompt[2:]}-{k}",
+        # Scoped by step, as verl's preset scopes its prompts: each step's group is its own.
+        "prompt_id": f"{step}:{prompt}",
+        "rollout_id": f"{step}:{prompt}:{k}",
         "step": step,
         "version": step - staleness,
         "input_ids": ids,

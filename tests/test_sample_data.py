@@ -28,7 +28,7 @@ def test_the_health_log_is_an_async_run_with_stale_rollouts_and_a_few_far_tokens
     for step in (1, 2, 3):
         rewards = {p: {r["reward"] for r in log if r["step"] == step and r["prompt_id"] == p}
                    for p in {r["prompt_id"] for r in log}}  # fmt: skip
-        assert [p for p, seen in rewards.items() if len(seen) == 1] == ["p-easy"]
+        assert [p for p, seen in rewards.items() if len(seen) == 1] == [f"{step}:p-easy"]
     lengths = [sum(r["action_mask"]) for r in log]
     truncated = [n for n, r in zip(lengths, log, strict=True) if r["truncated"]]
     assert len(truncated) == 2 and min(truncated) >= max(
