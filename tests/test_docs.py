@@ -36,6 +36,7 @@ LAYERS = [
     ("advcli.run.logs",),
     ("advcli.run.reproduce",),
     ("advcli.run.engine", "advcli.run.accounting", "advcli.run.settling"),
+    ("advcli.run.health",),
     ("advcli.on_ray",),
     ("advcli.run.jobs",),
     ("advcli.shards", "advcli.reports"),
