@@ -37,7 +37,7 @@ def test_correlation_by_hand():
     mean, counted = H.within_group_correlation(
         np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 1.0]), np.zeros(3, dtype=np.int64), 1
     )
-    assert counted == 1 and abs(mean - math.sqrt(3) / 2) < 1e-15
+    assert counted == 1 and mean is not None and abs(mean - math.sqrt(3) / 2) < 1e-15
 
 
 def test_staleness_by_hand():

@@ -4,6 +4,7 @@ checked against float64 loops) and on real dumps (AReaL's versions, slime's stat
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from tests.conftest import one_line, run
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 
 
-def ok(proc):
+def ok(proc: subprocess.CompletedProcess[bytes]) -> subprocess.CompletedProcess[bytes]:
     assert proc.returncode == 0, proc.stderr.decode()
     return proc
 
