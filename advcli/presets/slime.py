@@ -20,9 +20,10 @@ response, ``advantages``, ``returns``, ``log_probs``, ``ref_log_probs``, ``entro
 ``loss_masks``), every rank's samples gathered in one file. Beside a rollout dump of the same
 number (``DIR/rollout_data/N.pt`` with ``DIR/train_data/N.pt``) it is joined to it: the trainer's
 advantages (on the loss mask: its loss reads no other) and returns become ``source_advantages``
-and ``source_returns`` (what ``check`` compares), its log-probabilities ``logprobs`` (what its
-KL used; the sampler's become ``rollout_logprobs``), ``ref_logprobs``, ``entropies`` and
-``source_kl``. A train dump named on its own is read through its rollout dump.
+and ``source_returns`` (what ``check`` compares), its recomputed log-probabilities
+``trainer_logprobs`` (what its KL and distillation read; the sampler's stay ``logprobs``, at the
+same positions), ``ref_logprobs``, ``entropies`` and ``source_kl``. A train dump named on its
+own is read through its rollout dump.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class Miles(Slime):
 TRAIN_PER_TOKEN = {
     "advantages": "source_advantages",
     "returns": "source_returns",
-    "log_probs": "logprobs",
+    "log_probs": "trainer_logprobs",
     "ref_log_probs": "ref_logprobs",
     "entropy": "entropies",
     "kl": "source_kl",
@@ -173,10 +174,6 @@ def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.T
         )
         raise DataError(msg + ". Hint: check the file")
     offsets = np.r_[0, np.cumsum([len(s["tokens"]) for s in samples])].astype(np.int64)
-    if "logprobs" in table.column_names:
-        table = table.rename_columns(
-            ["rollout_logprobs" if n == "logprobs" else n for n in table.column_names]
-        )
     for name, column in TRAIN_PER_TOKEN.items():
         if not all(by_position[i].get(name) is not None for i in range(len(samples))):
             continue

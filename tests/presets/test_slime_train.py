@@ -49,11 +49,19 @@ def test_check_reproduces_slimes_reinforce_plus_plus_with_kl(tmp_path: Path) -> 
     rows = pq.read_table(out).to_pylist()
     for row, sample in zip(rows, _truth("reinforce_plus_plus_kl"), strict=True):
         n = len(sample["log_probs"])
-        assert row["logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
+        assert row["trainer_logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
         assert row["ref_logprobs"][-n:] == pytest.approx(sample["ref_log_probs"], abs=1e-7)
         assert row["entropies"][-n:] == pytest.approx(sample["entropy"], abs=1e-7)
         assert row["source_returns"][-n:] == pytest.approx(sample["returns"], abs=1e-7)
-        assert "rollout_logprobs" in row
+    # the sampler's stream beside it, at the same positions (the first sample's, read off the
+    # rollout dump by hand: torch_file.load of rollout_data/0.pt)
+    first = rows[0]
+    assert first["logprobs"] == pytest.approx(
+        [0.0] * 4 + [-6.1409010887146, -4.653786659240723, -7.375363349914551, -4.014739513397217]
+    )
+    assert first["trainer_logprobs"][4:] == pytest.approx(
+        [-6.1399927, -4.651434, -7.3702264, -4.015406]
+    )
 
 
 def test_tensors_are_read_without_torch() -> None:
