@@ -37,7 +37,7 @@ LAYERS = [
     ("advcli.run.logs",),
     ("advcli.run.reproduce",),
     ("advcli.run.engine", "advcli.run.accounting", "advcli.run.settling"),
-    ("advcli.run.summary",),
+    ("advcli.run.health", "advcli.run.summary"),
     ("advcli.on_ray",),
     ("advcli.run.jobs",),
     ("advcli.shards", "advcli.reports"),

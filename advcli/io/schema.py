@@ -60,6 +60,11 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "turn_rewards": ("nums", ("turn_scores", "per_turn_rewards")),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
+    # Staleness: the trainer step that trained on a rollout, and the policy version that
+    # generated it (its oldest token's; ``last_version`` its newest's, where they differ)
+    "step": ("num", ("global_step", "train_step")),
+    "version": ("num", ("model_version", "policy_version", "weight_version")),
+    "last_version": ("num", ("tail_version",)),
 }
 
 SPAN_KINDS = ("prompt", "action", "observation")

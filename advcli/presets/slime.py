@@ -103,6 +103,7 @@ class Slime(Preset):
         step = Path(path).stem if step is None else rollout_id(path, None, "rollout_id", step)
         batch = f"rollout {step}"
         table = table.append_column("batch", pa.array([batch] * table.num_rows, pa.string()))
+        table = with_weight_versions(table, samples, step)
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
             return Converted(table)
@@ -113,6 +114,21 @@ class Slime(Preset):
             "samples; so does advcli here, each sample a rollout"
         )
         return Converted(one_group(table), warnings=[warning])
+
+
+def with_weight_versions(table: pa.Table, samples: list[dict[str, Any]], step: Any) -> pa.Table:
+    """The rollout's step (its ``rollout_id``) and, where every sample's ``weight_versions``
+    (the engine's weight version at each of its generation turns) is a whole number, the oldest
+    as ``version`` and the newest as ``last_version``; SGLang's own names (``default`` before
+    the first weight update) say nothing of a lag, and leave them out."""
+    turns = [s.get("weight_versions") or [] for s in samples]
+    if isinstance(step, int):
+        table = table.append_column("step", pa.array([step] * table.num_rows, pa.int64()))
+    if all(turns) and all(str(v).isdigit() for vs in turns for v in vs):
+        versions = [[int(v) for v in vs] for vs in turns]
+        table = table.append_column("version", pa.array([min(vs) for vs in versions]))
+        table = table.append_column("last_version", pa.array([max(vs) for vs in versions]))
+    return table
 
 
 class Miles(Slime):

@@ -108,3 +108,25 @@ def test_a_train_dump_that_does_not_fit_its_rollout_dump_is_one_line(
     proc = run("check", str(folder), "--from", "slime")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert message in proc.stderr
+
+
+def test_weight_versions_give_the_staleness(tmp_path: Path) -> None:
+    """SGLang's weight versions as numbers (after updates): a sample's oldest turn is its
+    version, its newest its last; rollout 0's step is 0. The dump's own (``default``) give none."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "dump"
+    shutil.copytree(SLIME / "default", folder)
+    rollout = folder / "rollout_data" / "0.pt"
+    dump = torch.load(rollout, weights_only=True)
+    dump["rollout_id"] = 3
+    for i, sample in enumerate(dump["samples"]):
+        sample["weight_versions"] = [str(3 - i % 2)] + ["3"] * (len(sample["weight_versions"]) - 1)
+    torch.save(dump, rollout)
+    out = json.loads(run("audit", str(folder), "--from", "slime", "--json").stdout)
+    n = len(dump["samples"])
+    turns = [len(s["weight_versions"]) for s in dump["samples"]]
+    assert out["staleness"]["lag_histogram"] == {"0": (n + 1) // 2, "1": n // 2}
+    mixed = sum(1 for i, k in enumerate(turns) if i % 2 and k > 1)
+    assert out["staleness"]["mixed_version_share"] == mixed / n
+    plain = json.loads(run("audit", str(SLIME / "default"), "--from", "slime", "--json").stdout)
+    assert plain["staleness"] == "omitted: the log has no version column (role `version`)"
