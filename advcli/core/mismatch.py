@@ -94,8 +94,8 @@ def turn_index(action: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Per action token: its turn within its row (0 for the row's first maximal run of action
     tokens, 1 for the next…).
 
-    >>> turn_index(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 4, 7])).tolist()
-    [0, 0, 1, 0, 0]
+    >>> turn_index(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 7])).tolist()
+    [0, 0, 1, 1, 1]
     """
     action = np.asarray(action, dtype=bool)
     previous = np.concatenate(([False], action[:-1])) & (positions(offsets) > 0)
