@@ -170,11 +170,11 @@ def test_columns_null_on_the_first_lines_read_later_values(tmp_path):
 
 
 def test_a_later_value_of_another_type_is_named_by_line_and_column(tmp_path):
-    rows = [rollout("q", 1.0, step=i) for i in range(150)]
-    rows[140]["step"] = 2.5
+    rows = [rollout("q", 1.0, attempt=i) for i in range(150)]
+    rows[140]["attempt"] = 2.5
     path = write_jsonl(tmp_path / "log.jsonl", rows)
     expected = (
-        f"{path}: line 141, column 'step': expected a 64-bit integer, saw 2.5. "
+        f"{path}: line 141, column 'attempt': expected a 64-bit integer, saw 2.5. "
         "Hint: every line must use the same types"
     )
     for read in (lambda: whole(JsonlSource([path], {})), lambda: read_inputs([path])):
