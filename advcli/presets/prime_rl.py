@@ -174,6 +174,9 @@ def episode_rows(
         msg = f"{where(path, line, 'group', line=True)}: no group.id, which a prime-rl episode has"
         raise DataError(msg + ". Hint: check the file and `from_`")
     work = (episode.get("run") or {}).get("work") or {}
+    # the step that trained it: a step file's (where it shipped), not the step it was
+    # dispatched for (``run.work.step``), which a rollout finished late leaves behind
+    trained_at = step if step is not None else work.get("step")
     out = []
     skipped = 0
     for t, trace in enumerate(episode.get("traces") or []):
@@ -212,7 +215,8 @@ def episode_rows(
                 if untrained[nb[k + 1]] == untrained[nb[k]]
                 else None,
                 "source_advantages": advantages[at[k] : at[k + 1]],
-                "step": shipped if shipped is not None else work.get("step", step),
+                "step": shipped if shipped is not None else trained_at,
+                **policy_versions(work),
                 "ok": episode.get("ok"),
                 "env": (episode.get("env") or {}).get("name"),
                 "task": (episode.get("task") or {}).get("key"),
@@ -233,6 +237,17 @@ def episode_rows(
                 row["turn_rewards"] = False if kept is None else kept  # False: said, left out
             out.append(row)
     return out, skipped
+
+
+def policy_versions(work: dict[str, Any]) -> dict[str, int | None]:
+    """The weights that generated an episode (``run.work.policy``: the first and last weight
+    version of its span) as the step they were current at: prime-rl's step k trains on
+    v(k-1), so ``step - version`` is prime-rl's own staleness (``off_policy``)."""
+    policy = work.get("policy") or {}
+    start, end = policy.get("start"), policy.get("end")
+    if not (isinstance(start, int) and isinstance(end, int)):
+        return {"version": None, "last_version": None}
+    return {"version": start + 1, "last_version": end + 1}
 
 
 def untrained_nodes(nodes: list[dict[str, Any]], tokens: TraceTokens) -> np.ndarray:
@@ -382,4 +397,9 @@ def rollout_table(rows: list[dict[str, Any]]) -> pa.Table:
         )
     for name in ("agent", "episode"):  # text even where no trace names one
         columns[name] = pa.array([r[name] for r in rows], pa.string())
+    for name in ("version", "last_version"):  # no column where no episode says
+        versions = [r[name] for r in rows]
+        columns[name] = pa.array(versions, pa.int64())
+        if columns[name].null_count == len(versions):
+            del columns[name]
     return pa.table(columns)

@@ -141,3 +141,22 @@ def test_slime_status_truncation():
     )
     assert out["lengths"]["truncated_from"] == "status = 'truncated'"
     assert out["lengths"]["truncated_rollouts"] == 1
+
+
+def test_prime_rl_policy_versions():
+    """prime-rl's step files: each episode's lag is prime-rl's own staleness
+    (``episode_staleness``: the step that trains it, minus 1, minus its policy's first version),
+    the step its folder's; mixed where its policy span covers a weight update."""
+    folder = REAL / "prime-rl/default"
+    lags, mixed = [], 0
+    for path in sorted(folder.glob("rollouts/step_*/train/effective/traces.jsonl")):
+        step = int(path.parts[-4].removeprefix("step_"))
+        for line in path.read_text().splitlines():
+            policy = json.loads(line)["run"]["work"]["policy"]
+            lags.append(max(0, (step - 1) - policy["start"]))
+            mixed += policy["end"] > policy["start"]
+    out = json.loads(ok(run("audit", folder, "--from", "prime-rl", "--json")).stdout)
+    s = out["staleness"]
+    assert s["lag_histogram"] == {str(k): lags.count(k) for k in sorted(set(lags))}
+    assert s["mean_lag"] == sum(lags) / len(lags) and s["mixed_version_share"] == mixed / len(lags)
+    assert 1 in lags  # the episodes dispatched for step 1 and trained at step 2
