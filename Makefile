@@ -21,6 +21,7 @@ demo: $(BIN)/advcli
 	$(BIN)/advcli annotate sample_data/rollouts.jsonl --method gae --gamma 1.0 --lam 0.95 --out build/demo/gae.jsonl --force
 	$(BIN)/advcli score sample_data/rollouts.parquet --critic sample_data/critic.onnx --device cpu --out build/demo/scored.parquet --force
 	$(BIN)/advcli audit sample_data/rollouts.parquet
+	$(BIN)/advcli audit sample_data/health.parquet
 	$(BIN)/advcli shard sample_data/rollouts.parquet --method grpo --out build/demo/shards --force
 	$(BIN)/advcli verify build/demo/shards
 	$(BIN)/advcli report sample_data/rollouts.parquet --method grpo --out build/demo/report.html --force

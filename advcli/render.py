@@ -242,6 +242,55 @@ def audit_report(name: str, report: AuditReport) -> None:
     stdout.print(hist)
 
 
+def _cell(value: object) -> str:
+    """A figure of a health section in one cell (a summary's or a histogram's entries inline)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) or "none"
+    return _fmt(value)
+
+
+def health_sections(sections: dict[str, Any]) -> None:
+    """The audit's health sections that the log holds (a table each, and one per step with
+    ``--by step``), the mismatch's line where its stream is missing, and the advisories."""
+    for name in ("staleness", "lengths", "entropy"):
+        section = sections.get(name)
+        if not isinstance(section, dict):  # the log lacks its column: --json says which
+            continue
+        t = Table(title=name, show_header=False, title_justify="left")
+        t.add_column(style="bold")
+        t.add_column()
+        for key, value in section.items():
+            if key != "by_step":
+                t.add_row(key.replace("_", " "), _cell(value))
+        stdout.print(t)
+        if "by_step" in section:
+            _by_step(f"{name} by step", section["by_step"])
+    if "groups_by_step" in sections:
+        _by_step("groups by step", sections["groups_by_step"])
+    if isinstance(mismatch := sections.get("mismatch"), str):
+        stdout.print(f"mismatch: {mismatch}")
+    for name, line in sections.get("advisories", {}).items():
+        stdout.print(f"advisory {name}: {line}")
+
+
+def _by_step(title: str, steps: dict[str, Any]) -> None:
+    """One row per step: its scalar figures, and the mean of each summary."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("step", justify="right")
+    first = next(iter(steps.values()), None)
+    keys = [k for k, v in first.items() if not isinstance(v, dict) or "mean" in v] if isinstance(
+        first, dict) else []  # fmt: skip
+    for key in keys or ["value"]:
+        t.add_column(key.replace("_", " "), justify="right")
+    for step, figures in steps.items():
+        if not isinstance(figures, dict):
+            t.add_row(step, _fmt(figures))
+            continue
+        t.add_row(step, *(_fmt(v["mean"] if isinstance(v := figures.get(k), dict) else v)
+                          for k in keys))  # fmt: skip
+    stdout.print(t)
+
+
 def check_report(result: dict[str, Any]) -> None:
     """What ``check`` found: the largest difference, and the worst rows."""
     facts = {k: v for k, v in result.items() if k not in ("worst", "warnings")}  # to stderr

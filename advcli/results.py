@@ -60,6 +60,7 @@ class AnnotateResult(Result):
     stats: dict[str, Any] = spread()
     found: str | None = optional()  # settings found from a framework's logged advantages
     logged_advantages: str | None = optional()  # how ours compare with those
+    correction: dict[str, Any] | None = optional()  # the rollout correction, what it masked
     nonfinite_nulls: int | None = optional()  # NaN or infinity written as null (JSONL)
     output: str = ""
     engine: str | None = optional()  # "ray": output is a folder of parts
@@ -159,6 +160,9 @@ class Description(Result):
     tokens_per_row_mean: float | None = optional()
     tokens_per_row_max: int | None = optional()
     actions: str = ""  # where the action tokens come from
+    # the columns of the sampler's and the trainer's log-probs, and which the KL penalty and
+    # distillation read (advcli.io.schema.POLICY_STREAMS)
+    logprob_streams: dict[str, str | None] | None = optional()  # None: the log has neither
     can_run: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

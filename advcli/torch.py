@@ -12,17 +12,23 @@ Per layout (``advcli shard --layout``), a batch of B rows holds:
 
 - ``advcli``: ``input_ids`` (B, T), right-padded with ``pad_token_id``; ``attention_mask``,
   ``loss_mask``, ``position_ids`` (from the stored ones for packed rows), ``advantages`` and
-  ``returns`` (B, T), 0 on padding.
+  ``returns`` (B, T), 0 on padding; with ``--correction``, ``is_weights`` and ``is_mask``
+  (B, T), 0 on padding.
 - ``verl`` (as verl's agent loop pads, ``verl/experimental/agent_loop/agent_loop.py``
   ``_agent_loop_postprocess``): ``prompts`` (B, P) left-padded, ``responses`` (B, R)
   right-padded, ``input_ids`` their concatenation, ``attention_mask`` (B, P + R),
   ``position_ids`` = ``clip(cumsum(attention_mask) - 1, 0)`` (verl's
   ``compute_position_id_with_mask``), and ``response_mask``, ``advantages``, ``returns``,
-  ``old_log_probs`` (B, R).
+  ``old_log_probs`` (the trainer's log-probs, else the sampler's) and ``rollout_log_probs``
+  (the sampler's) (B, R); with ``--correction``, ``rollout_is_weights`` (B, R), 0 on padding
+  (verl's weights are multiplied by the response mask).
 - ``trl`` (as ``GRPOTrainer._generate_and_score_completions`` pads): ``prompt_ids`` and
   ``prompt_mask`` (B, P) left-padded, ``completion_ids``, ``completion_mask`` (B, C) and
   ``tool_mask`` (B, C, padded with 1, as TRL does) right-padded, ``advantages`` (B,),
-  ``old_per_token_logps`` (B, C).
+  ``old_per_token_logps`` (the trainer's log-probs, else the sampler's) and
+  ``sampling_per_token_logps`` (the sampler's) (B, C); with ``--correction``,
+  ``importance_sampling_ratio`` as TRL's loss multiplies it in: (B, C) for a token mode,
+  padded with 1 (TRL's ratio of a padded position is exp(0)), (B, 1) for a sequence mode.
 
 P, R (C) and T are the batch's longest unless ``prompt_length`` and ``response_length`` fix them
 (verl pads to its ``rollout.prompt_length`` and ``rollout.response_length``). Token ids and masks
@@ -64,12 +70,14 @@ INTEGERS, FINITE = "integers", "finite numbers"  # advantages and returns: finit
 # and what they hold; the trl layout's advantages: one number per row.
 PER_TOKEN = {
     "advcli": {"loss_mask": MASK, "advantages": FINITE, "returns": FINITE,
-               "loss_weight": FLOATS},
+               "loss_weight": FLOATS, "is_weights": FLOATS, "is_mask": MASK},
     "verl": {"response_mask": MASK, "advantages": FINITE, "returns": FINITE,
-             "old_log_probs": FLOATS},
-    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS},
+             "old_log_probs": FLOATS, "rollout_log_probs": FLOATS, "rollout_is_weights": FLOATS},
+    "trl": {"completion_mask": MASK, "tool_mask": MASK, "old_per_token_logps": FLOATS,
+            "sampling_per_token_logps": FLOATS},
 }  # fmt: skip
 PER_ROW = {"trl": {"advantages": FINITE}}
+IS_RATIO = "importance_sampling_ratio"  # the trl layout's correction weights: per token or row
 
 
 def collate(
@@ -159,6 +167,12 @@ class Collate:
             "completion_ids": completions.pad(self.pad_token_id, np.int64),
             "tool_mask": completions.like(rows, "tool_mask", MASK).pad(1, np.int64),
         }
+        if IS_RATIO in rows[0]:
+            ratio = _column(rows, IS_RATIO)
+            if all(_is_number(v) for v in ratio):  # a sequence mode: (B, 1)
+                out[IS_RATIO] = _numbers(ratio, IS_RATIO, FLOATS)[:, None]
+            else:
+                out[IS_RATIO] = completions.like(rows, IS_RATIO, FLOATS).pad(1, np.float32)
         return self._rest(rows, out, completions)
 
     def _rest(

@@ -3,7 +3,8 @@
 Generates a synthetic multi-turn log (cached in the work folder), then in one invocation runs:
 the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest counts), ``annotate``
 for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
-for its peak memory; the GAE core alone and a plain per-rollout Python loop on the same arrays;
+for its peak memory; ``audit`` of a sibling log with both log-prob streams against reading the
+columns it audits; the GAE core alone and a plain per-rollout Python loop on the same arrays;
 ``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same; and
 ``annotate --from`` on verl and NeMo-RL dumps against the same rollouts in advcli's own JSONL
 (:mod:`bench.presets`); ``report`` on a 1 M-rollout log, its page opened in headless Chromium
@@ -181,6 +182,15 @@ def main() -> None:
     ]  # fmt: skip
     steps.update(annotations(advcli, stepped, PER_STEP, work, "steps"))
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
+    # The log again with both log-prob streams, a sibling: the other steps' log stays as it was.
+    streams = work / f"log-streams-{args.tokens:.0f}.parquet"
+    if not streams.exists():
+        print(f"generating {streams} …", file=sys.stderr)
+        generate(str(streams), args.tokens, streams=True)
+    steps["streams: read floor"] = [
+        py, "-m", "bench.floor", "streams", str(streams), str(work / "floor-streams.parquet")
+    ]  # fmt: skip
+    steps["streams: audit (mismatch)"] = [*advcli, "audit", str(streams), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
     if not jsonl.exists():
         print(f"generating {jsonl} …", file=sys.stderr)
@@ -220,7 +230,7 @@ def main() -> None:
         f"{'peak MB':>10}"
     )
     for name, seconds, peak in results:
-        if name.startswith(("x: ", "s: ", "JSONL", "steps: ")):
+        if name.startswith(("x: ", "s: ", "JSONL", "steps: ", "streams: ")):
             continue
         rate = n_tokens / seconds / 1e6
         compared = name.startswith(("annotate", "shard"))
@@ -258,6 +268,14 @@ def main() -> None:
                 f"{name[3:]:<36}{seconds:>9.2f}{rate:>12.1f}{x_floor / seconds:>12.2f}{peak:>10.0f}"
             )
 
+    streams_floor = floors["streams: read floor"]
+    streams_audit = floors["streams: audit (mismatch)"]
+    lines.append(
+        f"two log-prob streams ({streams.name}, the log with logprobs and trainer_logprobs): "
+        f"reading its audited columns {streams_floor:.2f} s, audit --json {streams_audit:.2f} s "
+        f"({peak_mb['streams: audit (mismatch)']:.0f} MB): floor/step "
+        f"{streams_floor / streams_audit:.2f}"
+    )
     grpo_s, gigpo_s = (floors[f"s: annotate {name}"] for name in AGENT_STEPS)
     lines.append(
         f"agent steps ({agent.name}, {tokens_in(agent):,} tokens in trajectories of 8 steps, "

@@ -13,7 +13,9 @@ to compress as values, while a column of zeros would compress to nothing and fla
 - ``polars``: polars' own streaming engine, scan to sink;
 - ``shard``: the columns a shard holds, read and written once with the shards' writer;
 - ``ndjson``: a JSONL log read whole with polars' ``read_ndjson`` and written as Parquet with
-  polars' writer (the floor of ``annotate`` on JSONL).
+  polars' writer (the floor of ``annotate`` on JSONL);
+- ``streams``: only reads, as ``audit`` does: the columns the audit of two log-prob streams
+  reads, with pyarrow's ``iter_batches``, the token lists flattened to numpy; OUT is not written.
 
 All write zstd (level 1 for polars' writer, pyarrow's default otherwise) and row groups of
 ``ROW_GROUP_ROWS``.
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from advcli._malloc import tune_allocator
@@ -104,9 +107,23 @@ def floor_ndjson(src: str, out: str, columns: int = 1) -> None:
     frame.write_parquet(out, row_group_size=ROW_GROUP_ROWS, compression="zstd", compression_level=1)
 
 
+STREAM_COLUMNS = ("prompt_id", "reward", "input_ids", "action_mask", "logprobs",
+                  "trainer_logprobs")  # fmt: skip
+
+
+def floor_streams(src: str, out: str, columns: int = 1) -> None:
+    """What ``audit`` of a log with both log-prob streams must at least do: read its columns,
+    every token list flattened to one numpy array a batch."""
+    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
+    for batch in prefetch(pf.iter_batches(batch_size=512, columns=list(STREAM_COLUMNS))):
+        for column in batch.columns:
+            if pa.types.is_list(column.type):
+                pc.list_flatten(column).to_numpy()
+
+
 if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars,
-              "shard": floor_shard, "ndjson": floor_ndjson}  # fmt: skip
+              "shard": floor_shard, "ndjson": floor_ndjson, "streams": floor_streams}  # fmt: skip
     Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
     floors[sys.argv[1]](sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)

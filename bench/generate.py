@@ -34,13 +34,15 @@ def chunk(
     group_size: int,
     extras: bool = False,
     agent_steps: int = 0,
+    streams: bool = False,
 ) -> pa.Table:
     """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups); ``extras``: the
     columns only some methods read (log-probabilities of the policy, a reference and a teacher,
     a greedy rollout's reward, four process rewards per row, a second reward column);
     ``agent_steps``: rows are the steps of trajectories of that many steps (segments), with a
     ``state`` (one of four per step number, so states repeat across a group's trajectories)
-    and a ``step_reward``."""
+    and a ``step_reward``; ``streams``: both log-prob streams, the sampler's ``logprobs`` and
+    the trainer's ``trainer_logprobs`` (N(0, 0.05) apart, 1% of tokens ±log 3 apart)."""
     n_tok = lengths(rng, n_rows)
     offsets = offsets_from_lengths(n_tok)
     total = int(offsets[-1])
@@ -83,6 +85,14 @@ def chunk(
         )
         columns["step_ends"] = pa.ListArray.from_arrays(step_offsets, pa.array(ends))
         columns["format_reward"] = pa.array(rng.integers(0, 2, n_rows).astype(np.float64))
+    if streams:
+        sampler = -rng.exponential(0.5, total).astype(np.float32)
+        delta = rng.normal(0, 0.05, total).astype(np.float32)
+        far = rng.uniform(0, 1, total) < 0.01
+        signs = rng.choice(np.array([-1, 1], np.float32), int(far.sum()))
+        delta[far] = np.float32(np.log(3.0)) * signs
+        columns["logprobs"] = lists(sampler)
+        columns["trainer_logprobs"] = lists(sampler + delta)
     if agent_steps:
         row = first_row + np.arange(n_rows)
         columns["rollout_id"] = pa.array(row // agent_steps)
@@ -126,8 +136,9 @@ def generate(
     seed: int = 0,
     extras: bool = False,
     agent_steps: int = 0,
+    streams: bool = False,
 ) -> tuple[int, int]:
-    """Write about ``tokens`` tokens to ``out`` (``extras``, ``agent_steps``: see
+    """Write about ``tokens`` tokens to ``out`` (``extras``, ``agent_steps``, ``streams``: see
     :func:`chunk`; ``group_size`` counts rows); returns (rows, tokens) written."""
     rng = np.random.default_rng(seed)
     rows_per_chunk = group_size * (ROW_GROUP_ROWS // group_size)
@@ -135,7 +146,9 @@ def generate(
     writer = None
     try:
         while written_tokens < tokens:
-            table = chunk(rng, written_rows, rows_per_chunk, group_size, extras, agent_steps)
+            table = chunk(
+                rng, written_rows, rows_per_chunk, group_size, extras, agent_steps, streams
+            )
             if out.endswith(".jsonl"):
                 import polars as pl
 

@@ -88,6 +88,91 @@ SCHEMA = pa.schema(
     ]
 )
 
+# health.parquet: a small asynchronous run for `advcli audit`'s health sections and
+# `--correction`. Its own generator, so rollouts.* stay byte for byte as they were.
+health_rng = np.random.default_rng(51)
+STEPS = (1, 2, 3)
+# Per prompt: how its rollouts' turns are built, and its rewards (None: drawn).
+HEALTH_PROMPTS = {
+    "p-algebra": [(P, 6), (A, 0)],
+    "p-geometry": [(P, 5), (A, 0)],
+    "p-easy": [(P, 4), (A, 0)],
+    "p-tool": [(P, 4), (A, 0), (O, 3), (A, 0)],
+}
+
+
+def health_row(step: int, prompt: str, k: int, reward: float) -> dict:
+    """One rollout of ``prompt`` sampled at ``step`` by weights up to two steps stale; the
+    trainer's log-probs differ from the sampler's by a little noise plus a few large jumps
+    (|delta| = log 3, outside a 0.5..2 token mask), more of them the staler the rollout."""
+    staleness = min(int(health_rng.choice([0, 0, 1, 2])), step - 1)
+    ids: list[int] = []
+    mask: list[int] = []
+    for kind, n in HEALTH_PROMPTS[prompt]:
+        n = n or int(health_rng.integers(3, 11))
+        ids += health_rng.integers(10, 32000, n).tolist()
+        mask += [1 if kind == A else 0] * n
+    action = np.array(mask, dtype=bool)
+    sampler = -health_rng.exponential(0.8, len(ids))
+    jumps = health_rng.random(len(ids)) < 0.04 + 0.08 * staleness
+    delta = health_rng.normal(0.0, 0.03, len(ids))
+    delta[jumps] = np.log(3.0) * health_rng.choice([-1.0, 1.0], int(jumps.sum()))
+    trainer = sampler + np.where(action, delta, 0.0)
+    return {
+        # Scoped by step, as verl's preset scopes its prompts: each step's group is its own.
+        "prompt_id": f"{step}:{prompt}",
+        "rollout_id": f"{step}:{prompt}:{k}",
+        "step": step,
+        "version": step - staleness,
+        "input_ids": ids,
+        "action_mask": mask,
+        "reward": reward,
+        "logprobs": np.round(sampler, 4).tolist(),
+        "trainer_logprobs": np.round(trainer, 4).tolist(),
+        "entropies": np.round(health_rng.uniform(0.05, 2.5, len(ids)), 3).tolist(),
+        "truncated": False,
+    }
+
+
+def health_rows() -> list[dict]:
+    out = []
+    for step in STEPS:
+        for prompt in HEALTH_PROMPTS:
+            # p-easy is all-correct (a zero-variance group); the others are mixed.
+            drawn = health_rng.integers(0, 2, 2).tolist()
+            rewards = [1, 1, 1, 1] if prompt == "p-easy" else [1, 0, *drawn]
+            out += [health_row(step, prompt, k, float(r)) for k, r in enumerate(rewards)]
+    # The two longest responses ran into the length limit.
+    longest = sorted(range(len(out)), key=lambda i: -sum(out[i]["action_mask"]))[:2]
+    for i in longest:
+        out[i]["truncated"] = True
+    return out
+
+
+HEALTH_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("step", pa.int32()),
+        ("version", pa.int32()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("action_mask", pa.list_(pa.int8())),
+        ("reward", pa.float64()),
+        ("logprobs", pa.list_(pa.float32())),
+        ("trainer_logprobs", pa.list_(pa.float32())),
+        ("entropies", pa.list_(pa.float32())),
+        ("truncated", pa.bool_()),
+    ]
+)
+
+
+def write(out: Path = HERE) -> None:
+    """Write rollouts.jsonl, rollouts.parquet and health.parquet into ``out``."""
+    (out / "rollouts.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), out / "rollouts.parquet")
+    health = pa.Table.from_pylist(health_rows(), schema=HEALTH_SCHEMA)
+    pq.write_table(health, out / "health.parquet")
+
+
 if __name__ == "__main__":
-    (HERE / "rollouts.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), HERE / "rollouts.parquet")
+    write()

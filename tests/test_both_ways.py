@@ -29,6 +29,7 @@ JSONL = str(SAMPLE / "rollouts.jsonl")
 TRL = str(SAMPLE / "trl" / "completions")
 VERL = str(SAMPLE / "verl" / "rollout")
 NEMO_RL = str(ROOT / "tests" / "fixtures" / "real" / "nemo-rl" / "default")  # with token ids
+HEALTH = str(ROOT / "tests" / "fixtures" / "refs" / "health" / "log.parquet")  # both streams
 CRITIC = str(SAMPLE / "critic.onnx")
 TRL_REWARDS = ["accuracy_reward", "format_reward"]
 UNCOMPARED = ("seconds", "tokens_per_second", "output", "folder")  # how fast, where: not what
@@ -119,6 +120,14 @@ ANNOTATE = [
     (
         [JSONL, "--method", "grpo", "--format", "jsonl", "--nonfinite", "null"],
         {"method": "grpo", "format": "jsonl", "nonfinite": "null"},
+    ),
+    (
+        [HEALTH, "--method", "grpo", "--correction", "seq-mean-k3", "--correction-bounds", "0.01"],
+        {"method": "grpo", "correction": "seq-mean-k3", "correction_bounds": "0.01"},
+    ),
+    (
+        [HEALTH, "--method", "grpo", "--convention", "trl", "--correction", "sequence_mask"],
+        {"method": "grpo", "convention": "trl", "correction": "sequence_mask"},
     ),
     (
         [LOG, "--method", "gae", "--critic", CRITIC, "--device", "cpu"],
@@ -234,6 +243,45 @@ SHARD = [
         {"method": "rloo", "opts": ShardOptions(split="val=0.3", shuffle=True, layout="verl")},
     ),
     ([NEMO_RL, "--from", "nemo-rl", "--method", "rloo"], {"from_": "nemo-rl", "method": "rloo"}),
+    (
+        [HEALTH, "--method", "grpo", "--correction", "sequence-truncate", "--layout", "trl"],
+        {"method": "grpo", "correction": "sequence-truncate", "opts": ShardOptions(layout="trl")},
+    ),
+    (
+        [
+            HEALTH,
+            "--method",
+            "grpo",
+            "--correction",
+            "token-k1",
+            "--correction-bounds",
+            "0.9,1.1",
+            "--layout",
+            "verl",
+        ],
+        {
+            "method": "grpo",
+            "correction": "token-k1",
+            "correction_bounds": "0.9,1.1",
+            "opts": ShardOptions(layout="verl"),
+        },
+    ),
+    (
+        [
+            HEALTH,
+            "--method",
+            "grpo",
+            "--correction",
+            "token-truncate",
+            "--pack",
+            "64",
+        ],
+        {
+            "method": "grpo",
+            "correction": "token-truncate",
+            "opts": ShardOptions(pack=64),
+        },
+    ),
 ]
 
 

@@ -56,6 +56,17 @@ CASES = {  # name: annotate's keyword arguments: every registered method, then o
     "gae verl (whitened)": {"method": "gae", "convention": "verl", "batch_size": 8},
     "gae openrlhf": {"method": "gae", "convention": "openrlhf"},
     "gae adaptive": {"method": "gae", "lam": "adaptive", "alpha": 0.05},
+    "grpo, a sequence correction": {
+        "method": "grpo",
+        "correction": "sequence-mask",
+        "correction_bounds": "0.5,2",
+    },
+    "grpo, verl's token rejection": {
+        "method": "grpo",
+        "convention": "verl",
+        "correction": "token-k3",
+        "correction_bounds": "0.004",
+    },
 }
 
 
@@ -109,10 +120,14 @@ def stop_processes_of(home: str) -> None:
 
 @pytest.fixture(scope="module")
 def three_files(tmp_path_factory) -> Path:
-    """The sample log (with the columns only some methods read) in three files; rollout r23's
-    two segments lie in two of them."""
+    """The sample log (with the columns only some methods read, and the trainer's log-probs)
+    in three files; rollout r23's two segments lie in two of them."""
     folder = tmp_path_factory.mktemp("log")
     table = sample_with_every_input()
+    logprobs = table.column("logprobs").to_pylist()  # the trainer's: its own token by token
+    drift = np.random.default_rng(1)
+    trainer = [[x + 0.2 * drift.standard_normal() for x in row] for row in logprobs]
+    table = table.append_column("trainer_logprobs", pa.array(trainer))
     for name, start, n in (("a", 0, 5), ("b", 5, 7), ("c", 12, 2)):
         pq.write_table(table.slice(start, n), folder / f"{name}.parquet")
     return folder
@@ -584,6 +599,9 @@ SHARD_CASES = {  # name: shard's options
                                            "--drop-zero-variance", "--keep-groups"],
     "rloo, a column kept, TRL's layout": ["--method", "rloo", "--keep", "old_logprobs",
                                           "--rows-per-shard", "4", "--layout", "trl"],
+    "grpo corrected, verl's layout": ["--method", "grpo", "--correction",
+                                      "token-k2", "--correction-bounds", "0.004", "--layout",
+                                      "verl"],
 }  # fmt: skip
 
 

@@ -135,6 +135,40 @@ def test_prompts_are_padded_on_the_left_and_completions_on_the_right():
     assert batch["prompt_id"] == ["a", "b"]
 
 
+def test_correction_weights_are_padded_as_each_trainer_reads_them():
+    """TRL's ratio: (B, C) padded with 1 (exp(0) at a padded position) for a token mode, (B, 1)
+    for a sequence mode; verl's rollout_is_weights and advcli's columns: 0 on padding."""
+    trl = [
+        {"prompt_ids": [5], "completion_ids": [8], "completion_mask": [1], "tool_mask": [1],
+         "advantages": 0.5, "importance_sampling_ratio": [0.5]},
+        {"prompt_ids": [9], "completion_ids": [10, 11], "completion_mask": [1, 1],
+         "tool_mask": [1, 1], "advantages": -0.5, "importance_sampling_ratio": [2.0, 0.0]},
+    ]  # fmt: skip
+    token = collate(layout="trl")(trl)["importance_sampling_ratio"]
+    assert token.tolist() == [[0.5, 1.0], [2.0, 0.0]] and token.dtype == torch.float32
+    per_sequence = [
+        {**row, "importance_sampling_ratio": w} for row, w in zip(trl, (0.75, 1.5), strict=True)
+    ]
+    assert collate(layout="trl")(per_sequence)["importance_sampling_ratio"].tolist() == [
+        [0.75],
+        [1.5],
+    ]
+    verl = [
+        {"prompts": [1], "responses": [2], "response_mask": [1], "advantages": [1.0],
+         "rollout_is_weights": [0.5]},
+        {"prompts": [1], "responses": [2, 3], "response_mask": [1, 1], "advantages": [1.0, 1.0],
+         "rollout_is_weights": [1.5, 0.0]},
+    ]  # fmt: skip
+    assert collate(layout="verl")(verl)["rollout_is_weights"].tolist() == [[0.5, 0], [1.5, 0]]
+    own = [
+        {"input_ids": [1], "loss_mask": [1], "is_weights": [0.5], "is_mask": [0]},
+        {"input_ids": [1, 2], "loss_mask": [1, 1], "is_weights": [0.0, 1.0], "is_mask": [1, 0]},
+    ]  # fmt: skip
+    batch = collate(layout="advcli")(own)
+    assert batch["is_weights"].tolist() == [[0.5, 0.0], [0.0, 1.0]]
+    assert batch["is_mask"].tolist() == [[0, 0], [1, 0]] and batch["is_mask"].dtype == torch.int64
+
+
 def test_an_advcli_row_pads_on_the_right_with_positions_from_the_mask():
     rows = [
         {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "advantages": [0.0, 1.0, 1.0]},
@@ -276,3 +310,23 @@ def test_a_null_among_numbers_is_nan_no_value():
     row = dict(GOOD["verl"], old_log_probs=[-0.5, None])
     batch = collate(layout="verl")([row, GOOD["verl"]])
     assert batch["old_log_probs"][0, 0] == -0.5 and torch.isnan(batch["old_log_probs"][0, 1])
+
+
+@pytest.mark.parametrize(
+    ("layout", "sampler"), [("verl", "rollout_log_probs"), ("trl", "sampling_per_token_logps")]
+)
+def test_the_samplers_stream_is_padded_beside_the_trainers(layout: str, sampler: str) -> None:
+    """Rows of 2 and 1 response tokens: the sampler's log-probs right-padded with 0 as the
+    trainer's, float32; one that is not a number refused at its row and column."""
+    prompt = {"prompts", "prompt_ids"}
+    short = {k: v[:1] for k, v in GOOD[layout].items() if isinstance(v, list) and k not in prompt}
+    rows = [
+        dict(GOOD[layout], **{sampler: [-0.25, -0.75]}),
+        dict(GOOD[layout], **short, **{sampler: [-1.5]}),
+    ]
+    batch = collate(layout=layout)(rows)
+    assert batch[sampler].dtype == torch.float32
+    assert batch[sampler].tolist() == [[-0.25, -0.75], [-1.5, 0.0]]
+    assert batch[NUMBERS[layout]].tolist() == [[-0.5, -0.5], [-0.5, 0.0]]
+    with pytest.raises(UsageError, match=f"column '{sampler}'"):
+        collate(layout=layout)([dict(GOOD[layout], **{sampler: ["x", "y"]})])

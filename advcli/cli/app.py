@@ -19,6 +19,7 @@ from advcli._malloc import tune_allocator
 from advcli._version import __version__
 from advcli.cli.flags import on_command_line, result_on_command_line
 from advcli.cli.options import InputsArgument, Json, ProgressMode, Quiet, with_options
+from advcli.core.health import ADVISORY_NAMES
 from advcli.errors import AdvantagesDiffer, ThresholdExceeded, file_list
 from advcli.lazy_imports import pandas_unseen
 
@@ -235,14 +236,27 @@ def audit(
             help="Exit with status 3 when the zero-variance share of rollouts is above (0 to 1).",
         ),
     ] = None,
+    fail_on: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            metavar="NAME",
+            help="Exit with status 3 when this advisory fires (repeatable): "
+            + ", ".join(ADVISORY_NAMES)
+            + ".",
+        ),
+    ] = None,
     options: dict[str, Any] | None = None,
 ) -> None:
-    """Report zero-variance, near-tie and singleton groups: what carries no group signal."""
+    """The health of a log: groups without signal, staleness, lengths, entropy, advisories."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
     if list_ not in (None, "zero-variance", "singleton"):
         msg = f"expected zero-variance or singleton, saw {list_!r}"
         raise typer.BadParameter(msg, param_hint="--list")
+    for name in fail_on or []:
+        if name not in ADVISORY_NAMES:
+            msg = f"expected one of {', '.join(ADVISORY_NAMES)}, saw {name!r}"
+            raise typer.BadParameter(msg, param_hint="--fail-on")
     with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
         found = api.audit(inputs, **(options or {}))
     report = found.report
@@ -255,6 +269,7 @@ def audit(
         _print_json(found.as_dict())
     else:
         render.audit_report(file_list(found.files), report)
+        render.health_sections(found.sections)
     if not as_json:
         _warn(found.warnings)
     if fail_above is not None and report.zero_variance_rollout_share > fail_above:
@@ -263,6 +278,10 @@ def audit(
             f"rollouts, above --fail-above {fail_above:g}"
         )
         raise ThresholdExceeded(msg)
+    fired = [name for name in fail_on or [] if name in found.sections.get("advisories", {})]
+    if fired:
+        lines = found.sections["advisories"]
+        raise ThresholdExceeded("; ".join(f"{name}: {lines[name]}" for name in fired))
 
 
 @app.command(epilog=_examples("report"))

@@ -26,8 +26,9 @@ from advcli.params import command_options, options_of, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import AnnotateResult
 from advcli.run import jobs
-from advcli.run.engine import Run, Scorer, Summary
+from advcli.run.engine import Run, Scorer
 from advcli.run.logs import BATCH_ROWS, Log, LogPaths, input_paths
+from advcli.run.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class AnnotateCommand:
     format: str | None = fields.output_format()
     force: bool = fields.force()
     nonfinite: str = fields.nonfinite()
+    correction: str | None = fields.correction()
+    correction_bounds: str | None = fields.correction_bounds()
     critic: CriticOptions | str | os.PathLike[str] | None = field(
         default=None, metadata=options_of(CriticOptions, absent_without="path")
     )
@@ -63,7 +66,9 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
     null (counted: ``nonfinite_nulls``) instead of refusing it. ``engine="ray"`` runs the
     passes on a Ray cluster, one task per input file (``ray_address``, else ``RAY_ADDRESS``,
     else a local Ray); ``out`` is then a folder of one Parquet part per input file and a
-    manifest.
+    manifest. ``correction`` (a mode, with ``correction_bounds``) adds each token's
+    rollout-correction weight and mask (``is_weights``, ``is_mask``) from the log's two
+    log-prob streams.
     """
     options, params = command_options(
         AnnotateCommand, "annotate", {"out": out, **keywords}, methods.PARAMETERS
@@ -77,7 +82,9 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
     job = jobs.job(input_paths(inputs), col=options.col, preset=options.from_,
                    preset_options=options.preset_options, method=method,
                    convention=options.convention, params=params, engine=options.engine,
-                   ray_address=options.ray_address, batch_rows=batch_rows)  # fmt: skip
+                   ray_address=options.ray_address, batch_rows=batch_rows,
+                   correction=options.correction,
+                   correction_bounds=options.correction_bounds)  # fmt: skip
     assert job.method is not None
     if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)
@@ -160,15 +167,20 @@ def annotate_table(
     method: str,
     convention: str | None = None,
     col: list[str] | None = None,
+    correction: str | None = None,
+    correction_bounds: str | None = None,
     **params: Any,
 ) -> Any:
     """``annotate`` on a table in memory (a pyarrow Table, or a polars or pandas DataFrame):
-    the table with the method's columns, its rows in order (less any the method drops), of
-    the kind given. The run's metadata is the Arrow schema's ``advcli`` key (pandas: the
-    frame's ``attrs["advcli"]``; polars keeps none). Errors name rows of ``<table>``."""
+    the table with the method's columns (and ``correction``'s), its rows in order (less any
+    the method drops), of the kind given. The run's metadata is the Arrow schema's ``advcli``
+    key (pandas: the frame's ``attrs["advcli"]``; polars keeps none). Errors name rows of
+    ``<table>``."""
     given = table
     table = _arrow_table(table)
-    annotated = _annotate_arrow(table, method=method, convention=convention, col=col, **params)
+    annotated = _annotate_arrow(table, method=method, convention=convention, col=col,
+                                correction=correction, correction_bounds=correction_bounds,
+                                **params)  # fmt: skip
     if isinstance(given, pa.Table):
         return annotated
     metadata = json.loads(annotated.schema.metadata[METADATA_KEY])
@@ -200,9 +212,12 @@ def _annotate_arrow(
     method: str,
     convention: str | None = None,
     col: list[str] | None = None,
+    correction: str | None = None,
+    correction_bounds: str | None = None,
     **params: Any,
 ) -> pa.Table:
-    job = jobs.job([], method=method, convention=convention, params=params)
+    job = jobs.job([], method=method, convention=convention, params=params,
+                   correction=correction, correction_bounds=correction_bounds)  # fmt: skip
     mapping = parse_col_mapping(col)
     sources = Sources(files=["<table>"], row_counts=[table.num_rows])
     source = joined(TableSource(table, sources), mapping)

@@ -1,16 +1,18 @@
-"""``advcli audit``: what carries no group signal in a log (zero-variance, near-tie and
-singleton groups), counted in one streamed pass."""
+"""``advcli audit``: the health of a log: what carries no group signal (zero-variance, near-tie
+and singleton groups), and the staleness, lengths, entropy and advisories sections."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advcli.commands import fields
-from advcli.params import check_fields, command_options, takes_options
+from advcli.errors import UsageError
+from advcli.params import Range, check_fields, command_options, option, takes_options
 from advcli.presets import PresetOptions
-from advcli.run import jobs
+from advcli.run import health, jobs
 from advcli.run.accounting import Audit, audit_log
+from advcli.run.health import ENTROPY_THRESHOLD
 from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
 
@@ -24,12 +26,34 @@ class AuditCommand:
     preset_options: PresetOptions | None = fields.preset_options()
     tol: float = fields.zero_variance_tol()
     near_tie: float | None = fields.near_tie()
+    # not ``method``: a command with one takes every method's parameters, and audit's own
+    # --zero-variance-tol is one of them
+    advantage_method: str = field(
+        default="grpo",
+        metadata=option(
+            "The method whose advantages the staleness section splits by lag "
+            "(advcli methods lists them).",
+            flag="--method",
+        ),
+    )
+    by: str | None = field(
+        default=None, metadata=option("step: each figure per trainer step too (a table).")
+    )
+    entropy_threshold: float = field(
+        default=ENTROPY_THRESHOLD,
+        metadata=option(
+            "Entropy (nats) above which an action token counts as high-entropy.",
+            range=Range(0),
+        ),
+    )
     engine: str = fields.engine()
     ray_address: str | None = fields.ray_address()
     batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the result
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.by not in (None, "step"):
+            raise UsageError(f"`by` {self.by!r}: expected step")
 
 
 @takes_options(AuditCommand, params=False)
@@ -43,6 +67,13 @@ def audit(inputs: LogPaths, **keywords: Any) -> Audit:
     engine, ray_address, batch_rows = options.engine, options.ray_address, options.batch_rows
     tol, near_tie = options.tol, options.near_tie
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
-                   engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
-    return audit_log(job.open(), tol=tol, near_tie=near_tie, batch_rows=batch_rows,
-                     count=job.ray.count if job.ray is not None else None)  # fmt: skip
+                   method=options.advantage_method, engine=engine, ray_address=ray_address,
+                   batch_rows=batch_rows)  # fmt: skip
+    log = job.open()
+    found = audit_log(log, tol=tol, near_tie=near_tie, batch_rows=batch_rows,
+                      count=job.ray.count if job.ray is not None else None)  # fmt: skip
+    by_step = options.by == "step"
+    found_sections = health.sections(found, log, plan=lambda: job.plan(log), by_step=by_step,
+                                     entropy_threshold=options.entropy_threshold,
+                                     batch_rows=batch_rows)  # fmt: skip
+    return replace(found, sections=found_sections)

@@ -145,3 +145,31 @@ def near_tie() -> Any:
             range=Range(0),
         ),
     )
+
+
+CORRECTION = "Rollout correction"  # the help panel of --correction and --correction-bounds
+
+
+def correction() -> Any:
+    """``--correction MODE``: the rollout correction written as ``is_weights`` and ``is_mask``."""
+    return field(
+        default=None,
+        metadata=option(
+            "Write per-token importance weights (is_weights) and masks (is_mask) from the "
+            "logprobs and trainer_logprobs streams: token-truncate, token-mask, "
+            "sequence-truncate, sequence-mask, seq-mask-tis, token-k1..3, seq-{sum,mean,max}-k1..3 "
+            "(see docs/correction.md).",
+            panel=CORRECTION,
+        ),
+    )
+
+
+def correction_bounds() -> Any:
+    """``--correction-bounds LO,HI``: the bounds of ``--correction``."""
+    return field(
+        default=None,
+        metadata=option(
+            "HI or LO,HI (default HI 2, 3 under trl; LO 0; rejection modes need them).",
+            panel=CORRECTION,
+        ),
+    )

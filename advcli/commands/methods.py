@@ -8,13 +8,15 @@ from typing import Any
 
 from advcli import methods
 from advcli.core.conventions import CONVENTIONS, DEFAULT
+from advcli.io.schema import role_shown
 from advcli.methods import Method
 from advcli.results import MethodDescription, MethodLine, MethodList, MethodParameter
 
 
 def needs(method: Method[Any]) -> list[str]:
     """The columns ``method`` needs: its roles, then what else (columns an option names)."""
-    return [*method.roles, *([method.also_needs] if method.also_needs else [])]
+    roles = [role_shown(role) for role in method.roles]
+    return [*roles, *([method.also_needs] if method.also_needs else [])]
 
 
 def list_methods() -> MethodList:

@@ -10,7 +10,7 @@ from advcli.commands import fields
 from advcli.errors import DataError
 from advcli.io.file_sources import JsonlSource
 from advcli.io.rollouts import extract_rows, row_columns
-from advcli.io.schema import describe_type
+from advcli.io.schema import POLICY_STREAMS, Roles, describe_type
 from advcli.params import command_options, option, takes_options
 from advcli.presets import PresetOptions
 from advcli.results import Description
@@ -121,6 +121,7 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
             "spans": f"spans in column '{roles['spans']}'",
             "all": "no mask and no spans: every token is treated as an action",
         }[roles.mask_source]
+    info["logprob_streams"] = logprob_streams(roles)
     needs = {"audit": ["prompt_id", "reward"], "shard": ["input_ids"], "score": ["input_ids"]}
     verdicts = {
         cmd: methods.verdict([r for r in rs if roles[r] is None]) for cmd, rs in needs.items()
@@ -137,3 +138,17 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
     if log.looks_like is not None:
         info["looks_like"] = log.looks_like.name
     return Description(**info)
+
+
+def logprob_streams(roles: Roles) -> dict[str, str | None] | None:
+    """The column of each log-prob stream (None: the log has none), and the stream the KL
+    penalty and distillation read: the trainer's where the log has it (None: neither)."""
+    read = {"trainer_logprobs": "trainer", "logprobs": "sampler"}
+    policy = next((read[r] for r in POLICY_STREAMS if roles[r] is not None), None)
+    if policy is None:
+        return None
+    return {
+        "sampler": roles["logprobs"],
+        "trainer": roles["trainer_logprobs"],
+        "kl_and_distillation_read": policy,
+    }

@@ -43,6 +43,8 @@ class ShardCommand:
     from_: str | None = fields.from_()
     preset_options: PresetOptions | None = fields.preset_options()
     force: bool = fields.force("Replace an existing output folder.")
+    correction: str | None = fields.correction()
+    correction_bounds: str | None = fields.correction_bounds()
     engine: str = fields.engine()
     ray_address: str | None = fields.ray_address()
     batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the shards
@@ -64,7 +66,9 @@ def shard(
     time) and ``bucket_tokens`` (tokens held in memory while writing) change memory and speed,
     never the output. ``engine="ray"`` counts, measures and annotates each work unit of a
     Parquet log on a Ray cluster; this process plans and writes the shards (the same bytes).
-    The keywords are :class:`ShardCommand`'s, then the method's parameters.
+    ``correction`` (with ``correction_bounds``) writes each token's rollout-correction
+    weight and mask, under the layout's names for them. The keywords are
+    :class:`ShardCommand`'s, then the method's parameters.
     """
     called, params = command_options(
         ShardCommand, "shard", {"out": out, "opts": opts, **keywords}, methods.PARAMETERS
@@ -90,18 +94,22 @@ def shard(
     given.update(params)
     job = jobs.job(paths, col=col, preset=from_, preset_options=preset_options, method=method,
                    convention=convention, params=given if method is not None else None,
-                   engine=engine, ray_address=ray_address, batch_rows=batch_rows)  # fmt: skip
+                   engine=engine, ray_address=ray_address, batch_rows=batch_rows,
+                   correction=called.correction,
+                   correction_bounds=called.correction_bounds)  # fmt: skip
     check_output_folder(out, job.files, force=force, listed=listed)
     inp = open_input(job)
     if job.ray is not None:
         inp.annotate = job.ray.annotate
     if inp.annotated_input and (
-        convention is not None or any(v is not None for v in given.values())
+        convention is not None
+        or job.correction is not None
+        or any(v is not None for v in given.values())
     ):
         msg = (
             f"{inp.sources.files[0]}: already annotated (method {inp.metadata['method']!r}); "
-            "`convention` and the method's parameters apply to raw logs. Hint: drop them, or "
-            "shard the raw log"
+            "`convention`, `correction` and the method's parameters apply to raw logs. Hint: "
+            "drop them, or shard the raw log"
         )
         raise UsageError(msg)
     extra = check_keep(inp, opts.keep)

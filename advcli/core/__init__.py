@@ -9,5 +9,6 @@ Arrow lays out a list column: row ``i`` is ``flat[offsets[i]:offsets[i + 1]]``.
 - :mod:`advcli.core.steps`: agent steps: returns, normalisations, anchor-state groups, turns.
 - :mod:`advcli.core.scan`: the discounted reverse scan every temporal estimator runs on.
 - :mod:`advcli.core.audit`: zero-variance and singleton accounting.
+- :mod:`advcli.core.correction`: rollout-correction weights and masks (TIS, IcePop, rejection).
 - :mod:`advcli.core.conventions`: the parameters other frameworks use.
 """

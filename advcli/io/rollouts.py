@@ -19,7 +19,7 @@ from typing import Any
 from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, SchemaError, closest, columns_found, file_list, where
 from advcli.io.arrow import flat_list
-from advcli.io.schema import Roles
+from advcli.io.schema import POLICY_LOGPROBS, POLICY_STREAMS, Roles
 from advcli.io.sources import Sources
 from advcli.lazy_imports import np, pa, pc
 
@@ -275,6 +275,11 @@ def require(
         )  # fmt: skip
         raise SchemaError(msg)
     for role in sorted(needs):
+        if role == POLICY_LOGPROBS and roles[role] is None:
+            streams = " or ".join(f"'{r}'" for r in POLICY_STREAMS)
+            default = f"name one with `col={['logprobs=COLUMN']!r}`"
+            msg = f"{files}: no policy log-probs ({streams}). {found}. Hint: {hint or default}"
+            raise SchemaError(msg)
         if roles[role] is None:
             near = closest(role, columns)
             default = (

@@ -40,8 +40,12 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # Process supervision: each step's reward, and the index of the token that ends it
     "step_rewards": ("nums", ("process_rewards",)),
     "step_ends": ("ids", ("step_end_positions",)),
-    # Per-token log-probabilities: the sampling policy's, a reference's (KL), a teacher's (OPD)
+    # Per-token log-probabilities of the sampled tokens: the sampler's (the inference engine's;
+    # advcli's own `old_logprobs`, as in sample_data/), the trainer's recomputation of the same
+    # tokens (verl's `old_log_probs`, one underscore from advcli's `old_logprobs`, is the
+    # trainer's: docs/schema.md), a reference's (KL), a teacher's (OPD)
     "logprobs": ("nums", ("old_logprobs", "rollout_log_probs", "generation_logprobs")),
+    "trainer_logprobs": ("nums", ("old_log_probs", "prev_logprobs", "log_probs")),
     "ref_logprobs": ("nums", ("ref_log_probs", "ref_log_prob")),
     "teacher_logprobs": ("nums", ("teacher_log_probs",)),
     # Multi-agent logs: the role that wrote a rollout, and the episode it took part in
@@ -56,9 +60,28 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "turn_rewards": ("nums", ("turn_scores", "per_turn_rewards")),
     # Per-token entropy of the sampling policy (--entropy-coef)
     "entropies": ("nums", ("entropy", "token_entropies")),
+    # Staleness: the trainer step that trained on a rollout, and the policy version that
+    # generated it (its oldest token's; ``last_version`` its newest's, where they differ)
+    "step": ("num", ("global_step", "train_step")),
+    "version": ("num", ("model_version", "policy_version", "weight_version")),
+    "last_version": ("num", ("tail_version",)),
 }
 
 SPAN_KINDS = ("prompt", "action", "observation")
+
+POLICY_LOGPROBS = "policy_logprobs"
+"""Not a column's role but the first of :data:`POLICY_STREAMS` a log has: the policy's
+log-probs that the KL penalty and distillation read (``Roles["policy_logprobs"]``)."""
+POLICY_STREAMS = ("trainer_logprobs", "logprobs")
+"""The trainer's stream first: verl's ``apply_kl_penalty`` and slime's KL and distillation
+read the trainer's recomputed log-probs (``old_log_probs``, ``log_probs``), and the sampler's
+only where the trainer reuses them (verl's bypass mode, slime's ``--use-rollout-logprobs``)."""
+
+
+def role_shown(role: str) -> str:
+    """A role as a table of what a log lacks names it: the policy's log-probs as the streams
+    that give them."""
+    return " or ".join(reversed(POLICY_STREAMS)) if role == POLICY_LOGPROBS else role
 
 
 def _fits(kind: str, t: pa.DataType) -> bool:
@@ -103,11 +126,13 @@ class Roles:
     columns: dict[str, str | None]
 
     def __getitem__(self, role: str) -> str | None:
+        if role == POLICY_LOGPROBS:
+            return next((c for r in POLICY_STREAMS if (c := self.columns.get(r))), None)
         return self.columns.get(role)
 
     def column(self, role: str) -> str:
         """The column of a role the log is known to have (checked before with ``require``)."""
-        col = self.columns.get(role)
+        col = self[role]
         assert col is not None, f"the log has no {role!r} column"
         return col
 

@@ -27,7 +27,8 @@ from advcli.lazy_imports import np, pa, pc
 
 PROMPT, RESPONSE, RESPONSE_MASK = "prompt_ids", "response_ids", "response_mask"
 VIRTUAL = ("input_ids", "action_mask")
-OUTPUTS = ("advantages", "returns")  # advcli's per-token outputs
+OUTPUTS = ("advantages", "returns", "is_weights", "is_mask")  # advcli's per-token outputs
+NEUTRAL = {"is_weights": 1}  # an output's value off the actions, where it is not 0
 
 
 def is_split(schema: pa.Schema, mapping: dict[str, str]) -> bool:
@@ -265,8 +266,9 @@ def in_users_layout(
 def response_only(table: pa.Table, over_sequence: set[str]) -> pa.Table:
     """An annotated batch of a split-layout log in the user's layout: without the sequence
     and mask advcli joined, each per-token column ``over_sequence`` names over the response
-    tokens only on the rows where it is 0 over the prompt (advcli's outputs always are: a
-    prompt token is no action; a row read over the response was given so); a row of a column
+    tokens only on the rows where it is 0 over the prompt (1 for ``is_weights``: advcli's
+    outputs always are, a prompt token is no action; a row read over the response was given
+    so); a row of a column
     the user gave over the whole sequence, with values over the prompt, stays whole."""
     prompt_len = lengths(flat_list(table.column(PROMPT))[1])
     sequence_len = prompt_len + lengths(flat_list(table.column(RESPONSE))[1])
@@ -281,7 +283,8 @@ def response_only(table: pa.Table, over_sequence: set[str]) -> pa.Table:
         over_prompt = positions(offsets) < prompt_len[of]
         if not _holds_numbers(column.type):
             continue  # not numbers: as given
-        nonzero = pc.fill_null(pc.not_equal(values, 0), True).to_numpy(zero_copy_only=False)
+        neutral = NEUTRAL.get(name, 0)  # what advcli writes on a token that is no action
+        nonzero = pc.fill_null(pc.not_equal(values, neutral), True).to_numpy(zero_copy_only=False)
         given = np.bincount(of[over_prompt & nonzero], minlength=len(count)) > 0
         cut = (count == sequence_len) & ~given & ~column.is_null().to_numpy(zero_copy_only=False)
         keep = ~(over_prompt & cut[of])

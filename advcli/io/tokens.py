@@ -27,14 +27,16 @@ class Tokens:
     values: np.ndarray | None  # float32 or float64 per token (NaN allowed off actions)
     token_rewards: np.ndarray | None  # float64 per token
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # float32/64 per token, by role
-    # (logprobs, ref_logprobs, teacher_logprobs): finite on action tokens, anything elsewhere
+    # (TOKEN_FLOATS, or policy_logprobs: the first policy stream the log has, see
+    # advcli.io.schema.POLICY_LOGPROBS): finite on action tokens, anything elsewhere
 
     def action_counts(self) -> np.ndarray:
         """Action tokens per row."""
         return np.diff(np.searchsorted(np.flatnonzero(self.mask), self.offsets)).astype(np.int64)
 
 
-TOKEN_FLOATS = ("logprobs", "ref_logprobs", "teacher_logprobs")  # per-token, read when asked
+# per-token, read when asked
+TOKEN_FLOATS = ("logprobs", "trainer_logprobs", "ref_logprobs", "teacher_logprobs")
 MAX_ROW_TOKENS = 1 << 25  # the default bound on one row's tokens
 ROW_TOKENS_ENV = "ADVCLI_MAX_ROW_TOKENS"
 

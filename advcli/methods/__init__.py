@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from advcli import installed
 from advcli.core.conventions import CONVENTIONS, DEFAULT, canonical
 from advcli.errors import PluginError, UsageError, did_you_mean
+from advcli.io.schema import role_shown
 from advcli.methods import (
     agents,
     distill,
@@ -156,7 +157,7 @@ def get(name: str) -> Method[Any]:
 
 def missing_roles(method: Method[Any], roles: Roles) -> list[str]:
     """The columns ``method`` needs that a log with ``roles`` lacks."""
-    return [role for role in method.roles if roles[role] is None]
+    return [role_shown(role) for role in method.roles if roles[role] is None]
 
 
 def without_tokens() -> str:

@@ -2,14 +2,17 @@
 
     A_t = log pi_teacher(a_t) - log pi(a_t)
 
-from the per-token columns ``teacher_logprobs`` and ``logprobs``; 0 on every other token. No
-group, reward or critic. (slime's form, a term added to any method, is ``--opd-coef``.)
+from the per-token columns ``teacher_logprobs`` and the policy's log-probs: the trainer's
+(``trainer_logprobs``, NeMo-RL's ``prev_logprobs``, which its OPD subtracts) where the log has
+them, else the sampler's (``logprobs``); 0 on every other token. No group, reward or critic.
+(slime's form, a term added to any method, is ``--opd-coef``.)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from advcli.io.schema import POLICY_LOGPROBS
 from advcli.lazy_imports import np
 from advcli.methods import signals
 from advcli.methods.base import Method, Plan
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 class Opd(Method[Plan]):
     name = "opd"
     summary = "log π_teacher(a_t) − log π(a_t) per action token (NeMo-RL's OPD estimator)"
-    roles = ("input_ids", "logprobs", "teacher_logprobs")
+    roles = ("input_ids", POLICY_LOGPROBS, "teacher_logprobs")
     shared = signals.WITHOUT_KL
     outputs = ("advantages",)
 
@@ -36,7 +39,8 @@ class Opd(Method[Plan]):
     def apply(self, plan: Plan, tokens: Tokens, row0: int, p: Params) -> dict[str, np.ndarray]:
         m = tokens.mask
         adv = np.zeros(len(m), dtype=np.float32)
-        gap = tokens.extra["teacher_logprobs"][m].astype(np.float64) - tokens.extra["logprobs"][m]
+        policy = tokens.extra[POLICY_LOGPROBS][m]
+        gap = tokens.extra["teacher_logprobs"][m].astype(np.float64) - policy
         adv[m] = gap.astype(np.float32)
         return {"advantages": adv}
 

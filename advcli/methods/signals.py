@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from advcli.core.ragged import row_of
 from advcli.core.signals import KlEstimator, entropy_shaped, kl_penalty
 from advcli.errors import RowError
+from advcli.io.schema import POLICY_LOGPROBS
 from advcli.lazy_imports import np
 from advcli.params import Param, Params, Range
 
@@ -38,7 +39,8 @@ KL_COEF = Param(
     "kl_coef",
     float,
     0.0,
-    "beta: subtract beta * KL(logprobs || ref_logprobs) from the rewards (0: off).",
+    "beta: subtract beta * KL(policy || ref_logprobs) from the rewards (0: off); the policy's "
+    "log-probs are trainer_logprobs where the log has them, else logprobs.",
     PANEL,
 )
 KL_ESTIMATOR = Param(
@@ -53,7 +55,8 @@ OPD_COEF = Param(
     "opd_coef",
     float,
     0.0,
-    "c: A_t -= c * (logprobs - teacher_logprobs) on action tokens, after any method (slime).",
+    "c: A_t -= c * (policy - teacher_logprobs) on action tokens, after any method (slime); the "
+    "policy's log-probs as for the KL penalty.",
     PANEL,
 )
 
@@ -105,8 +108,9 @@ PARAMETERS = (KL_COEF, KL_ESTIMATOR, OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA, CLIP
 """The modifiers every method accepts unless it declares fewer (``Method.shared``)."""
 WITHOUT_KL = (OPD_COEF, ENTROPY_COEF, ENTROPY_KAPPA, CLIP_LOW, CLIP_HIGH)
 """What a method that puts no reward on the tokens accepts (gdpo, grpo-process, opd)."""
-KL_ROLES = ("logprobs", "ref_logprobs")
-OPD_ROLES = ("logprobs", "teacher_logprobs")
+# The policy's log-probs: the trainer's stream where the log has it, else the sampler's
+KL_ROLES = (POLICY_LOGPROBS, "ref_logprobs")
+OPD_ROLES = (POLICY_LOGPROBS, "teacher_logprobs")
 ENTROPY_ROLES = ("entropies",)
 
 
@@ -132,13 +136,13 @@ def token_kl(
     which must have finite log-probabilities: the batch starts at row ``row0``), 0 elsewhere."""
     kl = np.zeros(len(tokens.mask))
     m = tokens.mask if on is None else on
-    logprobs, ref = tokens.extra["logprobs"][m], tokens.extra["ref_logprobs"][m]
+    logprobs, ref = tokens.extra[POLICY_LOGPROBS][m], tokens.extra["ref_logprobs"][m]
     if on is not None and not (np.isfinite(logprobs).all() and np.isfinite(ref).all()):
         bad = np.flatnonzero(~(np.isfinite(logprobs) & np.isfinite(ref)))[0]
         row = row0 + int(np.searchsorted(tokens.offsets, on[bad], side="right")) - 1
         problem = ("a log-probability between actions is not a finite number, and "
                    "`kl_on='steps'` puts the KL there. Hint: `kl_on='actions'`")  # fmt: skip
-        raise RowError(row, ("logprobs", "ref_logprobs"), problem)
+        raise RowError(row, KL_ROLES, problem)
     kl[m] = kl_penalty(logprobs, ref, p.kl_estimator)
     return kl
 
@@ -188,7 +192,8 @@ def distill(advantages: np.ndarray, tokens: Tokens, p: Params) -> np.ndarray:
     if not p.opd_coef:
         return advantages
     m = tokens.mask
-    gap = tokens.extra["logprobs"][m].astype(np.float64) - tokens.extra["teacher_logprobs"][m]
+    policy = tokens.extra[POLICY_LOGPROBS][m].astype(np.float64)
+    gap = policy - tokens.extra["teacher_logprobs"][m]
     out: np.ndarray = advantages.copy()
     out[m] = (advantages[m].astype(np.float64) - p.opd_coef * gap).astype(np.float32)
     return out

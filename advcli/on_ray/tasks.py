@@ -32,8 +32,9 @@ from advcli.methods import TokenPass
 from advcli.on_ray.cluster import ClusterLog, StagedSource, Unit, batch_cuts, ray_module, work_units
 from advcli.results import Verification
 from advcli.run.accounting import CountTokens, TokenCounts, token_counts
-from advcli.run.engine import Batch, Measure, Run, Summary, ValueCache, measured_here
+from advcli.run.engine import Batch, Measure, Run, ValueCache, measured_here
 from advcli.run.logs import BATCH_ROWS
+from advcli.run.summary import Summary
 
 PART = "part-{:05d}.parquet"  # names that sort in input order
 RETRIES = 2  # a task whose worker dies runs again this many times (Ray's task retries)

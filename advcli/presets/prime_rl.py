@@ -5,9 +5,12 @@
 verifiers episode: its ``id``, its ``group`` (``group.id`` is the GRPO group) and its
 ``traces``. A trace has ``rewards`` (``{name: {score, weight}}``: the reward is the sum of
 score × weight) and a tree of message ``nodes`` (``parent``, ``token_ids``, ``mask``, and over
-the sampled tokens ``logprobs`` and ``advantages``). Every path from the root to a leaf is one
-rollout of the group: its nodes' tokens and masks, concatenated; the node advantages, placed on
-the sampled tokens, are kept as ``source_advantages``. ``effective`` holds what was trained on
+the sampled tokens ``logprobs``, ``advantages`` and, where the trainer's were written,
+``trainer_logprobs``). Every path from the root to a leaf is one rollout of the group: its
+nodes' tokens and masks, concatenated; the node advantages, placed on the sampled tokens, are
+kept as ``source_advantages``, the sampler's and the trainer's log-probabilities as
+``logprobs`` and ``trainer_logprobs`` (null on a path one of whose sampled nodes has none; no
+column where no trace of the file has them). ``effective`` holds what was trained on
 (with advantages); ``all`` holds every episode, errors too: a folder is searched for the
 ``train/effective`` files only, and a file under ``all`` is read only when named.
 
@@ -19,10 +22,11 @@ What the trained cohort adds comes later, as update records under
 ``annotations/<producer>/`` (chunked the same way): ``{trace_id, info, branches: [{index,
 <stream>: [...]}]}``. They are folded onto the episode's traces by trace id as prime-rl's own
 reader folds them: producers in name order, each in write order, newest wins; ``info`` is
-deep-merged; a branch's stream (``advantages``: one value per token of the branch's
-root-to-leaf path) is cut along the path by each node's token count, and its values at the
-sampled positions replace the node's. ``stream.index.jsonl`` (one row per episode: its group,
-trace ids and reward) gives the groups without reading the chunks twice.
+deep-merged; a branch's stream (the orchestrator's ``advantages``, the trainer's
+``trainer_logprobs``: one value per token of the branch's root-to-leaf path) is cut along the
+path by each node's token count, and its values at the sampled positions replace the node's.
+``stream.index.jsonl`` (one row per episode: its group, trace ids and reward) gives the groups
+without reading the chunks twice.
 
 Which stream rollouts are read: the stream holds every arrival, trained or not. A group is
 read when one of its traces was shipped (``info.effective``), or when it is complete (as many
@@ -55,7 +59,13 @@ from advcli.presets.prime_rl_stream import (
     stream_run,
     written_state,
 )
-from advcli.presets.prime_rl_traces import Tree, trace_reward, trace_tokens, trace_tree
+from advcli.presets.prime_rl_traces import (
+    TraceTokens,
+    Tree,
+    trace_reward,
+    trace_tokens,
+    trace_tree,
+)
 from advcli.presets.slime_samples import passthrough
 
 STREAM_PATTERNS = (
@@ -135,7 +145,7 @@ class PrimeRl(Preset):
                 f"{path}: prime-rl's 'all' traces hold every finished episode, errors too, "
                 "not what was trained on ('effective')"
             )
-        return Converted(rollout_table(rows), np.array(row_lines), warnings)
+        return Converted(rollout_table(without_trainer_stream(rows)), np.array(row_lines), warnings)
 
 
 def _logs_advantages(records: list[dict[str, Any]]) -> bool:
@@ -179,7 +189,10 @@ def episode_rows(
         shipped = (info.get("ship") or {}).get("step")
         ids, mask = tokens.ids[tree.positions], tokens.mask[tree.positions]
         logprobs, advantages = tokens.logprobs[tree.positions], tokens.advantages[tree.positions]
+        trainer_logprobs = tokens.trainer_logprobs[tree.positions]
         logged = np.r_[0, np.cumsum(tokens.logged[tree.path_nodes])]
+        # a path has the trainer's stream where each of its sampled nodes has it
+        untrained = np.r_[0, np.cumsum(untrained_nodes(nodes, tokens)[tree.path_nodes])]
         turn_rewards = (
             path_turn_rewards(nodes, tree, mask, info["turn_rewards"])
             if isinstance(info.get("turn_rewards"), list)
@@ -195,6 +208,9 @@ def episode_rows(
                 "action_mask": mask[at[k] : at[k + 1]].astype(np.int8),
                 "reward": trace_reward(trace),
                 "logprobs": logprobs[at[k] : at[k + 1]],
+                "trainer_logprobs": trainer_logprobs[at[k] : at[k + 1]]
+                if untrained[nb[k + 1]] == untrained[nb[k]]
+                else None,
                 "source_advantages": advantages[at[k] : at[k + 1]],
                 "step": shipped if shipped is not None else work.get("step", step),
                 "ok": episode.get("ok"),
@@ -217,6 +233,13 @@ def episode_rows(
                 row["turn_rewards"] = False if kept is None else kept  # False: said, left out
             out.append(row)
     return out, skipped
+
+
+def untrained_nodes(nodes: list[dict[str, Any]], tokens: TraceTokens) -> np.ndarray:
+    """Per node: whether it holds sampled tokens and not the trainer's log-probabilities."""
+    sampled = np.bincount(tokens.node_of[tokens.mask], minlength=len(nodes)) > 0
+    out: np.ndarray = sampled & ~tokens.trained
+    return out
 
 
 def path_turn_rewards(
@@ -305,7 +328,17 @@ def stream_chunk(path: str) -> Converted:
     if not run.annotated:  # nothing shipped yet: no advantages to compare with, not zeros
         for row in rows:
             del row["source_advantages"]
-    return Converted(rollout_table(rows), np.array(row_lines), warnings)
+    return Converted(rollout_table(without_trainer_stream(rows)), np.array(row_lines), warnings)
+
+
+def without_trainer_stream(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, without a ``trainer_logprobs`` column where none of them has the trainer's
+    log-probabilities (a run whose trainer annotates nothing, a file of episodes): a column
+    null throughout would stand for a stream the log does not have."""
+    if all(row["trainer_logprobs"] is None for row in rows):
+        for row in rows:
+            del row["trainer_logprobs"]
+    return rows
 
 
 def unlisted(path: str, records: list[dict[str, Any]], run: StreamRun) -> list[str]:
@@ -322,7 +355,7 @@ def unlisted(path: str, records: list[dict[str, Any]], run: StreamRun) -> list[s
 
 
 PER_TOKEN = {"input_ids": "int32", "action_mask": "int8", "logprobs": "float32",
-             "source_advantages": "float32"}  # fmt: skip
+             "trainer_logprobs": "float32", "source_advantages": "float32"}  # fmt: skip
 """A row's per-token columns and their types."""
 
 

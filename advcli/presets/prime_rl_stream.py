@@ -141,24 +141,37 @@ class StreamRun:
         self, path: str, line: int, t: int, trace: dict[str, Any], tree: Tree, tokens: TraceTokens
     ) -> None:
         """The updates of trace ``t`` folded onto it: its ``info`` in place, the advantages
-        onto its ``tokens``."""
+        (the orchestrator's) and log-probabilities (the trainer's) onto its ``tokens``."""
         for read_at, update in self.updates.get(str(trace.get("id")), []):
             info = update.get("info")
             if isinstance(info, dict):
                 _merge(trace.setdefault("info", {}), info)
             for branch in update.get("branches") or []:
-                if isinstance(branch, dict) and branch.get("advantages") is not None:
-                    _fold_advantages(read_at, trace, tree, tokens, branch)
+                for stream in FOLDED:
+                    if isinstance(branch, dict) and branch.get(stream) is not None:
+                        _fold_stream(read_at, trace, tree, tokens, branch, stream)
 
 
-def _fold_advantages(
-    at: str, trace: dict[str, Any], tree: Tree, tokens: TraceTokens, branch: dict[str, Any]
+FOLDED = {"advantages": ("advantages", "advantage"),
+          "trainer_logprobs": ("trainer log-probabilities", "trainer log-probability")}  # fmt: skip
+"""The per-token streams of an annotation's branches read, and their names in a message, plural
+and singular. (The trainer's entropies are not read.)"""
+
+
+def _fold_stream(
+    at: str,
+    trace: dict[str, Any],
+    tree: Tree,
+    tokens: TraceTokens,
+    branch: dict[str, Any],
+    stream: str,
 ) -> None:
-    """A branch's advantages (one per token of its root-to-leaf path) cut along the path onto
-    its nodes: each node's sampled values replace its own, unless one of them is null. (The
-    trainer's streams, log-probabilities and entropies, are not read.) ``at``: where the
-    update was read, for errors."""
-    index, values = branch.get("index"), branch["advantages"]
+    """A branch's ``stream`` of :data:`FOLDED` (one value per token of its root-to-leaf path)
+    cut along the path onto its nodes: each node's sampled values replace its own, unless one
+    of them is null (the trainer's are null off the loss mask and at a sample's first
+    position). ``at``: where the update was read, for errors."""
+    index, values = branch.get("index"), branch[stream]
+    what, one = FOLDED[stream]
     if type(index) is not int or not 0 <= index < len(tree.leaves):
         msg = (
             f"{at}: trace {trace.get('id')}'s annotation names branch {index!r}, which the "
@@ -170,7 +183,7 @@ def _fold_advantages(
     if not isinstance(values, list) or len(values) != len(positions):
         count = len(values) if isinstance(values, list) else "no list of"
         msg = (
-            f"{at}: trace {trace.get('id')}'s annotation gives {count} advantages for a "
+            f"{at}: trace {trace.get('id')}'s annotation gives {count} {what} for a "
             f"branch of {len(positions)} tokens. Hint: check the annotations folder"
         )
         raise DataError(msg)
@@ -180,7 +193,7 @@ def _fold_advantages(
         null = given == None  # noqa: E711 (element by element on an object array)
         numbers = np.where(null, 0.0, given).astype(np.float64)
     except (TypeError, ValueError):
-        msg = f"{at}: trace {trace.get('id')}'s annotation gives advantages that are not numbers"
+        msg = f"{at}: trace {trace.get('id')}'s annotation gives {what} that are not numbers"
         raise DataError(msg + ". Hint: check the annotations folder") from None
     sampled = tokens.mask[positions]
     node = tokens.node_of[positions]
@@ -189,13 +202,17 @@ def _fold_advantages(
     if len(not_finite):
         first = int(not_finite[0])
         msg = (
-            f"{at}: trace {trace.get('id')}'s annotation gives advantage "
+            f"{at}: trace {trace.get('id')}'s annotation gives {one} "
             f"{non_finite(numbers[first])} at token {first} of branch {index}, which prime-rl "
             "never trains on. Hint: check the annotations folder"
         )
         raise DataError(msg)
-    tokens.advantages[positions[kept]] = numbers[kept]
-    tokens.logged[node[kept]] = True
+    if stream == "advantages":
+        tokens.advantages[positions[kept]] = numbers[kept]
+        tokens.logged[node[kept]] = True
+    else:
+        tokens.trainer_logprobs[positions[kept]] = numbers[kept]
+        tokens.trained[node[kept]] = True
 
 
 def written_state(traces: Path) -> tuple[tuple[str, int, int], ...]:

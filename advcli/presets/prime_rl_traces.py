@@ -108,14 +108,17 @@ def trace_tree(path: str, line: int, t: int, nodes: list[Any]) -> Tree:
 @dataclass(frozen=True)
 class TraceTokens:
     """A trace's tokens, its nodes' end to end in node order: ids, masks, and the
-    log-probabilities and advantages given over each node's sampled tokens placed on them (0
-    elsewhere); ``logged``: the nodes that carry advantages (the fold may add some)."""
+    log-probabilities (the sampler's and the trainer's) and advantages given over each node's
+    sampled tokens placed on them (0 elsewhere); ``logged``: the nodes that carry advantages,
+    ``trained``: those that carry the trainer's log-probabilities (the fold may add some)."""
 
     ids: np.ndarray
     mask: np.ndarray
     logprobs: np.ndarray
+    trainer_logprobs: np.ndarray
     advantages: np.ndarray
     logged: np.ndarray
+    trained: np.ndarray
     node_of: np.ndarray  # each token's node
 
 
@@ -126,7 +129,8 @@ def trace_tokens(path: str, line: int, t: int, nodes: list[dict[str, Any]]) -> T
     ids: list[Any] = []
     masks: list[Any] = []
     sizes = []
-    given: dict[str, list[Any]] = {"logprobs": [], "advantages": []}  # per node: None or list
+    # per node: None or a list
+    given: dict[str, list[Any]] = {"logprobs": [], "trainer_logprobs": [], "advantages": []}
     for i, node in enumerate(nodes):
         tokens = node.get("token_ids") or []
         mask = node.get("mask") or [False] * len(tokens)
@@ -174,7 +178,9 @@ def trace_tokens(path: str, line: int, t: int, nodes: list[dict[str, Any]]) -> T
         ids=np.array(ids, dtype=np.int32),
         mask=mask_flat,
         logprobs=placed["logprobs"],
+        trainer_logprobs=placed["trainer_logprobs"],
         advantages=placed["advantages"],
         logged=np.array([v is not None for v in given["advantages"]], dtype=bool),
+        trained=np.array([v is not None for v in given["trainer_logprobs"]], dtype=bool),
         node_of=node_of,
     )

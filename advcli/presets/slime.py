@@ -20,9 +20,10 @@ response, ``advantages``, ``returns``, ``log_probs``, ``ref_log_probs``, ``entro
 ``loss_masks``), every rank's samples gathered in one file. Beside a rollout dump of the same
 number (``DIR/rollout_data/N.pt`` with ``DIR/train_data/N.pt``) it is joined to it: the trainer's
 advantages (on the loss mask: its loss reads no other) and returns become ``source_advantages``
-and ``source_returns`` (what ``check`` compares), its log-probabilities ``logprobs`` (what its
-KL used; the sampler's become ``rollout_logprobs``), ``ref_logprobs``, ``entropies`` and
-``source_kl``. A train dump named on its own is read through its rollout dump.
+and ``source_returns`` (what ``check`` compares), its recomputed log-probabilities
+``trainer_logprobs`` (what its KL and distillation read; the sampler's stay ``logprobs``, at the
+same positions), ``ref_logprobs``, ``entropies`` and ``source_kl``. A train dump named on its
+own is read through its rollout dump.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Slime(Preset):
         step = Path(path).stem if step is None else rollout_id(path, None, "rollout_id", step)
         batch = f"rollout {step}"
         table = table.append_column("batch", pa.array([batch] * table.num_rows, pa.string()))
+        table = with_weight_versions(table, samples, step)
         rollouts = len(set(table.column("rollout_id").to_pylist()))
         if table.num_rows == rollouts:
             return Converted(table)
@@ -114,6 +116,21 @@ class Slime(Preset):
         return Converted(one_group(table), warnings=[warning])
 
 
+def with_weight_versions(table: pa.Table, samples: list[dict[str, Any]], step: Any) -> pa.Table:
+    """The rollout's step (its ``rollout_id``) and, where every sample's ``weight_versions``
+    (the engine's weight version at each of its generation turns) is a whole number, the oldest
+    as ``version`` and the newest as ``last_version``; SGLang's own names (``default`` before
+    the first weight update) say nothing of a lag, and leave them out."""
+    turns = [s.get("weight_versions") or [] for s in samples]
+    if isinstance(step, int):
+        table = table.append_column("step", pa.array([step] * table.num_rows, pa.int64()))
+    if all(turns) and all(str(v).isdigit() for vs in turns for v in vs):
+        versions = [[int(v) for v in vs] for vs in turns]
+        table = table.append_column("version", pa.array([min(vs) for vs in versions]))
+        table = table.append_column("last_version", pa.array([max(vs) for vs in versions]))
+    return table
+
+
 class Miles(Slime):
     name = "miles"
     framework = "miles"
@@ -123,7 +140,7 @@ class Miles(Slime):
 TRAIN_PER_TOKEN = {
     "advantages": "source_advantages",
     "returns": "source_returns",
-    "log_probs": "logprobs",
+    "log_probs": "trainer_logprobs",
     "ref_log_probs": "ref_logprobs",
     "entropy": "entropies",
     "kl": "source_kl",
@@ -173,10 +190,6 @@ def with_train_dump(paths: list[str], samples: list[dict[str, Any]], table: pa.T
         )
         raise DataError(msg + ". Hint: check the file")
     offsets = np.r_[0, np.cumsum([len(s["tokens"]) for s in samples])].astype(np.int64)
-    if "logprobs" in table.column_names:
-        table = table.rename_columns(
-            ["rollout_logprobs" if n == "logprobs" else n for n in table.column_names]
-        )
     for name, column in TRAIN_PER_TOKEN.items():
         if not all(by_position[i].get(name) is not None for i in range(len(samples))):
             continue

@@ -75,12 +75,28 @@ class Areal(Preset):
             "rollout_id": task + "-" + df["sample_idx"].cast(pl.String),
             "reward": number(df, "reward", path, lines),
         }
+        canonical.update(areal_versions(df, Path(path).parent.name))
         warnings = [AREAL_TRAINS]
         if "original_reward" in df.columns:
             before = number(df, "original_reward", path, lines).to_numpy()
             if (np.abs(canonical["reward"].to_numpy() - before) > 1e-12).any():
                 warnings.append(AREAL_NORMALISED)
         return Converted(with_canonical(df, canonical).to_arrow(), lines, warnings)
+
+
+def areal_versions(df: pl.DataFrame, folder: str) -> dict[str, pl.Series]:
+    """The step (the version folder the trainer took the rollout in) and the policy versions
+    of its output tokens: ``head_version`` the oldest, ``tail_version`` the newest. AReaL
+    before #1408 stamps the prompt's tokens -1 and takes the minimum over every token, so a
+    negative head is unknown: the tail stands for it."""
+    out: dict[str, pl.Series] = {}
+    if folder.isdigit():
+        out["step"] = pl.Series([int(folder)] * len(df), dtype=pl.Int64)
+    if {"head_version", "tail_version"} <= set(df.columns):
+        head, tail = df["head_version"].cast(pl.Int64), df["tail_version"].cast(pl.Int64)
+        out["version"] = pl.Series(np.where(head.to_numpy() < 0, tail.to_numpy(), head.to_numpy()))
+        out["last_version"] = tail
+    return out
 
 
 AREAL_TRAINS = (

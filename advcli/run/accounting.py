@@ -5,7 +5,7 @@ columns and one validating pass that counts each row's tokens and action tokens 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from advcli import progress
@@ -97,6 +97,8 @@ class Audit:
     stats: G.GroupStats
     warnings: list[str]
     action_tokens: np.ndarray | None = None  # per rollout (None: the log has no token ids)
+    sections: dict[str, Any] = field(default_factory=dict)  # the health sections by name
+    # (:mod:`advcli.run.health`): each a dict, or a line saying which column it lacks
 
     def prompt_ids(self, kind: str) -> list[Any]:
         """The prompt ids of the ``zero-variance`` or ``singleton`` groups, in order of first
@@ -117,7 +119,7 @@ class Audit:
         out = {k: v for k, v in self.report.__dict__.items() if v is not None}
         if self.report.action_tokens is None:
             out["token_shares"] = "omitted: the log has no token ids"
-        return out | {"files": self.files, "warnings": self.warnings}
+        return out | {"files": self.files, "warnings": self.warnings} | self.sections
 
 
 def step_signal(rows: Rows) -> tuple[np.ndarray, np.ndarray]:

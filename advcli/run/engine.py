@@ -25,6 +25,7 @@ from typing import IO, Any, Protocol
 
 from advcli import methods, progress
 from advcli._version import __version__
+from advcli.core.correction import Correction
 from advcli.core.ragged import lengths, row_of
 from advcli.errors import (
     DataError,
@@ -33,7 +34,6 @@ from advcli.errors import (
     UsageError,
     columns_found,
 )
-from advcli.io.arrow import float_list
 from advcli.io.rollouts import (
     FLOAT32_MAX,
     Rows,
@@ -53,8 +53,7 @@ from advcli.lazy_imports import np, pa
 from advcli.methods import Method, Plan, TokenPass, sum_rows
 from advcli.params import Params
 from advcli.presets import Setting
-from advcli.results import AnnotateResult
-from advcli.run import reproduce
+from advcli.run import correcting, reproduce
 from advcli.run.logs import BATCH_ROWS, Log, group_warnings
 
 
@@ -160,6 +159,7 @@ class Run:
     log: Log | None = None  # the log it was planned on
     token_agreement: reproduce.TokenAgreement | None = None  # per-token advantages against the
     # logged ones, filled by the final pass
+    correction: Correction | None = None  # the rollout correction the final pass writes
     n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
     held: list[TokenPass[Any]] = dataclasses.field(default_factory=list)  # passes the final
     # pass runs itself, batch by batch (TokenPass.per_batch): each batch of the log is held
@@ -186,6 +186,8 @@ class Run:
         rows where a read batch is cut in two (where one of the log's batches begins)."""
         from_log = values and self.scorer is None
         extra = self.method.token_roles(self.params)
+        if names is None and self.correction is not None:  # the final pass writes the weights
+            extra = tuple(dict.fromkeys([*extra, *correcting.STREAMS]))
         ids = names is None or self.roles["input_ids"] in names
         for start, whole in prefetch(self.source.batches(names, self.batch_rows)):
             for row0, table in _cut(start, whole, cuts):
@@ -237,7 +239,7 @@ class Run:
             yield from self._annotated_rows()
             return
         for row0, table, tok, columns in self.computed():
-            per_token = {name: float_list(flat, tok.offsets) for name, flat in columns.items()}
+            per_token = {n: correcting.token_list(flat, tok.offsets) for n, flat in columns.items()}
             out, kept = self._add_columns(table, row0, per_token)
             adv = columns["advantages"]
             if kept is None:
@@ -261,6 +263,8 @@ class Run:
                 columns = self.method.annotate(self.plan, tok, row0, self.params)
                 for name, flat in columns.items():
                     self._check_written(name, flat, row0, tok.offsets)
+                if self.correction is not None:
+                    columns.update(correcting.correction_columns(self.correction, tok))
                 if self.token_agreement is not None:
                     self.token_agreement.add(row0, table, tok.mask, columns["advantages"])
                 yield row0, table, tok, columns
@@ -350,83 +354,13 @@ class Run:
             "inputs": self.sources.files,
             "roles": stored_roles(self.source, self.roles.columns),
         }
+        if self.correction is not None:
+            meta["correction"] = correcting.described(self.correction)
         if self.scorer is not None and self.method.reads_values:
             meta.update(self.scorer.metadata)
             if self.roles["values"] is not None:  # the log's own values, not read
                 meta["critic"] = {**meta["critic"], "replaced_column": self.roles["values"]}
         return meta
-
-
-class Summary:
-    """The advantages written, gathered while the batches stream past: over the action tokens,
-    or over the rows of a log without token ids."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.adv_min = np.inf
-        self.adv_max = -np.inf
-        self.adv_sum = 0.0
-
-    def counted(self, batches: Iterator[Batch]) -> Iterator[tuple[pa.Table, int]]:
-        """Pass the batches on as ``(table, tokens)``, counting their advantages."""
-        for batch in batches:
-            mask = batch.mask
-            if mask is None:  # one advantage per row
-                mask = np.ones(len(batch.advantages), dtype=bool)
-            self.add(batch.advantages, mask)
-            yield batch.table, 0 if batch.mask is None else len(mask)
-
-    def add(self, adv: np.ndarray, mask: np.ndarray) -> None:
-        """Count a batch; ``adv`` is exactly 0 off the action tokens (``mask``)."""
-        n_actions = int(np.count_nonzero(mask))
-        if not n_actions:
-            return
-        self.count += n_actions
-        # Whole-array reductions, no gather: the zeros off actions add nothing to the sum, and
-        # change the extremes only when every action is on one side of 0.
-        lo, hi = float(adv.min()), float(adv.max())
-        if lo >= 0.0 or hi <= 0.0:
-            act = adv[mask]
-            lo, hi = float(act.min()), float(act.max())
-        self.adv_min = min(self.adv_min, lo)
-        self.adv_max = max(self.adv_max, hi)
-        self.adv_sum += float(adv.sum(dtype=np.float64))
-
-    def result(
-        self, run: Run, rows_written: int, tokens_written: int, **more: Any
-    ) -> AnnotateResult:
-        """What ``annotate`` returns: the counts, the run's statistics and ``more`` (the
-        output, the time taken, ...)."""
-        n = self.count
-        return AnnotateResult(
-            method=run.params.method,
-            convention=run.params.convention,
-            rows=run.rows.n_rows,
-            rows_written=rows_written,
-            rollouts=run.rows.n_rollouts,
-            written="per-token advantages"
-            if run.has_tokens
-            else "per-row advantage only: the log has no token ids",
-            tokens_written=tokens_written if run.has_tokens else None,
-            action_tokens_written=n if run.has_tokens else None,
-            dropped=run.plan.dropped,
-            advantage_min=self.adv_min if n else 0.0,
-            advantage_max=self.adv_max if n else 0.0,
-            advantage_mean=self.adv_sum / n if n else 0.0,
-            groups=len(run.rows.group_keys) if run.rows.group_keys is not None else None,
-            stats=run.plan.stats,
-            found=run.settled or None,
-            logged_advantages=run.agreement.sentence() if run.agreement is not None else None,
-            warnings=run.warnings,
-            **more,
-        )
-
-    def merge(self, other: Summary) -> None:
-        """Add another part's counts (a part of the log summarised elsewhere)."""
-        self.count += other.count
-        self.adv_min = min(self.adv_min, other.adv_min)
-        self.adv_max = max(self.adv_max, other.adv_max)
-        self.adv_sum += other.adv_sum
 
 
 def _check_scored(tokens: Tokens, row0: int) -> None:
@@ -450,6 +384,7 @@ def plan_run(
     batch_rows: int = BATCH_ROWS,
     measure: Measure | None = None,
     compare: bool = True,
+    correction: Correction | None = None,
 ) -> Run:
     """Validate the log's per-row columns and plan ``method`` with ``params`` (running the
     passes it needs).
@@ -457,7 +392,8 @@ def plan_run(
     ``scorer`` gives the values when the log has none (a critic); ``measure`` runs the token
     passes elsewhere (default: here, :func:`measured_here`); ``compare``: compare the
     advantages with those the framework logged, if the log has them (per row here, per token
-    as the final pass streams).
+    as the final pass streams); ``correction``: the rollout correction the final pass writes
+    (``is_weights``, ``is_mask``), which reads both log-prob streams.
     """
     local = measure is None
     measure = measure or measured_here
@@ -467,6 +403,9 @@ def plan_run(
         method = plain
     needs = method.needs(params) - ({"values"} if scorer is not None else set())
     log.require(needs, what=method.reading_tokens(params), without_tokens=methods.without_tokens())
+    if correction is not None:
+        log.require({"input_ids"}, what="`correction`")
+        correcting.require_streams(roles, source.schema.names, source.sources)
     named = method.named_columns(params)
     for name in named:
         if name not in source.schema.names:
@@ -479,6 +418,7 @@ def plan_run(
         rows = extract_rows(table, roles, source.sources, steps=steps, named=named)
     warnings = [*log.warnings, *group_warnings(log, rows)]
     run = Run(source, roles, params, method, rows, Plan(columns={}), scorer, batch_rows, warnings)
+    run.correction = correction
     with located(source.sources, roles):
         if wanted := method.row_sums(params):
             with progress.stage("summing tokens per row", number=2):

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from advcli import methods, presets, progress
+from advcli.core.correction import Correction
 from advcli.errors import UsageError
 from advcli.io.file_sources import ParquetSource
 from advcli.io.sources import LogSource, expand_inputs
 from advcli.methods import Method
 from advcli.params import Params
 from advcli.presets import SHARED_WITH_METHODS, Preset, PresetOptions
-from advcli.run import settling
+from advcli.run import correcting, settling
 from advcli.run.accounting import CountTokens
 from advcli.run.engine import Batch, Run, Scorer, plan_run
 from advcli.run.logs import BATCH_ROWS, Log, open_log
@@ -104,7 +105,8 @@ class OnRay:
 class Job:
     """One command's run, resolved: the log's ``paths`` and how to read them, the ``method``
     and its ``params`` (None: the command runs none), where the passes run (``ray``; None:
-    here) and the rows a pass reads at a time."""
+    here), the rows a pass reads at a time and the rollout correction the final pass writes
+    (None: none)."""
 
     paths: tuple[str, ...]
     reading: Reading
@@ -112,6 +114,7 @@ class Job:
     params: Params | None
     ray: OnRay | None
     batch_rows: int = BATCH_ROWS
+    correction: Correction | None = None
 
     @property
     def files(self) -> list[str]:
@@ -134,8 +137,8 @@ class Job:
 
             measure = tasks.measured_on_ray(self.ray.ray)
         params = with_reward_columns(self.params, log.options)
-        return plan_run(log, self.method, params, scorer=scorer,
-                        batch_rows=self.batch_rows, measure=measure)  # fmt: skip
+        return plan_run(log, self.method, params, scorer=scorer, batch_rows=self.batch_rows,
+                        measure=measure, correction=self.correction)  # fmt: skip
 
 
 def with_reward_columns(params: Params, options: PresetOptions) -> Params:
@@ -186,12 +189,16 @@ def job(
     engine: str = "local",
     ray_address: str | None = None,
     batch_rows: int = BATCH_ROWS,
+    correction: str | None = None,
+    correction_bounds: str | None = None,
 ) -> Job:
     """The job of a command given these options, each checked: an unknown framework, method,
     convention or engine, and a parameter the method does not take (or given without a
     method), are refused here, before anything is read. The convention is the one given, else
-    the framework's own (``--from``), else advcli's. The reader's options that are the
-    method's too (:func:`shared_with_reader`) reach the method, unless ``params`` names them."""
+    the framework's own (``--from``), else advcli's, and it gives a rollout correction
+    (``correction``, ``correction_bounds``) its framework's arithmetic. The reader's options
+    that are the method's too (:func:`shared_with_reader`) reach the method, unless
+    ``params`` names them."""
     chosen_preset = presets.get(preset) if preset is not None else None
     if convention is None and chosen_preset is not None:
         convention = chosen_preset.convention
@@ -211,4 +218,5 @@ def job(
         raise UsageError(f"`engine` {engine!r}: expected one of {', '.join(ENGINES)}")
     reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions())
     ray = OnRay(ray_address, batch_rows) if engine == "ray" else None
-    return Job(tuple(paths), reading, chosen, p, ray, batch_rows)
+    corrects = correcting.correction_of(correction, correction_bounds, convention)
+    return Job(tuple(paths), reading, chosen, p, ray, batch_rows, corrects)

@@ -8,8 +8,10 @@ from typing import Any
 
 from advcli import progress
 from advcli._version import __version__
+from advcli.core.correction import mode_named
 from advcli.io import manifests
 from advcli.io.outputs import output_folder
+from advcli.io.schema import POLICY_LOGPROBS
 from advcli.run.logs import BATCH_ROWS
 from advcli.shards import trainers
 from advcli.shards.inputs import Input, Samples
@@ -24,7 +26,16 @@ from advcli.shards.options import (
 )
 from advcli.shards.plan import ShardPlan
 from advcli.shards.route import allow_open_files, arrive_in_order, route
-from advcli.shards.trainers import LOGPROBS, SEQUENCE_ADVANTAGE, TrainerLayout
+from advcli.shards.trainers import (
+    LOGPROB_STREAMS,
+    LOGPROBS,
+    REJECTED,
+    SAMPLER_LOGPROBS,
+    SEQUENCE_ADVANTAGE,
+    SEQUENCE_WEIGHT,
+    WEIGHTS,
+    TrainerLayout,
+)
 from advcli.shards.write import PieceWriter, write_pieces
 
 
@@ -65,7 +76,9 @@ def write_shards(
         if direct:
             with (
                 progress.stage(f"{reading} and writing shards"),
-                PieceWriter(tmp, plan, lay, opts, {LOGPROBS} & set(taken), shard_meta) as pieces,
+                PieceWriter(
+                    tmp, plan, lay, opts, {*LOGPROB_STREAMS, REJECTED} & set(taken), shard_meta
+                ) as pieces,
             ):
                 route(inp, samples, lay, extra, None, batch_rows, taken=taken,
                       complete=pieces.bucket)  # fmt: skip
@@ -84,14 +97,23 @@ def write_shards(
 
 def taken_columns(inp: Input, trainer: TrainerLayout) -> dict[str, str]:
     """The log's columns a trainer layout takes besides advcli's own (its name for each: the
-    column): the logged log-probs where there are some, and one advantage per sequence, from
+    column): the policy's log-probs (the trainer's, else the sampler's) and the sampler's
+    where the log has them, and one advantage per sequence, from
     the advantages, where the layout holds one (refused, as the rows are read, at a row whose
-    advantages vary along its action tokens)."""
+    advantages vary along its action tokens); with a rollout correction, the tokens a
+    rejection mode masked (verl's layout) and a sequence mode's one weight per sequence (trl's)."""
     if trainer.name == trainers.DEFAULT:
         return {}
     taken = {}
+    if inp.roles[POLICY_LOGPROBS] is not None:
+        taken[LOGPROBS] = inp.roles.column(POLICY_LOGPROBS)
     if inp.roles["logprobs"] is not None:
-        taken[LOGPROBS] = inp.roles.column("logprobs")
+        taken[SAMPLER_LOGPROBS] = inp.roles.column("logprobs")
     if trainer.sequence_advantage:
         taken[SEQUENCE_ADVANTAGE] = "advantages"
+    mode = mode_named(inp.correction["mode"]) if inp.correction else None
+    if mode is not None and mode.kind == "reject" and trainer.name == "verl":
+        taken[REJECTED] = trainers.MASKED
+    if mode is not None and mode.level == "sequence" and trainer.name == "trl":
+        taken[SEQUENCE_WEIGHT] = WEIGHTS
     return taken

@@ -52,6 +52,13 @@ class Input:
         return self.source.sources
 
     @property
+    def correction(self) -> dict[str, Any] | None:
+        """The rollout correction the annotated rows carry (its mode, bounds and flavour)."""
+        if self.run is not None:
+            return self.run.metadata().get("correction")
+        return self.metadata.get("correction")
+
+    @property
     def added(self) -> dict[str, np.ndarray]:
         """The per-row columns the method adds (or replaces) in the annotated log."""
         return self.run.plan.columns if self.run is not None else {}
@@ -82,7 +89,8 @@ class Input:
         ids = ("prompt_id", "rollout_id", "segment_index")
         names = [c for r in ids if (c := roles[r]) is not None]
         names += token_columns(roles, values=False)
-        names += [n for n in ("advantages", "returns") if n in schema] + extra
+        own = ("advantages", "returns", "is_weights", "is_mask")
+        names += [n for n in own if n in schema] + extra
         for row0, table in prefetch(self.source.batches(list(dict.fromkeys(names)), batch_rows)):
             yield table, extract_tokens(table, roles, self.sources, row0, values=False).mask
 
@@ -182,7 +190,9 @@ def open_input(job: Job) -> Input:
             raise UsageError(msg)
         with progress.stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
-        info = {k: meta.get(k) for k in ("method", "params")}
+        info: dict[str, Any] = {k: meta.get(k) for k in ("method", "params")}
+        if "correction" in meta:  # the rollout correction the annotation wrote
+            info["correction"] = meta["correction"]
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
         return Input(source, roles, rows, None, info, {}, log.warnings)
     if job.method is None:

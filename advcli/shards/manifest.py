@@ -60,12 +60,14 @@ def build_manifest(
     dropped: dict[str, Any] = dict(plan.dropped)
     if inp.dropped_by_method:
         dropped["by_method"] = inp.dropped_by_method
+    correction = {"correction": inp.correction} if inp.correction else {}  # --correction's
     return {
         "format": FORMAT,
         "advcli_version": __version__,
         "method": inp.metadata.get("method"),
         "params": inp.metadata.get("params"),
         "roles": inp.metadata.get("roles"),
+        **correction,
         "annotated_input": inp.annotated_input,
         "inputs": [input_record(f, inp.sources) for f in inp.sources.files],
         "options": opts.as_dict(),

@@ -25,6 +25,8 @@ OWN_COLUMNS = (
     "advantages",
     "returns",
     "loss_weight",
+    trainers.WEIGHTS,
+    trainers.MASKED,
 )
 
 

@@ -18,7 +18,15 @@ from advcli.methods import PARAMETERS
 from advcli.run.logs import BATCH_ROWS
 from advcli.shards.inputs import Input, Samples
 from advcli.shards.layout import Layout
-from advcli.shards.trainers import LOGPROBS, one_per_sequence
+from advcli.shards.trainers import (
+    LOGPROB_STREAMS,
+    MASKED,
+    REJECTED,
+    SEQUENCE_WEIGHT,
+    WEIGHTS,
+    one_per_sequence,
+    one_weight_per_sequence,
+)
 
 POSITION = "__advcli_position__"  # a bucket row's position in the output
 SPARE_FILES = 64  # open files besides the buckets: inputs, shards, the interpreter's own
@@ -81,22 +89,28 @@ def sample_table(
         cols["rollout_id"] = pa.array(rows)
     cols["input_ids"] = ids
     cols["loss_mask"] = list_array(mask.astype(np.int8), offsets)
-    for name in ("advantages", "returns"):
+    for name, kind in (("advantages", pa.float32()), ("returns", pa.float32()),
+                       (WEIGHTS, pa.float32()), (MASKED, pa.int8())):  # fmt: skip
         if name in table.column_names:
             values = per_token(table.column(name), n_tokens)
             if values is None:
                 raise _not_per_token(table.column(name), name, n_tokens, rows, inp.sources)
-            cols[name] = list_array(values.cast(pa.float32()), offsets)
+            cols[name] = list_array(values.cast(kind), offsets)
     for name in extra:
         cols[name] = table.column(name)
     for name, column in (taken or {}).items():
-        if name == LOGPROBS:
+        if name in LOGPROB_STREAMS:
             values = per_token(table.column(column), n_tokens)
             if values is None:
                 hint = "one log-prob per token (of the response in a prompt_ids + response_ids log)"
                 raise _not_per_token(table.column(column), column, n_tokens, rows, inp.sources,
                                      hint)  # fmt: skip
             cols[name] = list_array(values.cast(pa.float32()), offsets)
+        elif name == REJECTED:  # the tokens a rejection mode masked
+            cols[name] = cols[MASKED]
+        elif name == SEQUENCE_WEIGHT:  # a sequence mode's one weight per sequence
+            weights = flat_list(cols[WEIGHTS])[0].to_numpy(zero_copy_only=False)
+            cols[name] = pa.array(one_weight_per_sequence(weights, mask, offsets))
         else:  # the one advantage per sequence, from the advantages
             flat = flat_list(cols["advantages"])[0].to_numpy(zero_copy_only=False)
             cols[name], varies = one_per_sequence(flat, mask, offsets)
@@ -234,4 +248,4 @@ def route(
                 writers[j].write_table(batch.slice(a, b - a))
     if complete is not None and held:
         complete(holding, pa.concat_tables(held))
-    return per_token_columns | ({LOGPROBS} & set(taken))  # checked per token as it was read
+    return per_token_columns | ({*LOGPROB_STREAMS, REJECTED} & set(taken))  # checked per token

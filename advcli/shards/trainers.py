@@ -5,13 +5,25 @@ unpadded (:mod:`advcli.torch` pads a batch as the trainer does).
 - ``verl``: what verl's actor update reads of a ``DataProto``: the sequence split at its first
   action token into ``prompts`` and ``responses``; ``response_mask`` (1 on action tokens),
   ``advantages`` and ``returns`` (``advantages`` where the method has none, as verl's outcome
-  estimators return them) and ``old_log_probs`` (the logged log-probs) over the response;
-  ``attention_mask`` and ``position_ids`` over the whole sequence.
+  estimators return them), ``old_log_probs`` (the trainer's log-probs where the log has them,
+  else the sampler's: what verl's bypass mode puts there) and ``rollout_log_probs`` (the
+  sampler's, where the log has them) over the response; ``attention_mask`` and
+  ``position_ids`` over the whole sequence.
 - ``trl``: what TRL's ``GRPOTrainer._compute_loss`` reads: ``prompt_ids`` and ``completion_ids``
   split at the first action token, ``completion_mask`` (1 on every completion token: attention),
   ``tool_mask`` (1 on action tokens: the loss is ``completion_mask * tool_mask``), one
   ``advantages`` value per sequence (refused where the advantages vary along a sequence's
-  action tokens: :func:`one_per_sequence`) and ``old_per_token_logps`` (the logged log-probs).
+  action tokens: :func:`one_per_sequence`), ``old_per_token_logps`` (the trainer's log-probs,
+  else the sampler's) and ``sampling_per_token_logps`` (the sampler's, the name
+  ``_generate_and_score_completions`` gives vLLM's; where the log has them).
+
+With ``--correction``, the weights and masks go under each trainer's name: ``advcli``:
+``is_weights`` and ``is_mask`` per token; ``verl``: ``rollout_is_weights`` over the response (its
+batch key, which its policy loss multiplies in), and a rejection mode's masked tokens also
+dropped from ``response_mask``, as verl's ``rollout_rs`` drops them (a truncate or mask mode
+leaves ``response_mask`` as it is: its masked tokens weigh 0, as verl's ``rollout_is`` leaves
+them); ``trl``: ``importance_sampling_ratio``, as TRL's loss reads it: per completion token for a
+token mode, one number per sequence for a sequence mode.
 
 A ``--keep`` column with a value per token covers the response (the completion) in the verl and
 trl layouts, as the trainers' own per-token fields do.
@@ -29,8 +41,15 @@ from advcli.io.arrow import flat_list, list_array
 from advcli.lazy_imports import np, pa
 
 # Columns a routed sample carries for a trainer layout, besides advcli's own.
-LOGPROBS = "__advcli_logprobs__"  # the logged log-probs, over the whole sequence
+# log-probs over the whole sequence: the policy's (the trainer's where the log has them, else
+# the sampler's; advcli.io.schema.POLICY_STREAMS) and the sampler's
+LOGPROBS = "__advcli_logprobs__"
+SAMPLER_LOGPROBS = "__advcli_sampler_logprobs__"
+LOGPROB_STREAMS = (LOGPROBS, SAMPLER_LOGPROBS)
 SEQUENCE_ADVANTAGE = "__advcli_advantage__"  # the one advantage of each sequence
+REJECTED = "__advcli_rejected__"  # the tokens a rejection mode masked (verl's response_mask)
+SEQUENCE_WEIGHT = "__advcli_weight__"  # the one correction weight of each sequence (trl)
+WEIGHTS, MASKED = "is_weights", "is_mask"  # advcli's names of the correction's columns
 IDS = ("prompt_id", "rollout_id", "segment_index")
 
 Columns: TypeAlias = "dict[str, pa.Array]"
@@ -109,14 +128,18 @@ def _verl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     out = _ids(cols)
     out["prompts"] = cut.head(ids)
     out["responses"] = cut.tail(ids)
+    if REJECTED in cols:  # verl's rollout_rs takes them out of the response mask
+        rejected = np.asarray(flat_list(cols[REJECTED])[0], dtype=np.int8)
+        mask = pa.array(np.asarray(mask, dtype=np.int8) * (1 - rejected))
     out["response_mask"] = cut.tail(mask)
     out["attention_mask"] = _ones(cut.offsets, large)
     out["position_ids"] = list_array(positions(cut.offsets).astype(np.int32), cut.offsets,
                                      large=large)  # fmt: skip
     out["advantages"] = cut.tail(advantages)
     out["returns"] = cut.tail(returns)
-    if LOGPROBS in cols:
-        out["old_log_probs"] = cut.tail(flat_list(cols[LOGPROBS])[0])
+    out = _logprobs(cols, cut, out, VERL_LOGPROBS)
+    if WEIGHTS in cols:
+        out["rollout_is_weights"] = cut.tail(flat_list(cols[WEIGHTS])[0])
     return _extras(cols, per_token, cut, out)
 
 
@@ -129,9 +152,25 @@ def _trl(cols: Columns, per_token: set[str], large: bool) -> Columns:
     out["completion_mask"] = _ones(completion, large)
     out["tool_mask"] = cut.tail(mask)
     out["advantages"] = cols[SEQUENCE_ADVANTAGE].cast(pa.float32())
-    if LOGPROBS in cols:
-        out["old_per_token_logps"] = cut.tail(flat_list(cols[LOGPROBS])[0])
+    out = _logprobs(cols, cut, out, TRL_LOGPROBS)
+    if SEQUENCE_WEIGHT in cols:
+        out["importance_sampling_ratio"] = cols[SEQUENCE_WEIGHT]
+    elif WEIGHTS in cols:
+        out["importance_sampling_ratio"] = cut.tail(flat_list(cols[WEIGHTS])[0])
     return _extras(cols, per_token, cut, out)
+
+
+VERL_LOGPROBS = {LOGPROBS: "old_log_probs", SAMPLER_LOGPROBS: "rollout_log_probs"}
+TRL_LOGPROBS = {LOGPROBS: "old_per_token_logps", SAMPLER_LOGPROBS: "sampling_per_token_logps"}
+
+
+def _logprobs(cols: Columns, cut: Cut, out: Columns, names: dict[str, str]) -> Columns:
+    """``out`` with the log-prob streams the log has, over the response, under the trainer's
+    ``names``."""
+    for stream, name in names.items():
+        if stream in cols:
+            out[name] = cut.tail(flat_list(cols[stream])[0])
+    return out
 
 
 def one_per_sequence(
@@ -150,11 +189,23 @@ def one_per_sequence(
     return value, int(rows[np.flatnonzero(varies)[0]]) if varies.any() else None
 
 
+def one_weight_per_sequence(
+    weights: np.ndarray, mask: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """Each row's sequence-mode weight (float32): the one on its action tokens, 1 where it has
+    none (no correction applies)."""
+    first = first_where(offsets, mask)
+    acting = first < lengths(offsets)
+    value = np.ones(len(first), dtype=np.float32)
+    value[acting] = weights[offsets[:-1][acting] + first[acting]]
+    return value
+
+
 def _advcli(cols: Columns, per_token: set[str], large: bool) -> Columns:
     return cols
 
 
-ADVCLI_COLUMNS = ("input_ids", "loss_mask", "advantages", "returns")
+ADVCLI_COLUMNS = ("input_ids", "loss_mask", "advantages", "returns", WEIGHTS, MASKED)
 LAYOUTS = {
     layout.name: layout
     for layout in (
@@ -169,7 +220,8 @@ LAYOUTS = {
                 "position_ids",
                 "advantages",
                 "returns",
-                "old_log_probs",
+                *VERL_LOGPROBS.values(),
+                "rollout_is_weights",
             ),
             ("prompts", "responses"),
             "response_mask",
@@ -184,7 +236,8 @@ LAYOUTS = {
                 "completion_mask",
                 "tool_mask",
                 "advantages",
-                "old_per_token_logps",
+                *TRL_LOGPROBS.values(),
+                "importance_sampling_ratio",
             ),
             ("prompt_ids", "completion_ids"),
             "tool_mask",

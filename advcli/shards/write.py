@@ -67,7 +67,7 @@ def piece_table(
         cols["position_ids"] = list_array(pos.astype(np.int32), tok_offsets, large=large_tokens)
         cols["seq_lens"] = list_array(lens.astype(np.int32), row_offsets, large=large_samples)
     cols["loss_mask"] = list_array(mask, tok_offsets, large=large_tokens)
-    for name in ("advantages", "returns"):
+    for name in ("advantages", "returns", trainers.WEIGHTS, trainers.MASKED):
         if name in t.column_names:
             cols[name] = tokens(name)
     if weight is not None:

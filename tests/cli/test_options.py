@@ -36,7 +36,7 @@ COMMANDS: dict[str, type] = {
     "shard": ShardCommand,
 }
 PYTHON_ALONE = {"batch_rows", "bucket_tokens", "worst"}  # memory and speed; check's listing
-SHOWING = {"inputs", "as_json", "quiet", "progress_mode", "list_", "fail_above", "help"}
+SHOWING = {"inputs", "as_json", "quiet", "progress_mode", "list_", "fail_above", "fail_on", "help"}
 """The command line's own: the inputs, and what shows the result or sets the exit code."""
 
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import groups_of_four, refused, write_jsonl
+from tests.conftest import groups_of_four, one_line, refused, run, write_jsonl
 
 
 @pytest.mark.parametrize("command", ["annotate", "shard"])
@@ -26,3 +26,30 @@ def test_a_null_or_out_of_range_token_id_names_its_row_and_token(tmp_path, comma
     pq.write_table(wide, big)
     line = refused(tmp_path, str(big), command)
     assert "row 0, column 'input_ids': token id 9223372036854775813 is beyond int64" in line
+
+
+def test_the_trainers_log_probs_are_finite_on_action_tokens(tmp_path):
+    """Read where a run takes them (the KL penalty's policy log-probs): anything off the action
+    tokens, a non-finite value on one refused at its row, column and token."""
+    rows = groups_of_four()
+    for row in rows:
+        row["old_log_probs"] = [float("nan")] * 2 + [-0.5] * 3  # the prompt's: not read
+        row["ref_logprobs"] = [0.0] * 5
+    path = write_jsonl(tmp_path / "ok.jsonl", rows)
+    out = tmp_path / "o.parquet"
+    done = run("annotate", path, "--method", "grpo", "--kl-coef", "0.1", "--out", str(out))
+    assert done.returncode == 0, done.stderr.decode()
+    rows[5]["old_log_probs"][3] = float("inf")
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    done = run(
+        "annotate",
+        bad,
+        "--method",
+        "grpo",
+        "--kl-coef",
+        "0.1",
+        "--out",
+        str(tmp_path / "o2.parquet"),
+    )
+    line = one_line(done)
+    assert done.returncode == 1 and "line 6, column 'old_log_probs'" in line, line

@@ -186,7 +186,7 @@ def test_kl_in_the_reward_of_a_temporal_method_sits_on_each_action():
 
 
 def test_kl_needs_the_logprobs_and_is_refused_where_no_reward_takes_it():
-    with pytest.raises(SchemaError, match="no 'logprobs' column"):
+    with pytest.raises(SchemaError, match="no policy log-probs"):
         advcli.annotate_table(log([1, 0], "aa"), method="grpo", kl_coef=0.1)
     takes = "^`kl_coef` does not apply to opd; it takes: `opd_coef`, `e"
     with pytest.raises(UsageError, match=takes):

@@ -51,7 +51,14 @@ def test_the_joined_values_are_miles_own(tmp_path: Path, case: str) -> None:
         on_mask = [a if m else 0.0 for a, m in zip(sample["advantages"], mask, strict=True)]
         assert row["source_advantages"][-n:] == pytest.approx(on_mask, abs=1e-7)
         assert row["source_returns"][-n:] == pytest.approx(sample["returns"], abs=1e-7)
-        assert row["logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
+        # both streams, over the same response positions: the trainer's and the sampler's
+        assert row["trainer_logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
+        assert row["logprobs"][-n:] == pytest.approx(sample["rollout_log_probs"], abs=1e-7)
+        assert (
+            row["trainer_logprobs"][:-n]
+            == row["logprobs"][:-n]
+            == [0.0] * (len(row["logprobs"]) - n)
+        )
         for name, column in (("ref_log_probs", "ref_logprobs"), ("entropy", "entropies")):
             if sample.get(name) is not None:
                 assert row[column][-n:] == pytest.approx(sample[name], abs=1e-7)

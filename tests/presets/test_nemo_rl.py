@@ -129,3 +129,27 @@ def test_a_loss_mask_value_other_than_0_or_1_is_refused_at_its_line(tmp_path, fi
     assert proc.returncode == 1 and err.count("\n") == 1, err
     assert f"train_data_step1.jsonl: line 3, column '{field}': mask value " in err
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_both_log_prob_streams_are_read_at_the_dumps_positions(tmp_path: Path) -> None:
+    """``generation_logprobs`` (the sampler's) and ``prev_logprobs`` (the trainer's), cut to
+    ``input_lengths`` alike: position i is log p(token i) in both, so the first generated
+    token (position 39 of the first line, read off the dump by hand) holds both streams'."""
+    proc = run("schema", str(NEMO / "default"), "--from", "nemo-rl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    streams = json.loads(proc.stdout)["logprob_streams"]
+    assert streams == {"sampler": "generation_logprobs", "trainer": "prev_logprobs",
+                       "kl_and_distillation_read": "trainer"}  # fmt: skip
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(NEMO / "default" / STEP1), "--from", "nemo-rl", "--method",
+               "grpo", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    first = pq.read_table(out).slice(0, 1).to_pylist()[0]
+    assert len(first["generation_logprobs"]) == len(first["prev_logprobs"]) == 54
+    assert first["action_mask"][38:41] == [0, 1, 1]
+    assert first["generation_logprobs"][38:41] == pytest.approx(
+        [0.0, -12.461753845214844, -0.776925265789032], abs=1e-6
+    )
+    assert first["prev_logprobs"][38:41] == pytest.approx(
+        [-5.070518493652344, -12.353089332580566, -0.7209392786026001], abs=1e-6
+    )

@@ -84,6 +84,32 @@ def test_annotations_fold_newest_wins(tmp_path: Path) -> None:
     assert restamped == 1 and len(rows) == 7  # the failed trace has no tokens
 
 
+def test_the_trainers_log_probs_are_folded_beside_the_samplers(tmp_path: Path) -> None:
+    """The trainer's annotations (``trainer_logprobs``, rounded to 4 decimals, null off the
+    loss mask) become the trainer's stream, on the same tokens as the sampler's ``logprobs``:
+    at each sampled token, the values prime-rl's own fold gives its node."""
+    rows, _ = _annotated(tmp_path, PRIME / "stream_multi_annotation")
+    by_trace = {(t["episode_id"], t["trace_index"]): t["folded"]
+                for t in _truth("stream_multi_annotation")}  # fmt: skip
+    for row in rows:
+        episode, trace, _leaf = row["rollout_id"].split("/")
+        nodes = by_trace[(episode, int(trace))]["node_trainer_logprobs"]
+        sampled = [m == 1 for m in row["action_mask"]]
+        trainer = [v for v, m in zip(row["trainer_logprobs"], sampled, strict=True) if m]
+        assert trainer == pytest.approx([v for k in sorted(nodes, key=int) for v in nodes[k]],
+                                        abs=1e-7)  # fmt: skip
+        sampler = [v for v, m in zip(row["logprobs"], sampled, strict=True) if m]
+        assert len(sampler) == len(trainer) and sampler != trainer
+        assert all(v == 0 for v, m in zip(row["trainer_logprobs"], sampled, strict=True) if not m)
+    # by hand, the first trace's annotation (trainer/00000.jsonl, line 2): its sampled tokens
+    # are the branch's last 9, 22 to 30
+    first = next(r for r in rows if r["rollout_id"].startswith("ad000eac13f349c0bbb0d683c286c20e"))
+    assert first["trainer_logprobs"][22:25] == pytest.approx([-1.9704, -1.1442, -1.3155])
+    proc = run("schema", str(PRIME / "stream"), "--from", "prime-rl", "--json")
+    assert proc.returncode == 0, proc.stderr  # no trainer annotations: no trainer column
+    assert json.loads(proc.stdout)["logprob_streams"]["trainer"] is None
+
+
 @pytest.mark.parametrize("live", ["stream/00004.jsonl", "annotations/orch/00000.jsonl"])
 def test_a_live_chunk_cut_inside_a_line_reads_the_whole_lines(tmp_path: Path, live: str) -> None:
     """The chunk a running job writes may end inside a line, an episode's or an annotation's:
@@ -518,3 +544,28 @@ def test_a_failed_prime_rl_episode_without_tokens_is_skipped_and_said():
     assert proc.returncode == 0
     assert any("left out 1 failed episode(s) (ok false: no tokens, no reward)" in w
                for w in json.loads(proc.stdout)["warnings"])  # fmt: skip
+
+
+def test_a_step_files_nodes_trainer_log_probs_are_the_trainers_stream(tmp_path):
+    """An episode record whose sampled nodes hold ``trainer_logprobs`` (verifiers' node field)
+    gives each path the trainer's stream on its sampled tokens; a path one of whose sampled
+    nodes lacks them holds nulls there; a file without any has no such column."""
+    nodes = _tree(2)  # nodes 1, 2 at depth 1; 3, 4 under 1; 5, 6 under 2
+    for i in (1, 3, 4, 2, 5):
+        nodes[i]["trainer_logprobs"] = [-i / 100]
+    path = _write(tmp_path / "run/rollouts/step_1/train/effective/traces.jsonl",
+                  _episodes(nodes, advantages=True))  # fmt: skip
+    rows, _ = _annotated(tmp_path, path)
+    by_leaf = {row["rollout_id"]: row for row in rows}
+    # the path 0 → 1 → 3: tokens [1, 2 | 1001, 5001 | 1003, 5003], sampled at 3 and 5
+    assert by_leaf["e0/0/3"]["trainer_logprobs"] == pytest.approx(
+        [0, 0, 0, -0.01, 0, -0.03], abs=1e-7
+    )
+    assert by_leaf["e0/0/3"]["logprobs"] == pytest.approx([0, 0, 0, -0.001, 0, -0.003], abs=1e-7)
+    assert by_leaf["e0/0/6"]["trainer_logprobs"] == [None] * 6  # node 6 has none
+    for node in nodes:
+        node.pop("trainer_logprobs", None)
+    bare = _write(tmp_path / "bare/rollouts/step_1/train/effective/traces.jsonl",
+                  _episodes(nodes, advantages=True))  # fmt: skip
+    rows, _ = _annotated(tmp_path / "bare", bare)
+    assert "trainer_logprobs" not in rows[0]

@@ -49,11 +49,19 @@ def test_check_reproduces_slimes_reinforce_plus_plus_with_kl(tmp_path: Path) -> 
     rows = pq.read_table(out).to_pylist()
     for row, sample in zip(rows, _truth("reinforce_plus_plus_kl"), strict=True):
         n = len(sample["log_probs"])
-        assert row["logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
+        assert row["trainer_logprobs"][-n:] == pytest.approx(sample["log_probs"], abs=1e-7)
         assert row["ref_logprobs"][-n:] == pytest.approx(sample["ref_log_probs"], abs=1e-7)
         assert row["entropies"][-n:] == pytest.approx(sample["entropy"], abs=1e-7)
         assert row["source_returns"][-n:] == pytest.approx(sample["returns"], abs=1e-7)
-        assert "rollout_logprobs" in row
+    # the sampler's stream beside it, at the same positions (the first sample's, read off the
+    # rollout dump by hand: torch_file.load of rollout_data/0.pt)
+    first = rows[0]
+    assert first["logprobs"] == pytest.approx(
+        [0.0] * 4 + [-6.1409010887146, -4.653786659240723, -7.375363349914551, -4.014739513397217]
+    )
+    assert first["trainer_logprobs"][4:] == pytest.approx(
+        [-6.1399927, -4.651434, -7.3702264, -4.015406]
+    )
 
 
 def test_tensors_are_read_without_torch() -> None:
@@ -100,3 +108,25 @@ def test_a_train_dump_that_does_not_fit_its_rollout_dump_is_one_line(
     proc = run("check", str(folder), "--from", "slime")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert message in proc.stderr
+
+
+def test_weight_versions_give_the_staleness(tmp_path: Path) -> None:
+    """SGLang's weight versions as numbers (after updates): a sample's oldest turn is its
+    version, its newest its last; rollout 0's step is 0. The dump's own (``default``) give none."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "dump"
+    shutil.copytree(SLIME / "default", folder)
+    rollout = folder / "rollout_data" / "0.pt"
+    dump = torch.load(rollout, weights_only=True)
+    dump["rollout_id"] = 3
+    for i, sample in enumerate(dump["samples"]):
+        sample["weight_versions"] = [str(3 - i % 2)] + ["3"] * (len(sample["weight_versions"]) - 1)
+    torch.save(dump, rollout)
+    out = json.loads(run("audit", str(folder), "--from", "slime", "--json").stdout)
+    n = len(dump["samples"])
+    turns = [len(s["weight_versions"]) for s in dump["samples"]]
+    assert out["staleness"]["lag_histogram"] == {"0": (n + 1) // 2, "1": n // 2}
+    mixed = sum(1 for i, k in enumerate(turns) if i % 2 and k > 1)
+    assert out["staleness"]["mixed_version_share"] == mixed / n
+    plain = json.loads(run("audit", str(SLIME / "default"), "--from", "slime", "--json").stdout)
+    assert plain["staleness"] == "omitted: the log has no version column (role `version`)"

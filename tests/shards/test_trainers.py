@@ -3,10 +3,11 @@ an observation inside the response, from an annotated log, and the refusals."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run, write_jsonl
+from tests.conftest import read_manifest, run, write_jsonl
 
 # One prompt of two rollouts, rewards 1 and 0: GRPO gives +-0.5 / (0.5 + 1e-6) (advcli's
 # default: the population std, epsilon 1e-6). Each: 2 prompt tokens, 2 action tokens, a tool's
@@ -43,7 +44,8 @@ def test_verl_splits_at_the_first_action_and_keeps_the_rest_response_long(tmp_pa
     assert first["advantages"] == pytest.approx([A, A, 0, A, 0], rel=1e-6)
     assert second["advantages"] == pytest.approx([-A, -A, 0, -A, 0], rel=1e-6)
     assert first["returns"] == first["advantages"]  # GRPO: verl returns the advantages
-    assert first["old_log_probs"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    # the sampler's stream alone: verl's bypass mode, old_log_probs = rollout_log_probs
+    assert first["old_log_probs"] == first["rollout_log_probs"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
     assert first["prompt_id"] == "p"
     assert "input_ids" not in first and "loss_mask" not in first
 
@@ -57,6 +59,37 @@ def test_trl_writes_one_advantage_per_sequence_and_the_action_mask_as_tool_mask(
     assert first["advantages"] == pytest.approx(A, rel=1e-6)
     assert second["advantages"] == pytest.approx(-A, rel=1e-6)
     assert first["old_per_token_logps"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    assert first["sampling_per_token_logps"] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+
+
+TRAINER = [0.0, 0.0, -0.25, -1.5, 0.0, -2.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("layout", "trainers", "samplers"),
+    [("verl", "old_log_probs", "rollout_log_probs"),
+     ("trl", "old_per_token_logps", "sampling_per_token_logps")],
+)  # fmt: skip
+@pytest.mark.parametrize("trainer_name", ["trainer_logprobs", "old_log_probs", "prev_logprobs"])
+def test_both_streams_go_under_the_trainers_names(tmp_path, layout, trainers, samplers,
+                                                  trainer_name):  # fmt: skip
+    """The trainer's log-probs (by advcli's name, verl's or NeMo-RL's) are what verl's actor
+    and TRL's loss read as the old policy's; the sampler's (advcli's ``old_logprobs``) go under
+    the sampler's name, over the same response tokens."""
+    log = [dict(r, **{trainer_name: TRAINER}) for r in rows()]
+    path = write_jsonl(tmp_path / "both.jsonl", log)
+    first, _ = shard(tmp_path, layout, log=path)
+    assert first[trainers] == [-0.25, -1.5, 0.0, -2.5, 0.0]
+    assert first[samplers] == [-0.5, -1.0, 0.0, -2.0, 0.0]
+    assert trainer_name == trainers or trainer_name not in first  # a role, not passed through
+
+
+def test_the_trainers_stream_alone_is_the_old_policys(tmp_path):
+    log = [{k: v for k, v in r.items() if k != "old_logprobs"} | {"log_probs": TRAINER}
+           for r in rows()]  # fmt: skip
+    first, _ = shard(tmp_path, "verl", log=write_jsonl(tmp_path / "t.jsonl", log))
+    assert first["old_log_probs"] == [-0.25, -1.5, 0.0, -2.5, 0.0]
+    assert "rollout_log_probs" not in first
 
 
 def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
@@ -69,7 +102,13 @@ def test_log_probs_over_the_response_of_a_split_log_are_the_responses(tmp_path):
     first, _ = shard(tmp_path, "verl", log=log)
     assert first["prompts"] == [1, 2] and first["responses"] == [3, 4, 5]
     assert first["response_mask"] == [1, 0, 1]
-    assert first["old_log_probs"] == [-0.25, 0.0, -0.75]
+    assert first["old_log_probs"] == first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
+    # verl's own names for both streams, over the response: old_log_probs the trainer's
+    both = [dict(r, old_log_probs=[-0.5, 0.0, -1.25]) for r in split]
+    (tmp_path / "both").mkdir()
+    first, _ = shard(tmp_path / "both", "verl", log=write_jsonl(tmp_path / "both.jsonl", both))
+    assert first["old_log_probs"] == [-0.5, 0.0, -1.25]
+    assert first["rollout_log_probs"] == [-0.25, 0.0, -0.75]
 
 
 def test_a_kept_per_token_column_covers_the_response(tmp_path):
@@ -168,3 +207,62 @@ def test_trl_takes_any_run_whose_advantages_are_one_per_sequence(tmp_path, args)
     for v, t in zip(pq.read_table(verl).to_pylist(), pq.read_table(trl).to_pylist(), strict=True):
         on_actions = {a for a, m in zip(v["advantages"], v["response_mask"], strict=True) if m}
         assert on_actions == {t["advantages"]}
+
+
+# The trainer's log-probs of the worked example: ratios 3, 1 and 0.25 on its action tokens
+RATIOS = [1.0, 1.0, 3.0, 1.0, 1.0, 0.25, 1.0]
+
+
+def corrected_log(tmp_path) -> str:
+    both = [{**row, "trainer_logprobs": [lp + float(np.log(r)) for lp, r in zip(
+        LOGPROBS, RATIOS, strict=True)]} for row in rows()]  # fmt: skip
+    return write_jsonl(tmp_path / "both.jsonl", both)
+
+
+def test_advcli_layout_carries_the_weights_and_masks_per_token(tmp_path):
+    first, _ = shard(tmp_path, "advcli", "--correction", "token-mask", "--correction-bounds",
+                     "0.5,2", log=corrected_log(tmp_path))  # fmt: skip
+    assert first["is_weights"] == pytest.approx([1, 1, 0, 1, 1, 0, 1], abs=1e-6)
+    assert first["is_mask"] == [0, 0, 1, 0, 0, 1, 0]
+
+
+def test_verl_takes_the_weights_as_rollout_is_weights_and_a_rejection_out_of_the_mask(tmp_path):
+    """verl's rollout_rs drops what it rejects from response_mask; its rollout_is leaves the
+    mask and weighs a masked token 0."""
+    log = corrected_log(tmp_path)
+    rejected, _ = shard(tmp_path, "verl", "--correction", "token-k1", "--correction-bounds", "2",
+                        log=log)  # fmt: skip
+    assert rejected["rollout_is_weights"] == [0, 1, 1, 0, 1]
+    assert rejected["response_mask"] == [0, 1, 0, 0, 0]
+    masked, _ = shard(tmp_path, "verl", "--correction", "token-mask", "--correction-bounds",
+                      "0.5,2", "--force", log=log)  # fmt: skip
+    assert masked["rollout_is_weights"] == pytest.approx([0, 1, 1, 0, 1], abs=1e-6)
+    assert masked["response_mask"] == [1, 1, 0, 1, 0]
+    assert "is_weights" not in masked and "is_mask" not in masked
+
+
+def test_trl_takes_importance_sampling_ratio_per_token_or_per_sequence(tmp_path):
+    """As TRL's loss multiplies it in: (B, T) for a token mode, (B, 1) for a sequence mode."""
+    log = corrected_log(tmp_path)
+    token, _ = shard(tmp_path, "trl", "--correction", "token_truncate", "--correction-bounds",
+                     "2", log=log)  # fmt: skip
+    assert token["importance_sampling_ratio"] == pytest.approx([2, 1, 1, 0.25, 1], rel=1e-6)
+    sequence, _ = shard(tmp_path, "trl", "--correction", "sequence_truncate",
+                        "--correction-bounds", "10", "--force", log=log)  # fmt: skip
+    assert sequence["importance_sampling_ratio"] == pytest.approx(0.75, rel=1e-6)
+
+
+def test_an_annotated_log_keeps_its_correction_in_every_layout(tmp_path):
+    annotated = tmp_path / "annotated.parquet"
+    done = run("annotate", corrected_log(tmp_path), "--method", "grpo", "--out", annotated,
+               "--correction", "token-k1", "--correction-bounds", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    first, _ = shard(tmp_path, "verl", log=str(annotated))
+    manifest = read_manifest(tmp_path / "shards-verl")
+    assert manifest["correction"] == {"mode": "token-k1", "lo": 0.5, "hi": 2.0, "flavour": "advcli"}
+    assert first["rollout_is_weights"] == [0, 1, 1, 0, 1]
+    assert first["response_mask"] == [0, 1, 0, 0, 0]
+    again = run("shard", annotated, "--out", tmp_path / "again", "--correction", "tis")
+    assert again.returncode == 2
+    assert "`convention`, `correction`" not in again.stderr.decode()  # spelled as flags
+    assert "--correction and the method's parameters apply to raw logs" in again.stderr.decode()
