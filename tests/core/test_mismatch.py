@@ -22,10 +22,10 @@ from advcli.core.mismatch import (
     turn_index,
 )
 from advcli.core.mismatch_frameworks import Correction
-from tests.conftest import ROOT
+from tests.core import health_refs
 
 CONVENTIONS: tuple[Convention, ...] = ("verl", "nemo-rl", "miles", "trl")
-LOG = ROOT / "tests" / "fixtures" / "refs" / "health" / "log.parquet"
+LOG = health_refs.LOG
 CORRECTIONS = [
     Correction("token-truncate", "token", 0.0, 2.0),
     Correction("token-mask", "token", 0.5, 2.0),
@@ -506,3 +506,39 @@ def test_a_corrected_batch_without_weights_is_refused():
     s = MismatchStats(correction=CORRECTIONS[0])
     with pytest.raises(ValueError, match="`weights`"):
         s.add(batch_of(table))
+
+
+def framework_reference(framework: str, name: str) -> dict[str, Any]:
+    """A fixture case's float64 metrics; NeMo-RL's with what its sequence-error masking returned."""
+    case = health_refs.case(framework, name)["float64"]
+    return {**case["metrics"], **case.get("seq_logprob_error_metrics", {})}
+
+
+@pytest.mark.parametrize(
+    ("framework", "convention", "name"),
+    [
+        ("verl", "verl", "no_correction"),
+        ("miles", "miles", "metrics"),
+        ("nemo_rl", "nemo-rl", "metrics_k3"),
+    ],
+)
+def test_uncorrected_metrics_match_the_frameworks_own_code(
+    framework: str, convention: Convention, name: str
+):
+    """Each framework's own numbers on the log (tests/fixtures/refs/health), at the fixtures'
+    float64 tolerance; NeMo-RL's loss terms (loss, probs_ratio*, kl_penalty, ...) are no
+    mismatch figures and are left out."""
+    want = framework_reference(framework, name)
+    got = stats_of(rows()).framework_metrics(convention)
+    assert set(got) <= set(want), set(got) - set(want)
+    for key, value in got.items():
+        assert value == pytest.approx(want[key], rel=1e-6), key
+
+
+def test_nemo_rl_sequence_error_masking_matches_its_own_code():
+    """grpo.py's ``seq_logprob_error_threshold = 1.5`` on the log: the rows it masks, the share
+    of them correct, and the sequence errors before and after."""
+    want = health_refs.case("nemo_rl", "seq_logprob_error_threshold")["float64"]
+    got = stats_of(rows(), threshold=1.5).framework_metrics("nemo-rl")
+    for key, value in want["seq_logprob_error_metrics"].items():
+        assert got[key] == pytest.approx(value, rel=1e-6), key
