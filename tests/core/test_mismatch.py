@@ -545,3 +545,34 @@ def test_nemo_rl_sequence_error_masking_matches_its_own_code():
     assert set(got) <= set(want), set(got) - set(want)
     for key, value in got.items():
         assert value == pytest.approx(want[key], rel=1e-6), key
+
+
+FRAMEWORK_CASES = [
+    ("verl", "verl", ("token_tis", "token_icepop", "sequence_tis", "sequence_icepop")),
+    ("verl", "verl", ("token_tis_batch_normalize", "seq_mean_k3")),
+    ("trl", "trl", ("token_truncate", "sequence_truncate", "token_mask_clip_min")),
+    ("trl", "trl", ("token_truncate_clip_min", "sequence_mask_clip_min")),
+    ("miles", "miles", ("tis", "tis_low", "icepop")),
+    ("nemo_rl", "nemo-rl", ("tis", "tis_min", "icepop")),
+]
+
+
+@pytest.mark.parametrize(
+    ("framework", "convention", "name"),
+    [(f, c, n) for f, c, names in FRAMEWORK_CASES for n in names],
+)
+def test_corrected_metrics_match_the_frameworks_own_code(
+    framework: str, convention: Convention, name: str
+):
+    """A correction's metrics against the framework's own on the log: the case's advcli mode and
+    bounds, its weights and masks from this file's loop (``correct_rows``, which knows only the
+    rejection mode seq-mean-k3 of verl's)."""
+    advcli = health_refs.case(framework, name)["advcli"]
+    mode, (lo, hi) = advcli["correction"], advcli["correction_bounds"]
+    c = Correction(mode, "sequence" if mode.startswith("seq") else "token", lo, hi)
+    got = stats_of(rows(), c).framework_metrics(convention)
+    want = framework_reference(framework, name)
+    assert set(got) <= set(want), set(got) - set(want)
+    for key, value in got.items():
+        # abs: the loop's weights clamp δ at ±20 (ρ ≥ 2e-9) where TRL's minimum ratio does not
+        assert value == pytest.approx(want[key], rel=1e-6, abs=1e-8), key
