@@ -28,7 +28,8 @@ without action tokens count where the framework counts them.
   ½ KL(trainer ‖ M) + ½ KL(sampler ‖ M) with M = ½(p_trainer + p_sampler), each term k3;
   ``{max,mean,min}_seq_mult_prob_error`` over sequences of their mean exp(|δ|); with
   ``seq_logprob_error_threshold``, ``num_masked_seqs`` (error above it), ``masked_correct_pct``
-  (of those, correct) and the ``_after_mask`` extremes and mean; ``sampling_importance_ratio`` =
+  (of those, correct) and the ``_after_mask`` extremes and mean, and the masked rows leave every
+  token metric (their sample mask is 0); ``sampling_importance_ratio`` =
   mean weight over tokens (mean row weight over rows for a sequence mode; exp(δ) without a
   correction) and, with a correction, ``is_oob_ratio``: the tokens whose raw ratio is outside
   [LO, HI].
@@ -200,24 +201,43 @@ def add_uncorrected(s: Sums, tok: Tokens) -> None:
         np.expm1(r - log_mixture) - (r - log_mixture)
     )
     seq_error = tok.row_mean(np.exp(np.abs(d)))
+    kept = nemo_kept_tokens(s, tok)
     s.add_sums(
-        nemo_mult_prob=np.exp(np.abs(d)),
-        nemo_gen_kl=np.expm1(d) - d,
-        nemo_policy_kl=np.expm1(-d) + d,
-        nemo_js=js,
-        nemo_ratio=np.exp(d),
+        nemo_tokens=kept,
+        nemo_mult_prob=np.exp(np.abs(d)) * kept,
+        nemo_gen_kl=(np.expm1(d) - d) * kept,
+        nemo_policy_kl=(np.expm1(-d) + d) * kept,
+        nemo_js=js * kept,
+        nemo_ratio=np.exp(d) * kept,
         nemo_seq_error=seq_error,
     )
     s.add_extremes(nemo_seq_error=seq_error)
     if s.seq_error_threshold is not None:
         masked = seq_error > s.seq_error_threshold
-        kept = seq_error[~masked]
-        s.add_sums(nemo_masked_seqs=masked, nemo_kept_seqs=len(kept), nemo_kept_error=kept)
-        s.add_extremes(nemo_kept_error=kept)
+        kept_error = seq_error[~masked]
+        s.add_sums(
+            nemo_masked_seqs=masked, nemo_kept_seqs=len(kept_error), nemo_kept_error=kept_error
+        )
+        s.add_extremes(nemo_kept_error=kept_error)
     c = np.clip(d, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     miles_kl = np.clip(np.expm1(c) - c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
     s.add_sums(miles_abs=tok.miles_row_mean(np.abs(d)), miles_kl=tok.miles_row_mean(miles_kl))
     s.add_extremes(abs_delta=np.abs(d))
+
+
+def nemo_kept_rows(s: Sums, tok: Tokens) -> np.ndarray:
+    """Per row, NeMo-RL's sample mask after ``seq_logprob_error_threshold`` (float64, 1 = kept):
+    a masked row adds nothing to its loss's metrics."""
+    kept = np.ones(len(tok.count))
+    if s.seq_error_threshold is not None:
+        kept[tok.live] = tok.row_mean(np.exp(np.abs(tok.delta))) <= s.seq_error_threshold
+    return kept
+
+
+def nemo_kept_tokens(s: Sums, tok: Tokens) -> np.ndarray:
+    """Per action token, its row's NeMo-RL sample mask (float64, 1 = kept)."""
+    out: np.ndarray = nemo_kept_rows(s, tok)[tok.rows]
+    return out
 
 
 def nemo_masked_correct(s: Sums, tok: Tokens, correct: np.ndarray) -> None:
@@ -242,8 +262,13 @@ def add_corrected(s: Sums, tok: Tokens, weights: np.ndarray, masked: np.ndarray)
     else:
         add_verl_is(s, tok, weights, row_delta)
     row_weight = tok.row_mean(weights)
+    kept_rows = nemo_kept_rows(s, tok)
+    kept = kept_rows[tok.rows]
     s.add_sums(
-        nemo_seq_weight=row_weight,
+        nemo_rows=kept_rows,
+        nemo_seq_weight=row_weight * kept_rows[tok.live],
+        nemo_weights=weights * kept,
+        nemo_oob=outside * kept,
         empty_rows=(~tok.live).sum(),
         weights=weights,
         miles_tis=tok.miles_row_mean(np.exp(d)),
@@ -340,7 +365,7 @@ def verl_metrics(s: Sums) -> dict[str, float]:
 
 
 def nemo_metrics(s: Sums) -> dict[str, float]:
-    per_token = lambda key: s.share(key, "tokens")  # noqa: E731
+    per_token = lambda key: s.share(key, "nemo_tokens")  # noqa: E731
     out = {
         "token_mult_prob_error": per_token("nemo_mult_prob"),
         "gen_kl_error": per_token("nemo_gen_kl"),
@@ -363,10 +388,11 @@ def nemo_metrics(s: Sums) -> dict[str, float]:
         if c.level == "sequence":
             empty = s.get("empty_rows")
             total = s.get("nemo_seq_weight") + empty * c.weight_of_one()
-            out["sampling_importance_ratio"] = total / s.get("rows") if s.get("rows") else 0.0
+            rows = s.get("nemo_rows")
+            out["sampling_importance_ratio"] = total / rows if rows else 0.0
         else:
-            out["sampling_importance_ratio"] = per_token("weights")
-        out["is_oob_ratio"] = per_token("oob")
+            out["sampling_importance_ratio"] = per_token("nemo_weights")
+        out["is_oob_ratio"] = per_token("nemo_oob")
     return out
 
 

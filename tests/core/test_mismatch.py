@@ -22,10 +22,10 @@ from advcli.core.mismatch import (
     turn_index,
 )
 from advcli.core.mismatch_frameworks import Correction
-from tests.conftest import ROOT
+from tests.core import health_refs
 
 CONVENTIONS: tuple[Convention, ...] = ("verl", "nemo-rl", "miles", "trl")
-LOG = ROOT / "tests" / "fixtures" / "refs" / "health" / "log.parquet"
+LOG = health_refs.LOG
 CORRECTIONS = [
     Correction("token-truncate", "token", 0.0, 2.0),
     Correction("token-mask", "token", 0.5, 2.0),
@@ -329,9 +329,13 @@ def test_verl_metrics_match_a_loop(c: Correction | None):
 
 def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, float]:
     """NeMo-RL's loss-function metrics (k3 KLs) and grpo.py's sequence error, token by token."""
+    errors = [(mean([math.exp(abs(d)) for d in r["deltas"]]), r) for r in table if r["deltas"]]
+    masked = [r for e, r in errors if e > threshold]
+    kept = [e for e, _ in errors if e <= threshold]
+    sampled = [r for r in table if not any(r is m for m in masked)]  # its sample mask: 1
     pairs = [
         (t, s)
-        for r in table
+        for r in sampled
         for t, s, a in zip(r["trainer_logprobs"], r["logprobs"], r["action_mask"], strict=True)
         if a
     ]
@@ -343,9 +347,6 @@ def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, f
         m = math.log(0.5 * math.exp(t) + 0.5 * math.exp(s))
         return 0.5 * k3(t - m) + 0.5 * k3(s - m)
 
-    errors = [(mean([math.exp(abs(d)) for d in r["deltas"]]), r) for r in table if r["deltas"]]
-    masked = [r for e, r in errors if e > threshold]
-    kept = [e for e, _ in errors if e <= threshold]
     out = {
         "token_mult_prob_error": mean([math.exp(abs(t - s)) for t, s in pairs]),
         "gen_kl_error": mean([k3(t - s) for t, s in pairs]),
@@ -362,15 +363,15 @@ def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, f
         "sampling_importance_ratio": mean([math.exp(t - s) for t, s in pairs]),
     }
     if c is not None and c.kind != "reject":
-        ws = [w for r in table for w, a in zip(r["weights"], r["action_mask"], strict=True) if a]
+        ws = [w for r in sampled for w, a in zip(r["weights"], r["action_mask"], strict=True) if a]
         if c.level == "sequence":
             row_w = [
                 next((w for w, a in zip(r["weights"], r["action_mask"], strict=True) if a), None)
-                for r in table
+                for r in sampled
             ]
             one = min(max(1.0, c.lo), c.hi) if c.kind == "truncate" else 1.0
             out["sampling_importance_ratio"] = mean([one if w is None else w for w in row_w])
-            raws = [math.exp(sum(r["deltas"])) for r in table for _ in r["deltas"]]
+            raws = [math.exp(sum(r["deltas"])) for r in sampled for _ in r["deltas"]]
         else:
             out["sampling_importance_ratio"] = mean(ws)
             raws = [math.exp(t - s) for t, s in pairs]
@@ -506,3 +507,72 @@ def test_a_corrected_batch_without_weights_is_refused():
     s = MismatchStats(correction=CORRECTIONS[0])
     with pytest.raises(ValueError, match="`weights`"):
         s.add(batch_of(table))
+
+
+def framework_reference(framework: str, name: str) -> dict[str, Any]:
+    """A fixture case's float64 metrics; NeMo-RL's with what its sequence-error masking returned."""
+    case = health_refs.case(framework, name)["float64"]
+    return {**case["metrics"], **case.get("seq_logprob_error_metrics", {})}
+
+
+@pytest.mark.parametrize(
+    ("framework", "convention", "name"),
+    [
+        ("verl", "verl", "no_correction"),
+        ("miles", "miles", "metrics"),
+        ("nemo_rl", "nemo-rl", "metrics_k3"),
+    ],
+)
+def test_uncorrected_metrics_match_the_frameworks_own_code(
+    framework: str, convention: Convention, name: str
+):
+    """Each framework's own numbers on the log (tests/fixtures/refs/health), at the fixtures'
+    float64 tolerance; NeMo-RL's loss terms (loss, probs_ratio*, kl_penalty, ...) are no
+    mismatch figures and are left out."""
+    want = framework_reference(framework, name)
+    got = stats_of(rows()).framework_metrics(convention)
+    assert set(got) <= set(want), set(got) - set(want)
+    for key, value in got.items():
+        assert value == pytest.approx(want[key], rel=1e-6), key
+
+
+def test_nemo_rl_sequence_error_masking_matches_its_own_code():
+    """grpo.py's ``seq_logprob_error_threshold = 1.5`` with tis at 2 on the log: the rows it
+    masks, the share of them correct, the sequence errors before and after, and the token
+    metrics of the rows left."""
+    want = framework_reference("nemo_rl", "seq_logprob_error_threshold")
+    got = stats_of(rows(), CORRECTIONS[0], threshold=1.5).framework_metrics("nemo-rl")
+    assert set(got) <= set(want), set(got) - set(want)
+    for key, value in got.items():
+        assert value == pytest.approx(want[key], rel=1e-6), key
+
+
+FRAMEWORK_CASES = [
+    ("verl", "verl", ("token_tis", "token_icepop", "sequence_tis", "sequence_icepop")),
+    ("verl", "verl", ("token_tis_batch_normalize", "seq_mean_k3")),
+    ("trl", "trl", ("token_truncate", "sequence_truncate", "token_mask_clip_min")),
+    ("trl", "trl", ("token_truncate_clip_min", "sequence_mask_clip_min")),
+    ("miles", "miles", ("tis", "tis_low", "icepop")),
+    ("nemo_rl", "nemo-rl", ("tis", "tis_min", "icepop")),
+]
+
+
+@pytest.mark.parametrize(
+    ("framework", "convention", "name"),
+    [(f, c, n) for f, c, names in FRAMEWORK_CASES for n in names],
+)
+def test_corrected_metrics_match_the_frameworks_own_code(
+    framework: str, convention: Convention, name: str
+):
+    """A correction's metrics against the framework's own on the log: the case's advcli mode and
+    bounds, its weights and masks from this file's loop (``correct_rows``, which knows only the
+    rejection mode seq-mean-k3 of verl's)."""
+    advcli = health_refs.case(framework, name)["advcli"]
+    mode, (lo, hi) = advcli["correction"], advcli["correction_bounds"]
+    c = Correction(mode, "sequence" if mode.startswith("seq") else "token", lo, hi)
+    got = stats_of(rows(), c).framework_metrics(convention)
+    want = framework_reference(framework, name)
+    assert set(got) <= set(want), set(got) - set(want)
+    for key, value in got.items():
+        # abs: the loop's weights clamp δ at ±20 (ρ ≥ 2e-9) where TRL's minimum ratio does not
+        assert value == pytest.approx(want[key], rel=1e-6, abs=1e-8), key
