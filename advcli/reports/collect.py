@@ -23,6 +23,7 @@ from advcli import installed, progress
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
+from advcli.core.correction import Correction
 from advcli.errors import UsageError
 from advcli.io.sources import prefetch
 from advcli.lazy_imports import np, pa
@@ -30,6 +31,7 @@ from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
 from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
 from advcli.run.accounting import Audit, audit_log
+from advcli.run.correcting import described
 from advcli.run.engine import Run
 from advcli.run.logs import BATCH_ROWS, Log
 
@@ -55,11 +57,14 @@ def gather(
     reward_components: list[str] | None = None,
     batch_rows: int = BATCH_ROWS,
     hash_prompts: bool = False,
+    correction: Correction | None = None,
 ) -> Gathered:
     """Everything the page shows (``payload``) and what a comparison needs besides. ``run``: a
     method planned over ``log`` (its advantages are shown); without one, a log already annotated
     (an ``advantages`` or ``advantage`` column) shows those. ``hash_prompts``: each row's prompt
-    tokens hashed, which match a prompt across logs without a prompt text column."""
+    tokens hashed, which match a prompt across logs without a prompt text column.
+    ``correction``: each detail token's weight and mask shown beside its δ (with both log-prob
+    streams)."""
     with progress.stage("auditing the groups"):
         found = audit_log(log, tol=options.tol, near_tie=options.near_tie, batch_rows=batch_rows)
     rows = found.rows
@@ -81,7 +86,7 @@ def gather(
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
         seen = RolloutPass(log, found, run, in_detail[codes], options, batch_rows,
-                           hash_prompts=hash_prompts).walk()  # fmt: skip
+                           hash_prompts=hash_prompts, correction=correction).walk()  # fmt: skip
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
     )
@@ -113,6 +118,10 @@ def gather(
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
         ),
         "details": seen.details(found, codes, rewards, lengths_),
+        "overlay": {
+            "streams": seen.streams,
+            "correction": described(seen.correction) if seen.correction is not None else None,
+        },
         "vocab": token_texts(options.tokenizer, seen, log) if options.tokenizer else None,
     }
     return Gathered(payload, log, found, kinds, seen.rollout_advantages(lengths_),
@@ -137,7 +146,7 @@ def token_texts(path: str, seen: RolloutPass, log: Log) -> dict[str, str]:
         except _failures() as exc:  # the library raises its own (Rust) exceptions
             msg = f"`tokenizer={path!r}`: not a tokenizer.json the tokenizers library reads ({exc})"
             raise UsageError(msg) from None
-        shown = [part[0] for part in seen.tokens.values()]
+        shown = [part.ids for part in seen.tokens.values()]
         ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
         ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
         try:
@@ -162,7 +171,7 @@ def _refuse_undecodable(
         try:
             tokenizer.decode([token], skip_special_tokens=False)
         except _failures() as exc:
-            row = min(r for r, part in seen.tokens.items() if (part[0] == token).any())
+            row = min(r for r, part in seen.tokens.items() if (part.ids == token).any())
             at = log.sources.at(row, log.roles.column("input_ids"))
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
             msg = (
