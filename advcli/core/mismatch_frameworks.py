@@ -1,0 +1,414 @@
+"""Each framework's own mismatch metrics, under the names it logs, streamed as sums.
+
+The pieces the streamed sums are made of (a batch's action tokens, a correction, the sums) sit
+here, below :mod:`advcli.core.mismatch`, which adds advcli's own figures. Every metric is a
+framework's mean (or min, max) over one training batch, as it logs it; over a log of several
+batches, the same formula over the whole log (``audit --by step``: one per step). Sequences
+without action tokens count where the framework counts them.
+
+- **verl** (``verl/trainer/ppo/rollout_corr_helper.py``, logged as ``rollout_corr/<name>``): its
+  masked means divide by count + 1e-8; per-sequence means are over every row of the batch (a row
+  without action tokens has mean 0). ``training_ppl`` = mean_i exp(−m_i(trainer)),
+  ``training_log_ppl`` = mean_i −m_i(trainer), ``rollout_ppl`` / ``rollout_log_ppl`` the same of
+  the sampler; ``kl`` = mean(sampler − trainer), ``k3_kl`` = mean(exp(δ) − δ − 1);
+  ``log_ppl_diff`` = mean_i (m_i(sampler) − m_i(trainer)), its ``abs``, ``max``, ``min``;
+  ``ppl_ratio`` = mean_i exp(log_ppl_diff_i); ``chi2_token`` = mean(exp(2 c(δ))) − 1,
+  ``chi2_seq`` = mean_i exp(2 c(Σ_i δ)) − 1 (c: clamp to ±20). With a truncate or mask
+  correction (its ``rollout_is`` at the correction's level, ``rollout_is_threshold`` HI or
+  ``LO_HI``), ``rollout_is_*`` of ``compute_is_metrics``: raw ρ = exp(c(δ)) (token) or
+  exp(c(Σ_i δ)) on each token (sequence); the lower bound of its fractions is LO for a mask mode,
+  1/HI for a truncate one; std and ESS of the weights clamped into [0, HI]; ``seq_*`` of the
+  per-row weight means. With a rejection mode, ``rollout_rs_<option>_masked_fraction`` and
+  ``_seq_masked_fraction`` (over sequences with action tokens), ``rollout_rs_masked_fraction``
+  and ``rollout_rs_seq_masked_fraction`` (over every row).
+- **NeMo-RL** (``nemo_rl/algorithms/loss/loss_functions.py``, ``grpo.py``), over the action
+  tokens (its token mask × sample mask): ``token_mult_prob_error`` = mean exp(|δ|),
+  ``gen_kl_error`` = mean k3(δ) = exp(δ) − 1 − δ, ``policy_kl_error`` = mean(exp(−δ) − 1 + δ)
+  (its default ``reference_policy_kl_type`` k3, unclamped), ``js_divergence_error`` = mean of
+  ½ KL(trainer ‖ M) + ½ KL(sampler ‖ M) with M = ½(p_trainer + p_sampler), each term k3;
+  ``{max,mean,min}_seq_mult_prob_error`` over sequences of their mean exp(|δ|); with
+  ``seq_logprob_error_threshold``, ``num_masked_seqs`` (error above it), ``masked_correct_pct``
+  (of those, correct) and the ``_after_mask`` extremes and mean; ``sampling_importance_ratio`` =
+  mean weight over tokens (mean row weight over rows for a sequence mode; exp(δ) without a
+  correction) and, with a correction, ``is_oob_ratio``: the tokens whose raw ratio is outside
+  [LO, HI].
+- **miles / slime** (``loss_hub/losses.py``, ``corrections.py``): per row, the mean over its
+  loss-mask tokens, then the mean over rows (a row without one counts 0):
+  ``train_rollout_logprob_abs_diff`` of |δ|, ``train_rollout_kl`` of its ``low_var_kl``
+  clamp(k3(c(δ)), ±10); with a token correction (``--use-tis``, ``tis_clip_low`` LO, ``tis_clip``
+  HI) ``tis`` of exp(δ) (before the clamp), ``tis_abs`` of |exp(δ) − 1|, ``tis_clipfrac`` of
+  exp(δ) ∉ [LO, HI].
+- **TRL** (``GRPOTrainer``): ``sampling/sampling_logp_difference/{mean,max}`` of |δ| over tokens;
+  with a correction ``sampling/importance_sampling_ratio/{min,mean,max}`` of its weights over
+  action tokens (token modes) or of the row weights over every row (sequence modes; a row
+  without action tokens has ρ = 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from advcli.lazy_imports import np
+
+Level = Literal["token", "sequence"]
+LOG_RATIO_CLAMP = 20.0  # verl's SAFETY_BOUND: δ (and Σδ) clamped before an exp
+MILES_KL_CLAMP = 10.0  # miles clamps its low_var_kl estimate to ±10
+VERL_EPS = 1e-8  # verl's masked_mean divides by count + 1e-8
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A correction mode as the audit applies it: its name (``token-truncate``, ``token-mask``,
+    ``sequence-truncate``, ``sequence-mask`` or a verl rejection mode such as ``seq-mean-k3``),
+    its level and bounds. The per-token weights and masks it gave come with each batch."""
+
+    mode: str
+    level: Level
+    lo: float
+    hi: float
+
+    @property
+    def kind(self) -> Literal["truncate", "mask", "reject"]:
+        """Truncate (TIS: clamp into [lo, hi]), mask (IcePop: 0 outside) or a verl rejection."""
+        if self.mode.endswith("truncate"):
+            return "truncate"
+        return "mask" if self.mode.endswith("mask") else "reject"
+
+    def weight_of_one(self) -> float:
+        """The weight of ρ = 1: what a sequence mode gives a row without action tokens."""
+        if self.kind == "truncate":
+            return min(max(1.0, self.lo), self.hi)
+        return 1.0 if self.lo <= 1.0 <= self.hi else 0.0
+
+
+@dataclass
+class Tokens:
+    """A batch's action tokens: log-probs (float64), δ, each one's row; per row, its count."""
+
+    trainer: np.ndarray
+    sampler: np.ndarray
+    rows: np.ndarray
+    count: np.ndarray  # action tokens of every row of the batch (float64)
+
+    @property
+    def delta(self) -> np.ndarray:
+        out: np.ndarray = self.trainer - self.sampler
+        return out
+
+    @property
+    def live(self) -> np.ndarray:
+        """The rows with action tokens: the sequences."""
+        out: np.ndarray = self.count > 0
+        return out
+
+    def row_sum(self, values: np.ndarray) -> np.ndarray:
+        """Per row (every row of the batch): the sum of ``values`` over its action tokens."""
+        out: np.ndarray = np.bincount(self.rows, weights=values, minlength=len(self.count))
+        return out
+
+    def row_mean(self, values: np.ndarray) -> np.ndarray:
+        """Per sequence: the mean of ``values`` over its action tokens."""
+        live = self.live
+        out: np.ndarray = self.row_sum(values)[live] / self.count[live]
+        return out
+
+    def verl_row_mean(self, values: np.ndarray) -> np.ndarray:
+        """Per row, verl's masked mean Σ / (n + 1e-8): 0 for a row without action tokens."""
+        out: np.ndarray = self.row_sum(values) / (self.count + VERL_EPS)
+        return out
+
+    def miles_row_mean(self, values: np.ndarray) -> np.ndarray:
+        """Per row, miles' sample mean Σ / max(n, 1)."""
+        out: np.ndarray = self.row_sum(values) / np.maximum(self.count, 1.0)
+        return out
+
+
+def clamped_exp(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """exp(scale · clamp(x, −20, 20)), verl's safe exponent."""
+    out: np.ndarray = np.exp(scale * np.clip(x, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return out
+
+
+@dataclass
+class Sums:
+    """Sums, maxima and minima under names, added batch by batch and merged part by part."""
+
+    correction: Correction | None = None
+    seq_error_threshold: float | None = None
+    sums: dict[str, float] = field(default_factory=dict)
+    highs: dict[str, float] = field(default_factory=dict)
+    lows: dict[str, float] = field(default_factory=dict)
+
+    def add_sums(self, **values: float | np.ndarray) -> None:
+        for key, v in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(np.sum(v))
+
+    def add_extremes(self, **values: np.ndarray) -> None:
+        for key, v in values.items():
+            if len(v):
+                self.highs[key] = max(self.highs.get(key, -math.inf), float(np.max(v)))
+                self.lows[key] = min(self.lows.get(key, math.inf), float(np.min(v)))
+
+    def merge_sums(self, other: Sums) -> None:
+        for key, v in other.sums.items():
+            self.sums[key] = self.sums.get(key, 0.0) + v
+        for key, v in other.highs.items():
+            self.highs[key] = max(self.highs.get(key, -math.inf), v)
+        for key, v in other.lows.items():
+            self.lows[key] = min(self.lows.get(key, math.inf), v)
+
+    def get(self, key: str) -> float:
+        return self.sums.get(key, 0.0)
+
+    def share(self, key: str, of: str, eps: float = 0.0) -> float:
+        """``sums[key] / (sums[of] + eps)``, 0 where nothing was counted."""
+        total = self.get(of)
+        return self.get(key) / (total + eps) if total else 0.0
+
+    def high(self, key: str) -> float:
+        return self.highs.get(key, 0.0)
+
+    def low(self, key: str) -> float:
+        return self.lows.get(key, 0.0)
+
+
+def add_uncorrected(s: Sums, tok: Tokens) -> None:
+    """The frameworks' sums that need no correction."""
+    d, t, r = tok.delta, tok.trainer, tok.sampler
+    s.add_sums(tokens=len(d), rows=len(tok.count), sequences=tok.live.sum(), abs_delta=np.abs(d))
+    mean_t, mean_r = tok.verl_row_mean(t), tok.verl_row_mean(r)
+    log_ppl_diff = mean_r - mean_t
+    s.add_sums(
+        verl_training_ppl=np.exp(-mean_t),
+        verl_training_log_ppl=-mean_t,
+        verl_rollout_ppl=np.exp(-mean_r),
+        verl_rollout_log_ppl=-mean_r,
+        verl_kl=r - t,
+        verl_k3=np.exp(d) - d - 1,
+        verl_rho2=clamped_exp(d, 2.0),
+        verl_lpd=log_ppl_diff,
+        verl_lpd_abs=np.abs(log_ppl_diff),
+        verl_ppl_ratio=np.exp(log_ppl_diff),
+        verl_rho2_seq=clamped_exp(tok.row_sum(d), 2.0),
+    )
+    s.add_extremes(verl_lpd=log_ppl_diff)
+    log_mixture = np.log(0.5 * np.exp(t) + 0.5 * np.exp(r))
+    js = 0.5 * (np.expm1(t - log_mixture) - (t - log_mixture)) + 0.5 * (
+        np.expm1(r - log_mixture) - (r - log_mixture)
+    )
+    seq_error = tok.row_mean(np.exp(np.abs(d)))
+    s.add_sums(
+        nemo_mult_prob=np.exp(np.abs(d)),
+        nemo_gen_kl=np.expm1(d) - d,
+        nemo_policy_kl=np.expm1(-d) + d,
+        nemo_js=js,
+        nemo_ratio=np.exp(d),
+        nemo_seq_error=seq_error,
+    )
+    s.add_extremes(nemo_seq_error=seq_error)
+    if s.seq_error_threshold is not None:
+        masked = seq_error > s.seq_error_threshold
+        kept = seq_error[~masked]
+        s.add_sums(nemo_masked_seqs=masked, nemo_kept_seqs=len(kept), nemo_kept_error=kept)
+        s.add_extremes(nemo_kept_error=kept)
+    c = np.clip(d, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    miles_kl = np.clip(np.expm1(c) - c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
+    s.add_sums(miles_abs=tok.miles_row_mean(np.abs(d)), miles_kl=tok.miles_row_mean(miles_kl))
+    s.add_extremes(abs_delta=np.abs(d))
+
+
+def nemo_masked_correct(s: Sums, tok: Tokens, correct: np.ndarray) -> None:
+    """NeMo-RL's ``masked_correct_pct``: the masked sequences whose reward was 1 (``correct``)."""
+    if s.seq_error_threshold is not None:
+        seq_error = tok.row_mean(np.exp(np.abs(tok.delta)))
+        s.add_sums(nemo_masked_correct=(seq_error > s.seq_error_threshold) & correct[tok.live])
+
+
+def add_corrected(s: Sums, tok: Tokens, weights: np.ndarray, masked: np.ndarray) -> None:
+    """The frameworks' sums of a correction's ``weights`` and ``masked`` (action tokens)."""
+    c = s.correction
+    assert c is not None
+    d = tok.delta
+    row_delta = tok.row_sum(d)
+    log_raw = d if c.level == "token" else row_delta[tok.rows]
+    outside = (np.exp(log_raw) < c.lo) | (np.exp(log_raw) > c.hi)
+    s.add_sums(oob=outside)
+    if c.kind == "reject":
+        masked_rows = tok.row_sum(masked.astype(np.float64)) > 0
+        s.add_sums(verl_rs_masked=masked, verl_rs_masked_rows=masked_rows)
+    else:
+        add_verl_is(s, tok, weights, row_delta)
+    row_weight = tok.row_mean(weights)
+    s.add_sums(
+        nemo_seq_weight=row_weight,
+        empty_rows=(~tok.live).sum(),
+        weights=weights,
+        miles_tis=tok.miles_row_mean(np.exp(d)),
+        miles_tis_abs=tok.miles_row_mean(np.abs(np.expm1(d))),
+        miles_clipfrac=tok.miles_row_mean(outside.astype(np.float64)),
+    )
+    s.add_extremes(weights=weights, row_weight=row_weight)
+
+
+def add_verl_is(s: Sums, tok: Tokens, weights: np.ndarray, row_delta: np.ndarray) -> None:
+    """verl's ``compute_is_metrics`` sums (module docstring)."""
+    c = s.correction
+    assert c is not None
+    lower = c.lo if c.kind == "mask" else 1.0 / c.hi
+    raw = clamped_exp(tok.delta) if c.level == "token" else clamped_exp(row_delta)[tok.rows]
+    clamped = np.clip(weights, 0.0, c.hi)
+    seq_weight = tok.verl_row_mean(weights)
+    seq_raw = tok.verl_row_mean(raw)
+    s.add_sums(
+        verl_is_high=raw > c.hi,
+        verl_is_low=raw < lower,
+        verl_is_clamped=clamped,
+        verl_is_clamped2=clamped * clamped,
+        verl_is_seq=seq_weight,
+        verl_is_seq2=seq_weight**2,
+        verl_is_seq_high=seq_raw > c.hi,
+        verl_is_seq_low=seq_raw < lower,
+        verl_is_row_high=row_delta > math.log(c.hi),
+        verl_is_row_low=row_delta < math.log(lower),
+    )
+    s.add_extremes(
+        verl_is_seq=seq_weight,
+        verl_is_seq_deviation=np.abs(seq_weight - 1.0),
+        verl_row_delta=row_delta,
+    )
+
+
+def verl_metrics(s: Sums) -> dict[str, float]:
+    n, rows = s.get("tokens"), s.get("rows")
+    per_token = lambda key: s.share(key, "tokens", VERL_EPS)  # noqa: E731
+    per_row = lambda key: s.share(key, "rows")  # noqa: E731
+    out = {
+        "training_ppl": per_row("verl_training_ppl"),
+        "training_log_ppl": per_row("verl_training_log_ppl"),
+        "kl": per_token("verl_kl"),
+        "k3_kl": per_token("verl_k3"),
+        "rollout_ppl": per_row("verl_rollout_ppl"),
+        "rollout_log_ppl": per_row("verl_rollout_log_ppl"),
+        "log_ppl_diff": per_row("verl_lpd"),
+        "log_ppl_abs_diff": per_row("verl_lpd_abs"),
+        "log_ppl_diff_max": s.high("verl_lpd"),
+        "log_ppl_diff_min": s.low("verl_lpd"),
+        "ppl_ratio": per_row("verl_ppl_ratio"),
+        "chi2_token": per_token("verl_rho2") - 1.0,
+        "chi2_seq": per_row("verl_rho2_seq") - 1.0,
+    }
+    c = s.correction
+    if c is not None and c.kind == "reject":
+        option = c.mode.replace("-", "_")
+        out[f"rollout_rs_{option}_masked_fraction"] = per_token("verl_rs_masked")
+        out[f"rollout_rs_{option}_seq_masked_fraction"] = s.share(
+            "verl_rs_masked_rows", "sequences"
+        )
+        out["rollout_rs_masked_fraction"] = per_token("verl_rs_masked")
+        out["rollout_rs_seq_masked_fraction"] = per_row("verl_rs_masked_rows")
+    elif c is not None:
+        if c.level == "sequence":
+            out["rollout_is_max"] = math.exp(min(s.high("verl_row_delta"), LOG_RATIO_CLAMP))
+            out["rollout_is_min"] = math.exp(s.low("verl_row_delta"))
+            high, low = per_row("verl_is_row_high"), per_row("verl_is_row_low")
+        else:
+            out["rollout_is_max"], out["rollout_is_min"] = s.high("weights"), s.low("weights")
+            high, low = per_token("verl_is_high"), per_token("verl_is_low")
+        out["rollout_is_mean"] = per_token("weights")
+        out["rollout_is_ratio_fraction_high"], out["rollout_is_ratio_fraction_low"] = high, low
+        mean_clamped = per_token("verl_is_clamped")
+        mean_square = per_token("verl_is_clamped2")
+        out["rollout_is_std"] = math.sqrt(max(mean_square - mean_clamped**2, 0.0)) if n > 1 else 0.0
+        out["rollout_is_eff_sample_size"] = 1.0 / (mean_square / (mean_clamped + VERL_EPS) ** 2)
+        seq_total, seq_square = s.get("verl_is_seq"), s.get("verl_is_seq2")
+        out["rollout_is_seq_mean"] = seq_total / rows
+        variance = (seq_square - seq_total**2 / rows) / (rows - 1) if rows > 1 else 0.0
+        out["rollout_is_seq_std"] = math.sqrt(max(variance, 0.0))
+        out["rollout_is_seq_max"], out["rollout_is_seq_min"] = (
+            s.high("verl_is_seq"),
+            s.low("verl_is_seq"),
+        )
+        out["rollout_is_seq_max_deviation"] = s.high("verl_is_seq_deviation")
+        out["rollout_is_seq_fraction_high"] = per_row("verl_is_seq_high")
+        out["rollout_is_seq_fraction_low"] = per_row("verl_is_seq_low")
+        if c.kind == "mask":
+            out["rollout_is_oob_ratio"] = per_token("oob")
+    return {f"rollout_corr/{key}": value for key, value in out.items()}
+
+
+def nemo_metrics(s: Sums) -> dict[str, float]:
+    per_token = lambda key: s.share(key, "tokens")  # noqa: E731
+    out = {
+        "token_mult_prob_error": per_token("nemo_mult_prob"),
+        "gen_kl_error": per_token("nemo_gen_kl"),
+        "policy_kl_error": per_token("nemo_policy_kl"),
+        "js_divergence_error": per_token("nemo_js"),
+        "max_seq_mult_prob_error": s.high("nemo_seq_error"),
+        "mean_seq_mult_prob_error": s.share("nemo_seq_error", "sequences"),
+        "min_seq_mult_prob_error": s.low("nemo_seq_error"),
+        "sampling_importance_ratio": per_token("nemo_ratio"),
+    }
+    if s.seq_error_threshold is not None:
+        masked = s.get("nemo_masked_seqs")
+        out["num_masked_seqs"] = masked
+        out["masked_correct_pct"] = s.get("nemo_masked_correct") / masked if masked else 0.0
+        out["max_seq_mult_prob_error_after_mask"] = s.high("nemo_kept_error")
+        out["mean_seq_mult_prob_error_after_mask"] = s.share("nemo_kept_error", "nemo_kept_seqs")
+        out["min_seq_mult_prob_error_after_mask"] = s.low("nemo_kept_error")
+    c = s.correction
+    if c is not None and c.kind != "reject":
+        if c.level == "sequence":
+            empty = s.get("empty_rows")
+            total = s.get("nemo_seq_weight") + empty * c.weight_of_one()
+            out["sampling_importance_ratio"] = total / s.get("rows") if s.get("rows") else 0.0
+        else:
+            out["sampling_importance_ratio"] = per_token("weights")
+        out["is_oob_ratio"] = per_token("oob")
+    return out
+
+
+def miles_metrics(s: Sums) -> dict[str, float]:
+    per_row = lambda key: s.share(key, "rows")  # noqa: E731
+    out = {
+        "train_rollout_logprob_abs_diff": per_row("miles_abs"),
+        "train_rollout_kl": per_row("miles_kl"),
+    }
+    c = s.correction
+    if c is not None and c.level == "token" and c.kind != "reject":
+        out["tis"] = per_row("miles_tis")
+        out["tis_abs"] = per_row("miles_tis_abs")
+        out["tis_clipfrac"] = per_row("miles_clipfrac")
+    return out
+
+
+def trl_metrics(s: Sums) -> dict[str, float]:
+    prefix = "sampling/importance_sampling_ratio"
+    out = {
+        "sampling/sampling_logp_difference/mean": s.share("abs_delta", "tokens"),
+        "sampling/sampling_logp_difference/max": s.high("abs_delta"),
+    }
+    c = s.correction
+    if c is not None and c.kind != "reject":
+        if c.level == "sequence":
+            empty, one = s.get("empty_rows"), c.weight_of_one()
+            ends = [s.low("row_weight"), s.high("row_weight")] if s.get("sequences") else []
+            ends += [one] if empty else []
+            low, high = (min(ends), max(ends)) if ends else (0.0, 0.0)
+            mean = (
+                (s.get("nemo_seq_weight") + empty * one) / s.get("rows") if s.get("rows") else 0.0
+            )
+        else:
+            low, high, mean = s.low("weights"), s.high("weights"), s.share("weights", "tokens")
+        out |= {f"{prefix}/min": low, f"{prefix}/mean": mean, f"{prefix}/max": high}
+    return out
+
+
+METRICS: dict[str, Callable[[Sums], dict[str, float]]] = {
+    "verl": verl_metrics,
+    "nemo-rl": nemo_metrics,
+    "miles": miles_metrics,
+    "trl": trl_metrics,
+}
