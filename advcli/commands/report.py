@@ -88,9 +88,13 @@ def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> Re
     else:
         components = []
     comparing = options.compare is not None or options.steps is not None
+    # the staleness by lag reads a method's advantages: this one's, else grpo's (as audit's)
+    staleness_job = dataclasses.replace(job, correction=None) if job.method is not None else (
+        jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
+                 method="grpo", batch_rows=batch_rows))  # fmt: skip
     gathered = gather(log, options, run=run, reward_components=components,
-                      batch_rows=batch_rows, hash_prompts=comparing,
-                      correction=job.correction)  # fmt: skip
+                      batch_rows=batch_rows, hash_prompts=comparing, correction=job.correction,
+                      plan=lambda: staleness_job.plan(log))  # fmt: skip
     payload = gathered.payload
     if comparing:
         payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)

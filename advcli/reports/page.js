@@ -181,6 +181,16 @@ function setUpGroups() {
   drawGroups();
 }
 
+// A click on a point of a chart by step (page.py's _line) lists that step's groups.
+window.advcliPickStep = (step) => {
+  state.step = String(step);
+  state.page = 0;
+  const pick = document.getElementById("group-step");
+  if ([...pick.options].some((o) => o.value === state.step)) pick.value = state.step;
+  drawGroups();
+  document.getElementById("groups").scrollIntoView({ block: "start" });
+};
+
 function openGroup(i) {
   const code = G.code[i];
   for (const tr of document.querySelectorAll("#group-table tbody tr")) tr.classList.toggle("open", tr.dataset.code === String(code));

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from advcli.core.correction import Correction, corrected
+from advcli.core.mismatch import k_estimates
 from advcli.core.ragged import first_where, lengths, prefix_hashes
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
@@ -108,6 +109,8 @@ class RolloutPass:
         self.roles = log.roles
         self.streams = all(self.roles[r] is not None for r in STREAMS)  # δ needs both
         self.correction = correction if self.streams else None
+        # per row, with both streams: Σ|δ|, Σk3 and the masked tokens over its action tokens
+        self.mismatch = np.zeros((found.rows.n_rows, 3)) if self.streams else None
         rows = found.rows
         self.detail_row = detail_rollout[rows.rollout_codes]
         n_detail = max(1, int(self.detail_row.sum()))
@@ -213,8 +216,9 @@ class RolloutPass:
         ranks = self.found.rows.segment_rank[row0 : row0 + n]
         detail = np.flatnonzero(self.detail_row[row0 : row0 + n])
         delta = weight = masked = None
-        if self.streams and len(detail):
+        if self.mismatch is not None:
             delta, weight, masked = self._overlay(row0, table, tok)
+            self._add_mismatch(row0, tok.offsets, delta, masked)
         for i in detail:
             start, end = int(offsets[i]), int(offsets[i + 1])
             part = mask[start:end]
@@ -238,16 +242,31 @@ class RolloutPass:
             )
             self._keep_text(table, int(i), row0)
 
+    def _add_mismatch(
+        self, row0: int, offsets: np.ndarray, delta: np.ndarray, masked: np.ndarray | None
+    ) -> None:
+        """Each row's sums of |δ|, k3 (:func:`~advcli.core.mismatch.k_estimates`) and masked
+        tokens over its action tokens, for the mismatch by step."""
+        assert self.mismatch is not None
+        d = np.nan_to_num(delta)  # 0 off actions: no |δ|, no k3
+        k3 = k_estimates(d)[2]
+        flagged = np.zeros(len(d)) if masked is None else masked.astype(np.float64)
+        for j, x in enumerate((np.abs(d), k3, flagged)):
+            before = np.r_[0.0, np.cumsum(x)]
+            self.mismatch[row0 : row0 + len(offsets) - 1, j] = (
+                before[offsets[1:]] - before[offsets[:-1]]
+            )
+
     def _overlay(
         self, row0: int, table: pa.Table, tok: Any
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """A batch's δ per token (float32, NaN off actions) and, with a correction, each
+        """A batch's δ per token (float64, NaN off actions) and, with a correction, each
         token's weight and mask as :func:`~advcli.core.correction.corrected` gives them."""
         if not all(r in tok.extra for r in STREAMS):  # a method's pass reads no log-probs
             tok = extract_tokens(table, self.roles, self.log.sources, row0, values=False,
                                  extra=STREAMS)  # fmt: skip
         trainer, sampler, mask = tok.extra["trainer_logprobs"], tok.extra["logprobs"], tok.mask
-        delta = np.where(mask, trainer.astype(np.float64) - sampler, np.nan).astype(np.float32)
+        delta = np.where(mask, trainer.astype(np.float64) - sampler, np.nan)
         if self.correction is None:
             return delta, None, None
         found = corrected(trainer, sampler, mask, tok.offsets, self.correction)

@@ -365,3 +365,33 @@ def test_a_log_without_the_trainer_stream_says_so(tmp_path, chromium):
     assert page.locator("#token-colour").is_hidden()
     assert "no trainer log-probs" in page.locator("#overlay-note").inner_text()
     assert errors == []
+
+
+def test_the_health_by_step_charts_open_a_steps_groups(tmp_path, chromium):
+    from tests.reports.test_collect import steps_log
+
+    out = tmp_path / "health.html"
+    proc = run("report", steps_log(tmp_path), "--method", "grpo", "--correction", "token-mask",
+               "--correction-bounds", "0.9,1.1", "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    charts = page.locator("#trend-charts .chart").evaluate_all("cs => cs.map(c => c.id)")
+    for name in ("zero-variance", "reward", "length", "truncated", "lag", "entropy", "delta",
+                 "k3", "masked"):  # fmt: skip
+        assert f"chart-trend-{name}" in charts
+    assert page.locator("#group-table tbody tr").count() == 6
+    # a click on the masked share's point of step 1: select it as Bokeh's TapTool does
+    page.evaluate(
+        """() => {
+          const doc = Bokeh.documents.find((d) => d.roots().some((r) =>
+            String(r.title.text).startsWith("share of action tokens masked")));
+          const source = [...doc._all_models.values()].find((m) => m.data && m.data.step);
+          source.selected.indices = [1];
+        }"""
+    )
+    steps = page.locator("#group-table tbody tr td:nth-child(3)").all_inner_texts()
+    assert steps == ["1", "1"]  # the groups of step 1
+    assert page.locator("#group-step").input_value() == "1"
+    assert errors == []
