@@ -37,9 +37,9 @@ LOGGED_HINT = "report a log annotated by advcli, or give `method`"
 
 @dataclass(frozen=True)
 class Shown:
-    """A detail row's tokens as the page keeps them: ids, kinds, and per token (float32; None
-    where the page shows none) the advantage, δ (trainer − sampler log-prob, NaN off actions),
-    the correction's weight and mask; the row's length and the prompt tokens folded."""
+    """A detail row's tokens as the page keeps them: ids, kinds, and per token (None where the
+    page shows none; float32 in the page) the advantage, δ (trainer − sampler log-prob, NaN off
+    actions), the correction's weight and mask; the row's length and the prompt tokens folded."""
 
     ids: np.ndarray
     kind: np.ndarray
