@@ -150,17 +150,21 @@ def near_tie() -> Any:
 CORRECTION = "Rollout correction"  # the help panel of --correction and --correction-bounds
 
 
-def correction() -> Any:
-    """``--correction MODE``: the rollout correction written as ``is_weights`` and ``is_mask``."""
+CORRECTION_MODES = (
+    "token-truncate, token-mask, sequence-truncate, sequence-mask, seq-mask-tis, token-k1..3, "
+    "seq-{sum,mean,max}-k1..3 (see docs/correction.md)."
+)
+
+
+def correction(
+    what: str = "Write per-token importance weights (is_weights) and masks (is_mask) from the "
+    "logprobs and trainer_logprobs streams:",
+) -> Any:
+    """``--correction MODE``: the rollout correction (``what`` it does with it, then the
+    modes); ``annotate`` and ``shard`` write it as ``is_weights`` and ``is_mask``."""
     return field(
         default=None,
-        metadata=option(
-            "Write per-token importance weights (is_weights) and masks (is_mask) from the "
-            "logprobs and trainer_logprobs streams: token-truncate, token-mask, "
-            "sequence-truncate, sequence-mask, seq-mask-tis, token-k1..3, seq-{sum,mean,max}-k1..3 "
-            "(see docs/correction.md).",
-            panel=CORRECTION,
-        ),
+        metadata=option(f"{what} {CORRECTION_MODES}", panel=CORRECTION),
     )
 
 

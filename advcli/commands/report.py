@@ -18,7 +18,7 @@ from advcli.presets import PresetOptions
 from advcli.reports import ReportOptions, compare
 from advcli.reports.collect import Gathered, gather
 from advcli.results import ReportResult
-from advcli.run import jobs
+from advcli.run import correcting, jobs
 from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
 
@@ -37,6 +37,10 @@ class ReportCommand:
     from_: str | None = fields.from_()
     preset_options: PresetOptions | None = fields.preset_options()
     force: bool = fields.force()
+    correction: str | None = fields.correction(
+        "Show each action token's weight and mask beside its δ in the token view:"
+    )
+    correction_bounds: str | None = fields.correction_bounds()
     options: ReportOptions | None = field(default=None, metadata=options_of(ReportOptions))
     batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the page
 
@@ -44,7 +48,9 @@ class ReportCommand:
 @takes_options(ReportCommand, params=True)
 def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> ReportResult:
     """``advcli report``: one self-contained HTML page (``out``) of the log's groups, rewards
-    and advantages (``method``'s, or those an annotated log holds). Needs ``advcli[report]``.
+    and advantages (``method``'s, or those an annotated log holds); with both log-prob streams
+    the token view shows each action token's δ, and ``correction``'s weight and mask. Needs
+    ``advcli[report]``.
     The keywords are :class:`ReportCommand`'s, then the method's parameters."""
     given, params = command_options(
         ReportCommand, "report", {"out": out, **keywords}, methods.PARAMETERS
@@ -65,10 +71,14 @@ def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> Re
     if options.compare is not None or options.steps is not None or options.label is not None:
         compare.check_options(options.compare, options.steps, options.label)
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
-                   method=method, convention=convention, params=params,
-                   batch_rows=batch_rows)  # fmt: skip
+                   method=method, convention=convention, params=params, batch_rows=batch_rows,
+                   correction=given.correction,
+                   correction_bounds=given.correction_bounds)  # fmt: skip
     check_output(out, job.files, force=force)
     log = job.open()
+    if job.correction is not None:  # refused here too when no method runs
+        log.require({"input_ids"}, what="`correction`")
+        correcting.require_streams(log.roles, log.source.schema.names, log.source.sources)
     run = job.plan(log) if job.method is not None else None
     p = job.params
     if p is not None and "reward_columns" in p and p.reward_columns:
@@ -78,8 +88,13 @@ def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> Re
     else:
         components = []
     comparing = options.compare is not None or options.steps is not None
+    # the staleness by lag reads a method's advantages: this one's, else grpo's (as audit's)
+    staleness_job = dataclasses.replace(job, correction=None) if job.method is not None else (
+        jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
+                 method="grpo", batch_rows=batch_rows))  # fmt: skip
     gathered = gather(log, options, run=run, reward_components=components,
-                      batch_rows=batch_rows, hash_prompts=comparing)  # fmt: skip
+                      batch_rows=batch_rows, hash_prompts=comparing, correction=job.correction,
+                      plan=lambda: staleness_job.plan(log))  # fmt: skip
     payload = gathered.payload
     if comparing:
         payload["compare"] = _comparison(gathered, job, options, batch_rows, force=force, out=out)
@@ -115,7 +130,7 @@ def _comparison(
         a, b = compare.step_sides(gathered, options.steps, options.label)
         return compare.comparison(a, b, options.bins, batch_rows)
     assert options.compare is not None
-    other = dataclasses.replace(job, paths=tuple(input_paths(options.compare)))
+    other = dataclasses.replace(job, paths=tuple(input_paths(options.compare)), correction=None)
     check_output(out, other.files, force=force)
     log = other.open()
     run = other.plan(log) if other.method is not None else None

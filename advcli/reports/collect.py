@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -23,13 +23,16 @@ from advcli import installed, progress
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
+from advcli.core.correction import Correction
 from advcli.errors import UsageError
 from advcli.io.sources import prefetch
 from advcli.lazy_imports import np, pa
 from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
 from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
+from advcli.run import health
 from advcli.run.accounting import Audit, audit_log
+from advcli.run.correcting import described
 from advcli.run.engine import Run
 from advcli.run.logs import BATCH_ROWS, Log
 
@@ -55,11 +58,16 @@ def gather(
     reward_components: list[str] | None = None,
     batch_rows: int = BATCH_ROWS,
     hash_prompts: bool = False,
+    correction: Correction | None = None,
+    plan: Callable[[], Run] | None = None,
 ) -> Gathered:
     """Everything the page shows (``payload``) and what a comparison needs besides. ``run``: a
     method planned over ``log`` (its advantages are shown); without one, a log already annotated
     (an ``advantages`` or ``advantage`` column) shows those. ``hash_prompts``: each row's prompt
-    tokens hashed, which match a prompt across logs without a prompt text column."""
+    tokens hashed, which match a prompt across logs without a prompt text column.
+    ``correction``: each detail token's weight and mask shown beside its δ (with both log-prob
+    streams). ``plan``: the method the audit's health sections read (the staleness by lag);
+    with it, a log with steps gets the health by step (:func:`health_by_step`)."""
     with progress.stage("auditing the groups"):
         found = audit_log(log, tol=options.tol, near_tie=options.near_tie, batch_rows=batch_rows)
     rows = found.rows
@@ -81,7 +89,7 @@ def gather(
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
         seen = RolloutPass(log, found, run, in_detail[codes], options, batch_rows,
-                           hash_prompts=hash_prompts).walk()  # fmt: skip
+                           hash_prompts=hash_prompts, correction=correction).walk()  # fmt: skip
     advantage_source = (
         f"{run.params.method} ({run.params.convention})" if run is not None else seen.logged_column
     )
@@ -96,6 +104,9 @@ def gather(
         "advantages_from": advantage_source,
         "kinds": list(KINDS),
         "trends": trends(log, found, kinds, lengths_),
+        "health_by_step": health_by_step(log, found, seen, plan, batch_rows)
+        if plan is not None
+        else None,
         "distributions": {
             "rewards": histogram(rewards, options.bins),
             "advantages": seen.histogram(options.bins),
@@ -113,6 +124,10 @@ def gather(
             listed_extras(log, found, seen, listed, in_detail, lengths_, batch_rows),
         ),
         "details": seen.details(found, codes, rewards, lengths_),
+        "overlay": {
+            "streams": seen.streams,
+            "correction": described(seen.correction) if seen.correction is not None else None,
+        },
         "vocab": token_texts(options.tokenizer, seen, log) if options.tokenizer else None,
     }
     return Gathered(payload, log, found, kinds, seen.rollout_advantages(lengths_),
@@ -137,7 +152,7 @@ def token_texts(path: str, seen: RolloutPass, log: Log) -> dict[str, str]:
         except _failures() as exc:  # the library raises its own (Rust) exceptions
             msg = f"`tokenizer={path!r}`: not a tokenizer.json the tokenizers library reads ({exc})"
             raise UsageError(msg) from None
-        shown = [part[0] for part in seen.tokens.values()]
+        shown = [part.ids for part in seen.tokens.values()]
         ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
         ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
         try:
@@ -162,7 +177,7 @@ def _refuse_undecodable(
         try:
             tokenizer.decode([token], skip_special_tokens=False)
         except _failures() as exc:
-            row = min(r for r, part in seen.tokens.items() if (part[0] == token).any())
+            row = min(r for r, part in seen.tokens.items() if (part.ids == token).any())
             at = log.sources.at(row, log.roles.column("input_ids"))
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
             msg = (
@@ -254,6 +269,69 @@ def trends(
     }
     if lengths_ is not None:
         out["mean_length"] = (np.bincount(at, weights=lengths_[have]) / n).tolist()
+    return out
+
+
+HEALTH_SERIES = {  # by step: the audit's section, the figure
+    "zero_variance_rollout_share": ("groups_by_step", "zero_variance_rollout_share"),
+    "truncated_share": ("lengths", "truncated_share"),
+    "mean_length": ("lengths", "length"),
+    "mean_lag": ("staleness", "mean_lag"),
+    "entropy_token_mean": ("entropy", None),
+}
+
+
+def health_by_step(
+    log: Log, found: Audit, seen: RolloutPass, plan: Callable[[], Run], batch_rows: int
+) -> dict[str, Any] | None:
+    """Per step (the ``step`` role; None without one): the audit's figures of ``audit --by
+    step`` (:func:`advcli.run.health.sections`: the zero-variance share, the truncated share,
+    the mean length, the mean lag, the token entropy), and with both log-prob streams the
+    mean |δ| and k3 over the step's action tokens and, with a correction, the share masked."""
+    with progress.stage("the health by step"):
+        found_sections = health.sections(found, log, plan=plan, by_step=True,
+                                         batch_rows=batch_rows)  # fmt: skip
+    steps = sorted(found_sections["groups_by_step"], key=float)
+    if not steps:
+        return None
+    series: dict[str, list[float | None]] = {}
+    for name, (section, figure) in HEALTH_SERIES.items():
+        found_section = found_sections.get(section)
+        if not isinstance(found_section, dict):  # omitted: the log lacks its column
+            continue
+        by = found_section if section == "groups_by_step" else found_section["by_step"]
+        values = [by.get(k) if figure is None else by.get(k, {}).get(figure) for k in steps]
+        values = [v["mean"] if isinstance(v, dict) else v for v in values]  # a summary's mean
+        if any(v is not None for v in values):
+            series[name] = values
+    if seen.mismatch is not None:
+        series.update(_mismatch_by_step(log, found, seen.mismatch, steps, seen.correction))
+    return {"step": [float(k) for k in steps], "series": series}
+
+
+def _mismatch_by_step(
+    log: Log,
+    found: Audit,
+    per_row: np.ndarray,
+    steps: list[str],
+    correction: Correction | None,
+) -> dict[str, list[float | None]]:
+    """Per step: Σ|δ|, Σk3 and the masked tokens over Σ action tokens, the rollouts placed on
+    steps as the audit places them (:func:`advcli.run.health.gathered`)."""
+    rows = found.rows
+    actions = found.action_tokens
+    assert actions is not None  # both streams: token ids
+    step = health.gathered(found, log).step
+    values = np.array([float(k) for k in steps])
+    at = np.minimum(np.searchsorted(values, step), len(values) - 1)
+    on = np.isfinite(step) & (values[at] == step)  # a rollout on no step counts on none
+    n = np.bincount(at[on], weights=actions[on], minlength=len(values))
+    names = ["abs_delta_mean", "k3_mean"] + (["masked_token_share"] if correction else [])
+    out: dict[str, list[float | None]] = {}
+    for j, name in enumerate(names):
+        summed = np.bincount(rows.rollout_codes, weights=per_row[:, j], minlength=rows.n_rollouts)
+        by_step = np.bincount(at[on], weights=summed[on], minlength=len(values))
+        out[name] = [float(x) / m if m else None for x, m in zip(by_step, n, strict=True)]
     return out
 
 

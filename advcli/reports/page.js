@@ -181,6 +181,16 @@ function setUpGroups() {
   drawGroups();
 }
 
+// A click on a point of a chart by step (page.py's _line) lists that step's groups.
+window.advcliPickStep = (step) => {
+  state.step = String(step);
+  state.page = 0;
+  const pick = document.getElementById("group-step");
+  if ([...pick.options].some((o) => o.value === state.step)) pick.value = state.step;
+  drawGroups();
+  document.getElementById("groups").scrollIntoView({ block: "start" });
+};
+
 function openGroup(i) {
   const code = G.code[i];
   for (const tr of document.querySelectorAll("#group-table tbody tr")) tr.classList.toggle("open", tr.dataset.code === String(code));
@@ -212,10 +222,41 @@ function tokenColour(a, scale) {
 }
 
 const KIND_NAMES = ["prompt", "action", "observation"];
+// What the token view colours the action tokens by: [key, label, the value shown per token];
+// the weight is coloured by its distance from 1 (no correction).
+const COLOUR_BY = [
+  ["adv", "advantage", (x) => x],
+  ["delta", "δ = trainer − sampler log-prob", (x) => x],
+  ["weight", "correction weight (− 1)", (x) => x - 1],
+];
+let colourBy = "adv";
+let shownRollout = null;
+
+function overlayNote() {
+  const O = DATA.overlay;
+  if (!O.streams) return "The log has no trainer log-probs (role trainer_logprobs) beside the sampler's: no δ or weight to show.";
+  const c = O.correction;
+  return c ? `Correction ${c.mode} [${fmtNum(c.lo)}, ${fmtNum(c.hi)}] (${c.flavour}): struck-through tokens are masked.`
+    : "δ from the two log-prob streams; give --correction to see a mode's weights and masked tokens.";
+}
+
+function setUpOverlay() {
+  const pick = document.getElementById("token-colour");
+  for (const [key, label] of COLOUR_BY) {
+    if (key !== "adv" && !DATA.overlay.streams) continue;
+    if (key === "weight" && !DATA.overlay.correction) continue;
+    pick.append(el("option", { value: key }, label));
+  }
+  pick.hidden = pick.options.length < 2;
+  document.getElementById("masked-legend").hidden = !DATA.overlay.correction;
+  pick.addEventListener("change", () => { colourBy = pick.value; if (shownRollout) showTokens(shownRollout); });
+  document.getElementById("overlay-note").textContent = overlayNote();
+}
 
 function showTokens(r) {
   const view = document.getElementById("token-view");
   view.hidden = false;
+  shownRollout = r;
   document.getElementById("token-title").textContent = "Rollout " + r.id;
   const steps = document.getElementById("token-steps");
   steps.hidden = !r.steps;
@@ -236,18 +277,27 @@ function showTokens(r) {
   }
   const ids = decode(t.ids, t.ids_type === "u4" ? Uint32Array : Float64Array);
   const kind = decode(t.kind, Uint8Array);
-  const adv = t.adv ? decode(t.adv, Float32Array) : null;
+  const per = {};
+  for (const key of ["adv", "delta", "weight"]) per[key] = t[key] ? decode(t[key], Float32Array) : null;
+  const masked = t.masked ? decode(t.masked, Uint8Array) : null;
+  const [, , colourValue] = COLOUR_BY.find(([key]) => key === colourBy);
+  const coloured = per[colourBy] || per.adv;
+  const value = per[colourBy] ? colourValue : (x) => x;
   let scale = 0;
-  if (adv) for (let i = 0; i < adv.length; i++) if (kind[i] === 1 && Number.isFinite(adv[i])) scale = Math.max(scale, Math.abs(adv[i]));
+  if (coloured) for (let i = 0; i < coloured.length; i++) if (kind[i] === 1 && Number.isFinite(value(coloured[i]))) scale = Math.max(scale, Math.abs(value(coloured[i])));
   const frag = document.createDocumentFragment();
   if (t.folded) frag.append(el("span", { class: "folded" }, `… ${t.folded.toLocaleString("en-US")} prompt tokens`));
   for (let i = 0; i < ids.length; i++) {
     const text = DATA.vocab ? DATA.vocab[String(ids[i])] : undefined;
     const span = el("span", { class: "tok k" + kind[i] + (text === undefined ? "" : " text") }, text === undefined ? String(ids[i]) : text);
     let title = `token ${ids[i]} · ${KIND_NAMES[kind[i]]}`;
-    if (adv && kind[i] === 1) {
-      span.style.background = tokenColour(adv[i], scale);
-      title += ` · advantage ${fmtNum(adv[i])}`;
+    if (kind[i] === 1) {
+      if (coloured) span.style.background = tokenColour(value(coloured[i]), scale);
+      if (per.adv) title += ` · advantage ${fmtNum(per.adv[i])}`;
+      if (per.delta) title += ` · δ ${fmtNum(per.delta[i])} · ρ ${fmtNum(Math.exp(per.delta[i]))}`;
+      if (per.weight) title += ` · weight ${fmtNum(per.weight[i])}`;
+      if (masked) title += masked[i] ? " · masked" : " · kept";
+      if (masked && masked[i]) span.classList.add("masked");
     }
     span.title = title;
     frag.append(span);
@@ -335,6 +385,7 @@ function drawCompare() {
 drawOverview();
 drawCompare();
 setUpGroups();
+setUpOverlay();
 drawCharts().then(() => {
   window.advcliChartsDrawn = performance.now();
   document.body.dataset.ready = "yes";

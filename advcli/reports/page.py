@@ -102,7 +102,24 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
         for element, (title, key) in lines.items():
             if key in trend:
                 out[element] = _line(title, trend["step"], trend[key])
+    health = payload.get("health_by_step")
+    if health is not None:  # the audit's figures by step, in place of the trends' own
+        for key, (element, title) in HEALTH_CHARTS.items():
+            if key in health["series"]:
+                out[element] = _line(title, health["step"], health["series"][key])
     return out
+
+
+HEALTH_CHARTS = {  # a figure of the health by step: the chart's element, its title
+    "zero_variance_rollout_share": ("chart-trend-zero-variance", "zero-variance share of rollouts"),
+    "mean_length": ("chart-trend-length", "mean length (action tokens)"),
+    "truncated_share": ("chart-trend-truncated", "truncated share of rollouts"),
+    "mean_lag": ("chart-trend-lag", "mean lag (step − version)"),
+    "entropy_token_mean": ("chart-trend-entropy", "mean token entropy"),
+    "abs_delta_mean": ("chart-trend-delta", "mean |δ| (trainer − sampler log-prob)"),
+    "k3_mean": ("chart-trend-k3", "mean k3 (token)"),
+    "masked_token_share": ("chart-trend-masked", "share of action tokens masked"),
+}
 
 
 def _figure(title: str, **kwargs: Any) -> Any:
@@ -191,14 +208,24 @@ def _bars(title: str, counts: dict[str, int]) -> Any:
     return fig
 
 
-def _line(title: str, steps: list[float], values: list[float]) -> Any:
-    from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
+def _line(title: str, steps: list[float], values: list[float | None]) -> Any:
+    """A figure per step; a click on a point lists that step's groups (the page's
+    ``advcliPickStep``)."""
+    from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, TapTool
 
-    source = ColumnDataSource({"step": steps, "value": values})
+    source = ColumnDataSource(
+        {"step": steps, "value": [float("nan") if v is None else v for v in values]}
+    )
     fig = _figure(title)
     fig.line(x="step", y="value", source=source, line_color=BLUE, line_width=2)
-    fig.scatter(x="step", y="value", source=source, color=BLUE, size=5)
+    fig.scatter(x="step", y="value", source=source, color=BLUE, size=7)
     fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("value", "@value{0.[0000]}")]))
+    fig.add_tools(TapTool())
+    pick = (
+        "const i = source.selected.indices[0];"
+        " if (i !== undefined) advcliPickStep(source.data.step[i]);"
+    )
+    source.selected.js_on_change("indices", CustomJS(args={"source": source}, code=pick))
     fig.xaxis.axis_label = "step"
     fig.xaxis.ticker = BasicTicker(min_interval=1)  # steps are whole: no tick at 0.5
     return fig

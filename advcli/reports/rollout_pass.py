@@ -8,8 +8,11 @@ from __future__ import annotations
 import base64
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
+from advcli.core.correction import Correction, corrected
+from advcli.core.mismatch import k_estimates
 from advcli.core.ragged import first_where, lengths, prefix_hashes
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
@@ -18,6 +21,7 @@ from advcli.io.tokens import extract_tokens, token_columns
 from advcli.lazy_imports import np, pa
 from advcli.reports.options import ReportOptions
 from advcli.run.accounting import Audit
+from advcli.run.correcting import STREAMS
 from advcli.run.engine import Run, room_in_tmpdir
 from advcli.run.logs import Log
 
@@ -29,6 +33,22 @@ PROMPT_TAIL = 8  # the prompt tokens a rollout's token view keeps: its last ones
 KEY_CHARS = 120  # of a prompt id shown in the groups table
 
 LOGGED_HINT = "report a log annotated by advcli, or give `method`"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A detail row's tokens as the page keeps them: ids, kinds, and per token (None where the
+    page shows none; float32 in the page) the advantage, δ (trainer − sampler log-prob, NaN off
+    actions), the correction's weight and mask; the row's length and the prompt tokens folded."""
+
+    ids: np.ndarray
+    kind: np.ndarray
+    adv: np.ndarray | None
+    delta: np.ndarray | None
+    weight: np.ndarray | None
+    masked: np.ndarray | None
+    length: int
+    folded: int
 
 
 def histogram_of(
@@ -83,9 +103,14 @@ class RolloutPass:
         batch_rows: int,
         *,
         hash_prompts: bool = False,
+        correction: Correction | None = None,
     ):
         self.log, self.found, self.run = log, found, run
         self.roles = log.roles
+        self.streams = all(self.roles[r] is not None for r in STREAMS)  # δ needs both
+        self.correction = correction if self.streams else None
+        # per row, with both streams: Σ|δ|, Σk3 and the masked tokens over its action tokens
+        self.mismatch = np.zeros((found.rows.n_rows, 3)) if self.streams else None
         rows = found.rows
         self.detail_row = detail_rollout[rows.rollout_codes]
         n_detail = max(1, int(self.detail_row.sum()))
@@ -112,8 +137,7 @@ class RolloutPass:
         self.adv_file: IO[bytes] | None = None  # the action tokens' advantages, float32
         self.room = f"{4 * (found.report.action_tokens or rows.n_rollouts):,} bytes"
         self.has_advantages = run is not None or self.logged_column is not None
-        # per detail row: ids, kinds and advantages shown, its length, the prompt tokens folded
-        self.tokens: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]] = {}
+        self.tokens: dict[int, Shown] = {}  # per detail row
         self.text: dict[int, dict[str, str]] = {}
         self.prompt_hash = (  # per row: the hash of its tokens before its first action
             np.zeros(rows.n_rows, dtype=np.uint64)
@@ -137,11 +161,12 @@ class RolloutPass:
                 yield row0, table, tok, ids, columns["advantages"]
             return
         source = self.log.source
-        names = token_columns(self.roles, values=False, ids=True) + self.text_columns
+        extra = STREAMS if self.streams else ()
+        names = token_columns(self.roles, values=False, ids=True, extra=extra) + self.text_columns
         if self.logged_column is not None:
             names.append(self.logged_column)
         for row0, table in prefetch(source.batches(list(dict.fromkeys(names)), self.batch_rows)):
-            tok = extract_tokens(table, self.roles, source.sources, row0, values=False)
+            tok = extract_tokens(table, self.roles, source.sources, row0, values=False, extra=extra)
             ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
             adv = None
             if self.logged_column is not None:
@@ -189,7 +214,12 @@ class RolloutPass:
             prompt_ends = first_where(offsets, mask)
             self.prompt_hash[row0 : row0 + n] = prefix_hashes(ids, offsets, prompt_ends)
         ranks = self.found.rows.segment_rank[row0 : row0 + n]
-        for i in np.flatnonzero(self.detail_row[row0 : row0 + n]):
+        detail = np.flatnonzero(self.detail_row[row0 : row0 + n])
+        delta = weight = masked = None
+        if self.mismatch is not None:
+            delta, weight, masked = self._overlay(row0, table, tok)
+            self._add_mismatch(row0, tok.offsets, delta, masked)
+        for i in detail:
             start, end = int(offsets[i]), int(offsets[i + 1])
             part = mask[start:end]
             first_action = int(np.argmax(part)) if part.any() else end - start
@@ -200,14 +230,47 @@ class RolloutPass:
             folded = max(0, first_action - PROMPT_TAIL) if ranks[i] == 0 else 0
             begin = start + folded
             shown = min(end, begin + self.cap)
-            self.tokens[row0 + int(i)] = (
-                ids[begin:shown],
-                kind[folded : shown - start],
-                None if adv is None else adv[begin:shown].astype(np.float32),
-                end - start,
-                folded,
+            self.tokens[row0 + int(i)] = Shown(
+                ids=ids[begin:shown],
+                kind=kind[folded : shown - start],
+                adv=None if adv is None else adv[begin:shown],
+                delta=None if delta is None else delta[begin:shown],
+                weight=None if weight is None else weight[begin:shown],
+                masked=None if masked is None else masked[begin:shown],
+                length=end - start,
+                folded=folded,
             )
             self._keep_text(table, int(i), row0)
+
+    def _add_mismatch(
+        self, row0: int, offsets: np.ndarray, delta: np.ndarray, masked: np.ndarray | None
+    ) -> None:
+        """Each row's sums of |δ|, k3 (:func:`~advcli.core.mismatch.k_estimates`) and masked
+        tokens over its action tokens, for the mismatch by step."""
+        assert self.mismatch is not None
+        d = np.nan_to_num(delta)  # 0 off actions: no |δ|, no k3
+        k3 = k_estimates(d)[2]
+        flagged = np.zeros(len(d)) if masked is None else masked.astype(np.float64)
+        for j, x in enumerate((np.abs(d), k3, flagged)):
+            before = np.r_[0.0, np.cumsum(x)]
+            self.mismatch[row0 : row0 + len(offsets) - 1, j] = (
+                before[offsets[1:]] - before[offsets[:-1]]
+            )
+
+    def _overlay(
+        self, row0: int, table: pa.Table, tok: Any
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """A batch's δ per token (float64, NaN off actions) and, with a correction, each
+        token's weight and mask as :func:`~advcli.core.correction.corrected` gives them."""
+        if not all(r in tok.extra for r in STREAMS):  # a method's pass reads no log-probs
+            tok = extract_tokens(table, self.roles, self.log.sources, row0, values=False,
+                                 extra=STREAMS)  # fmt: skip
+        trainer, sampler, mask = tok.extra["trainer_logprobs"], tok.extra["logprobs"], tok.mask
+        delta = np.where(mask, trainer.astype(np.float64) - sampler, np.nan)
+        if self.correction is None:
+            return delta, None, None
+        found = corrected(trainer, sampler, mask, tok.offsets, self.correction)
+        return delta, found.weights.astype(np.float32), found.masked.astype(np.uint8)
 
     def _keep_advantages(self, x: np.ndarray) -> None:
         with room_in_tmpdir("the advantages for the report", self.room):
@@ -309,21 +372,21 @@ class RolloutPass:
             out.setdefault(str(int(codes[rollout])), []).append(entry)
         return out
 
-    def _token_view(
-        self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]]
-    ) -> dict[str, Any]:
-        ids = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        kind = np.concatenate([p[1] for p in parts])
+    def _token_view(self, parts: list[Shown]) -> dict[str, Any]:
+        ids = np.concatenate([p.ids for p in parts]).astype(np.int64)
+        kind = np.concatenate([p.kind for p in parts])
         wide = ids.size and (ids.min() < 0 or ids.max() >= 2**32)
         view: dict[str, Any] = {
             "ids": _b64(ids.astype(np.float64 if wide else np.uint32)),
             "ids_type": "f8" if wide else "u4",
             "kind": _b64(kind),
             "shown": int(ids.size),
-            "total": int(sum(p[3] for p in parts)),
-            "folded": int(parts[0][4]),  # the prompt tokens before those shown
+            "total": int(sum(p.length for p in parts)),
+            "folded": int(parts[0].folded),  # the prompt tokens before those shown
         }
-        if parts[0][2] is not None:
-            adv = np.concatenate([p[2] for p in parts if p[2] is not None])
-            view["adv"] = _b64(adv.astype(np.float32))
+        for key in ("adv", "delta", "weight", "masked"):
+            kept = [x for p in parts if (x := getattr(p, key)) is not None]
+            if kept:
+                joined = np.concatenate(kept)
+                view[key] = _b64(joined if key == "masked" else joined.astype(np.float32))
         return view

@@ -30,6 +30,17 @@ def tokens(view: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
     return ids, kind, adv
 
 
+def overlay(view: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A rollout's token overlay decoded, by key: ``delta`` and ``weight`` (float32), ``masked``
+    (uint8); a key the view lacks is left out."""
+    types = {"delta": np.float32, "weight": np.float32, "masked": np.uint8}
+    return {
+        key: np.frombuffer(base64.b64decode(view[key]), dtype=dtype)
+        for key, dtype in types.items()
+        if key in view
+    }
+
+
 def tiny_tokenizer(path: Path, words: list[str]) -> str:
     """A word-level ``tokenizer.json`` built here (nothing downloaded): word k has id k."""
     from tokenizers import Tokenizer, models, pre_tokenizers

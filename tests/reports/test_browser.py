@@ -310,3 +310,88 @@ def test_two_steps_side_by_side(tmp_path, chromium):
                                        "0.0 pt"]  # fmt: skip
     assert not page.locator("#compare").is_hidden()
     assert errors == []
+
+
+def test_the_token_view_overlays_delta_the_weight_and_the_masked_tokens(tmp_path, chromium):
+    from tests.reports.test_rollout_pass import LOG
+
+    out = tmp_path / "overlay.html"
+    proc = run("report", str(LOG), "--method", "grpo", "--correction", "token-mask",
+               "--correction-bounds", "0.9,1.1", "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    row = pq.read_table(LOG).slice(0, 1).to_pylist()[0]
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    page.locator("#group-table tbody tr").first.click()
+    page.locator("#rollout-table tbody tr").first.click()
+    pick = page.locator("#token-colour")
+    assert pick.is_visible()
+    assert pick.locator("option").all_inner_texts() == [
+        "advantage", "δ = trainer − sampler log-prob", "correction weight (− 1)"]  # fmt: skip
+    assert "token-mask [0.9, 1.1]" in page.locator("#overlay-note").inner_text()
+    actions = page.locator("#tokens .tok.k1")
+    t = row["action_mask"].index(1)
+    delta = float(row["trainer_logprobs"][t]) - float(row["logprobs"][t])
+    rho = math.exp(delta)
+    title = actions.first.get_attribute("title")
+    assert f"δ {float(f'{delta:.4g}'):g}" in title and f"ρ {float(f'{rho:.4g}'):g}" in title
+    assert ("· masked" if not 0.9 <= rho <= 1.1 else "· kept") in title
+    outside = sum(
+        1
+        for a, tr, s in zip(
+            row["action_mask"], row["trainer_logprobs"], row["logprobs"], strict=True
+        )
+        if a and not 0.9 <= math.exp(float(tr) - float(s)) <= 1.1
+    )
+    assert page.locator("#tokens .tok.masked").count() == outside
+    before = actions.first.evaluate("n => n.style.background")
+    pick.select_option("delta")
+    after = page.locator("#tokens .tok.k1").first.evaluate("n => n.style.background")
+    assert after != before  # coloured by δ now
+    assert errors == []
+
+
+def test_a_log_without_the_trainer_stream_says_so(tmp_path, chromium):
+    out = tmp_path / "plain.html"
+    proc = run("report", str(SAMPLE / "rollouts.parquet"), "--method", "grpo", "--out", str(out),
+               "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    page.locator("#group-table tbody tr", has_text="p-tool").click()
+    page.locator("#rollout-table tbody tr").first.click()
+    assert page.locator("#token-colour").is_hidden()
+    assert "no trainer log-probs" in page.locator("#overlay-note").inner_text()
+    assert errors == []
+
+
+def test_the_health_by_step_charts_open_a_steps_groups(tmp_path, chromium):
+    from tests.reports.test_collect import steps_log
+
+    out = tmp_path / "health.html"
+    proc = run("report", steps_log(tmp_path), "--method", "grpo", "--correction", "token-mask",
+               "--correction-bounds", "0.9,1.1", "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    charts = page.locator("#trend-charts .chart").evaluate_all("cs => cs.map(c => c.id)")
+    for name in ("zero-variance", "reward", "length", "truncated", "lag", "entropy", "delta",
+                 "k3", "masked"):  # fmt: skip
+        assert f"chart-trend-{name}" in charts
+    assert page.locator("#group-table tbody tr").count() == 6
+    # a click on the masked share's point of step 1: select it as Bokeh's TapTool does
+    page.evaluate(
+        """() => {
+          const doc = Bokeh.documents.find((d) => d.roots().some((r) =>
+            String(r.title.text).startsWith("share of action tokens masked")));
+          const source = [...doc._all_models.values()].find((m) => m.data && m.data.step);
+          source.selected.indices = [1];
+        }"""
+    )
+    steps = page.locator("#group-table tbody tr td:nth-child(3)").all_inner_texts()
+    assert steps == ["1", "1"]  # the groups of step 1
+    assert page.locator("#group-step").input_value() == "1"
+    assert errors == []

@@ -59,6 +59,8 @@ def test_overview_groups_and_detail_by_hand(tmp_path):
     audit = json.loads(run("audit", log, "--json").stdout)
     for key in ("files", "warnings", "reward_histogram"):
         audit.pop(key)
+    health = ("staleness", "lengths", "entropy", "mismatch", "advisories")  # its own sections
+    audit = {k: v for k, v in audit.items() if k not in health}
     assert data["overview"] == audit  # the same numbers as audit --json
     assert audit["near_tie_groups"] == 1 and audit["near_tie_rollouts"] == 2
 
@@ -406,3 +408,74 @@ def test_a_report_of_a_log_with_an_infinite_step_is_drawn(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()
     trend = page_data(tmp_path / "r.html")["trends"]  # the infinite step's rollout on no step
     assert (trend["step"], trend["rollouts"]) == ([1.0], [7])
+
+
+def steps_log(tmp_path) -> str:
+    """The refs' log of both log-prob streams (tests/fixtures/refs/health), its 24 rollouts on
+    three steps, with versions, truncations and token entropies."""
+    from tests.reports.test_rollout_pass import LOG
+
+    table = pq.read_table(LOG)
+    n = table.num_rows
+    rng = np.random.default_rng(5)
+    entropies = [
+        rng.uniform(0, 1.5, len(ids)).tolist() for ids in table.column("input_ids").to_pylist()
+    ]
+    table = (
+        table.append_column("step", pa.array([i // 8 for i in range(n)], pa.int64()))
+        .append_column("version", pa.array([i // 8 - (i % 3 == 0) for i in range(n)], pa.int64()))
+        .append_column("truncated", pa.array([i % 5 == 0 for i in range(n)]))
+        .append_column("entropies", pa.array(entropies, pa.list_(pa.float32())))
+    )
+    path = tmp_path / "steps.parquet"
+    pq.write_table(table, path)
+    return str(path)
+
+
+def test_health_by_step_is_the_audits_by_step(tmp_path):
+    log = steps_log(tmp_path)
+    out = tmp_path / "r.html"
+    proc = run("report", log, "--method", "grpo", "--correction", "token-mask",
+               "--correction-bounds", "0.9,1.1", "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    health = page_data(out)["health_by_step"]
+    audit = json.loads(run("audit", log, "--by", "step", "--json").stdout)
+    keys = ["0", "1", "2"]
+    assert health["step"] == [0.0, 1.0, 2.0]
+    series = health["series"]
+    by = {
+        "zero_variance_rollout_share": [audit["groups_by_step"][k]["zero_variance_rollout_share"]
+                                        for k in keys],
+        "truncated_share": [audit["lengths"]["by_step"][k]["truncated_share"] for k in keys],
+        "mean_length": [audit["lengths"]["by_step"][k]["length"]["mean"] for k in keys],
+        "mean_lag": [audit["staleness"]["by_step"][k]["mean_lag"] for k in keys],
+        "entropy_token_mean": [audit["entropy"]["by_step"][k] for k in keys],
+    }  # fmt: skip
+    for name, want in by.items():
+        assert series[name] == want, name
+    assert series["mean_lag"] == [3 / 8, 3 / 8, 2 / 8]  # lag 1 on rows 0, 3, 6, 9, …, 21
+    # the mismatch by step against a float64 loop over the log
+    rows = pq.read_table(log).to_pylist()
+    for s in range(3):
+        n = absolute = k3 = masked = 0.0
+        for row in rows[8 * s : 8 * s + 8]:
+            for a, t, q in zip(row["action_mask"], row["trainer_logprobs"], row["logprobs"],
+                               strict=True):  # fmt: skip
+                if a:
+                    d = float(t) - float(q)
+                    n += 1
+                    absolute += abs(d)
+                    k3 += math.exp(d) - 1 - d
+                    masked += not 0.9 <= math.exp(d) <= 1.1
+        assert series["abs_delta_mean"][s] == pytest.approx(absolute / n, rel=1e-12)
+        assert series["k3_mean"][s] == pytest.approx(k3 / n, rel=1e-9)
+        assert series["masked_token_share"][s] == pytest.approx(masked / n, rel=1e-12)
+
+
+def test_no_step_no_health_by_step(tmp_path):
+    from tests.reports.test_rollout_pass import LOG
+
+    out = tmp_path / "r.html"
+    proc = run("report", str(LOG), "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert page_data(out)["health_by_step"] is None
