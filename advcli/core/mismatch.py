@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from advcli.core.correction import corrected
 from advcli.core.mismatch_frameworks import (
     LOG_RATIO_CLAMP,
     METRICS,
@@ -63,7 +64,9 @@ class MismatchBatch:
     """One batch of rows, flat: per token ``trainer`` and ``sampler`` log-probs and ``action``,
     ``offsets`` of the rows (int64, from 0); per row, optional ``group`` codes (int, the same
     code for the same group in every batch), ``advantage_sign`` (−1, 0, +1) and ``correct``;
-    with a correction, per token its ``weights`` (1 off action tokens) and ``masked``."""
+    with a correction, per token its ``weights`` (1 off action tokens), ``masked`` and ``raw``
+    (what the mode compared with its bounds) as :func:`~advcli.core.correction.corrected`
+    gives them; left out, :class:`MismatchStats` computes them with its correction."""
 
     trainer: np.ndarray
     sampler: np.ndarray
@@ -74,6 +77,7 @@ class MismatchBatch:
     correct: np.ndarray | None = None
     weights: np.ndarray | None = None
     masked: np.ndarray | None = None
+    raw: np.ndarray | None = None
 
 
 def action_tokens(batch: MismatchBatch) -> Tokens:
@@ -164,12 +168,18 @@ class MismatchStats(Sums):
             self.turns = add_padded(self.turns, per_turn)
 
     def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> None:
-        if batch.weights is None or batch.masked is None:
-            raise ValueError("a batch of a corrected audit needs its `weights` and `masked`")
+        assert self.correction is not None
         action = np.asarray(batch.action, dtype=bool)
-        w = np.asarray(batch.weights, dtype=np.float64)[action]
-        masked = np.asarray(batch.masked, dtype=bool)[action]
-        add_corrected(self, tok, w, masked)
+        if batch.weights is None:
+            found = corrected(batch.trainer, batch.sampler, action, batch.offsets, self.correction)
+            weights, masked, raw = found.weights, found.masked, found.raw
+        elif batch.masked is None or batch.raw is None:
+            raise ValueError("a batch's correction `weights` come with its `masked` and `raw`")
+        else:
+            weights, masked, raw = batch.weights, batch.masked, batch.raw
+        w = np.asarray(weights, dtype=np.float64)[action]
+        masked = np.asarray(masked, dtype=bool)[action]
+        add_corrected(self, tok, w, masked, np.asarray(raw, dtype=np.float64)[action])
         masked_per_row = tok.row_sum(masked.astype(np.float64))
         row_masked = masked_per_row > 0
         self.add_sums(weights2=w * w, masked_tokens=masked, masked_rows=row_masked)
@@ -244,7 +254,7 @@ class MismatchStats(Sums):
         """What the correction did: its weights, ESS, masked shares, the masked tokens' signs."""
         n_groups = len(self.groups)
         return {
-            "mode": self.correction.mode if self.correction else None,
+            "mode": self.correction.mode.name if self.correction else None,
             "weight_mean": self.share("weights", "tokens"),
             "weight_min": self.low("weights"),
             "weight_max": self.high("weights"),

@@ -49,39 +49,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
+from advcli.core.correction import Correction
 from advcli.lazy_imports import np
 
-Level = Literal["token", "sequence"]
 LOG_RATIO_CLAMP = 20.0  # verl's SAFETY_BOUND: δ (and Σδ) clamped before an exp
 MILES_KL_CLAMP = 10.0  # miles clamps its low_var_kl estimate to ±10
 VERL_EPS = 1e-8  # verl's masked_mean divides by count + 1e-8
 
 
-@dataclass(frozen=True)
-class Correction:
-    """A correction mode as the audit applies it: its name (``token-truncate``, ``token-mask``,
-    ``sequence-truncate``, ``sequence-mask`` or a verl rejection mode such as ``seq-mean-k3``),
-    its level and bounds. The per-token weights and masks it gave come with each batch."""
-
-    mode: str
-    level: Level
-    lo: float
-    hi: float
-
-    @property
-    def kind(self) -> Literal["truncate", "mask", "reject"]:
-        """Truncate (TIS: clamp into [lo, hi]), mask (IcePop: 0 outside) or a verl rejection."""
-        if self.mode.endswith("truncate"):
-            return "truncate"
-        return "mask" if self.mode.endswith("mask") else "reject"
-
-    def weight_of_one(self) -> float:
-        """The weight of ρ = 1: what a sequence mode gives a row without action tokens."""
-        if self.kind == "truncate":
-            return min(max(1.0, self.lo), self.hi)
-        return 1.0 if self.lo <= 1.0 <= self.hi else 0.0
+def weight_of_one(c: Correction) -> float:
+    """The weight of ρ = 1: what a sequence mode gives a row without action tokens."""
+    if c.mode.kind == "truncate":
+        return min(max(1.0, c.lo), c.hi)
+    return 1.0 if c.lo <= 1.0 <= c.hi else 0.0
 
 
 @dataclass
@@ -227,19 +208,24 @@ def nemo_masked_correct(s: Sums, tok: Tokens, correct: np.ndarray) -> None:
         s.add_sums(nemo_masked_correct=(seq_error > s.seq_error_threshold) & correct[tok.live])
 
 
-def add_corrected(s: Sums, tok: Tokens, weights: np.ndarray, masked: np.ndarray) -> None:
-    """The frameworks' sums of a correction's ``weights`` and ``masked`` (action tokens)."""
+def add_corrected(
+    s: Sums, tok: Tokens, weights: np.ndarray, masked: np.ndarray, raw: np.ndarray
+) -> None:
+    """The frameworks' sums of a correction's ``weights``, ``masked`` and ``raw`` (what it
+    compared with its bounds) on the action tokens."""
     c = s.correction
     assert c is not None
     d = tok.delta
     row_delta = tok.row_sum(d)
-    log_raw = d if c.level == "token" else row_delta[tok.rows]
+    log_raw = d if c.mode.level == "token" else row_delta[tok.rows]
     outside = (np.exp(log_raw) < c.lo) | (np.exp(log_raw) > c.hi)
-    s.add_sums(oob=outside)
-    if c.kind == "reject":
-        masked_rows = tok.row_sum(masked.astype(np.float64)) > 0
+    masked_rows = tok.row_sum(masked.astype(np.float64)) > 0
+    # NeMo-RL's seq-mask-tis counts the rows it masked, over every row
+    s.add_sums(oob=outside, oob_rows=masked_rows)
+    if c.mode.kind == "reject":
         s.add_sums(verl_rs_masked=masked, verl_rs_masked_rows=masked_rows)
-    else:
+        add_verl_rs(s, tok, raw)
+    elif c.mode.kind != "geometric":  # verl has no seq-mask-tis
         add_verl_is(s, tok, weights, row_delta)
     row_weight = tok.row_mean(weights)
     s.add_sums(
@@ -253,12 +239,79 @@ def add_corrected(s: Sums, tok: Tokens, weights: np.ndarray, masked: np.ndarray)
     s.add_extremes(weights=weights, row_weight=row_weight)
 
 
+def add_verl_rs(s: Sums, tok: Tokens, stat: np.ndarray) -> None:
+    """verl's ``compute_rs_metrics`` sums of a rejection's statistic ``stat`` per action token
+    (a sequence mode's: its row's): k1's bounds are log-ratios, the other statistics' lower
+    bound 0."""
+    c = s.correction
+    assert c is not None
+    upper, lower = rs_bounds(c)
+    clamped = np.clip(stat, lower, upper)
+    if c.mode.level == "sequence":
+        per_row = np.zeros(len(tok.count))
+        per_row[tok.rows] = stat  # one value per row, on each of its tokens
+        seq = per_row[tok.live]
+    else:
+        seq = tok.verl_row_mean(stat)[tok.live]
+    s.add_sums(
+        rs_stat=stat,
+        rs_high=stat > upper,
+        rs_low=stat < lower,
+        rs_clamped=clamped,
+        rs_clamped2=clamped * clamped,
+        rs_seq=seq,
+        rs_seq2=seq * seq,
+        rs_seq_high=seq > upper,
+        rs_seq_low=seq < lower,
+    )
+    s.add_extremes(rs_stat=stat, rs_seq=seq, rs_seq_deviation=np.abs(seq))
+
+
+def rs_bounds(c: Correction) -> tuple[float, float]:
+    """The upper and lower bound verl's rejection metrics compare its statistic with."""
+    if c.mode.statistic == "k1":
+        return math.log(c.hi), math.log(c.lo)
+    return c.hi, 0.0
+
+
+def verl_rs_metrics(s: Sums, c: Correction) -> dict[str, float]:
+    """``compute_rs_metrics`` of one rejection option, and its masked fractions."""
+    option = c.mode.name.replace("-", "_")
+    per_token = lambda key: s.share(key, "tokens", VERL_EPS)  # noqa: E731
+    per_seq = lambda key: s.share(key, "sequences")  # noqa: E731
+    k1 = c.mode.statistic == "k1"
+    by_seq = c.mode.level == "sequence" and s.get("sequences") > 0
+    fraction = per_seq if by_seq else per_token
+    mean_clamped, mean_square = per_token("rs_clamped"), per_token("rs_clamped2")
+    n_seq, seq_total = s.get("sequences"), s.get("rs_seq")
+    variance = (s.get("rs_seq2") - seq_total**2 / n_seq) / (n_seq - 1) if n_seq > 1 else 0.0
+    out = {
+        "mean": per_token("rs_stat"),
+        "max": s.high("rs_stat"),
+        "min": s.low("rs_stat"),
+        "fraction_high": fraction("rs_high" if not by_seq else "rs_seq_high"),
+        "fraction_low": (fraction("rs_low" if not by_seq else "rs_seq_low")) if k1 else 0.0,
+        "std": math.sqrt(max(mean_square - mean_clamped**2, 0.0)) if s.get("tokens") > 1 else 0.0,
+        "seq_mean": per_seq("rs_seq"),
+        "seq_std": math.sqrt(max(variance, 0.0)),
+        "seq_max": s.high("rs_seq"),
+        "seq_min": s.low("rs_seq"),
+        "seq_max_deviation": s.high("rs_seq_deviation"),
+        "seq_fraction_high": per_seq("rs_seq_high"),
+        "masked_fraction": per_token("verl_rs_masked"),
+        "seq_masked_fraction": per_seq("verl_rs_masked_rows"),
+    }
+    if k1 or not n_seq:
+        out["seq_fraction_low"] = per_seq("rs_seq_low") if k1 else 0.0
+    return {f"rollout_rs_{option}_{key}": value for key, value in out.items()}
+
+
 def add_verl_is(s: Sums, tok: Tokens, weights: np.ndarray, row_delta: np.ndarray) -> None:
     """verl's ``compute_is_metrics`` sums (module docstring)."""
     c = s.correction
     assert c is not None
-    lower = c.lo if c.kind == "mask" else 1.0 / c.hi
-    raw = clamped_exp(tok.delta) if c.level == "token" else clamped_exp(row_delta)[tok.rows]
+    lower = c.lo if c.mode.kind == "mask" else 1.0 / c.hi
+    raw = clamped_exp(tok.delta) if c.mode.level == "token" else clamped_exp(row_delta)[tok.rows]
     clamped = np.clip(weights, 0.0, c.hi)
     seq_weight = tok.verl_row_mean(weights)
     seq_raw = tok.verl_row_mean(raw)
@@ -272,7 +325,7 @@ def add_verl_is(s: Sums, tok: Tokens, weights: np.ndarray, row_delta: np.ndarray
         verl_is_seq_high=seq_raw > c.hi,
         verl_is_seq_low=seq_raw < lower,
         verl_is_row_high=row_delta > math.log(c.hi),
-        verl_is_row_low=row_delta < math.log(lower),
+        verl_is_row_low=row_delta < (math.log(lower) if lower > 0 else -math.inf),
     )
     s.add_extremes(
         verl_is_seq=seq_weight,
@@ -301,16 +354,12 @@ def verl_metrics(s: Sums) -> dict[str, float]:
         "chi2_seq": per_row("verl_rho2_seq") - 1.0,
     }
     c = s.correction
-    if c is not None and c.kind == "reject":
-        option = c.mode.replace("-", "_")
-        out[f"rollout_rs_{option}_masked_fraction"] = per_token("verl_rs_masked")
-        out[f"rollout_rs_{option}_seq_masked_fraction"] = s.share(
-            "verl_rs_masked_rows", "sequences"
-        )
+    if c is not None and c.mode.kind == "reject":
+        out |= verl_rs_metrics(s, c)
         out["rollout_rs_masked_fraction"] = per_token("verl_rs_masked")
         out["rollout_rs_seq_masked_fraction"] = per_row("verl_rs_masked_rows")
-    elif c is not None:
-        if c.level == "sequence":
+    elif c is not None and c.mode.kind != "geometric":
+        if c.mode.level == "sequence":
             out["rollout_is_max"] = math.exp(min(s.high("verl_row_delta"), LOG_RATIO_CLAMP))
             out["rollout_is_min"] = math.exp(s.low("verl_row_delta"))
             high, low = per_row("verl_is_row_high"), per_row("verl_is_row_low")
@@ -334,7 +383,7 @@ def verl_metrics(s: Sums) -> dict[str, float]:
         out["rollout_is_seq_max_deviation"] = s.high("verl_is_seq_deviation")
         out["rollout_is_seq_fraction_high"] = per_row("verl_is_seq_high")
         out["rollout_is_seq_fraction_low"] = per_row("verl_is_seq_low")
-        if c.kind == "mask":
+        if c.mode.kind == "mask":
             out["rollout_is_oob_ratio"] = per_token("oob")
     return {f"rollout_corr/{key}": value for key, value in out.items()}
 
@@ -359,14 +408,15 @@ def nemo_metrics(s: Sums) -> dict[str, float]:
         out["mean_seq_mult_prob_error_after_mask"] = s.share("nemo_kept_error", "nemo_kept_seqs")
         out["min_seq_mult_prob_error_after_mask"] = s.low("nemo_kept_error")
     c = s.correction
-    if c is not None and c.kind != "reject":
-        if c.level == "sequence":
+    if c is not None and c.mode.kind != "reject":
+        geometric = c.mode.kind == "geometric"  # seq-mask-tis: token weights, rows masked
+        if c.mode.level == "sequence" and not geometric:
             empty = s.get("empty_rows")
-            total = s.get("nemo_seq_weight") + empty * c.weight_of_one()
+            total = s.get("nemo_seq_weight") + empty * weight_of_one(c)
             out["sampling_importance_ratio"] = total / s.get("rows") if s.get("rows") else 0.0
         else:
             out["sampling_importance_ratio"] = per_token("weights")
-        out["is_oob_ratio"] = per_token("oob")
+        out["is_oob_ratio"] = s.share("oob_rows", "rows") if geometric else per_token("oob")
     return out
 
 
@@ -377,7 +427,7 @@ def miles_metrics(s: Sums) -> dict[str, float]:
         "train_rollout_kl": per_row("miles_kl"),
     }
     c = s.correction
-    if c is not None and c.level == "token" and c.kind != "reject":
+    if c is not None and c.mode.level == "token" and c.mode.kind != "reject":
         out["tis"] = per_row("miles_tis")
         out["tis_abs"] = per_row("miles_tis_abs")
         out["tis_clipfrac"] = per_row("miles_clipfrac")
@@ -391,9 +441,9 @@ def trl_metrics(s: Sums) -> dict[str, float]:
         "sampling/sampling_logp_difference/max": s.high("abs_delta"),
     }
     c = s.correction
-    if c is not None and c.kind != "reject":
-        if c.level == "sequence":
-            empty, one = s.get("empty_rows"), c.weight_of_one()
+    if c is not None and c.mode.kind != "reject":
+        if c.mode.level == "sequence":
+            empty, one = s.get("empty_rows"), weight_of_one(c)
             ends = [s.low("row_weight"), s.high("row_weight")] if s.get("sequences") else []
             ends += [one] if empty else []
             low, high = (min(ends), max(ends)) if ends else (0.0, 0.0)
