@@ -150,18 +150,19 @@ def near_tie() -> Any:
 CORRECTION = "Rollout correction"  # the help panel of --correction and --correction-bounds
 
 
-def correction() -> Any:
-    """``--correction MODE``: the rollout correction written as ``is_weights`` and ``is_mask``."""
-    return field(
-        default=None,
-        metadata=option(
-            "Write per-token importance weights (is_weights) and masks (is_mask) from the "
-            "logprobs and trainer_logprobs streams: token-truncate, token-mask, "
-            "sequence-truncate, sequence-mask, seq-mask-tis, token-k1..3, seq-{sum,mean,max}-k1..3 "
-            "(see docs/correction.md).",
-            panel=CORRECTION,
-        ),
-    )
+CORRECTION_MODES = (
+    "token-truncate, token-mask, sequence-truncate, sequence-mask, seq-mask-tis, token-k1..3, "
+    "seq-{sum,mean,max}-k1..3 (see docs/correction.md)."
+)
+
+
+def correction(
+    help: str = "Write per-token importance weights (is_weights) and masks (is_mask) from the "
+    "logprobs and trainer_logprobs streams: ",
+) -> Any:
+    """``--correction MODE``: the rollout correction (``help`` says what the command does with
+    it, before the modes)."""
+    return field(default=None, metadata=option(help + CORRECTION_MODES, panel=CORRECTION))
 
 
 def correction_bounds() -> Any:
