@@ -338,7 +338,7 @@ def sections(
         out["lengths"] = split(lengths, np.ones(len(length), dtype=bool))
         out["lengths"]["truncated_from"] = each.truncated_from or "no truncation column"
 
-    missing = next((role for role in STREAMS if log.roles[role] is None), None)
+    missing = next((role for role in reversed(STREAMS) if log.roles[role] is None), None)
     mismatch_plan = None
     if missing is None and each.length is not None:
         row_step = None
