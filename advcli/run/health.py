@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from advcli import progress
 from advcli.core import health as H
 from advcli.core.correction import Correction
-from advcli.core.mismatch import MismatchBatch, MismatchStats
+from advcli.core.mismatch import Convention, MismatchBatch, MismatchStats
 from advcli.core.ragged import lengths
 from advcli.io.rollouts import needs_ids
 from advcli.io.sources import prefetch
@@ -261,7 +261,7 @@ def mismatch_section(
             figures["correction"]["masked_correct_share"] = None
         if convention is not None:
             figures["convention"] = convention
-            figures["framework_metrics"] = stats.framework_metrics(convention)  # type: ignore[arg-type]
+            figures["framework_metrics"] = stats.framework_metrics(cast(Convention, convention))
         return figures
 
     assert summed.mismatch is not None
