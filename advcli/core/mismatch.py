@@ -48,7 +48,6 @@ from advcli.core.mismatch_frameworks import (
     clamped_exp,
     nemo_masked_correct,
 )
-from advcli.core.ragged import lengths, positions, row_of
 from advcli.lazy_imports import np
 
 Convention = Literal["verl", "nemo-rl", "miles", "trl"]
@@ -84,8 +83,10 @@ def action_tokens(batch: MismatchBatch) -> Tokens:
     """The action tokens of ``batch``, in float64."""
     action = np.asarray(batch.action, dtype=bool)
     offsets = np.asarray(batch.offsets, dtype=np.int64)
-    rows = row_of(offsets)[action]
-    count = np.bincount(rows, minlength=len(offsets) - 1).astype(np.float64)
+    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
+    per_row = before[offsets[1:]] - before[offsets[:-1]]
+    rows = np.repeat(np.arange(len(per_row), dtype=np.int64), per_row)
+    count = per_row.astype(np.float64)
     return Tokens(
         np.asarray(batch.trainer, dtype=np.float64)[action],
         np.asarray(batch.sampler, dtype=np.float64)[action],
@@ -94,19 +95,23 @@ def action_tokens(batch: MismatchBatch) -> Tokens:
     )
 
 
-def turn_index(action: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per action token: its turn within its row (0 for the row's first maximal run of action
-    tokens, 1 for the next…).
+def action_runs(action: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The maximal runs of action tokens within each row: each run's first token among the
+    action tokens, and its turn within its row (0 for the row's first run, 1 for the next…).
 
-    >>> turn_index(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 7])).tolist()
-    [0, 0, 1, 1, 1]
+    >>> starts, turns = action_runs(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 7]))
+    >>> starts.tolist(), turns.tolist()
+    ([0, 2], [0, 1])
     """
     action = np.asarray(action, dtype=bool)
-    previous = np.concatenate(([False], action[:-1])) & (positions(offsets) > 0)
-    run_starts = np.cumsum(action & ~previous)
-    before_row = np.concatenate(([0], run_starts))[offsets[:-1]]
-    turn: np.ndarray = (run_starts - 1 - np.repeat(before_row, lengths(offsets)))[action]
-    return turn
+    previous = np.concatenate(([False], action[:-1]))
+    row_starts = offsets[:-1][offsets[:-1] < len(action)]
+    previous[row_starts] = False
+    starts = np.flatnonzero((action & ~previous)[action])
+    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
+    row = np.searchsorted(before[offsets[1:]], starts, side="right")  # each run's row
+    turns: np.ndarray = np.arange(len(starts)) - np.searchsorted(row, row)
+    return starts, turns
 
 
 def k_estimates(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,43 +134,43 @@ class MismatchStats(Sums):
     def add(self, batch: MismatchBatch) -> None:
         """Fold one batch of rows into the sums."""
         tok = action_tokens(batch)
-        d = tok.delta
-        k1, k2, k3 = k_estimates(d)
-        ratio = np.exp(d)
+        d, ratio = tok.delta, tok.ratio
+        k2 = 0.5 * d * d
         add_uncorrected(self, tok)
+        seq_delta = tok.mean_of(tok.row_delta)
         self.add_sums(
             delta=d,
-            k1=k1,
+            k1=-d,
             k2=k2,
-            k3=k3,
-            abs_dp=np.abs(np.exp(tok.trainer) - np.exp(tok.sampler)),
+            k3=tok.k3,
+            abs_dp=np.exp(tok.sampler) * np.abs(np.expm1(d)),  # |e^t − e^s| = e^s |e^δ − 1|
             ratio=ratio,
-            rho=clamped_exp(d),
-            rho2=clamped_exp(d, 2.0),
-            seq_k1=tok.row_mean(k1),
+            rho=tok.rho,
+            rho2=tok.rho2,
+            seq_k1=-seq_delta,
             seq_k2=tok.row_mean(k2),
-            seq_k3=tok.row_mean(k3),
-            seq_rho2=clamped_exp(tok.row_sum(d)[tok.live], 2.0),
-            seq_ppl_ratio=np.exp(-tok.row_mean(d)),
+            seq_k3=tok.row_mean(tok.k3),
+            seq_rho2=clamped_exp(tok.row_delta[tok.live], 2.0),
+            seq_ppl_ratio=np.exp(-seq_delta),
             **{f"outside_{lo}_{hi}": (ratio < lo) | (ratio > hi) for lo, hi in RATIO_BANDS},
         )
         self.add_extremes(delta=d)
         self.histogram += np.bincount(histogram_bins(d), minlength=HISTOGRAM_BINS + 2)
-        self._add_turns(batch, d, k3)
+        self._add_turns(batch, tok)
         if batch.correct is not None:
             nemo_masked_correct(self, tok, np.asarray(batch.correct, dtype=bool))
         if self.correction is not None:
             self._add_correction(batch, tok)
 
-    def _add_turns(self, batch: MismatchBatch, d: np.ndarray, k3: np.ndarray) -> None:
-        turn = turn_index(batch.action, np.asarray(batch.offsets, dtype=np.int64))
-        if len(turn):
-            n = int(turn.max()) + 1
-            columns = (np.ones(len(turn)), np.abs(d), k3)
-            per_turn = np.stack(
-                [np.bincount(turn, weights=w, minlength=n) for w in columns], axis=1
-            )
-            self.turns = add_padded(self.turns, per_turn)
+    def _add_turns(self, batch: MismatchBatch, tok: Tokens) -> None:
+        starts, turns = action_runs(batch.action, np.asarray(batch.offsets, dtype=np.int64))
+        if not len(starts):
+            return
+        size = np.diff(np.concatenate((starts, [len(tok.delta)])))
+        per_run = [size, np.add.reduceat(tok.abs_delta, starts), np.add.reduceat(tok.k3, starts)]
+        n = int(turns.max()) + 1
+        per_turn = np.stack([np.bincount(turns, weights=w, minlength=n) for w in per_run], axis=1)
+        self.turns = add_padded(self.turns, per_turn)
 
     def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> None:
         assert self.correction is not None

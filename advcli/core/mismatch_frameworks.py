@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from advcli.core.correction import Correction
 from advcli.lazy_imports import np
@@ -67,33 +68,91 @@ def weight_of_one(c: Correction) -> float:
 
 @dataclass
 class Tokens:
-    """A batch's action tokens: log-probs (float64), δ, each one's row; per row, its count."""
+    """A batch's action tokens: log-probs (float64), each one's row; per row, its count. What
+    several sums read (δ, ρ, k3, per-row sums) is computed once, on first use."""
 
     trainer: np.ndarray
     sampler: np.ndarray
     rows: np.ndarray
     count: np.ndarray  # action tokens of every row of the batch (float64)
 
-    @property
+    @cached_property
     def delta(self) -> np.ndarray:
         out: np.ndarray = self.trainer - self.sampler
         return out
 
-    @property
+    @cached_property
+    def ratio(self) -> np.ndarray:
+        """ρ = exp(δ), unclamped."""
+        out: np.ndarray = np.exp(self.delta)
+        return out
+
+    @cached_property
+    def abs_delta(self) -> np.ndarray:
+        out: np.ndarray = np.abs(self.delta)
+        return out
+
+    @cached_property
+    def k3(self) -> np.ndarray:
+        """exp(δ) − 1 − δ, unclamped."""
+        out: np.ndarray = np.expm1(self.delta) - self.delta
+        return out
+
+    @cached_property
+    def clamped(self) -> np.ndarray:
+        """c(δ): δ clamped to ±20 (δ itself where no token needs it)."""
+        d = self.delta
+        if not len(d) or (d.min() >= -LOG_RATIO_CLAMP and d.max() <= LOG_RATIO_CLAMP):
+            return d
+        out: np.ndarray = np.clip(d, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return out
+
+    @cached_property
+    def rho(self) -> np.ndarray:
+        """exp(c(δ)), verl's safe ratio."""
+        out: np.ndarray = self.ratio if self.clamped is self.delta else np.exp(self.clamped)
+        return out
+
+    @cached_property
+    def rho2(self) -> np.ndarray:
+        """exp(2 c(δ))."""
+        out: np.ndarray = np.exp(2.0 * self.clamped)
+        return out
+
+    @cached_property
     def live(self) -> np.ndarray:
         """The rows with action tokens: the sequences."""
         out: np.ndarray = self.count > 0
         return out
 
+    @cached_property
+    def live_starts(self) -> np.ndarray:
+        """Each sequence's first action token (increasing: a segmented sum's starts)."""
+        starts = np.concatenate(([0], np.cumsum(self.count[:-1]))).astype(np.int64)
+        out: np.ndarray = starts[self.live]
+        return out
+
+    @cached_property
+    def row_delta(self) -> np.ndarray:
+        """Per row: Σ δ over its action tokens."""
+        return self.row_sum(self.delta)
+
     def row_sum(self, values: np.ndarray) -> np.ndarray:
-        """Per row (every row of the batch): the sum of ``values`` over its action tokens."""
-        out: np.ndarray = np.bincount(self.rows, weights=values, minlength=len(self.count))
+        """Per row (every row of the batch): the sum of ``values`` over its action tokens (a
+        segmented sum: the tokens are in row order)."""
+        out = np.zeros(len(self.count))
+        if len(values):
+            out[self.live] = np.add.reduceat(values, self.live_starts)
         return out
 
     def row_mean(self, values: np.ndarray) -> np.ndarray:
         """Per sequence: the mean of ``values`` over its action tokens."""
+        return self.mean_of(self.row_sum(values))
+
+    def mean_of(self, row_sums: np.ndarray) -> np.ndarray:
+        """Per sequence: its row sum over its count."""
         live = self.live
-        out: np.ndarray = self.row_sum(values)[live] / self.count[live]
+        out: np.ndarray = row_sums[live] / self.count[live]
         return out
 
     def verl_row_mean(self, values: np.ndarray) -> np.ndarray:
@@ -159,7 +218,9 @@ class Sums:
 def add_uncorrected(s: Sums, tok: Tokens) -> None:
     """The frameworks' sums that need no correction."""
     d, t, r = tok.delta, tok.trainer, tok.sampler
-    s.add_sums(tokens=len(d), rows=len(tok.count), sequences=tok.live.sum(), abs_delta=np.abs(d))
+    s.add_sums(
+        tokens=len(d), rows=len(tok.count), sequences=tok.live.sum(), abs_delta=tok.abs_delta
+    )
     mean_t, mean_r = tok.verl_row_mean(t), tok.verl_row_mean(r)
     log_ppl_diff = mean_r - mean_t
     s.add_sums(
@@ -167,26 +228,29 @@ def add_uncorrected(s: Sums, tok: Tokens) -> None:
         verl_training_log_ppl=-mean_t,
         verl_rollout_ppl=np.exp(-mean_r),
         verl_rollout_log_ppl=-mean_r,
-        verl_kl=r - t,
-        verl_k3=np.exp(d) - d - 1,
-        verl_rho2=clamped_exp(d, 2.0),
+        verl_kl=-d,
+        verl_k3=tok.k3,
+        verl_rho2=tok.rho2,
         verl_lpd=log_ppl_diff,
         verl_lpd_abs=np.abs(log_ppl_diff),
         verl_ppl_ratio=np.exp(log_ppl_diff),
-        verl_rho2_seq=clamped_exp(tok.row_sum(d), 2.0),
+        verl_rho2_seq=clamped_exp(tok.row_delta, 2.0),
     )
     s.add_extremes(verl_lpd=log_ppl_diff)
-    log_mixture = np.log(0.5 * np.exp(t) + 0.5 * np.exp(r))
-    js = 0.5 * (np.expm1(t - log_mixture) - (t - log_mixture)) + 0.5 * (
-        np.expm1(r - log_mixture) - (r - log_mixture)
-    )
-    seq_error = tok.row_mean(np.exp(np.abs(d)))
+    # ½ k3(t − m) + ½ k3(r − m) with m = log(½ e^t + ½ e^r) is, exactly, (m − r) − δ/2, and
+    # m − r = log((1 + ρ)/2): log1p(ρ) − log 2 where ρ is finite (|δ| ≤ 20), else
+    # logaddexp(0, δ) − log 2, which no large δ overflows
+    log_mean = np.log1p(tok.ratio) if tok.clamped is d else np.logaddexp(0.0, d)
+    js = log_mean - math.log(2.0) - 0.5 * d
+    inverse = 1.0 / tok.ratio  # exp(−δ)
+    mult_prob = np.maximum(tok.ratio, inverse)  # exp(|δ|)
+    seq_error = tok.row_mean(mult_prob)
     s.add_sums(
-        nemo_mult_prob=np.exp(np.abs(d)),
-        nemo_gen_kl=np.expm1(d) - d,
-        nemo_policy_kl=np.expm1(-d) + d,
+        nemo_mult_prob=mult_prob,
+        nemo_gen_kl=tok.k3,
+        nemo_policy_kl=inverse - 1.0 + d,
         nemo_js=js,
-        nemo_ratio=np.exp(d),
+        nemo_ratio=tok.ratio,
         nemo_seq_error=seq_error,
     )
     s.add_extremes(nemo_seq_error=seq_error)
@@ -195,10 +259,12 @@ def add_uncorrected(s: Sums, tok: Tokens) -> None:
         kept = seq_error[~masked]
         s.add_sums(nemo_masked_seqs=masked, nemo_kept_seqs=len(kept), nemo_kept_error=kept)
         s.add_extremes(nemo_kept_error=kept)
-    c = np.clip(d, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    miles_kl = np.clip(np.expm1(c) - c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
-    s.add_sums(miles_abs=tok.miles_row_mean(np.abs(d)), miles_kl=tok.miles_row_mean(miles_kl))
-    s.add_extremes(abs_delta=np.abs(d))
+    c = tok.clamped
+    k3_c = tok.k3 if c is d else np.expm1(c) - c
+    miles_kl = np.clip(k3_c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
+    row_abs = tok.row_sum(tok.abs_delta) / np.maximum(tok.count, 1.0)
+    s.add_sums(miles_abs=row_abs, miles_kl=tok.miles_row_mean(miles_kl))
+    s.add_extremes(abs_delta=tok.abs_delta)
 
 
 def nemo_masked_correct(s: Sums, tok: Tokens, correct: np.ndarray) -> None:

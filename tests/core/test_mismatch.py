@@ -19,9 +19,9 @@ from advcli.core.mismatch import (
     Convention,
     MismatchBatch,
     MismatchStats,
+    action_runs,
     histogram_bins,
     histogram_quantiles,
-    turn_index,
 )
 from tests.conftest import ROOT
 
@@ -218,9 +218,10 @@ def test_turns_are_runs_of_action_tokens():
         assert got["k3_mean"] == pytest.approx(mean([math.exp(d) - 1 - d for d in ds]), rel=1e-9)
 
 
-def test_turn_index_restarts_each_row():
+def test_runs_restart_each_row():
     action = np.array([1, 0, 1, 1, 1, 0, 0, 1], bool)
-    assert turn_index(action, np.array([0, 3, 3, 8])).tolist() == [0, 1, 0, 0, 1]
+    starts, turns = action_runs(action, np.array([0, 3, 3, 8]))
+    assert starts.tolist() == [0, 1, 2, 4] and turns.tolist() == [0, 1, 0, 1]
 
 
 @pytest.mark.parametrize("c", CORRECTIONS, ids=lambda c: c.mode.name)
