@@ -123,8 +123,10 @@ def k_estimates(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 class MismatchStats(Sums):
     """Streamed sums of the mismatch of a log (module docstring); ``add`` each batch, ``merge``
     parts, then read :meth:`figures` and :meth:`framework_metrics`. ``correction``: the mode
-    whose weights and masks come with each batch; ``seq_error_threshold``: NeMo-RL's
-    ``seq_logprob_error_threshold`` (the metrics of its sequence masking)."""
+    whose weights and masks come with each batch, or that computes them (its flavour: the
+    framework whose arithmetic it follows); ``seq_error_threshold``: NeMo-RL's
+    ``seq_logprob_error_threshold`` (the metrics of its sequence masking); ``frameworks``: those
+    whose own metrics :meth:`framework_metrics` may give (each costs its sums)."""
 
     histogram: np.ndarray = field(default_factory=lambda: np.zeros(HISTOGRAM_BINS + 2, np.int64))
     turns: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # tokens, Σ|δ|, Σk3
@@ -275,7 +277,10 @@ class MismatchStats(Sums):
         }
 
     def framework_metrics(self, convention: Convention) -> dict[str, float]:
-        """The metrics ``convention`` logs, under its own names (:mod:`~.mismatch_frameworks`)."""
+        """The metrics ``convention`` logs, under its own names (:mod:`~.mismatch_frameworks`);
+        it must be among the ``frameworks`` whose sums were gathered."""
+        if convention not in self.frameworks:
+            raise ValueError(f"the sums of {convention} were not gathered ({self.frameworks})")
         return METRICS[convention](self)
 
 

@@ -178,6 +178,7 @@ class Sums:
 
     correction: Correction | None = None
     seq_error_threshold: float | None = None
+    frameworks: tuple[str, ...] = ("verl", "nemo-rl", "miles", "trl")  # whose sums to gather
     sums: dict[str, float] = field(default_factory=dict)
     highs: dict[str, float] = field(default_factory=dict)
     lows: dict[str, float] = field(default_factory=dict)
@@ -216,11 +217,22 @@ class Sums:
 
 
 def add_uncorrected(s: Sums, tok: Tokens) -> None:
-    """The frameworks' sums that need no correction."""
-    d, t, r = tok.delta, tok.trainer, tok.sampler
+    """The sums every figure needs, and those of each framework ``s`` gathers (TRL's: these)."""
     s.add_sums(
-        tokens=len(d), rows=len(tok.count), sequences=tok.live.sum(), abs_delta=tok.abs_delta
+        tokens=len(tok.delta),
+        rows=len(tok.count),
+        sequences=tok.live.sum(),
+        abs_delta=tok.abs_delta,
     )
+    s.add_extremes(abs_delta=tok.abs_delta)
+    for framework, add in (("verl", add_verl), ("nemo-rl", add_nemo), ("miles", add_miles)):
+        if framework in s.frameworks:
+            add(s, tok)
+
+
+def add_verl(s: Sums, tok: Tokens) -> None:
+    """verl's sums that need no correction."""
+    d, t, r = tok.delta, tok.trainer, tok.sampler
     mean_t, mean_r = tok.verl_row_mean(t), tok.verl_row_mean(r)
     log_ppl_diff = mean_r - mean_t
     s.add_sums(
@@ -237,6 +249,11 @@ def add_uncorrected(s: Sums, tok: Tokens) -> None:
         verl_rho2_seq=clamped_exp(tok.row_delta, 2.0),
     )
     s.add_extremes(verl_lpd=log_ppl_diff)
+
+
+def add_nemo(s: Sums, tok: Tokens) -> None:
+    """NeMo-RL's sums that need no correction."""
+    d = tok.delta
     # ½ k3(t − m) + ½ k3(r − m) with m = log(½ e^t + ½ e^r) is, exactly, (m − r) − δ/2, and
     # m − r = log((1 + ρ)/2): log1p(ρ) − log 2 where ρ is finite (|δ| ≤ 20), else
     # logaddexp(0, δ) − log 2, which no large δ overflows
@@ -259,18 +276,21 @@ def add_uncorrected(s: Sums, tok: Tokens) -> None:
         kept = seq_error[~masked]
         s.add_sums(nemo_masked_seqs=masked, nemo_kept_seqs=len(kept), nemo_kept_error=kept)
         s.add_extremes(nemo_kept_error=kept)
-    c = tok.clamped
+
+
+def add_miles(s: Sums, tok: Tokens) -> None:
+    """miles' sums that need no correction."""
+    d, c = tok.delta, tok.clamped
     k3_c = tok.k3 if c is d else np.expm1(c) - c
     miles_kl = np.clip(k3_c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
     row_abs = tok.row_sum(tok.abs_delta) / np.maximum(tok.count, 1.0)
     s.add_sums(miles_abs=row_abs, miles_kl=tok.miles_row_mean(miles_kl))
-    s.add_extremes(abs_delta=tok.abs_delta)
 
 
 def nemo_masked_correct(s: Sums, tok: Tokens, correct: np.ndarray) -> None:
     """NeMo-RL's ``masked_correct_pct``: the masked sequences whose reward was 1 (``correct``)."""
-    if s.seq_error_threshold is not None:
-        seq_error = tok.row_mean(np.exp(np.abs(tok.delta)))
+    if s.seq_error_threshold is not None and "nemo-rl" in s.frameworks:
+        seq_error = tok.row_mean(np.exp(tok.abs_delta))
         s.add_sums(nemo_masked_correct=(seq_error > s.seq_error_threshold) & correct[tok.live])
 
 
@@ -281,27 +301,25 @@ def add_corrected(
     compared with its bounds) on the action tokens."""
     c = s.correction
     assert c is not None
-    d = tok.delta
-    row_delta = tok.row_sum(d)
-    log_raw = d if c.mode.level == "token" else row_delta[tok.rows]
-    outside = (np.exp(log_raw) < c.lo) | (np.exp(log_raw) > c.hi)
+    row_delta = tok.row_delta
+    ratio = tok.ratio if c.mode.level == "token" else np.exp(row_delta[tok.rows])
+    outside = (ratio < c.lo) | (ratio > c.hi)
     masked_rows = tok.row_sum(masked.astype(np.float64)) > 0
     # NeMo-RL's seq-mask-tis counts the rows it masked, over every row
     s.add_sums(oob=outside, oob_rows=masked_rows)
-    if c.mode.kind == "reject":
+    if "verl" in s.frameworks and c.mode.kind == "reject":
         s.add_sums(verl_rs_masked=masked, verl_rs_masked_rows=masked_rows)
         add_verl_rs(s, tok, raw)
-    elif c.mode.kind != "geometric":  # verl has no seq-mask-tis
+    elif "verl" in s.frameworks and c.mode.kind != "geometric":  # verl has no seq-mask-tis
         add_verl_is(s, tok, weights, row_delta)
+    if "miles" in s.frameworks:
+        s.add_sums(
+            miles_tis=tok.miles_row_mean(tok.ratio),
+            miles_tis_abs=tok.miles_row_mean(np.abs(tok.ratio - 1.0)),
+            miles_clipfrac=tok.miles_row_mean(outside.astype(np.float64)),
+        )
     row_weight = tok.row_mean(weights)
-    s.add_sums(
-        nemo_seq_weight=row_weight,
-        empty_rows=(~tok.live).sum(),
-        weights=weights,
-        miles_tis=tok.miles_row_mean(np.exp(d)),
-        miles_tis_abs=tok.miles_row_mean(np.abs(np.expm1(d))),
-        miles_clipfrac=tok.miles_row_mean(outside.astype(np.float64)),
-    )
+    s.add_sums(nemo_seq_weight=row_weight, empty_rows=(~tok.live).sum(), weights=weights)
     s.add_extremes(weights=weights, row_weight=row_weight)
 
 

@@ -112,7 +112,8 @@ class MismatchPlan:
     """What the mismatch pass needs per row: its group code, its rollout's advantage sign
     (None: no correction to split) and correctness (None: the rewards do not take two
     values), and its step's index among ``steps`` (−1: none; None: not ``--by step``); the
-    correction (with its framework's arithmetic)."""
+    correction (with its framework's arithmetic) and the framework whose own metrics are
+    reported."""
 
     group: np.ndarray
     sign: np.ndarray | None
@@ -120,6 +121,12 @@ class MismatchPlan:
     step: np.ndarray | None
     steps: int
     correction: Correction | None
+    convention: str | None
+
+    def stats(self) -> MismatchStats:
+        """Empty sums, gathering the convention's own (none without one)."""
+        frameworks = (self.convention,) if self.convention else ()
+        return MismatchStats(correction=self.correction, frameworks=frameworks)
 
 
 @dataclass(frozen=True)
@@ -143,8 +150,8 @@ def token_pass(
     extra = (("entropies",) if read_entropies else ()) + (STREAMS if mismatch else ())
     n_rows = found.rows.n_rows
     total, tokens, high = (np.zeros(n_rows) for _ in range(3))
-    whole = MismatchStats(correction=mismatch.correction) if mismatch else None
-    by_step = [MismatchStats(correction=mismatch.correction) for _ in range(mismatch.steps)] if (
+    whole = mismatch.stats() if mismatch else None
+    by_step = [mismatch.stats() for _ in range(mismatch.steps)] if (
         mismatch and mismatch.step is not None) else []  # fmt: skip
     ids = needs_ids(roles)
     columns = token_columns(roles, values=False, extra=extra, ids=ids)
@@ -348,7 +355,7 @@ def sections(
         sign = np.sign(advantage())[rows.rollout_codes] if correction is not None else None
         mismatch_plan = MismatchPlan(codes[rows.rollout_codes], sign,
                                      correctness(reward, rows.rollout_codes), row_step, len(steps),
-                                     correction)  # fmt: skip
+                                     correction, convention)  # fmt: skip
     summed = None
     if log.roles["entropies"] is not None or mismatch_plan is not None:
         with progress.stage("reading the per-token columns"):
