@@ -1,5 +1,5 @@
 """``advcli audit``: the health of a log: what carries no group signal (zero-variance, near-tie
-and singleton groups), and the staleness, lengths, entropy and advisories sections."""
+and singleton groups), and the staleness, lengths, entropy, mismatch and advisories sections."""
 
 from __future__ import annotations
 

@@ -88,8 +88,8 @@ def action_tokens(batch: MismatchBatch) -> Tokens:
     rows = np.repeat(np.arange(len(per_row), dtype=np.int64), per_row)
     count = per_row.astype(np.float64)
     return Tokens(
-        np.asarray(batch.trainer, dtype=np.float64)[action],
-        np.asarray(batch.sampler, dtype=np.float64)[action],
+        np.asarray(batch.trainer)[action].astype(np.float64),
+        np.asarray(batch.sampler)[action].astype(np.float64),
         rows,
         count,
     )
@@ -112,11 +112,6 @@ def action_runs(action: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np
     row = np.searchsorted(before[offsets[1:]], starts, side="right")  # each run's row
     turns: np.ndarray = np.arange(len(starts)) - np.searchsorted(row, row)
     return starts, turns
-
-
-def k_estimates(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """k1 = −δ, k2 = δ²/2, k3 = exp(δ) − 1 − δ (unclamped)."""
-    return -delta, 0.5 * delta * delta, np.expm1(delta) - delta
 
 
 @dataclass
@@ -145,7 +140,7 @@ class MismatchStats(Sums):
             k1=-d,
             k2=k2,
             k3=tok.k3,
-            abs_dp=np.exp(tok.sampler) * np.abs(np.expm1(d)),  # |e^t − e^s| = e^s |e^δ − 1|
+            abs_dp=np.exp(tok.sampler) * np.abs(ratio - 1.0),  # |e^t − e^s| = e^s |e^δ − 1|
             ratio=ratio,
             rho=tok.rho,
             rho2=tok.rho2,

@@ -94,8 +94,8 @@ class Tokens:
 
     @cached_property
     def k3(self) -> np.ndarray:
-        """exp(δ) − 1 − δ, unclamped."""
-        out: np.ndarray = np.expm1(self.delta) - self.delta
+        """exp(δ) − 1 − δ, unclamped (as verl and NeMo-RL compute it)."""
+        out: np.ndarray = self.ratio - 1.0 - self.delta
         return out
 
     @cached_property
@@ -116,7 +116,7 @@ class Tokens:
     @cached_property
     def rho2(self) -> np.ndarray:
         """exp(2 c(δ))."""
-        out: np.ndarray = np.exp(2.0 * self.clamped)
+        out: np.ndarray = self.rho * self.rho
         return out
 
     @cached_property
@@ -281,7 +281,7 @@ def add_nemo(s: Sums, tok: Tokens) -> None:
 def add_miles(s: Sums, tok: Tokens) -> None:
     """miles' sums that need no correction."""
     d, c = tok.delta, tok.clamped
-    k3_c = tok.k3 if c is d else np.expm1(c) - c
+    k3_c = tok.k3 if c is d else np.exp(c) - 1.0 - c
     miles_kl = np.clip(k3_c, -MILES_KL_CLAMP, MILES_KL_CLAMP)
     row_abs = tok.row_sum(tok.abs_delta) / np.maximum(tok.count, 1.0)
     s.add_sums(miles_abs=row_abs, miles_kl=tok.miles_row_mean(miles_kl))

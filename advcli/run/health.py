@@ -1,6 +1,7 @@
-"""The audit's health sections (staleness, lengths, entropy, advisories, and the place of the
-mismatch's), from the audited log's per-row columns and, where a section needs its tokens, one
-streamed pass (the entropies; a method's advantages for the staleness by lag)."""
+"""The audit's health sections (staleness, lengths, entropy, mismatch, advisories), from the
+audited log's per-row columns and one streamed pass over the per-token columns the sections
+read (the entropies, the two log-prob streams), with a method's advantages where a section
+splits by them (the staleness by lag, the mismatch's masked tokens by sign)."""
 
 from __future__ import annotations
 
