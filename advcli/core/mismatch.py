@@ -21,7 +21,8 @@ mean m_i(x) = Σ_t x_t / n_i. advcli's own figures (:meth:`MismatchStats.figures
   masked, of sequences with a masked token, of groups with such a sequence; masked tokens by
   their rollout's advantage sign; the share of masked rollouts that were correct;
 - per turn (turns are maximal runs of action tokens within a row; shown when a row has two):
-  tokens, mean |δ| and mean k3 of the k-th turn of every row.
+  tokens, mean |δ| and mean k3 of the k-th turn of every row, and with a correction the
+  tokens it masked.
 
 Every figure is a ratio of sums, a min or a max, so batches :meth:`~MismatchStats.add`-ed one by
 one, or parts :meth:`~MismatchStats.merge`-d, give the numbers of the whole log, in memory
@@ -124,7 +125,8 @@ class MismatchStats(Sums):
     whose own metrics :meth:`framework_metrics` may give (each costs its sums)."""
 
     histogram: np.ndarray = field(default_factory=lambda: np.zeros(HISTOGRAM_BINS + 2, np.int64))
-    turns: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # tokens, Σ|δ|, Σk3
+    # per turn: tokens, Σ|δ|, Σk3, masked tokens
+    turns: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     masked_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -153,23 +155,26 @@ class MismatchStats(Sums):
         )
         self.add_extremes(delta=d)
         self.histogram += np.bincount(histogram_bins(d), minlength=HISTOGRAM_BINS + 2)
-        self._add_turns(batch, tok)
         if batch.correct is not None:
             nemo_masked_correct(self, tok, np.asarray(batch.correct, dtype=bool))
-        if self.correction is not None:
-            self._add_correction(batch, tok)
+        masked = self._add_correction(batch, tok) if self.correction is not None else None
+        self._add_turns(batch, tok, masked)
 
-    def _add_turns(self, batch: MismatchBatch, tok: Tokens) -> None:
+    def _add_turns(self, batch: MismatchBatch, tok: Tokens, masked: np.ndarray | None) -> None:
+        """Per turn: tokens, Σ|δ|, Σk3 and the tokens the correction masked (``masked``: per
+        action token; None: no correction)."""
         starts, turns = action_runs(batch.action, np.asarray(batch.offsets, dtype=np.int64))
         if not len(starts):
             return
         size = np.diff(np.concatenate((starts, [len(tok.delta)])))
         per_run = [size, np.add.reduceat(tok.abs_delta, starts), np.add.reduceat(tok.k3, starts)]
+        per_run.append(np.add.reduceat(masked, starts) if masked is not None else 0 * size)
         n = int(turns.max()) + 1
         per_turn = np.stack([np.bincount(turns, weights=w, minlength=n) for w in per_run], axis=1)
         self.turns = add_padded(self.turns, per_turn)
 
-    def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> None:
+    def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> np.ndarray:
+        """The correction's sums; returns which action tokens it masked."""
         assert self.correction is not None
         action = np.asarray(batch.action, dtype=bool)
         if batch.weights is None:
@@ -195,6 +200,7 @@ class MismatchStats(Sums):
             group = np.asarray(batch.group, dtype=np.int64)
             self.groups = np.union1d(self.groups, group)
             self.masked_groups = np.union1d(self.masked_groups, group[row_masked])
+        return masked
 
     def merge(self, other: MismatchStats) -> None:
         """Fold another part's sums into these (the same correction)."""
@@ -232,7 +238,8 @@ class MismatchStats(Sums):
         if len(self.turns) > 1:
             out["turns"] = {
                 str(i + 1): {"tokens": int(n), "abs_delta_mean": a / n, "k3_mean": k / n}
-                for i, (n, a, k) in enumerate(self.turns)
+                | ({"masked_tokens": int(m)} if self.correction is not None else {})
+                for i, (n, a, k, m) in enumerate(self.turns)
             }
         return out
 

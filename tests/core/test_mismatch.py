@@ -254,6 +254,17 @@ def test_correction_figures_match_a_loop(c: Correction):
     }
     if c.mode.kind != "truncate":
         assert 0 < got["masked_tokens"] < len(action)
+    # per turn (a turn: a run of action tokens), the masked tokens
+    per_turn: dict[str, int] = {}
+    for r in table:
+        turn, before = 0, False
+        for a, m in zip(r["action_mask"], r["masked"], strict=True):
+            turn += bool(a and not before)
+            if a:
+                per_turn[str(turn)] = per_turn.get(str(turn), 0) + int(m)
+            before = bool(a)
+    turns = stats_of(table, c).figures()["turns"]
+    assert {k: t["masked_tokens"] for k, t in turns.items()} == per_turn
 
 
 def verl_reference(table: list[dict[str, Any]], c: Correction | None) -> dict[str, float]:
