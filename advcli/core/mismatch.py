@@ -86,13 +86,10 @@ def action_tokens(batch: MismatchBatch) -> Tokens:
     offsets = np.asarray(batch.offsets, dtype=np.int64)
     before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
     per_row = before[offsets[1:]] - before[offsets[:-1]]
-    rows = np.repeat(np.arange(len(per_row), dtype=np.int64), per_row)
-    count = per_row.astype(np.float64)
     return Tokens(
         np.asarray(batch.trainer)[action].astype(np.float64),
         np.asarray(batch.sampler)[action].astype(np.float64),
-        rows,
-        count,
+        per_row.astype(np.float64),
     )
 
 
@@ -139,7 +136,7 @@ class MismatchStats(Sums):
         seq_delta = tok.mean_of(tok.row_delta)
         self.add_sums(
             delta=d,
-            k1=-d,
+            k1=-float(d.sum()),
             k2=k2,
             k3=tok.k3,
             abs_dp=np.exp(tok.sampler) * np.abs(ratio - 1.0),  # |e^t − e^s| = e^s |e^δ − 1|

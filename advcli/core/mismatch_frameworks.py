@@ -68,13 +68,19 @@ def weight_of_one(c: Correction) -> float:
 
 @dataclass
 class Tokens:
-    """A batch's action tokens: log-probs (float64), each one's row; per row, its count. What
-    several sums read (δ, ρ, k3, per-row sums) is computed once, on first use."""
+    """A batch's action tokens: log-probs (float64); per row, its count. What several sums
+    read (δ, ρ, k3, each token's row, per-row sums) is computed once, on first use."""
 
     trainer: np.ndarray
     sampler: np.ndarray
-    rows: np.ndarray
     count: np.ndarray  # action tokens of every row of the batch (float64)
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """Each action token's row."""
+        n = self.count.astype(np.int64)
+        out: np.ndarray = np.repeat(np.arange(len(n), dtype=np.int64), n)
+        return out
 
     @cached_property
     def delta(self) -> np.ndarray:
