@@ -252,17 +252,14 @@ def _cell(value: object) -> str:
 def health_sections(sections: dict[str, Any]) -> None:
     """The audit's health sections that the log holds (a table each, and one per step with
     ``--by step``), the mismatch's line where its stream is missing, and the advisories."""
-    for name in ("staleness", "lengths", "entropy"):
+    for name in ("staleness", "lengths", "entropy", "mismatch"):
         section = sections.get(name)
         if not isinstance(section, dict):  # the log lacks its column: --json says which
             continue
-        t = Table(title=name, show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        for key, value in section.items():
-            if key != "by_step":
-                t.add_row(key.replace("_", " "), _cell(value))
-        stdout.print(t)
+        own = section.get("framework_metrics", {})  # a framework's metrics: a table of their own
+        _figures(name, {k: v for k, v in section.items() if k not in ("by_step", *OWN_METRICS)})
+        if own:
+            _figures(f"{name}: {section['convention']}'s own metrics", own)
         if "by_step" in section:
             _by_step(f"{name} by step", section["by_step"])
     if "groups_by_step" in sections:
@@ -271,6 +268,19 @@ def health_sections(sections: dict[str, Any]) -> None:
         stdout.print(f"mismatch: {mismatch}")
     for name, line in sections.get("advisories", {}).items():
         stdout.print(f"advisory {name}: {line}")
+
+
+OWN_METRICS = ("framework_metrics",)
+
+
+def _figures(title: str, figures: dict[str, Any]) -> None:
+    """A table of named figures, one a row."""
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for key, value in figures.items():
+        t.add_row(key.replace("_", " ") if "/" not in key else key, _cell(value))
+    stdout.print(t)
 
 
 def _by_step(title: str, steps: dict[str, Any]) -> None:

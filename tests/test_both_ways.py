@@ -28,6 +28,7 @@ LOG = str(SAMPLE / "rollouts.parquet")
 JSONL = str(SAMPLE / "rollouts.jsonl")
 TRL = str(SAMPLE / "trl" / "completions")
 VERL = str(SAMPLE / "verl" / "rollout")
+HEALTH = str(SAMPLE / "health.parquet")  # both log-prob streams
 NEMO_RL = str(ROOT / "tests" / "fixtures" / "real" / "nemo-rl" / "default")  # with token ids
 HEALTH = str(ROOT / "tests" / "fixtures" / "refs" / "health" / "log.parquet")  # both streams
 CRITIC = str(SAMPLE / "critic.onnx")
@@ -183,6 +184,11 @@ AUDIT = [
         {"from_": "trl", "preset_options": PresetOptions(TRL_REWARDS)},
     ),
     ([VERL, "--from", "verl"], {"from_": "verl"}),
+    (
+        [HEALTH, "--correction", "token-mask", "--correction-bounds", "0.5,2", "--by", "step"],
+        {"correction": "token-mask", "correction_bounds": "0.5,2", "by": "step"},
+    ),
+    ([HEALTH, "--convention", "nemo-rl"], {"convention": "nemo-rl"}),
 ]
 
 

@@ -225,12 +225,17 @@ def test_relative_paths_mean_the_same_files_to_the_workers(cluster, three_files)
 
 
 def test_audit_counts_tokens_on_the_cluster(cluster, three_files):
-    here = json.loads(advcli("audit", str(three_files), "--json").stdout)
-    proc = advcli("audit", str(three_files), "--json", "--engine", "ray", "--ray-address",
+    """The whole audit, the mismatch section with a correction and a framework's metrics too,
+    is the local engine's."""
+    args = ["--json", "--correction", "token-mask", "--convention", "verl"]
+    here = json.loads(advcli("audit", str(three_files), *args).stdout)
+    proc = advcli("audit", str(three_files), *args, "--engine", "ray", "--ray-address",
                   cluster)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == here
     assert here["action_tokens"] == 99
+    assert here["mismatch"]["action_tokens"] == 99 and "rollout_corr/kl" in (
+        here["mismatch"]["framework_metrics"])  # fmt: skip
 
 
 def test_a_killed_worker_is_retried_or_leaves_nothing(cluster, tmp_path):

@@ -52,6 +52,7 @@ EXAMPLES = {
     "audit": [
         "advcli audit sample_data/rollouts.parquet --fail-above 0.5",
         "advcli audit sample_data/rollouts.parquet --list zero-variance",
+        "advcli audit sample_data/health.parquet --convention verl --correction token-mask",
     ],
     "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
     "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
@@ -247,7 +248,7 @@ def audit(
     ] = None,
     options: dict[str, Any] | None = None,
 ) -> None:
-    """The health of a log: groups without signal, staleness, lengths, entropy, advisories."""
+    """A log's health: groups without signal, staleness, lengths, entropy, mismatch, advisories."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
     if list_ not in (None, "zero-variance", "singleton"):

@@ -1,16 +1,18 @@
 """``advcli audit``: the health of a log: what carries no group signal (zero-variance, near-tie
-and singleton groups), and the staleness, lengths, entropy and advisories sections."""
+and singleton groups), and the staleness, lengths, entropy, mismatch and advisories sections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from advcli import presets
 from advcli.commands import fields
+from advcli.core.mismatch_frameworks import METRICS
 from advcli.errors import UsageError
 from advcli.params import Range, check_fields, command_options, option, takes_options
 from advcli.presets import PresetOptions
-from advcli.run import health, jobs
+from advcli.run import correcting, health, jobs
 from advcli.run.accounting import Audit, audit_log
 from advcli.run.health import ENTROPY_THRESHOLD
 from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
@@ -46,6 +48,18 @@ class AuditCommand:
             range=Range(0),
         ),
     )
+    correction: str | None = fields.correction(
+        "The mismatch section: what this correction of the trainer's log-probs against the "
+        "sampler's weights and masks: "
+    )
+    correction_bounds: str | None = fields.correction_bounds()
+    convention: str | None = field(
+        default=None,
+        metadata=option(
+            "verl, trl, nemo-rl or miles: the mismatch section adds that framework's own metrics "
+            "under its names, and a correction computes as it does (default: --from's framework)."
+        ),
+    )
     engine: str = fields.engine()
     ray_address: str | None = fields.ray_address()
     batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the result
@@ -54,6 +68,17 @@ class AuditCommand:
         check_fields(self)
         if self.by not in (None, "step"):
             raise UsageError(f"`by` {self.by!r}: expected step")
+        if self.convention is not None and self.convention not in METRICS:
+            msg = f"`convention` {self.convention!r}: expected one of {', '.join(METRICS)}"
+            raise UsageError(msg)
+
+
+def framework_of(preset: str | None) -> str | None:
+    """The framework whose mismatch metrics a ``--from`` log reports (None: none of the four)."""
+    if preset is None:
+        return None
+    flavour = correcting.FLAVOUR_OF.get(presets.get(preset).convention)
+    return flavour if flavour in METRICS else None
 
 
 @takes_options(AuditCommand, params=False)
@@ -73,7 +98,11 @@ def audit(inputs: LogPaths, **keywords: Any) -> Audit:
     found = audit_log(log, tol=tol, near_tie=near_tie, batch_rows=batch_rows,
                       count=job.ray.count if job.ray is not None else None)  # fmt: skip
     by_step = options.by == "step"
+    convention = options.convention or framework_of(from_)
+    correction = correcting.correction_of(options.correction, options.correction_bounds,
+                                          convention)  # fmt: skip
     found_sections = health.sections(found, log, plan=lambda: job.plan(log), by_step=by_step,
                                      entropy_threshold=options.entropy_threshold,
+                                     correction=correction, convention=convention,
                                      batch_rows=batch_rows)  # fmt: skip
     return replace(found, sections=found_sections)

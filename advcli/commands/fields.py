@@ -157,15 +157,12 @@ CORRECTION_MODES = (
 
 
 def correction(
-    what: str = "Write per-token importance weights (is_weights) and masks (is_mask) from the "
-    "logprobs and trainer_logprobs streams:",
+    help: str = "Write per-token importance weights (is_weights) and masks (is_mask) from the "
+    "logprobs and trainer_logprobs streams: ",
 ) -> Any:
-    """``--correction MODE``: the rollout correction (``what`` it does with it, then the
-    modes); ``annotate`` and ``shard`` write it as ``is_weights`` and ``is_mask``."""
-    return field(
-        default=None,
-        metadata=option(f"{what} {CORRECTION_MODES}", panel=CORRECTION),
-    )
+    """``--correction MODE``: the rollout correction (``help`` says what the command does with
+    it, before the modes)."""
+    return field(default=None, metadata=option(help + CORRECTION_MODES, panel=CORRECTION))
 
 
 def correction_bounds() -> Any:

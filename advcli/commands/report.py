@@ -38,7 +38,7 @@ class ReportCommand:
     preset_options: PresetOptions | None = fields.preset_options()
     force: bool = fields.force()
     correction: str | None = fields.correction(
-        "Show each action token's weight and mask beside its δ in the token view:"
+        "Show each action token's weight and mask beside its δ in the token view: "
     )
     correction_bounds: str | None = fields.correction_bounds()
     options: ReportOptions | None = field(default=None, metadata=options_of(ReportOptions))

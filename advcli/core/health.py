@@ -187,6 +187,8 @@ TRUNCATED_BOUND = 0.25  # truncated share of rollouts
 STALE_BOUND = 1.0  # mean lag, in steps
 ENTROPY_FLOOR = 0.05  # nats: the token mean below which entropy has collapsed
 ENTROPY_DROP = 0.25  # the last step's token mean below this share of the first step's
+K3_BOUND = 0.01  # mean k3 over action tokens: the trainer and the sampler disagree
+MASKED_BOUND = 0.1  # share of action tokens a correction masks
 
 ADVISORIES = (
     Advisory("zero-variance", ZERO_VARIANCE_BOUND, "zero-variance share of rollouts above"),
@@ -197,9 +199,8 @@ ADVISORIES = (
         ENTROPY_FLOOR,
         f"token-mean entropy (nats) below, or the last step's below {ENTROPY_DROP} of the first's",
     ),
-    # the mismatch section's (its figures are a later part's; named here so --fail-on takes them)
-    Advisory("k3", 0.01, "mean k3 estimate of KL(sampler‖trainer) above"),
-    Advisory("masked-share", 0.1, "share of action tokens the correction masks above"),
+    Advisory("k3", K3_BOUND, "mean k3 estimate of KL(sampler‖trainer) above"),
+    Advisory("masked-share", MASKED_BOUND, "share of action tokens the correction masks above"),
 )
 ADVISORY_NAMES = tuple(a.name for a in ADVISORIES)
 
@@ -209,9 +210,13 @@ def advisories(
     truncated_share: float | None,
     mean_lag: float | None,
     entropy_means: list[float] | None,
+    k3_mean: float | None = None,
+    masked_share: float | None = None,
 ) -> dict[str, str]:
     """The advisories that fire, by name, each one line. ``entropy_means``: the token-mean
-    entropy of the whole log, then of each step in order (None: no entropies)."""
+    entropy of the whole log, then of each step in order (None: no entropies); ``k3_mean``
+    the mismatch's token-mean k3 (None: no trainer stream), ``masked_share`` the share of
+    action tokens its correction masked (None: no correction)."""
     out: dict[str, str] = {}
     if zero_variance_share > ZERO_VARIANCE_BOUND:
         out["zero-variance"] = (
@@ -236,4 +241,13 @@ def advisories(
                 f"token-mean entropy fell from {steps[0]:.4f} to {steps[-1]:.4f} nats "
                 f"(< {ENTROPY_DROP:g} of the first step's)"
             )
+    if k3_mean is not None and k3_mean > K3_BOUND:
+        out["k3"] = (
+            f"mean k3 {k3_mean:.4g} (> {K3_BOUND:g}): the trainer's log-probs stray from the "
+            "sampler's"
+        )
+    if masked_share is not None and masked_share > MASKED_BOUND:
+        out["masked-share"] = (
+            f"the correction masks {masked_share:.1%} of action tokens (> {MASKED_BOUND:.0%})"
+        )
     return out

@@ -21,7 +21,8 @@ mean m_i(x) = Σ_t x_t / n_i. advcli's own figures (:meth:`MismatchStats.figures
   masked, of sequences with a masked token, of groups with such a sequence; masked tokens by
   their rollout's advantage sign; the share of masked rollouts that were correct;
 - per turn (turns are maximal runs of action tokens within a row; shown when a row has two):
-  tokens, mean |δ| and mean k3 of the k-th turn of every row.
+  tokens, mean |δ| and mean k3 of the k-th turn of every row, and with a correction the
+  tokens it masked.
 
 Every figure is a ratio of sums, a min or a max, so batches :meth:`~MismatchStats.add`-ed one by
 one, or parts :meth:`~MismatchStats.merge`-d, give the numbers of the whole log, in memory
@@ -37,6 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from advcli.core.correction import corrected
 from advcli.core.mismatch_frameworks import (
     LOG_RATIO_CLAMP,
     METRICS,
@@ -47,7 +49,6 @@ from advcli.core.mismatch_frameworks import (
     clamped_exp,
     nemo_masked_correct,
 )
-from advcli.core.ragged import lengths, positions, row_of
 from advcli.lazy_imports import np
 
 Convention = Literal["verl", "nemo-rl", "miles", "trl"]
@@ -63,7 +64,9 @@ class MismatchBatch:
     """One batch of rows, flat: per token ``trainer`` and ``sampler`` log-probs and ``action``,
     ``offsets`` of the rows (int64, from 0); per row, optional ``group`` codes (int, the same
     code for the same group in every batch), ``advantage_sign`` (−1, 0, +1) and ``correct``;
-    with a correction, per token its ``weights`` (1 off action tokens) and ``masked``."""
+    with a correction, per token its ``weights`` (1 off action tokens), ``masked`` and ``raw``
+    (what the mode compared with its bounds) as :func:`~advcli.core.correction.corrected`
+    gives them; left out, :class:`MismatchStats` computes them with its correction."""
 
     trainer: np.ndarray
     sampler: np.ndarray
@@ -74,102 +77,113 @@ class MismatchBatch:
     correct: np.ndarray | None = None
     weights: np.ndarray | None = None
     masked: np.ndarray | None = None
+    raw: np.ndarray | None = None
 
 
 def action_tokens(batch: MismatchBatch) -> Tokens:
     """The action tokens of ``batch``, in float64."""
     action = np.asarray(batch.action, dtype=bool)
     offsets = np.asarray(batch.offsets, dtype=np.int64)
-    rows = row_of(offsets)[action]
-    count = np.bincount(rows, minlength=len(offsets) - 1).astype(np.float64)
+    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
+    per_row = before[offsets[1:]] - before[offsets[:-1]]
     return Tokens(
-        np.asarray(batch.trainer, dtype=np.float64)[action],
-        np.asarray(batch.sampler, dtype=np.float64)[action],
-        rows,
-        count,
+        np.asarray(batch.trainer)[action].astype(np.float64),
+        np.asarray(batch.sampler)[action].astype(np.float64),
+        per_row.astype(np.float64),
     )
 
 
-def turn_index(action: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per action token: its turn within its row (0 for the row's first maximal run of action
-    tokens, 1 for the next…).
+def action_runs(action: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The maximal runs of action tokens within each row: each run's first token among the
+    action tokens, and its turn within its row (0 for the row's first run, 1 for the next…).
 
-    >>> turn_index(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 7])).tolist()
-    [0, 0, 1, 1, 1]
+    >>> starts, turns = action_runs(np.array([0, 1, 1, 0, 1, 1, 1], bool), np.array([0, 7]))
+    >>> starts.tolist(), turns.tolist()
+    ([0, 2], [0, 1])
     """
     action = np.asarray(action, dtype=bool)
-    previous = np.concatenate(([False], action[:-1])) & (positions(offsets) > 0)
-    run_starts = np.cumsum(action & ~previous)
-    before_row = np.concatenate(([0], run_starts))[offsets[:-1]]
-    turn: np.ndarray = (run_starts - 1 - np.repeat(before_row, lengths(offsets)))[action]
-    return turn
-
-
-def k_estimates(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """k1 = −δ, k2 = δ²/2, k3 = exp(δ) − 1 − δ (unclamped)."""
-    return -delta, 0.5 * delta * delta, np.expm1(delta) - delta
+    previous = np.concatenate(([False], action[:-1]))
+    row_starts = offsets[:-1][offsets[:-1] < len(action)]
+    previous[row_starts] = False
+    starts = np.flatnonzero((action & ~previous)[action])
+    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
+    row = np.searchsorted(before[offsets[1:]], starts, side="right")  # each run's row
+    turns: np.ndarray = np.arange(len(starts)) - np.searchsorted(row, row)
+    return starts, turns
 
 
 @dataclass
 class MismatchStats(Sums):
     """Streamed sums of the mismatch of a log (module docstring); ``add`` each batch, ``merge``
     parts, then read :meth:`figures` and :meth:`framework_metrics`. ``correction``: the mode
-    whose weights and masks come with each batch; ``seq_error_threshold``: NeMo-RL's
-    ``seq_logprob_error_threshold`` (the metrics of its sequence masking)."""
+    whose weights and masks come with each batch, or that computes them (its flavour: the
+    framework whose arithmetic it follows); ``seq_error_threshold``: NeMo-RL's
+    ``seq_logprob_error_threshold`` (the metrics of its sequence masking); ``frameworks``: those
+    whose own metrics :meth:`framework_metrics` may give (each costs its sums)."""
 
     histogram: np.ndarray = field(default_factory=lambda: np.zeros(HISTOGRAM_BINS + 2, np.int64))
-    turns: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # tokens, Σ|δ|, Σk3
+    # per turn: tokens, Σ|δ|, Σk3, masked tokens
+    turns: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     masked_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def add(self, batch: MismatchBatch) -> None:
         """Fold one batch of rows into the sums."""
         tok = action_tokens(batch)
-        d = tok.delta
-        k1, k2, k3 = k_estimates(d)
-        ratio = np.exp(d)
+        d, ratio = tok.delta, tok.ratio
+        k2 = 0.5 * d * d
         add_uncorrected(self, tok)
+        seq_delta = tok.mean_of(tok.row_delta)
         self.add_sums(
             delta=d,
-            k1=k1,
+            k1=-float(d.sum()),
             k2=k2,
-            k3=k3,
-            abs_dp=np.abs(np.exp(tok.trainer) - np.exp(tok.sampler)),
+            k3=tok.k3,
+            abs_dp=np.exp(tok.sampler) * np.abs(ratio - 1.0),  # |e^t − e^s| = e^s |e^δ − 1|
             ratio=ratio,
-            rho=clamped_exp(d),
-            rho2=clamped_exp(d, 2.0),
-            seq_k1=tok.row_mean(k1),
+            rho=tok.rho,
+            rho2=tok.rho2,
+            seq_k1=-seq_delta,
             seq_k2=tok.row_mean(k2),
-            seq_k3=tok.row_mean(k3),
-            seq_rho2=clamped_exp(tok.row_sum(d)[tok.live], 2.0),
-            seq_ppl_ratio=np.exp(-tok.row_mean(d)),
+            seq_k3=tok.row_mean(tok.k3),
+            seq_rho2=clamped_exp(tok.row_delta[tok.live], 2.0),
+            seq_ppl_ratio=np.exp(-seq_delta),
             **{f"outside_{lo}_{hi}": (ratio < lo) | (ratio > hi) for lo, hi in RATIO_BANDS},
         )
         self.add_extremes(delta=d)
         self.histogram += np.bincount(histogram_bins(d), minlength=HISTOGRAM_BINS + 2)
-        self._add_turns(batch, d, k3)
         if batch.correct is not None:
             nemo_masked_correct(self, tok, np.asarray(batch.correct, dtype=bool))
-        if self.correction is not None:
-            self._add_correction(batch, tok)
+        masked = self._add_correction(batch, tok) if self.correction is not None else None
+        self._add_turns(batch, tok, masked)
 
-    def _add_turns(self, batch: MismatchBatch, d: np.ndarray, k3: np.ndarray) -> None:
-        turn = turn_index(batch.action, np.asarray(batch.offsets, dtype=np.int64))
-        if len(turn):
-            n = int(turn.max()) + 1
-            columns = (np.ones(len(turn)), np.abs(d), k3)
-            per_turn = np.stack(
-                [np.bincount(turn, weights=w, minlength=n) for w in columns], axis=1
-            )
-            self.turns = add_padded(self.turns, per_turn)
+    def _add_turns(self, batch: MismatchBatch, tok: Tokens, masked: np.ndarray | None) -> None:
+        """Per turn: tokens, Σ|δ|, Σk3 and the tokens the correction masked (``masked``: per
+        action token; None: no correction)."""
+        starts, turns = action_runs(batch.action, np.asarray(batch.offsets, dtype=np.int64))
+        if not len(starts):
+            return
+        size = np.diff(np.concatenate((starts, [len(tok.delta)])))
+        per_run = [size, np.add.reduceat(tok.abs_delta, starts), np.add.reduceat(tok.k3, starts)]
+        per_run.append(np.add.reduceat(masked, starts) if masked is not None else 0 * size)
+        n = int(turns.max()) + 1
+        per_turn = np.stack([np.bincount(turns, weights=w, minlength=n) for w in per_run], axis=1)
+        self.turns = add_padded(self.turns, per_turn)
 
-    def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> None:
-        if batch.weights is None or batch.masked is None:
-            raise ValueError("a batch of a corrected audit needs its `weights` and `masked`")
+    def _add_correction(self, batch: MismatchBatch, tok: Tokens) -> np.ndarray:
+        """The correction's sums; returns which action tokens it masked."""
+        assert self.correction is not None
         action = np.asarray(batch.action, dtype=bool)
-        w = np.asarray(batch.weights, dtype=np.float64)[action]
-        masked = np.asarray(batch.masked, dtype=bool)[action]
-        add_corrected(self, tok, w, masked)
+        if batch.weights is None:
+            found = corrected(batch.trainer, batch.sampler, action, batch.offsets, self.correction)
+            weights, masked, raw = found.weights, found.masked, found.raw
+        elif batch.masked is None or batch.raw is None:
+            raise ValueError("a batch's correction `weights` come with its `masked` and `raw`")
+        else:
+            weights, masked, raw = batch.weights, batch.masked, batch.raw
+        w = np.asarray(weights, dtype=np.float64)[action]
+        masked = np.asarray(masked, dtype=bool)[action]
+        add_corrected(self, tok, w, masked, np.asarray(raw, dtype=np.float64)[action])
         masked_per_row = tok.row_sum(masked.astype(np.float64))
         row_masked = masked_per_row > 0
         self.add_sums(weights2=w * w, masked_tokens=masked, masked_rows=row_masked)
@@ -183,6 +197,7 @@ class MismatchStats(Sums):
             group = np.asarray(batch.group, dtype=np.int64)
             self.groups = np.union1d(self.groups, group)
             self.masked_groups = np.union1d(self.masked_groups, group[row_masked])
+        return masked
 
     def merge(self, other: MismatchStats) -> None:
         """Fold another part's sums into these (the same correction)."""
@@ -220,7 +235,8 @@ class MismatchStats(Sums):
         if len(self.turns) > 1:
             out["turns"] = {
                 str(i + 1): {"tokens": int(n), "abs_delta_mean": a / n, "k3_mean": k / n}
-                for i, (n, a, k) in enumerate(self.turns)
+                | ({"masked_tokens": int(m)} if self.correction is not None else {})
+                for i, (n, a, k, m) in enumerate(self.turns)
             }
         return out
 
@@ -244,7 +260,7 @@ class MismatchStats(Sums):
         """What the correction did: its weights, ESS, masked shares, the masked tokens' signs."""
         n_groups = len(self.groups)
         return {
-            "mode": self.correction.mode if self.correction else None,
+            "mode": self.correction.mode.name if self.correction else None,
             "weight_mean": self.share("weights", "tokens"),
             "weight_min": self.low("weights"),
             "weight_max": self.high("weights"),
@@ -260,7 +276,10 @@ class MismatchStats(Sums):
         }
 
     def framework_metrics(self, convention: Convention) -> dict[str, float]:
-        """The metrics ``convention`` logs, under its own names (:mod:`~.mismatch_frameworks`)."""
+        """The metrics ``convention`` logs, under its own names (:mod:`~.mismatch_frameworks`);
+        it must be among the ``frameworks`` whose sums were gathered."""
+        if convention not in self.frameworks:
+            raise ValueError(f"the sums of {convention} were not gathered ({self.frameworks})")
         return METRICS[convention](self)
 
 

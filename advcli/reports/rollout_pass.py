@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from advcli.core.correction import Correction, corrected
-from advcli.core.mismatch import k_estimates
 from advcli.core.ragged import first_where, lengths, prefix_hashes
 from advcli.errors import DataError
 from advcli.io.arrow import flat_list
@@ -245,11 +244,11 @@ class RolloutPass:
     def _add_mismatch(
         self, row0: int, offsets: np.ndarray, delta: np.ndarray, masked: np.ndarray | None
     ) -> None:
-        """Each row's sums of |δ|, k3 (:func:`~advcli.core.mismatch.k_estimates`) and masked
+        """Each row's sums of |δ|, k3 = exp(δ) − 1 − δ (as :mod:`advcli.core.mismatch`) and masked
         tokens over its action tokens, for the mismatch by step."""
         assert self.mismatch is not None
         d = np.nan_to_num(delta)  # 0 off actions: no |δ|, no k3
-        k3 = k_estimates(d)[2]
+        k3 = np.expm1(d) - d
         flagged = np.zeros(len(d)) if masked is None else masked.astype(np.float64)
         for j, x in enumerate((np.abs(d), k3, flagged)):
             before = np.r_[0.0, np.cumsum(x)]

@@ -1,20 +1,25 @@
-"""The audit's health sections (staleness, lengths, entropy, advisories, and the place of the
-mismatch's), from the audited log's per-row columns and, where a section needs its tokens, one
-streamed pass (the entropies; a method's advantages for the staleness by lag)."""
+"""The audit's health sections (staleness, lengths, entropy, mismatch, advisories), from the
+audited log's per-row columns and one streamed pass over the per-token columns the sections
+read (the entropies, the two log-prob streams), with a method's advantages where a section
+splits by them (the staleness by lag, the mismatch's masked tokens by sign)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from advcli import progress
 from advcli.core import health as H
+from advcli.core.correction import Correction
+from advcli.core.mismatch import Convention, MismatchBatch, MismatchStats
+from advcli.core.ragged import lengths
 from advcli.io.rollouts import needs_ids
 from advcli.io.sources import prefetch
-from advcli.io.tokens import extract_tokens, token_columns
+from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.lazy_imports import np, pa, pc
 from advcli.run.accounting import Audit
+from advcli.run.correcting import STREAMS
 from advcli.run.engine import Run
 from advcli.run.logs import Log
 
@@ -103,25 +108,105 @@ class Entropies:
     high: np.ndarray
 
 
-def entropies(found: Audit, log: Log, threshold: float, batch_rows: int) -> Entropies:
-    """One streamed pass over the entropies: each row's sums, gathered per rollout."""
+@dataclass(frozen=True)
+class MismatchPlan:
+    """What the mismatch pass needs per row: its group code, its rollout's advantage sign
+    (None: no correction to split) and correctness (None: the rewards do not take two
+    values), and its step's index among ``steps`` (−1: none; None: not ``--by step``); the
+    correction (with its framework's arithmetic) and the framework whose own metrics are
+    reported."""
+
+    group: np.ndarray
+    sign: np.ndarray | None
+    correct: np.ndarray | None
+    step: np.ndarray | None
+    steps: int
+    correction: Correction | None
+    convention: str | None
+
+    def stats(self) -> MismatchStats:
+        """Empty sums, gathering the convention's own (none without one)."""
+        frameworks = (self.convention,) if self.convention else ()
+        return MismatchStats(correction=self.correction, frameworks=frameworks)
+
+
+@dataclass(frozen=True)
+class TokenSums:
+    """What the pass over the tokens gathered: the entropies (None: not read), the mismatch of
+    the whole log and of each step (None: not read)."""
+
+    entropies: Entropies | None
+    mismatch: MismatchStats | None
+    mismatch_by_step: list[MismatchStats]
+
+
+def token_pass(
+    found: Audit, log: Log, *, threshold: float, mismatch: MismatchPlan | None, batch_rows: int
+) -> TokenSums:
+    """One streamed pass over the per-token columns the sections read: each row's entropy
+    sums (gathered per rollout), and the two log-prob streams folded into the mismatch's sums
+    batch by batch."""
     roles, source = log.roles, log.source
+    read_entropies = roles["entropies"] is not None
+    extra = (("entropies",) if read_entropies else ()) + (STREAMS if mismatch else ())
     n_rows = found.rows.n_rows
     total, tokens, high = (np.zeros(n_rows) for _ in range(3))
+    whole = mismatch.stats() if mismatch else None
+    by_step = [mismatch.stats() for _ in range(mismatch.steps)] if (
+        mismatch and mismatch.step is not None) else []  # fmt: skip
     ids = needs_ids(roles)
-    columns = token_columns(roles, values=False, extra=("entropies",), ids=ids)
+    columns = token_columns(roles, values=False, extra=extra, ids=ids)
     for row0, table in prefetch(source.batches(columns, batch_rows)):
-        tok = extract_tokens(
-            table, roles, source.sources, row0, values=False, extra=("entropies",), ids=ids
-        )
-        e = np.where(tok.mask, tok.extra["entropies"].astype(np.float64), 0.0)
+        tok = extract_tokens(table, roles, source.sources, row0, values=False, extra=extra, ids=ids)
         at = slice(row0, row0 + len(tok.offsets) - 1)
-        for out, flat in ((total, e), (tokens, tok.mask), (high, tok.mask & (e > threshold))):
-            before = np.r_[0.0, np.cumsum(flat, dtype=np.float64)]
-            out[at] = before[tok.offsets[1:]] - before[tok.offsets[:-1]]
+        if read_entropies:
+            e = np.where(tok.mask, tok.extra["entropies"].astype(np.float64), 0.0)
+            for out, flat in ((total, e), (tokens, tok.mask), (high, tok.mask & (e > threshold))):
+                before = np.r_[0.0, np.cumsum(flat, dtype=np.float64)]
+                out[at] = before[tok.offsets[1:]] - before[tok.offsets[:-1]]
+        if mismatch and whole is not None:
+            batch = mismatch_batch(tok, mismatch, at)
+            whole.add(batch)
+            if mismatch.step is not None:
+                for i in np.unique(mismatch.step[at]).tolist():
+                    if i >= 0:
+                        by_step[i].add(rows_of(batch, mismatch.step[at] == i))
         progress.advance(at.stop, int(tok.offsets[-1]))
-    codes, n = found.rows.rollout_codes, found.rows.n_rollouts
-    return Entropies(*(np.bincount(codes, weights=x, minlength=n) for x in (total, tokens, high)))
+    ent = None
+    if read_entropies:
+        codes, n = found.rows.rollout_codes, found.rows.n_rollouts
+        per_rollout = (np.bincount(codes, weights=x, minlength=n) for x in (total, tokens, high))
+        ent = Entropies(*per_rollout)
+    return TokenSums(ent, whole, by_step)
+
+
+def mismatch_batch(tok: Tokens, plan: MismatchPlan, at: slice) -> MismatchBatch:
+    """A batch of the pass as the mismatch's sums take it (rows ``at`` of the log)."""
+    return MismatchBatch(
+        trainer=tok.extra["trainer_logprobs"],
+        sampler=tok.extra["logprobs"],
+        action=tok.mask,
+        offsets=tok.offsets,
+        group=plan.group[at],
+        advantage_sign=plan.sign[at] if plan.sign is not None else None,
+        correct=plan.correct[at] if plan.correct is not None else None,
+    )
+
+
+def rows_of(batch: MismatchBatch, keep: np.ndarray) -> MismatchBatch:
+    """The rows ``keep`` of a batch (no correction of its own: the stats compute it)."""
+    n = lengths(batch.offsets)
+    tokens = np.repeat(keep, n)
+    pick = lambda x: x[keep] if x is not None else None  # noqa: E731
+    return MismatchBatch(
+        trainer=batch.trainer[tokens],
+        sampler=batch.sampler[tokens],
+        action=batch.action[tokens],
+        offsets=np.concatenate(([0], np.cumsum(n[keep]))).astype(np.int64),
+        group=pick(batch.group),
+        advantage_sign=pick(batch.advantage_sign),
+        correct=pick(batch.correct),
+    )
 
 
 def advantages(run: Run, found: Audit) -> np.ndarray:
@@ -152,7 +237,47 @@ def step_key(step: float) -> str:
     return str(int(step)) if float(step).is_integer() else repr(float(step))
 
 
-MISSING_TRAINER = "omitted: the log has no trainer log-probs (role `trainer_logprobs`)"
+def missing_stream(role: str) -> str:
+    """The mismatch section's line where the log lacks one of its columns."""
+    what = {"trainer_logprobs": "trainer log-probs", "logprobs": "sampler log-probs"}
+    return f"omitted: the log has no {what.get(role, 'token ids')} (role `{role}`)"
+
+
+def correctness(reward: np.ndarray, rollout_codes: np.ndarray) -> np.ndarray | None:
+    """Per row: whether its rollout was correct (its reward is the log's highest) where the
+    rewards take exactly two values; None otherwise (correctness undefined)."""
+    values = np.unique(reward[np.isfinite(reward)])
+    if len(values) != 2:
+        return None
+    out: np.ndarray = (reward == values[-1])[rollout_codes]
+    return out
+
+
+def mismatch_section(
+    summed: TokenSums,
+    convention: str | None,
+    per_step: list[tuple[str, np.ndarray]],
+    *,
+    correct_known: bool,
+) -> dict[str, Any]:
+    """The mismatch section: advcli's figures, the convention's own metrics under its names,
+    and per step the same."""
+
+    def of(stats: MismatchStats) -> dict[str, Any]:
+        figures = stats.figures()
+        if "correction" in figures and not correct_known:
+            figures["correction"]["masked_correct_share"] = None
+        if convention is not None:
+            figures["convention"] = convention
+            figures["framework_metrics"] = stats.framework_metrics(cast(Convention, convention))
+        return figures
+
+    assert summed.mismatch is not None
+    section = of(summed.mismatch)
+    if summed.mismatch_by_step:
+        keys = [key for key, _ in per_step]
+        section["by_step"] = {k: of(s) for k, s in zip(keys, summed.mismatch_by_step, strict=True)}
+    return section
 
 
 def sections(
@@ -162,11 +287,15 @@ def sections(
     plan: Callable[[], Run],
     entropy_threshold: float = ENTROPY_THRESHOLD,
     by_step: bool = False,
+    correction: Correction | None = None,
+    convention: str | None = None,
     batch_rows: int,
 ) -> dict[str, Any]:
     """The health sections of an audited log, as ``audit --json`` prints them: each a dict,
     or a line saying which column it lacks; ``plan`` runs the method whose advantages the
-    staleness splits by lag (planned only where the log has versions)."""
+    staleness splits by lag and the mismatch's ``correction`` by sign (planned only where one
+    needs them); ``convention``: the framework whose own mismatch metrics the section holds
+    (verl, trl, nemo-rl or miles; None: none)."""
     each = gathered(found, log)
     rows = found.rows
     reward, codes = rows.rollout_rewards(), rows.rollout_groups()
@@ -182,20 +311,26 @@ def sections(
             section["by_step"] = {key: make(every & at) for key, at in per_step}
         return section
 
+    advantage_cache: list[np.ndarray] = []
+
+    def advantage() -> np.ndarray:
+        if not advantage_cache:
+            with progress.stage("the method's advantages"):
+                advantage_cache.append(advantages(plan(), found))
+        return advantage_cache[0]
+
     known = stepped & np.isfinite(each.version)
     if not known.any():
         lacks = "step" if np.isfinite(each.version).any() else "version"
         out["staleness"] = f"omitted: the log has no {lacks} column (role `{lacks}`)"
     else:
-        with progress.stage("the method's advantages, for the staleness by lag"):
-            advantage = advantages(plan(), found)
         lag = each.step - each.version
         mixed = each.last_version > each.version if each.last_version is not None else None
 
         def stale(at: np.ndarray) -> dict[str, Any]:
             return H.staleness(lag[at].astype(np.int64), mixed[at] if mixed is not None else None,
                                reward[at], each.length[at] if each.length is not None else None,
-                               advantage[at], codes[at], n_groups)  # fmt: skip
+                               advantage()[at], codes[at], n_groups)  # fmt: skip
 
         out["staleness"] = split(stale, known)
 
@@ -211,12 +346,28 @@ def sections(
         out["lengths"] = split(lengths, np.ones(len(length), dtype=bool))
         out["lengths"]["truncated_from"] = each.truncated_from or "no truncation column"
 
+    missing = next((role for role in reversed(STREAMS) if log.roles[role] is None), None)
+    mismatch_plan = None
+    if missing is None and each.length is not None:
+        row_step = None
+        if by_step:
+            row_step = np.searchsorted(steps, each.step)
+            row_step = np.where(np.isin(each.step, steps), row_step, -1)[rows.rollout_codes]
+        sign = np.sign(advantage())[rows.rollout_codes] if correction is not None else None
+        mismatch_plan = MismatchPlan(codes[rows.rollout_codes], sign,
+                                     correctness(reward, rows.rollout_codes), row_step, len(steps),
+                                     correction, convention)  # fmt: skip
+    summed = None
+    if log.roles["entropies"] is not None or mismatch_plan is not None:
+        with progress.stage("reading the per-token columns"):
+            summed = token_pass(found, log, threshold=entropy_threshold, mismatch=mismatch_plan,
+                                batch_rows=batch_rows)  # fmt: skip
+
     entropy_means: list[float] | None = None
-    if log.roles["entropies"] is None:
+    if summed is None or summed.entropies is None:
         out["entropy"] = "omitted: the log has no entropies (role `entropies`)"
     else:
-        with progress.stage("reading the entropies"):
-            ent = entropies(found, log, entropy_threshold, batch_rows)
+        ent = summed.entropies
 
         def entropy(at: np.ndarray) -> dict[str, Any]:
             return H.entropy(ent.total[at], ent.tokens[at], int(ent.high[at].sum()),
@@ -230,8 +381,12 @@ def sections(
         if whole["token_mean"] is not None:
             entropy_means = [whole["token_mean"], *(m for m in by if m is not None)]
 
-    if log.roles["trainer_logprobs"] is None:  # with it, the mismatch section (a later part)
-        out["mismatch"] = MISSING_TRAINER
+    if summed is None or summed.mismatch is None:
+        out["mismatch"] = missing_stream(missing or "input_ids")
+    else:
+        out["mismatch"] = mismatch_section(summed, convention, per_step, correct_known=(
+            mismatch_plan is not None and mismatch_plan.correct is not None))  # fmt: skip
+    mismatch_ = out["mismatch"]
 
     lengths_ = out["lengths"]
     staleness_ = out["staleness"]
@@ -240,6 +395,10 @@ def sections(
         lengths_.get("truncated_share") if isinstance(lengths_, dict) else None,
         staleness_["mean_lag"] if isinstance(staleness_, dict) else None,
         entropy_means,
+        mismatch_["k3"]["token_mean"] if isinstance(mismatch_, dict) else None,
+        mismatch_["correction"]["masked_token_share"]
+        if isinstance(mismatch_, dict) and "correction" in mismatch_
+        else None,
     )
     if by_step:
         out["groups_by_step"] = groups_by_step(found, codes, per_step)

@@ -6,32 +6,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.core.correction import MODES, Correction, corrected
 from advcli.core.mismatch import (
     BIN_WIDTH,
     Convention,
     MismatchBatch,
     MismatchStats,
+    action_runs,
     histogram_bins,
     histogram_quantiles,
-    turn_index,
 )
-from advcli.core.mismatch_frameworks import Correction
-from tests.core import health_refs
+from tests.conftest import ROOT
 
 CONVENTIONS: tuple[Convention, ...] = ("verl", "nemo-rl", "miles", "trl")
-LOG = health_refs.LOG
+LOG = ROOT / "tests" / "fixtures" / "refs" / "health" / "log.parquet"
 CORRECTIONS = [
-    Correction("token-truncate", "token", 0.0, 2.0),
-    Correction("token-mask", "token", 0.5, 2.0),
-    Correction("sequence-truncate", "sequence", 0.0, 2.0),
-    Correction("sequence-mask", "sequence", 0.5, 2.0),
-    Correction("seq-mean-k3", "sequence", 0.0, 0.1),
+    Correction(MODES[name], lo, hi, "verl")
+    for name, lo, hi in (
+        ("token-truncate", 0.0, 2.0),
+        ("token-mask", 0.5, 2.0),
+        ("sequence-truncate", 0.0, 2.0),
+        ("sequence-mask", 0.5, 2.0),
+        ("seq-mean-k3", 0.0, 0.1),
+        ("token-k1", 0.5, 2.0),
+    )
 ]
 
 
@@ -51,29 +56,38 @@ def rows() -> list[dict[str, Any]]:
 
 def correct_rows(table: list[dict[str, Any]], c: Correction) -> None:
     """Each row's per-token weight and mask under ``c``, one token at a time (1 and unmasked off
-    action tokens); sequence modes weigh the row's ρ_seq, the rejection mode seq-mean-k3 masks a
-    row whose mean k3 passes HI."""
+    action tokens) and what it compares with its bounds (``raw``); sequence modes weigh the row's
+    ρ_seq, the rejection mode seq-mean-k3 masks a row whose mean k3 (verl's mean: n + 1e-8)
+    passes HI, token-k1 a token whose −δ is outside [log LO, log HI]."""
     for r in table:
         ds = r["deltas"]
-        k3_mean = sum(math.exp(d) - 1 - d for d in ds) / len(ds) if ds else 0.0
-        weights, masked = [], []
+        k3_mean = sum(math.exp(d) - 1 - d for d in ds) / (len(ds) + 1e-8)
+        weights, masked, raws = [], [], []
         for a, t, s in zip(r["action_mask"], r["trainer_logprobs"], r["logprobs"], strict=True):
-            log_raw = sum(ds) if c.level == "sequence" else t - s
+            log_raw = sum(ds) if c.mode.level == "sequence" else t - s
             raw = math.exp(min(max(log_raw, -20.0), 20.0))
             if not a:
                 weights.append(1.0)
                 masked.append(False)
-            elif c.kind == "truncate":
+                raws.append(math.nan)
+                continue
+            if c.mode.kind == "truncate":
                 weights.append(min(max(raw, c.lo), c.hi))
                 masked.append(False)
-            elif c.kind == "mask":
+            elif c.mode.kind == "mask":
                 inside = c.lo <= raw <= c.hi
                 weights.append(raw if inside else 0.0)
                 masked.append(not inside)
+            elif c.mode.name == "token-k1":
+                raw = -min(max(t - s, -20.0), 20.0)
+                weights.append(1.0)
+                masked.append(not math.log(c.lo) <= raw <= math.log(c.hi))
             else:
+                raw = k3_mean
                 weights.append(1.0)
                 masked.append(k3_mean > c.hi)
-        r["weights"], r["masked"] = weights, masked
+            raws.append(raw)
+        r["weights"], r["masked"], r["raw"] = weights, masked, raws
 
 
 def batch_of(table: list[dict[str, Any]], correction: bool = False) -> MismatchBatch:
@@ -91,6 +105,7 @@ def batch_of(table: list[dict[str, Any]], correction: bool = False) -> MismatchB
         correct=np.array([r["correct"] for r in table]),
         weights=flat("weights") if correction else None,
         masked=flat("masked").astype(bool) if correction else None,
+        raw=flat("raw") if correction else None,
     )
 
 
@@ -203,12 +218,13 @@ def test_turns_are_runs_of_action_tokens():
         assert got["k3_mean"] == pytest.approx(mean([math.exp(d) - 1 - d for d in ds]), rel=1e-9)
 
 
-def test_turn_index_restarts_each_row():
+def test_runs_restart_each_row():
     action = np.array([1, 0, 1, 1, 1, 0, 0, 1], bool)
-    assert turn_index(action, np.array([0, 3, 3, 8])).tolist() == [0, 1, 0, 0, 1]
+    starts, turns = action_runs(action, np.array([0, 3, 3, 8]))
+    assert starts.tolist() == [0, 1, 2, 4] and turns.tolist() == [0, 1, 0, 1]
 
 
-@pytest.mark.parametrize("c", CORRECTIONS, ids=lambda c: c.mode)
+@pytest.mark.parametrize("c", CORRECTIONS, ids=lambda c: c.mode.name)
 def test_correction_figures_match_a_loop(c: Correction):
     table = rows()
     got = stats_of(table, c).figures()["correction"]
@@ -236,8 +252,19 @@ def test_correction_figures_match_a_loop(c: Correction):
     assert got["advantage_sign"] == {
         name: sum(m for r, _, m in action if r["sign"] == s) for name, s in signs.items()
     }
-    if c.kind != "truncate":
+    if c.mode.kind != "truncate":
         assert 0 < got["masked_tokens"] < len(action)
+    # per turn (a turn: a run of action tokens), the masked tokens
+    per_turn: dict[str, int] = {}
+    for r in table:
+        turn, before = 0, False
+        for a, m in zip(r["action_mask"], r["masked"], strict=True):
+            turn += bool(a and not before)
+            if a:
+                per_turn[str(turn)] = per_turn.get(str(turn), 0) + int(m)
+            before = bool(a)
+    turns = stats_of(table, c).figures()["turns"]
+    assert {k: t["masked_tokens"] for k, t in turns.items()} == per_turn
 
 
 def verl_reference(table: list[dict[str, Any]], c: Correction | None) -> dict[str, float]:
@@ -274,26 +301,27 @@ def verl_reference(table: list[dict[str, Any]], c: Correction | None) -> dict[st
         "chi2_token": sum(math.exp(2 * clamp(d)) for d in ds) / (n + eps) - 1,
         "chi2_seq": mean([math.exp(2 * clamp(sum(r["deltas"]))) for r in table]) - 1,
     }
-    if c is not None and c.kind == "reject":
+    if c is not None and c.mode.kind == "reject":
         masked = [m for r in table for m in act(r, "masked")]
         masked_rows = [any(act(r, "masked")) for r in table]
-        option = c.mode.replace("-", "_")
+        option = c.mode.name.replace("-", "_")
         out[f"rollout_rs_{option}_masked_fraction"] = sum(masked) / (n + eps)
         out[f"rollout_rs_{option}_seq_masked_fraction"] = sum(masked_rows) / 23
         out["rollout_rs_masked_fraction"] = sum(masked) / (n + eps)
         out["rollout_rs_seq_masked_fraction"] = mean(masked_rows)
+        out |= verl_rs_reference(table, c)
     elif c is not None:
-        lower = c.lo if c.kind == "mask" else 1 / c.hi
+        lower = c.lo if c.mode.kind == "mask" else 1 / c.hi
         ws = [w for r in table for w in act(r, "weights")]
         raws = {
             id(r): [
-                math.exp(clamp(sum(r["deltas"]) if c.level == "sequence" else d))
+                math.exp(clamp(sum(r["deltas"]) if c.mode.level == "sequence" else d))
                 for d in r["deltas"]
             ]  # noqa: E501
             for r in table
         }
         raw = [x for r in table for x in raws[id(r)]]
-        if c.level == "sequence":
+        if c.mode.level == "sequence":
             sums = [sum(r["deltas"]) for r in table]
             out["rollout_is_max"] = math.exp(min(max(sums), 20.0))
             out["rollout_is_min"] = math.exp(min(sums))
@@ -316,12 +344,52 @@ def verl_reference(table: list[dict[str, Any]], c: Correction | None) -> dict[st
         seq_raw = [row_mean(raws[id(r)]) for r in table]
         out["rollout_is_seq_fraction_high"] = mean([x > c.hi for x in seq_raw])
         out["rollout_is_seq_fraction_low"] = mean([x < lower for x in seq_raw])
-        if c.kind == "mask":
+        if c.mode.kind == "mask":
             out["rollout_is_oob_ratio"] = sum(not c.lo <= x <= c.hi for x in raw) / (n + eps)
     return {f"rollout_corr/{k}": v for k, v in out.items()}
 
 
-@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode if c else "none")
+def verl_rs_reference(table: list[dict[str, Any]], c: Correction) -> dict[str, float]:
+    """compute_rs_metrics of one rejection option, token by token: k1's bounds are logs."""
+    eps = 1e-8
+    stat = [x for r in table for x, a in zip(r["raw"], r["action_mask"], strict=True) if a]
+    n = len(stat)
+    k1 = c.mode.statistic == "k1"
+    upper, lower = (math.log(c.hi), math.log(c.lo)) if k1 else (c.hi, 0.0)
+    if c.mode.level == "sequence":
+        seq = [next(x for x, a in zip(r["raw"], r["action_mask"], strict=True) if a)
+               for r in table if r["deltas"]]  # fmt: skip
+    else:
+        seq = [sum(x for x, a in zip(r["raw"], r["action_mask"], strict=True) if a)
+               / (len(r["deltas"]) + eps) for r in table if r["deltas"]]  # fmt: skip
+    by_seq = c.mode.level == "sequence"
+    clamped = [min(max(x, lower), upper) for x in stat]
+    m = sum(clamped) / (n + eps)
+    out = {
+        "mean": sum(stat) / (n + eps),
+        "max": max(stat),
+        "min": min(stat),
+        "fraction_high": mean([x > upper for x in seq])
+        if by_seq
+        else sum(x > upper for x in stat) / (n + eps),
+        "fraction_low": 0.0,
+        "std": math.sqrt(max(sum(x * x for x in clamped) / (n + eps) - m * m, 0.0)),
+        "seq_mean": mean(seq),
+        "seq_std": float(np.std(seq, ddof=1)),
+        "seq_max": max(seq),
+        "seq_min": min(seq),
+        "seq_max_deviation": max(abs(x) for x in seq),
+        "seq_fraction_high": mean([x > upper for x in seq]),
+    }
+    if k1:
+        low = [x < lower for x in (seq if by_seq else stat)]
+        out["fraction_low"] = mean(low) if by_seq else sum(low) / (n + eps)
+        out["seq_fraction_low"] = mean([x < lower for x in seq])
+    option = c.mode.name.replace("-", "_")
+    return {f"rollout_rs_{option}_{k}": v for k, v in out.items()}
+
+
+@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode.name if c else "none")
 def test_verl_metrics_match_a_loop(c: Correction | None):
     table = rows()
     close(stats_of(table, c).framework_metrics("verl"), verl_reference(table, c))
@@ -329,13 +397,9 @@ def test_verl_metrics_match_a_loop(c: Correction | None):
 
 def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, float]:
     """NeMo-RL's loss-function metrics (k3 KLs) and grpo.py's sequence error, token by token."""
-    errors = [(mean([math.exp(abs(d)) for d in r["deltas"]]), r) for r in table if r["deltas"]]
-    masked = [r for e, r in errors if e > threshold]
-    kept = [e for e, _ in errors if e <= threshold]
-    sampled = [r for r in table if not any(r is m for m in masked)]  # its sample mask: 1
     pairs = [
         (t, s)
-        for r in sampled
+        for r in table
         for t, s, a in zip(r["trainer_logprobs"], r["logprobs"], r["action_mask"], strict=True)
         if a
     ]
@@ -347,6 +411,9 @@ def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, f
         m = math.log(0.5 * math.exp(t) + 0.5 * math.exp(s))
         return 0.5 * k3(t - m) + 0.5 * k3(s - m)
 
+    errors = [(mean([math.exp(abs(d)) for d in r["deltas"]]), r) for r in table if r["deltas"]]
+    masked = [r for e, r in errors if e > threshold]
+    kept = [e for e, _ in errors if e <= threshold]
     out = {
         "token_mult_prob_error": mean([math.exp(abs(t - s)) for t, s in pairs]),
         "gen_kl_error": mean([k3(t - s) for t, s in pairs]),
@@ -362,16 +429,16 @@ def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, f
         "min_seq_mult_prob_error_after_mask": min(kept),
         "sampling_importance_ratio": mean([math.exp(t - s) for t, s in pairs]),
     }
-    if c is not None and c.kind != "reject":
-        ws = [w for r in sampled for w, a in zip(r["weights"], r["action_mask"], strict=True) if a]
-        if c.level == "sequence":
+    if c is not None and c.mode.kind != "reject":
+        ws = [w for r in table for w, a in zip(r["weights"], r["action_mask"], strict=True) if a]
+        if c.mode.level == "sequence":
             row_w = [
                 next((w for w, a in zip(r["weights"], r["action_mask"], strict=True) if a), None)
-                for r in sampled
+                for r in table
             ]
-            one = min(max(1.0, c.lo), c.hi) if c.kind == "truncate" else 1.0
+            one = min(max(1.0, c.lo), c.hi) if c.mode.kind == "truncate" else 1.0
             out["sampling_importance_ratio"] = mean([one if w is None else w for w in row_w])
-            raws = [math.exp(sum(r["deltas"])) for r in sampled for _ in r["deltas"]]
+            raws = [math.exp(sum(r["deltas"])) for r in table for _ in r["deltas"]]
         else:
             out["sampling_importance_ratio"] = mean(ws)
             raws = [math.exp(t - s) for t, s in pairs]
@@ -379,7 +446,7 @@ def nemo_reference(table, c: Correction | None, threshold: float) -> dict[str, f
     return out
 
 
-@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode if c else "none")
+@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode.name if c else "none")
 def test_nemo_rl_metrics_match_a_loop(c: Correction | None):
     table = rows()
     got = stats_of(table, c, threshold=1.5).framework_metrics("nemo-rl")
@@ -400,20 +467,20 @@ def miles_reference(table, c: Correction | None) -> dict[str, float]:
         "train_rollout_logprob_abs_diff": per_sample(abs),
         "train_rollout_kl": per_sample(low_var_kl),
     }
-    if c is not None and c.level == "token":
+    if c is not None and c.mode.level == "token" and c.mode.kind != "reject":
         out["tis"] = per_sample(math.exp)
         out["tis_abs"] = per_sample(lambda d: abs(math.exp(d) - 1))
         out["tis_clipfrac"] = per_sample(lambda d: not c.lo <= math.exp(d) <= c.hi)
     return out
 
 
-@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode if c else "none")
+@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode.name if c else "none")
 def test_miles_metrics_match_a_loop(c: Correction | None):
     table = rows()
     close(stats_of(table, c).framework_metrics("miles"), miles_reference(table, c))
 
 
-@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode if c else "none")
+@pytest.mark.parametrize("c", [None, *CORRECTIONS], ids=lambda c: c.mode.name if c else "none")
 def test_trl_metrics_match_a_loop(c: Correction | None):
     table = rows()
     got = stats_of(table, c).framework_metrics("trl")
@@ -422,10 +489,10 @@ def test_trl_metrics_match_a_loop(c: Correction | None):
         "sampling/sampling_logp_difference/mean": mean(ds),
         "sampling/sampling_logp_difference/max": max(ds),
     }
-    if c is not None and c.kind != "reject":
+    if c is not None and c.mode.kind != "reject":
         act = [[w for w, a in zip(r["weights"], r["action_mask"], strict=True) if a] for r in table]
-        if c.level == "sequence":  # one ratio per row, ρ = 1 where the row has no action token
-            one = min(max(1.0, c.lo), c.hi) if c.kind == "truncate" else 1.0
+        if c.mode.level == "sequence":  # one ratio per row, ρ = 1 where the row has no action token
+            one = min(max(1.0, c.lo), c.hi) if c.mode.kind == "truncate" else 1.0
             ratios = [ws[0] if ws else one for ws in act]
         else:
             ratios = [w for ws in act for w in ws]
@@ -436,7 +503,7 @@ def test_trl_metrics_match_a_loop(c: Correction | None):
 
 
 @pytest.mark.parametrize(
-    "c", [None, CORRECTIONS[1], CORRECTIONS[3]], ids=lambda c: c.mode if c else "none"
+    "c", [None, CORRECTIONS[1], CORRECTIONS[3]], ids=lambda c: c.mode.name if c else "none"
 )
 def test_batches_and_merged_parts_give_the_whole_log(c: Correction | None):
     table = rows()
@@ -502,77 +569,21 @@ def test_ratio_quantiles_of_the_log_within_the_bound():
         assert abs(math.log(got[name]) - np.quantile(ds, q)) <= BIN_WIDTH / 2 + 1e-12, name
 
 
-def test_a_corrected_batch_without_weights_is_refused():
+def test_a_batch_without_weights_is_corrected_with_the_stats_correction():
     table = rows()
+    for c in CORRECTIONS:
+        batch = batch_of(table)
+        found = corrected(batch.trainer, batch.sampler, batch.action, batch.offsets, c)
+        computed, given = MismatchStats(correction=c), MismatchStats(correction=c)
+        computed.add(batch)
+        given.add(replace(batch, weights=found.weights, masked=found.masked, raw=found.raw))
+        assert_nested_close(computed.figures(), given.figures())
+        close(computed.framework_metrics("verl"), given.framework_metrics("verl"))
+
+
+def test_weights_without_their_mask_are_refused():
+    table = rows()
+    batch = batch_of(table)
     s = MismatchStats(correction=CORRECTIONS[0])
-    with pytest.raises(ValueError, match="`weights`"):
-        s.add(batch_of(table))
-
-
-def framework_reference(framework: str, name: str) -> dict[str, Any]:
-    """A fixture case's float64 metrics; NeMo-RL's with what its sequence-error masking returned."""
-    case = health_refs.case(framework, name)["float64"]
-    return {**case["metrics"], **case.get("seq_logprob_error_metrics", {})}
-
-
-@pytest.mark.parametrize(
-    ("framework", "convention", "name"),
-    [
-        ("verl", "verl", "no_correction"),
-        ("miles", "miles", "metrics"),
-        ("nemo_rl", "nemo-rl", "metrics_k3"),
-    ],
-)
-def test_uncorrected_metrics_match_the_frameworks_own_code(
-    framework: str, convention: Convention, name: str
-):
-    """Each framework's own numbers on the log (tests/fixtures/refs/health), at the fixtures'
-    float64 tolerance; NeMo-RL's loss terms (loss, probs_ratio*, kl_penalty, ...) are no
-    mismatch figures and are left out."""
-    want = framework_reference(framework, name)
-    got = stats_of(rows()).framework_metrics(convention)
-    assert set(got) <= set(want), set(got) - set(want)
-    for key, value in got.items():
-        assert value == pytest.approx(want[key], rel=1e-6), key
-
-
-def test_nemo_rl_sequence_error_masking_matches_its_own_code():
-    """grpo.py's ``seq_logprob_error_threshold = 1.5`` with tis at 2 on the log: the rows it
-    masks, the share of them correct, the sequence errors before and after, and the token
-    metrics of the rows left."""
-    want = framework_reference("nemo_rl", "seq_logprob_error_threshold")
-    got = stats_of(rows(), CORRECTIONS[0], threshold=1.5).framework_metrics("nemo-rl")
-    assert set(got) <= set(want), set(got) - set(want)
-    for key, value in got.items():
-        assert value == pytest.approx(want[key], rel=1e-6), key
-
-
-FRAMEWORK_CASES = [
-    ("verl", "verl", ("token_tis", "token_icepop", "sequence_tis", "sequence_icepop")),
-    ("verl", "verl", ("token_tis_batch_normalize", "seq_mean_k3")),
-    ("trl", "trl", ("token_truncate", "sequence_truncate", "token_mask_clip_min")),
-    ("trl", "trl", ("token_truncate_clip_min", "sequence_mask_clip_min")),
-    ("miles", "miles", ("tis", "tis_low", "icepop")),
-    ("nemo_rl", "nemo-rl", ("tis", "tis_min", "icepop")),
-]
-
-
-@pytest.mark.parametrize(
-    ("framework", "convention", "name"),
-    [(f, c, n) for f, c, names in FRAMEWORK_CASES for n in names],
-)
-def test_corrected_metrics_match_the_frameworks_own_code(
-    framework: str, convention: Convention, name: str
-):
-    """A correction's metrics against the framework's own on the log: the case's advcli mode and
-    bounds, its weights and masks from this file's loop (``correct_rows``, which knows only the
-    rejection mode seq-mean-k3 of verl's)."""
-    advcli = health_refs.case(framework, name)["advcli"]
-    mode, (lo, hi) = advcli["correction"], advcli["correction_bounds"]
-    c = Correction(mode, "sequence" if mode.startswith("seq") else "token", lo, hi)
-    got = stats_of(rows(), c).framework_metrics(convention)
-    want = framework_reference(framework, name)
-    assert set(got) <= set(want), set(got) - set(want)
-    for key, value in got.items():
-        # abs: the loop's weights clamp δ at ±20 (ρ ≥ 2e-9) where TRL's minimum ratio does not
-        assert value == pytest.approx(want[key], rel=1e-6, abs=1e-8), key
+    with pytest.raises(ValueError, match="`masked` and `raw`"):
+        s.add(replace(batch, weights=np.ones(len(batch.action))))
