@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow.parquet as pq
 
@@ -34,3 +35,13 @@ def log_rows() -> list[dict[str, Any]]:
     """The log the fixtures were computed on, one dict per row."""
     rows: list[dict[str, Any]] = pq.read_table(LOG).to_pylist()
     return rows
+
+
+def deltas() -> list[np.ndarray]:
+    """δ = trainer − sampler, float64, at each row's action tokens."""
+    out = []
+    for row in log_rows():
+        on = np.asarray(row["action_mask"]) == 1
+        trainer = np.asarray(row["trainer_logprobs"], np.float64)[on]
+        out.append(trainer - np.asarray(row["logprobs"], np.float64)[on])
+    return out

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.core.health_refs import FRAMEWORKS, LOG, case, fixture, log_rows
+from tests.core.health_refs import FRAMEWORKS, LOG, case, deltas, fixture, log_rows
 
 PER_TOKEN = {
     "verl": ("rollout_is_weights", "response_mask"),
@@ -21,16 +21,6 @@ PER_TOKEN = {
 
 def _action_tokens() -> list[int]:
     return [sum(row["action_mask"]) for row in log_rows()]
-
-
-def _deltas() -> list[np.ndarray]:
-    """δ = trainer − sampler, float64, at each row's action tokens."""
-    out = []
-    for row in log_rows():
-        on = np.asarray(row["action_mask"]) == 1
-        trainer = np.asarray(row["trainer_logprobs"], np.float64)[on]
-        out.append(trainer - np.asarray(row["logprobs"], np.float64)[on])
-    return out
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -63,11 +53,11 @@ def test_per_token_lists_follow_action_tokens(framework: str) -> None:
 
 def test_verl_token_tis_is_the_clamped_ratio() -> None:
     weights = case("verl", "token_tis")["float64"]["rollout_is_weights"]
-    for w, delta in zip(weights, _deltas(), strict=True):
+    for w, delta in zip(weights, deltas(), strict=True):
         np.testing.assert_allclose(w, np.minimum(np.exp(np.clip(delta, -20, 20)), 2.0), rtol=1e-12)
 
 
 def test_trl_sequence_truncate_is_the_clamped_row_ratio() -> None:
     ratios = case("trl", "sequence_truncate")["float64"]["importance_sampling_ratio"]
-    expected = [min(float(np.exp(delta.sum())), 3.0) for delta in _deltas()]
+    expected = [min(float(np.exp(delta.sum())), 3.0) for delta in deltas()]
     np.testing.assert_allclose(ratios, expected, rtol=1e-12)

@@ -7,43 +7,23 @@ shifted tokens or the streams swapped fails here, before any advcli comparison).
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
-from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow.parquet as pq
 import pytest
 
-HEALTH = Path(__file__).resolve().parent.parent / "fixtures" / "refs" / "health"
-LOG = HEALTH / "log.parquet"
+from tests.core import health_refs
+from tests.core.health_refs import LOG
+from tests.core.health_refs import deltas as row_deltas
+
 FIXTURES = ("nemo_rl", "miles")
-
-
-def _fixture(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = orjson.loads((HEALTH / f"{name}.json").read_bytes())
-    return loaded
-
-
-def _case(name: str, case: str) -> dict[str, Any]:
-    return next(c for c in _fixture(name)["cases"] if c["name"] == case)
-
-
-def _deltas() -> list[np.ndarray]:
-    """δ = trainer − sampler, float64, at each row's action tokens."""
-    out = []
-    for row in pq.read_table(LOG).to_pylist():
-        on = np.asarray(row["action_mask"]) == 1
-        trainer = np.asarray(row["trainer_logprobs"], np.float64)[on]
-        out.append(trainer - np.asarray(row["logprobs"], np.float64)[on])
-    return out
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_names_its_log_and_follows_its_action_tokens(name: str) -> None:
-    ref = _fixture(name)
+    ref = health_refs.fixture(name)
     assert ref["log_sha256"] == hashlib.sha256(LOG.read_bytes()).hexdigest()
-    counts = [len(d) for d in _deltas()]
+    counts = [len(d) for d in row_deltas()]
     assert [row["action_tokens"] for row in ref["rows"]] == counts
     names = [c["name"] for c in ref["cases"]]
     assert len(names) == len(set(names))
@@ -68,22 +48,22 @@ def test_fixture_names_its_log_and_follows_its_action_tokens(name: str) -> None:
 def test_truncated_weights_are_the_clamped_ratio(
     name: str, case: str, lo: float, hi: float
 ) -> None:
-    ref = _case(name, case)
+    ref = health_refs.case(name, case)
     assert ref["advcli"] == {"correction": "token-truncate", "correction_bounds": [lo, hi]}
     for precision, rtol in (("float64", 1e-12), ("float32", 1e-5)):
         result = ref[precision]
-        for w, m, delta in zip(result["is_weights"], result["is_mask"], _deltas(), strict=True):
+        for w, m, delta in zip(result["is_weights"], result["is_mask"], row_deltas(), strict=True):
             np.testing.assert_allclose(w, np.clip(np.exp(delta), lo, hi), rtol=rtol)
             assert not any(m)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_icepop_keeps_the_ratio_inside_its_bounds_and_masks_the_rest(name: str) -> None:
-    ref = _case(name, "icepop")
+    ref = health_refs.case(name, "icepop")
     assert ref["advcli"] == {"correction": "token-mask", "correction_bounds": [0.5, 2.0]}
     masked_somewhere = False
     result = ref["float64"]
-    for w, m, delta in zip(result["is_weights"], result["is_mask"], _deltas(), strict=True):
+    for w, m, delta in zip(result["is_weights"], result["is_mask"], row_deltas(), strict=True):
         rho = np.exp(delta)
         outside = (rho < 0.5) | (rho > 2.0)
         assert list(m) == outside.astype(int).tolist()
@@ -93,11 +73,11 @@ def test_icepop_keeps_the_ratio_inside_its_bounds_and_masks_the_rest(name: str) 
 
 
 def test_nemo_seq_mask_tis_masks_rows_by_their_geometric_mean_ratio() -> None:
-    ref = _case("nemo_rl", "seq_mask_tis")
+    ref = health_refs.case("nemo_rl", "seq_mask_tis")
     lo, hi = ref["advcli"]["correction_bounds"]
     kept_rows = masked_rows = 0
     result = ref["float64"]
-    for w, m, delta in zip(result["is_weights"], result["is_mask"], _deltas(), strict=True):
+    for w, m, delta in zip(result["is_weights"], result["is_mask"], row_deltas(), strict=True):
         if not len(delta):
             continue
         out = not lo <= np.exp(delta.mean()) <= hi
@@ -108,14 +88,14 @@ def test_nemo_seq_mask_tis_masks_rows_by_their_geometric_mean_ratio() -> None:
 
 
 def test_nemo_figures_are_their_definitions_on_the_log() -> None:
-    deltas = _deltas()
+    deltas = row_deltas()
     every = np.concatenate(deltas)
-    metrics = _case("nemo_rl", "metrics_k1")["float64"]["metrics"]
+    metrics = health_refs.case("nemo_rl", "metrics_k1")["float64"]["metrics"]
     np.testing.assert_allclose(metrics["token_mult_prob_error"], np.exp(np.abs(every)).mean())
     # k1 of log(gen / prev) = −δ; of log(prev / gen) = δ
     np.testing.assert_allclose(metrics["gen_kl_error"], -every.mean(), rtol=1e-9)
     np.testing.assert_allclose(metrics["policy_kl_error"], every.mean(), rtol=1e-9)
-    result = _case("nemo_rl", "seq_logprob_error_threshold")["float64"]
+    result = health_refs.case("nemo_rl", "seq_logprob_error_threshold")["float64"]
     errors = [np.exp(np.abs(d)).mean() if len(d) else 0.0 for d in deltas]
     np.testing.assert_allclose(result["seq_mult_prob_error"], errors, rtol=1e-12)
     assert result["sample_mask"] == [0.0 if e > 1.5 else 1.0 for e in errors]
@@ -127,8 +107,8 @@ def test_nemo_figures_are_their_definitions_on_the_log() -> None:
 
 
 def test_miles_figures_are_per_sample_means_over_the_samples() -> None:
-    deltas = _deltas()
-    result = _case("miles", "metrics")["float64"]
+    deltas = row_deltas()
+    result = health_refs.case("miles", "metrics")["float64"]
     per_sample = [np.abs(d).mean() if len(d) else 0.0 for d in deltas]
     np.testing.assert_allclose(
         result["metrics"]["train_rollout_logprob_abs_diff"], sum(per_sample) / len(deltas)

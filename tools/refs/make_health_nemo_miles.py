@@ -62,10 +62,11 @@ the JSON it writes (tests/core/test_health_refs_nemo_miles.py).
 Run, from the repository root::
 
     /tmp/fw/nemo/bin/python tools/refs/make_health_nemo_miles.py \\
-        --nemo-git /work/.mirror/NVIDIA-NeMo+RL/repo --miles-git /work/.mirror/radixark+miles/repo \\
-        --slime-git /work/.mirror/THUDM+slime/repo
+        --nemo-git NEMO_RL.git --miles-git MILES.git --slime-git SLIME.git
 
-writes tests/fixtures/refs/health/nemo_rl.json and miles.json. Deterministic (no randomness).
+(each a bare clone of github.com/NVIDIA-NeMo/RL, radixark/miles, THUDM/slime at the commits above)
+
+It writes tests/fixtures/refs/health/nemo_rl.json and miles.json. Deterministic (no randomness).
 """
 
 from __future__ import annotations
