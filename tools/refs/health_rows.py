@@ -75,6 +75,16 @@ def action_token_counts(batch: Batch) -> list[int]:
     return [int(n) for n in batch.response_mask.sum(axis=1)]
 
 
+def row_records(batch: Batch) -> list[dict]:
+    """What a fixture says of each row: its prompt id, response length and action tokens."""
+    return [
+        {"prompt_id": p, "response_length": int(n), "action_tokens": k}
+        for p, n, k in zip(
+            batch.prompt_ids, batch.response_lengths, action_token_counts(batch), strict=True
+        )
+    ]
+
+
 def write(name: str, fixture: dict) -> str:
     path = os.path.join(OUT, name)
     with open(path, "w", encoding="utf-8") as fh:

@@ -226,15 +226,7 @@ def main():
                 "vllm_importance_sampling_clip_max",
             )
         },
-        "rows": [
-            {"prompt_id": p, "response_length": int(n), "action_tokens": k}
-            for p, n, k in zip(
-                batch.prompt_ids,
-                batch.response_lengths,
-                health_rows.action_token_counts(batch),
-                strict=True,
-            )
-        ],
+        "rows": health_rows.row_records(batch),
         "prompt_length": batch.prompt_length,
         "cases": [run_case(c, blocks, batch) for c in CASES],
     }

@@ -198,15 +198,7 @@ def main():
             "rollout_rs_threshold": defaults.rollout_rs_threshold,
             "safety_bound": helper.SAFETY_BOUND,
         },
-        "rows": [
-            {"prompt_id": p, "response_length": int(n), "action_tokens": k}
-            for p, n, k in zip(
-                batch.prompt_ids,
-                batch.response_lengths,
-                health_rows.action_token_counts(batch),
-                strict=True,
-            )
-        ],
+        "rows": health_rows.row_records(batch),
         "prompt_length": batch.prompt_length,
         "cases": [no_correction(batch)] + [run_case(case, batch) for case in CASES],
     }
