@@ -107,6 +107,8 @@ class RolloutPass:
         self.log, self.found, self.run = log, found, run
         self.roles = log.roles
         self.streams = all(self.roles[r] is not None for r in STREAMS)  # δ needs both
+        if run is not None:  # the method's final pass reads them with the advantages
+            run.reads_streams = self.streams
         self.correction = correction if self.streams else None
         # per row, with both streams: Σ|δ|, Σk3 and the masked tokens over its action tokens
         self.mismatch = np.zeros((found.rows.n_rows, 3)) if self.streams else None
@@ -216,7 +218,7 @@ class RolloutPass:
         detail = np.flatnonzero(self.detail_row[row0 : row0 + n])
         delta = weight = masked = None
         if self.mismatch is not None:
-            delta, weight, masked = self._overlay(row0, table, tok)
+            delta, weight, masked = self._overlay(tok)
             self._add_mismatch(row0, tok.offsets, delta, masked)
         for i in detail:
             start, end = int(offsets[i]), int(offsets[i + 1])
@@ -256,14 +258,10 @@ class RolloutPass:
                 before[offsets[1:]] - before[offsets[:-1]]
             )
 
-    def _overlay(
-        self, row0: int, table: pa.Table, tok: Any
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    def _overlay(self, tok: Any) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """A batch's δ per token (float64, NaN off actions) and, with a correction, each
-        token's weight and mask as :func:`~advcli.core.correction.corrected` gives them."""
-        if not all(r in tok.extra for r in STREAMS):  # a method's pass reads no log-probs
-            tok = extract_tokens(table, self.roles, self.log.sources, row0, values=False,
-                                 extra=STREAMS)  # fmt: skip
+        token's weight and mask as :func:`~advcli.core.correction.corrected` gives them (a
+        method's final pass reads both streams: ``Run.reads_streams``)."""
         trainer, sampler, mask = tok.extra["trainer_logprobs"], tok.extra["logprobs"], tok.mask
         delta = np.where(mask, trainer.astype(np.float64) - sampler, np.nan)
         if self.correction is None:

@@ -160,6 +160,8 @@ class Run:
     token_agreement: reproduce.TokenAgreement | None = None  # per-token advantages against the
     # logged ones, filled by the final pass
     correction: Correction | None = None  # the rollout correction the final pass writes
+    reads_streams: bool = False  # the final pass reads both log-prob streams without one (the
+    # report's δ)
     n_passes: int = 2  # over the log: reading the per-row columns, ..., the final one
     held: list[TokenPass[Any]] = dataclasses.field(default_factory=list)  # passes the final
     # pass runs itself, batch by batch (TokenPass.per_batch): each batch of the log is held
@@ -186,7 +188,7 @@ class Run:
         rows where a read batch is cut in two (where one of the log's batches begins)."""
         from_log = values and self.scorer is None
         extra = self.method.token_roles(self.params)
-        if names is None and self.correction is not None:  # the final pass writes the weights
+        if names is None and (self.correction is not None or self.reads_streams):
             extra = tuple(dict.fromkeys([*extra, *correcting.STREAMS]))
         ids = names is None or self.roles["input_ids"] in names
         for start, whole in prefetch(self.source.batches(names, self.batch_rows)):
