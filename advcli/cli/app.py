@@ -258,7 +258,13 @@ def audit(
         if name not in ADVISORY_NAMES:
             msg = f"expected one of {', '.join(ADVISORY_NAMES)}, saw {name!r}"
             raise typer.BadParameter(msg, param_hint="--fail-on")
-    with render.Activity(quiet=False, mode=progress_mode), progress.stage("reading the log"):
+    # pandas is never used by a local audit (a Ray cluster's workers may want it)
+    local = (options or {}).get("engine", "local") == "local"
+    with (
+        pandas_unseen() if local else contextlib.nullcontext(),
+        render.Activity(quiet=False, mode=progress_mode),
+        progress.stage("reading the log"),
+    ):
         found = api.audit(inputs, **(options or {}))
     report = found.report
     if list_ and as_json:

@@ -3,7 +3,7 @@ and singleton groups), and the staleness, lengths, entropy, mismatch and advisor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from advcli import presets
@@ -13,7 +13,7 @@ from advcli.errors import UsageError
 from advcli.params import Range, check_fields, command_options, option, takes_options
 from advcli.presets import PresetOptions
 from advcli.run import correcting, health, jobs
-from advcli.run.accounting import Audit, audit_log
+from advcli.run.accounting import Audit
 from advcli.run.health import ENTROPY_THRESHOLD
 from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
 
@@ -95,14 +95,11 @@ def audit(inputs: LogPaths, **keywords: Any) -> Audit:
                    method=options.advantage_method, engine=engine, ray_address=ray_address,
                    batch_rows=batch_rows)  # fmt: skip
     log = job.open()
-    found = audit_log(log, tol=tol, near_tie=near_tie, batch_rows=batch_rows,
-                      count=job.ray.count if job.ray is not None else None)  # fmt: skip
-    by_step = options.by == "step"
     convention = options.convention or framework_of(from_)
     correction = correcting.correction_of(options.correction, options.correction_bounds,
                                           convention)  # fmt: skip
-    found_sections = health.sections(found, log, plan=lambda: job.plan(log), by_step=by_step,
-                                     entropy_threshold=options.entropy_threshold,
-                                     correction=correction, convention=convention,
-                                     batch_rows=batch_rows)  # fmt: skip
-    return replace(found, sections=found_sections)
+    return health.audit_health(log, tol=tol, near_tie=near_tie, plan=lambda: job.plan(log),
+                               entropy_threshold=options.entropy_threshold,
+                               by_step=options.by == "step", correction=correction,
+                               convention=convention, batch_rows=batch_rows,
+                               count=job.ray.count if job.ray is not None else None)  # fmt: skip

@@ -35,6 +35,7 @@ figure over a log holding that one batch.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ HISTOGRAM_BINS = 1 << 16
 BIN_WIDTH = 2 * LOG_RATIO_CLAMP / HISTOGRAM_BINS  # 0.00061 in δ
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 RATIO_BANDS = ((0.5, 2.0), (0.9, 1.1))  # ρ outside each band is counted
+PART_TOKENS = 1 << 18  # tokens summed at a time (:func:`cache_sized`)
 
 
 @dataclass
@@ -82,15 +84,48 @@ class MismatchBatch:
 
 def action_tokens(batch: MismatchBatch) -> Tokens:
     """The action tokens of ``batch``, in float64."""
-    action = np.asarray(batch.action, dtype=bool)
-    offsets = np.asarray(batch.offsets, dtype=np.int64)
-    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
-    per_row = before[offsets[1:]] - before[offsets[:-1]]
+    at = np.flatnonzero(np.asarray(batch.action, dtype=bool))
+    per_row = np.diff(np.searchsorted(at, np.asarray(batch.offsets, dtype=np.int64)))
     return Tokens(
-        np.asarray(batch.trainer)[action].astype(np.float64),
-        np.asarray(batch.sampler)[action].astype(np.float64),
+        np.asarray(batch.trainer).take(at).astype(np.float64),
+        np.asarray(batch.sampler).take(at).astype(np.float64),
         per_row.astype(np.float64),
     )
+
+
+def cache_sized(batch: MismatchBatch, tokens: int = PART_TOKENS) -> Iterator[MismatchBatch]:
+    """``batch`` in parts of whole rows of at most ``tokens`` tokens each (a longer row alone):
+    the dozen float64 temporaries of a part stay in the CPU's cache, which halves the time of
+    a batch of a million tokens."""
+    offsets = np.asarray(batch.offsets, dtype=np.int64)
+    n = len(offsets) - 1
+    if offsets[-1] <= tokens:
+        yield batch
+        return
+    row = 0
+    while row < n:
+        end = max(int(np.searchsorted(offsets, offsets[row] + tokens, side="right")) - 1, row + 1)
+        lo, hi = int(offsets[row]), int(offsets[end])
+
+        def rows(x: np.ndarray | None, r: int = row, e: int = end) -> np.ndarray | None:
+            return None if x is None else x[r:e]
+
+        def tokens_of(x: np.ndarray | None, a: int = lo, b: int = hi) -> np.ndarray | None:
+            return None if x is None else x[a:b]
+
+        yield MismatchBatch(
+            trainer=batch.trainer[lo:hi],
+            sampler=batch.sampler[lo:hi],
+            action=batch.action[lo:hi],
+            offsets=offsets[row : end + 1] - lo,
+            group=rows(batch.group),
+            advantage_sign=rows(batch.advantage_sign),
+            correct=rows(batch.correct),
+            weights=tokens_of(batch.weights),
+            masked=tokens_of(batch.masked),
+            raw=tokens_of(batch.raw),
+        )
+        row = end
 
 
 def action_runs(action: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,13 +136,16 @@ def action_runs(action: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np
     >>> starts.tolist(), turns.tolist()
     ([0, 2], [0, 1])
     """
-    action = np.asarray(action, dtype=bool)
-    previous = np.concatenate(([False], action[:-1]))
-    row_starts = offsets[:-1][offsets[:-1] < len(action)]
-    previous[row_starts] = False
-    starts = np.flatnonzero((action & ~previous)[action])
-    before = np.concatenate(([0], np.cumsum(action, dtype=np.int64)))
-    row = np.searchsorted(before[offsets[1:]], starts, side="right")  # each run's row
+    at = np.flatnonzero(np.asarray(action, dtype=bool))  # the action tokens' positions
+    offsets = np.asarray(offsets, dtype=np.int64)
+    row_start = np.zeros(len(action) + 1, dtype=bool)
+    row_start[offsets[:-1]] = True
+    new_run = row_start[at]
+    new_run[1:] |= np.diff(at) != 1
+    new_run[:1] = True
+    starts = np.flatnonzero(new_run)
+    before_row = np.searchsorted(at, offsets[1:])  # action tokens before each row's end
+    row = np.searchsorted(before_row, starts, side="right")  # each run's row
     turns: np.ndarray = np.arange(len(starts)) - np.searchsorted(row, row)
     return starts, turns
 
@@ -128,40 +166,59 @@ class MismatchStats(Sums):
     masked_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def add(self, batch: MismatchBatch) -> None:
-        """Fold one batch of rows into the sums."""
+        """Fold one batch of rows into the sums, a few rows at a time (:func:`cache_sized`)."""
+        for part in cache_sized(batch):
+            self._add(part)
+
+    def _add(self, batch: MismatchBatch) -> None:
+        """Fold rows into the sums (the token sums taken from the per-row ones, which the
+        sequence means need anyway)."""
         tok = action_tokens(batch)
         d, ratio = tok.delta, tok.ratio
-        k2 = 0.5 * d * d
         add_uncorrected(self, tok)
-        seq_delta = tok.mean_of(tok.row_delta)
+        row_k2 = tok.row_sum(np.square(d)) * 0.5
+        row_k3 = tok.row_sum(tok.k3)
+        sum_ratio = float(np.sum(ratio))
+        abs_dp = np.abs(ratio - 1.0)  # |e^t − e^s| = e^s |e^δ − 1|
+        abs_dp *= np.exp(tok.sampler)
         self.add_sums(
-            delta=d,
-            k1=-float(d.sum()),
-            k2=k2,
-            k3=tok.k3,
-            abs_dp=np.exp(tok.sampler) * np.abs(ratio - 1.0),  # |e^t − e^s| = e^s |e^δ − 1|
-            ratio=ratio,
-            rho=tok.rho,
+            delta=tok.row_delta,
+            k1=-tok.row_delta,
+            k2=row_k2,
+            k3=row_k3,
+            abs_dp=abs_dp,
+            ratio=sum_ratio,
+            rho=sum_ratio if tok.rho is ratio else tok.rho,
             rho2=tok.rho2,
-            seq_k1=-seq_delta,
-            seq_k2=tok.row_mean(k2),
-            seq_k3=tok.row_mean(tok.k3),
+            seq_k1=-tok.mean_of(tok.row_delta),
+            seq_k2=tok.mean_of(row_k2),
+            seq_k3=tok.mean_of(row_k3),
             seq_rho2=clamped_exp(tok.row_delta[tok.live], 2.0),
-            seq_ppl_ratio=np.exp(-seq_delta),
-            **{f"outside_{lo}_{hi}": (ratio < lo) | (ratio > hi) for lo, hi in RATIO_BANDS},
+            seq_ppl_ratio=np.exp(-tok.mean_of(tok.row_delta)),
+            **{
+                f"outside_{lo}_{hi}": np.count_nonzero(ratio < lo) + np.count_nonzero(ratio > hi)
+                for lo, hi in RATIO_BANDS
+            },
         )
         self.add_extremes(delta=d)
         self.histogram += np.bincount(histogram_bins(d), minlength=HISTOGRAM_BINS + 2)
         if batch.correct is not None:
             nemo_masked_correct(self, tok, np.asarray(batch.correct, dtype=bool))
         masked = self._add_correction(batch, tok) if self.correction is not None else None
-        self._add_turns(batch, tok, masked)
+        self._add_turns(batch, tok, masked, row_k3)
 
-    def _add_turns(self, batch: MismatchBatch, tok: Tokens, masked: np.ndarray | None) -> None:
+    def _add_turns(
+        self, batch: MismatchBatch, tok: Tokens, masked: np.ndarray | None, row_k3: np.ndarray
+    ) -> None:
         """Per turn: tokens, Σ|δ|, Σk3 and the tokens the correction masked (``masked``: per
-        action token; None: no correction)."""
+        action token; None: no correction); ``row_k3``: each row's Σk3."""
         starts, turns = action_runs(batch.action, np.asarray(batch.offsets, dtype=np.int64))
         if not len(starts):
+            return
+        if len(starts) == int(tok.live.sum()):  # one turn a sequence: the batch's sums
+            masked_sum = float(np.count_nonzero(masked)) if masked is not None else 0.0
+            per_turn = np.array([[len(tok.delta), tok.abs_delta.sum(), row_k3.sum(), masked_sum]])
+            self.turns = add_padded(self.turns, per_turn)
             return
         size = np.diff(np.concatenate((starts, [len(tok.delta)])))
         per_run = [size, np.add.reduceat(tok.abs_delta, starts), np.add.reduceat(tok.k3, starts)]
@@ -299,8 +356,12 @@ def add_padded(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def histogram_bins(delta: np.ndarray) -> np.ndarray:
     """Each δ's bin: 0 below −20, 1 … HISTOGRAM_BINS over [−20, 20), the last one from 20 on."""
-    at = np.floor((delta + LOG_RATIO_CLAMP) / BIN_WIDTH).astype(np.int64) + 1
-    out: np.ndarray = np.where(delta < -LOG_RATIO_CLAMP, 0, np.minimum(at, HISTOGRAM_BINS + 1))
+    at = delta + LOG_RATIO_CLAMP
+    at *= 1.0 / BIN_WIDTH
+    np.floor(at, out=at)
+    np.clip(at, -1.0, HISTOGRAM_BINS, out=at)
+    out: np.ndarray = at.astype(np.int64)
+    out += 1
     return out
 
 

@@ -191,7 +191,10 @@ class Sums:
 
     def add_sums(self, **values: float | np.ndarray) -> None:
         for key, v in values.items():
-            self.sums[key] = self.sums.get(key, 0.0) + float(np.sum(v))
+            is_flags = isinstance(v, np.ndarray) and v.dtype == bool
+            self.sums[key] = self.sums.get(key, 0.0) + float(
+                np.count_nonzero(v) if is_flags else np.sum(v)
+            )
 
     def add_extremes(self, **values: np.ndarray) -> None:
         for key, v in values.items():

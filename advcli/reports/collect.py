@@ -289,7 +289,8 @@ def health_by_step(
     the mean length, the mean lag, the token entropy), and with both log-prob streams the
     mean |δ| and k3 over the step's action tokens and, with a correction, the share masked."""
     with progress.stage("the health by step"):
-        found_sections = health.sections(found, log, plan=plan, by_step=True,
+        advantage = health.rollout_advantages(plan, found.rows)
+        found_sections = health.sections(found, log, advantage=advantage, by_step=True,
                                          batch_rows=batch_rows)  # fmt: skip
     steps = sorted(found_sections["groups_by_step"], key=float)
     if not steps:

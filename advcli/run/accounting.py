@@ -6,6 +6,7 @@ columns and one validating pass that counts each row's tokens and action tokens 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from advcli import progress
@@ -131,16 +132,8 @@ def step_signal(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     return returns, S.anchor_groups(rows.group_codes, rows.labels["state"], within=True)
 
 
-def audit_log(
-    log: Log,
-    *,
-    tol: float = G.ZERO_VARIANCE_TOL,
-    near_tie: float | None = None,
-    batch_rows: int = BATCH_ROWS,
-    count: CountTokens | None = None,
-) -> Audit:
-    """The audit of an opened log (what ``audit`` and ``report`` share); ``count`` counts the
-    tokens elsewhere (default: here, :func:`token_counts`)."""
+def audit_rows(log: Log) -> Rows:
+    """The audited log's per-row columns, validated (its prompt ids and rewards required)."""
     log.trust_reward()
     source, roles = log.source, log.roles
     if roles["prompt_id"] is None and log.looks_like is None:
@@ -151,14 +144,29 @@ def audit_log(
         )
         raise SchemaError(msg)
     log.require({"prompt_id", "reward"}, what="audit")
-    rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+    return extract_rows(source.columns(row_columns(roles)), roles, source.sources)
+
+
+def audit_log(
+    log: Log,
+    *,
+    tol: float = G.ZERO_VARIANCE_TOL,
+    near_tie: float | None = None,
+    batch_rows: int = BATCH_ROWS,
+    count: CountTokens | None = None,
+    rows: Rows | None = None,
+    counts: TokenCounts | None = None,
+) -> Audit:
+    """The audit of an opened log (what ``audit`` and ``report`` share). ``rows``: its
+    per-row columns where read already (:func:`audit_rows`); ``counts``: its token counts where
+    another pass made them; else ``count`` counts them (default: here, :func:`token_counts`)."""
+    source, roles = log.source, log.roles
+    rows = rows if rows is not None else audit_rows(log)
     assert rows.group_keys is not None
     action_tokens = None
     if roles["input_ids"] is not None:
-        if count is not None:
-            counts = count(source, roles)
-        else:
-            counts = token_counts(source, roles, batch_rows=batch_rows)
+        if counts is None:
+            counts = (count or partial(token_counts, batch_rows=batch_rows))(source, roles)
         action_tokens = np.bincount(
             rows.rollout_codes, weights=counts.actions, minlength=rows.n_rollouts
         )

@@ -6,7 +6,8 @@ splits by them (the staleness by lag, the mismatch's masked tokens by sign)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any, cast
 
 from advcli import progress
@@ -14,11 +15,11 @@ from advcli.core import health as H
 from advcli.core.correction import Correction
 from advcli.core.mismatch import Convention, MismatchBatch, MismatchStats
 from advcli.core.ragged import lengths
-from advcli.io.rollouts import needs_ids
+from advcli.io.rollouts import Rows
 from advcli.io.sources import prefetch
 from advcli.io.tokens import Tokens, extract_tokens, token_columns
 from advcli.lazy_imports import np, pa, pc
-from advcli.run.accounting import Audit
+from advcli.run.accounting import Audit, CountTokens, TokenCounts, audit_log, audit_rows
 from advcli.run.correcting import STREAMS
 from advcli.run.engine import Run
 from advcli.run.logs import Log
@@ -76,6 +77,11 @@ def truncation(log: Log) -> tuple[np.ndarray | None, str | None]:
     return None, None
 
 
+def rollout_steps(rows: Rows, log: Log) -> np.ndarray:
+    """Each rollout's step (its rows' latest; NaN: none logged)."""
+    return per_rollout(row_numbers(log, "step"), rows.rollout_codes, rows.n_rollouts, np.fmax)
+
+
 def gathered(found: Audit, log: Log) -> PerRollout:
     """The per-rollout columns of the sections, read from the log's per-row columns."""
     rows = found.rows
@@ -87,7 +93,7 @@ def gathered(found: Audit, log: Log) -> PerRollout:
     if flags is not None:
         truncated = np.bincount(codes, weights=flags, minlength=n) > 0
     return PerRollout(
-        step=per_rollout(row_numbers(log, "step"), codes, n, np.fmax),
+        step=rollout_steps(rows, log),
         version=per_rollout(version, codes, n, np.fmin),
         last_version=per_rollout(last if last is not None else version, codes, n, np.fmax)
         if last is not None or rows.segmented
@@ -132,36 +138,40 @@ class MismatchPlan:
 
 @dataclass(frozen=True)
 class TokenSums:
-    """What the pass over the tokens gathered: the entropies (None: not read), the mismatch of
-    the whole log and of each step (None: not read)."""
+    """What the pass over the tokens gathered: each row's token counts, the entropies (None:
+    not read), the mismatch of the whole log and of each step (None: not read)."""
 
+    counts: TokenCounts
     entropies: Entropies | None
     mismatch: MismatchStats | None
     mismatch_by_step: list[MismatchStats]
 
 
 def token_pass(
-    found: Audit, log: Log, *, threshold: float, mismatch: MismatchPlan | None, batch_rows: int
+    rows: Rows, log: Log, *, threshold: float, mismatch: MismatchPlan | None, batch_rows: int
 ) -> TokenSums:
-    """One streamed pass over the per-token columns the sections read: each row's entropy
-    sums (gathered per rollout), and the two log-prob streams folded into the mismatch's sums
-    batch by batch."""
+    """One streamed pass over the per-token columns: each row's token counts (validated as
+    :func:`~advcli.run.accounting.token_counts` does, so the audit needs no pass of its own),
+    its entropy sums (gathered per rollout), and the two log-prob streams folded into the
+    mismatch's sums batch by batch."""
     roles, source = log.roles, log.source
     read_entropies = roles["entropies"] is not None
     extra = (("entropies",) if read_entropies else ()) + (STREAMS if mismatch else ())
-    n_rows = found.rows.n_rows
-    total, tokens, high = (np.zeros(n_rows) for _ in range(3))
+    n_rows = rows.n_rows
+    total, high = np.zeros(n_rows), np.zeros(n_rows)
+    n_tokens, n_actions = np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64)
     whole = mismatch.stats() if mismatch else None
     by_step = [mismatch.stats() for _ in range(mismatch.steps)] if (
         mismatch and mismatch.step is not None) else []  # fmt: skip
-    ids = needs_ids(roles)
-    columns = token_columns(roles, values=False, extra=extra, ids=ids)
+    columns = token_columns(roles, values=False, extra=extra, ids=True)
     for row0, table in prefetch(source.batches(columns, batch_rows)):
-        tok = extract_tokens(table, roles, source.sources, row0, values=False, extra=extra, ids=ids)
+        tok = extract_tokens(table, roles, source.sources, row0, values=False, extra=extra)
         at = slice(row0, row0 + len(tok.offsets) - 1)
+        n_tokens[at] = np.diff(tok.offsets)
+        n_actions[at] = tok.action_counts()
         if read_entropies:
             e = np.where(tok.mask, tok.extra["entropies"].astype(np.float64), 0.0)
-            for out, flat in ((total, e), (tokens, tok.mask), (high, tok.mask & (e > threshold))):
+            for out, flat in ((total, e), (high, tok.mask & (e > threshold))):
                 before = np.r_[0.0, np.cumsum(flat, dtype=np.float64)]
                 out[at] = before[tok.offsets[1:]] - before[tok.offsets[:-1]]
         if mismatch and whole is not None:
@@ -174,10 +184,10 @@ def token_pass(
         progress.advance(at.stop, int(tok.offsets[-1]))
     ent = None
     if read_entropies:
-        codes, n = found.rows.rollout_codes, found.rows.n_rollouts
-        per_rollout = (np.bincount(codes, weights=x, minlength=n) for x in (total, tokens, high))
-        ent = Entropies(*per_rollout)
-    return TokenSums(ent, whole, by_step)
+        codes, n = rows.rollout_codes, rows.n_rollouts
+        sums = (total, n_actions.astype(np.float64), high)
+        ent = Entropies(*(np.bincount(codes, weights=x, minlength=n) for x in sums))
+    return TokenSums(TokenCounts(n_tokens, n_actions, n_actions), ent, whole, by_step)
 
 
 def mismatch_batch(tok: Tokens, plan: MismatchPlan, at: slice) -> MismatchBatch:
@@ -209,15 +219,15 @@ def rows_of(batch: MismatchBatch, keep: np.ndarray) -> MismatchBatch:
     )
 
 
-def advantages(run: Run, found: Audit) -> np.ndarray:
+def advantages(run: Run, rows: Rows) -> np.ndarray:
     """Each rollout's advantage as the method gives it: the mean over its action tokens (a
     log without token ids: the mean of its rows'), NaN where it has none."""
-    codes, n = found.rows.rollout_codes, found.rows.n_rollouts
+    codes, n = rows.rollout_codes, rows.n_rollouts
     if not run.has_tokens:
         per_row = run.plan.columns["advantage"].astype(np.float64)
         weights = np.ones(len(per_row))
     else:
-        per_row, weights = np.zeros(found.rows.n_rows), np.zeros(found.rows.n_rows)
+        per_row, weights = np.zeros(rows.n_rows), np.zeros(rows.n_rows)
         for row0, _, tok, columns in run.computed():
             on_actions = np.where(tok.mask, columns["advantages"].astype(np.float64), 0.0)
             before = np.r_[0.0, np.cumsum(on_actions)]
@@ -280,29 +290,110 @@ def mismatch_section(
     return section
 
 
-def sections(
-    found: Audit,
+def rollout_advantages(plan: Callable[[], Run], rows: Rows) -> Callable[[], np.ndarray]:
+    """Each rollout's advantage (:func:`advantages`), planned and computed on first use only."""
+
+    def compute() -> np.ndarray:
+        with progress.stage("the method's advantages"):
+            return advantages(plan(), rows)
+
+    return cache(compute)
+
+
+def step_values(step: np.ndarray, by_step: bool) -> np.ndarray:
+    """The steps the sections split by (``by_step``; none otherwise), in order."""
+    return np.unique(step[np.isfinite(step)]) if by_step else np.zeros(0)
+
+
+def mismatch_plan(
+    rows: Rows,
     log: Log,
     *,
+    advantage: Callable[[], np.ndarray],
+    by_step: bool,
+    correction: Correction | None,
+    convention: str | None,
+) -> MismatchPlan | None:
+    """What the mismatch pass needs per row (None: the log lacks a log-prob stream or token
+    ids, :func:`missing_stream` says which)."""
+    if missing_role(log) is not None:
+        return None
+    step = rollout_steps(rows, log)
+    steps = step_values(step, by_step)
+    row_step = None
+    if by_step:
+        row_step = np.searchsorted(steps, step)
+        row_step = np.where(np.isin(step, steps), row_step, -1)[rows.rollout_codes]
+    sign = np.sign(advantage())[rows.rollout_codes] if correction is not None else None
+    reward, codes = rows.rollout_rewards(), rows.rollout_groups()
+    return MismatchPlan(codes[rows.rollout_codes], sign, correctness(reward, rows.rollout_codes),
+                        row_step, len(steps), correction, convention)  # fmt: skip
+
+
+def missing_role(log: Log) -> str | None:
+    """The role the mismatch section lacks (a log-prob stream, else the token ids), if any."""
+    roles = log.roles
+    return next((r for r in (*reversed(STREAMS), "input_ids") if roles[r] is None), None)
+
+
+def audit_health(
+    log: Log,
+    *,
+    tol: float,
+    near_tie: float | None,
     plan: Callable[[], Run],
     entropy_threshold: float = ENTROPY_THRESHOLD,
     by_step: bool = False,
     correction: Correction | None = None,
     convention: str | None = None,
     batch_rows: int,
+    count: CountTokens | None = None,
+) -> Audit:
+    """``audit``: the groups' accounting and the health sections (:func:`sections`), from the
+    per-row columns and one pass over the per-token ones, which counts the tokens too
+    (``count``: where no section reads a per-token column, how the tokens are counted)."""
+    rows = audit_rows(log)
+    advantage = rollout_advantages(plan, rows)
+    mismatch = mismatch_plan(rows, log, advantage=advantage, by_step=by_step,
+                             correction=correction, convention=convention)  # fmt: skip
+    summed = None
+    if log.roles["entropies"] is not None or mismatch is not None:
+        with progress.stage("reading the per-token columns"):
+            summed = token_pass(rows, log, threshold=entropy_threshold, mismatch=mismatch,
+                                batch_rows=batch_rows)  # fmt: skip
+    found = audit_log(log, tol=tol, near_tie=near_tie, batch_rows=batch_rows, count=count,
+                      rows=rows, counts=summed.counts if summed else None)  # fmt: skip
+    found_sections = sections(found, log, advantage=advantage, entropy_threshold=entropy_threshold,
+                              by_step=by_step, correction=correction, convention=convention,
+                              batch_rows=batch_rows, summed=summed)  # fmt: skip
+    return replace(found, sections=found_sections)
+
+
+def sections(
+    found: Audit,
+    log: Log,
+    *,
+    advantage: Callable[[], np.ndarray],
+    entropy_threshold: float = ENTROPY_THRESHOLD,
+    by_step: bool = False,
+    correction: Correction | None = None,
+    convention: str | None = None,
+    batch_rows: int,
+    summed: TokenSums | None = None,
 ) -> dict[str, Any]:
     """The health sections of an audited log, as ``audit --json`` prints them: each a dict,
-    or a line saying which column it lacks; ``plan`` runs the method whose advantages the
-    staleness splits by lag and the mismatch's ``correction`` by sign (planned only where one
-    needs them); ``convention``: the framework whose own mismatch metrics the section holds
-    (verl, trl, nemo-rl or miles; None: none)."""
+    or a line saying which column it lacks; ``advantage``: each rollout's advantage, which the
+    staleness splits by lag and the mismatch's ``correction`` by sign (computed only where one
+    needs them, :func:`rollout_advantages`); ``convention``: the framework whose own mismatch
+    metrics the section holds (verl, trl, nemo-rl or miles; None: none); ``summed``: the pass
+    over the per-token columns where made already (:func:`audit_health`), else made here."""
     each = gathered(found, log)
     rows = found.rows
     reward, codes = rows.rollout_rewards(), rows.rollout_groups()
     n_groups = len(found.stats.size)
     out: dict[str, Any] = {}
     stepped = np.isfinite(each.step)
-    steps = np.unique(each.step[stepped]) if by_step else np.zeros(0)
+    steps = step_values(each.step, by_step)
     per_step = [(step_key(s), each.step == s) for s in steps.tolist()]
 
     def split(make: Callable[[np.ndarray], dict[str, Any]], every: np.ndarray) -> dict[str, Any]:
@@ -310,14 +401,6 @@ def sections(
         if by_step:
             section["by_step"] = {key: make(every & at) for key, at in per_step}
         return section
-
-    advantage_cache: list[np.ndarray] = []
-
-    def advantage() -> np.ndarray:
-        if not advantage_cache:
-            with progress.stage("the method's advantages"):
-                advantage_cache.append(advantages(plan(), found))
-        return advantage_cache[0]
 
     known = stepped & np.isfinite(each.version)
     if not known.any():
@@ -346,22 +429,15 @@ def sections(
         out["lengths"] = split(lengths, np.ones(len(length), dtype=bool))
         out["lengths"]["truncated_from"] = each.truncated_from or "no truncation column"
 
-    missing = next((role for role in reversed(STREAMS) if log.roles[role] is None), None)
-    mismatch_plan = None
-    if missing is None and each.length is not None:
-        row_step = None
-        if by_step:
-            row_step = np.searchsorted(steps, each.step)
-            row_step = np.where(np.isin(each.step, steps), row_step, -1)[rows.rollout_codes]
-        sign = np.sign(advantage())[rows.rollout_codes] if correction is not None else None
-        mismatch_plan = MismatchPlan(codes[rows.rollout_codes], sign,
-                                     correctness(reward, rows.rollout_codes), row_step, len(steps),
-                                     correction, convention)  # fmt: skip
-    summed = None
-    if log.roles["entropies"] is not None or mismatch_plan is not None:
-        with progress.stage("reading the per-token columns"):
-            summed = token_pass(found, log, threshold=entropy_threshold, mismatch=mismatch_plan,
-                                batch_rows=batch_rows)  # fmt: skip
+    missing = missing_role(log)
+    if summed is None:
+        planned = mismatch_plan(rows, log, advantage=advantage, by_step=by_step,
+                                correction=correction, convention=convention)  # fmt: skip
+        if log.roles["entropies"] is not None or planned is not None:
+            with progress.stage("reading the per-token columns"):
+                summed = token_pass(rows, log, threshold=entropy_threshold, mismatch=planned,
+                                    batch_rows=batch_rows)  # fmt: skip
+    correct_known = rows.n_rows > 0 and correctness(reward, rows.rollout_codes) is not None
 
     entropy_means: list[float] | None = None
     if summed is None or summed.entropies is None:
@@ -384,8 +460,8 @@ def sections(
     if summed is None or summed.mismatch is None:
         out["mismatch"] = missing_stream(missing or "input_ids")
     else:
-        out["mismatch"] = mismatch_section(summed, convention, per_step, correct_known=(
-            mismatch_plan is not None and mismatch_plan.correct is not None))  # fmt: skip
+        out["mismatch"] = mismatch_section(summed, convention, per_step,
+                                           correct_known=correct_known)  # fmt: skip
     mismatch_ = out["mismatch"]
 
     lengths_ = out["lengths"]

@@ -20,6 +20,7 @@ from advcli.core.mismatch import (
     MismatchBatch,
     MismatchStats,
     action_runs,
+    cache_sized,
     histogram_bins,
     histogram_quantiles,
 )
@@ -519,6 +520,26 @@ def test_batches_and_merged_parts_give_the_whole_log(c: Correction | None):
         assert_nested_close(got.figures(), whole.figures())
         for convention in CONVENTIONS:
             close(got.framework_metrics(convention), whole.framework_metrics(convention))
+
+
+@pytest.mark.parametrize(
+    "c", [None, CORRECTIONS[1], CORRECTIONS[3]], ids=lambda c: c.mode.name if c else "none"
+)
+@pytest.mark.parametrize("tokens", [1, 5, 40])
+def test_a_batch_summed_in_cache_sized_parts_gives_the_same(c: Correction | None, tokens: int):
+    table = rows()
+    whole = stats_of(table, c, threshold=1.5)
+    batch = batch_of(table, c is not None)
+    parts = list(cache_sized(batch, tokens))
+    assert len(parts) > 1
+    assert sum(len(p.offsets) - 1 for p in parts) == len(batch.offsets) - 1
+    assert all(p.offsets[-1] <= tokens or len(p.offsets) == 2 for p in parts)
+    in_parts = MismatchStats(correction=c, seq_error_threshold=1.5)
+    for part in parts:
+        in_parts.add(part)
+    assert_nested_close(in_parts.figures(), whole.figures())
+    for convention in CONVENTIONS:
+        close(in_parts.framework_metrics(convention), whole.framework_metrics(convention))
 
 
 def test_hand_computed_two_rows():
