@@ -41,6 +41,8 @@ class AnnotateCommand:
     col: list[str] | None = fields.col()
     from_: str | None = fields.from_()
     preset_options: PresetOptions | None = fields.preset_options()
+    tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
+    max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
     format: str | None = fields.output_format()
     force: bool = fields.force()
     nonfinite: str = fields.nonfinite()
@@ -84,7 +86,8 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
                    convention=options.convention, params=params, engine=options.engine,
                    ray_address=options.ray_address, batch_rows=batch_rows,
                    correction=options.correction,
-                   correction_bounds=options.correction_bounds)  # fmt: skip
+                   correction_bounds=options.correction_bounds, tokenizer=options.tokenizer,
+                   max_retokenize_mismatch=options.max_retokenize_mismatch)  # fmt: skip
     assert job.method is not None
     if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)

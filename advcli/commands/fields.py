@@ -9,6 +9,7 @@ from typing import Any
 
 from advcli.core.conventions import CONVENTIONS
 from advcli.core.group import ZERO_VARIANCE_TOL
+from advcli.io.retokenize import MAX_RETOKENIZE_MISMATCH
 from advcli.params import OptionHelp, Range, option, options_of
 from advcli.presets import PRESETS, PresetOptions
 from advcli.presets.base import FROM
@@ -172,5 +173,29 @@ def correction_bounds() -> Any:
         metadata=option(
             "HI or LO,HI (default HI 2, 3 under trl; LO 0; rejection modes need them).",
             panel=CORRECTION,
+        ),
+    )
+
+
+def tokenizer(help: str = "") -> Any:
+    """``--tokenizer PATH``: a text log's token ids, made from its prompt and completion."""
+    return field(
+        default=None,
+        metadata=option(
+            help + "A text log (verl, TRL, AReaL, SkyRL, OpenRLHF dumps): its token ids made "
+            "from the prompt (chat messages through the chat template) and the completion with "
+            "this local tokenizer.json or model folder (the text extra); the ids may differ from "
+            "those sampled.",
+        ),
+    )
+
+
+def max_retokenize_mismatch() -> Any:
+    return field(
+        default=MAX_RETOKENIZE_MISMATCH,
+        metadata=option(
+            "With --tokenizer: the share of rows whose completion's token count may differ from "
+            "the one the dump logs (verl's response_length) before the log is refused.",
+            range=Range(0, 1),
         ),
     )

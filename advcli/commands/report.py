@@ -72,8 +72,8 @@ def report(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> Re
         compare.check_options(options.compare, options.steps, options.label)
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
                    method=method, convention=convention, params=params, batch_rows=batch_rows,
-                   correction=given.correction,
-                   correction_bounds=given.correction_bounds)  # fmt: skip
+                   correction=given.correction, correction_bounds=given.correction_bounds,
+                   tokenizer=options.tokenizer, keep_ids=True)  # fmt: skip
     check_output(out, job.files, force=force)
     log = job.open()
     if job.correction is not None:  # refused here too when no method runs

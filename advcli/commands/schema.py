@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,8 @@ class SchemaCommand:
     )
     from_: str | None = fields.from_()
     preset_options: PresetOptions | None = fields.preset_options()
+    tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
+    max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
     batch_rows: int = BATCH_ROWS  # rows read at a time: memory and speed, never the result
 
 
@@ -70,7 +73,8 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
     col, from_, preset_options = options.col, options.from_, options.preset_options
     batch_rows, full = options.batch_rows, options.full
     job = jobs.job(input_paths(inputs), col=col, preset=from_, preset_options=preset_options,
-                   batch_rows=batch_rows)  # fmt: skip
+                   batch_rows=batch_rows, tokenizer=options.tokenizer,
+                   max_retokenize_mismatch=options.max_retokenize_mismatch)  # fmt: skip
     log = job.open()
     source, roles = log.source, log.roles
     sample = source if not full and isinstance(source, JsonlSource) else None

@@ -16,6 +16,7 @@ from advcli.critic.scorer import CriticScorer, scored_batches
 from advcli.io.outputs import check_output, output_format
 from advcli.io.writers import write_batches
 from advcli.params import check_option_file, command_options, options_of, takes_options
+from advcli.presets import PresetOptions
 from advcli.results import ScoreResult
 from advcli.run import jobs
 from advcli.run.logs import BATCH_ROWS, LogPaths, input_paths
@@ -28,6 +29,10 @@ class ScoreCommand:
     out: str | os.PathLike[str] = field(metadata=fields.out_option(fields.FILE_OUT))
     critic: CriticOptions | str | os.PathLike[str] = field(metadata=options_of(CriticOptions))
     col: list[str] | None = fields.col()
+    from_: str | None = fields.from_()
+    preset_options: PresetOptions | None = fields.preset_options()
+    tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
+    max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
     format: str | None = fields.output_format()
     force: bool = fields.force()
     nonfinite: str = fields.nonfinite()
@@ -53,8 +58,10 @@ def score(
     started = time.perf_counter()
     out = os.fspath(out)
     opts = critic if isinstance(critic, CriticOptions) else CriticOptions(os.fspath(critic))
-    job = jobs.job(input_paths(inputs), col=col, engine=engine, ray_address=ray_address,
-                   batch_rows=batch_rows)  # fmt: skip
+    job = jobs.job(input_paths(inputs), col=col, preset=options.from_,
+                   preset_options=options.preset_options, engine=engine,
+                   ray_address=ray_address, batch_rows=batch_rows, tokenizer=options.tokenizer,
+                   max_retokenize_mismatch=options.max_retokenize_mismatch)  # fmt: skip
     if job.ray is not None:
         return _score_on_ray(job, out, opts, fmt=format, force=force, started=started)
     fmt = output_format(out, format)
@@ -66,6 +73,8 @@ def score(
     scorer = CriticScorer(opts, source.sources, roles)
     batches = scored_batches(source, roles, scorer, roles["values"] or "values", batch_rows)
     metadata = _score_metadata(scorer.metadata, source.sources.files)
+    if log.retokenized is not None:
+        metadata.update(log.retokenized.as_metadata())
     written = write_batches(
         out, fmt, metadata, batches, force=force, nonfinite=nonfinite,
         passed_through=passed_through(log),

@@ -42,6 +42,8 @@ class ShardCommand:
     col: list[str] | None = fields.col()
     from_: str | None = fields.from_()
     preset_options: PresetOptions | None = fields.preset_options()
+    tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
+    max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
     force: bool = fields.force("Replace an existing output folder.")
     correction: str | None = fields.correction()
     correction_bounds: str | None = fields.correction_bounds()
@@ -96,7 +98,8 @@ def shard(
                    convention=convention, params=given if method is not None else None,
                    engine=engine, ray_address=ray_address, batch_rows=batch_rows,
                    correction=called.correction,
-                   correction_bounds=called.correction_bounds)  # fmt: skip
+                   correction_bounds=called.correction_bounds, tokenizer=called.tokenizer,
+                   max_retokenize_mismatch=called.max_retokenize_mismatch)  # fmt: skip
     check_output_folder(out, job.files, force=force, listed=listed)
     inp = open_input(job)
     if job.ray is not None:

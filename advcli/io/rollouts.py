@@ -19,6 +19,7 @@ from typing import Any
 from advcli.core.ragged import lengths, ranges, row_of
 from advcli.errors import DataError, SchemaError, closest, columns_found, file_list, where
 from advcli.io.arrow import flat_list
+from advcli.io.retokenize import COMPLETION_COLUMNS, PROMPT_COLUMNS, TOKENIZER_FILE
 from advcli.io.schema import POLICY_LOGPROBS, POLICY_STREAMS, Roles
 from advcli.io.sources import Sources
 from advcli.lazy_imports import np, pa, pc
@@ -267,10 +268,14 @@ def require(
     the hint (a log that looks like a framework's dump: use ``--from``)."""
     files, found = file_list(sources.files), columns_found(columns)
     if "input_ids" in needs and roles["input_ids"] is None:
+        text = has_text(columns) and hint is None  # a dump read without --from: that first
         msg = (
             f"{files}: {what} needs token ids, and the log has no 'input_ids' column (a log of "
             f"decoded text has none). {found}. Hint: "
-            + (hint or (f"{without_tokens}; or " if without_tokens else "")
+            + (f"make them from the text with `tokenizer` PATH (the {TOKENIZER_FILE} or model "
+               "folder the run used)" + (f"; or {without_tokens}" if without_tokens else "")
+               if text else
+               hint or (f"{without_tokens}; or " if without_tokens else "")
                + "name the token column with `col`")
         )  # fmt: skip
         raise SchemaError(msg)
@@ -289,6 +294,13 @@ def require(
             )
             msg = f"{files}: no '{role}' column. {found}. Hint: {hint or default}"
             raise SchemaError(msg)
+
+
+def has_text(columns: list[str]) -> bool:
+    """Whether a log holds a prompt and a completion as text (``tokenizer`` makes ids of them)."""
+    return any(c in columns for c in PROMPT_COLUMNS) and any(
+        c in columns for c in COMPLETION_COLUMNS
+    )
 
 
 ROW_ROLES = (

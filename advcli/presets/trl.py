@@ -176,11 +176,21 @@ class Trl(Preset):
 
 
 def read(path: str) -> pl.DataFrame:
-    """A completions file, chat messages as text."""
+    """A completions file, chat messages as text; the messages themselves are kept as
+    ``prompt_messages`` and ``completion_messages`` (``--tokenizer`` renders them)."""
     df = pl.from_arrow(read_parquet(path))
     assert isinstance(df, pl.DataFrame)
     out = {name: messages_text(df[name]) for name in ("prompt", "completion") if name in df.columns}
-    return df.with_columns(**{k: v for k, v in out.items() if v is not None})
+    kept = {f"{name}_messages": df[name] for name, text in out.items() if is_chat(df[name])}
+    return df.with_columns(**{k: v for k, v in out.items() if v is not None}, **kept)
+
+
+def is_chat(column: pl.Series) -> bool:
+    """A conversational column: a list of ``{role, content}`` per row."""
+    dtype = column.dtype
+    if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+        return False
+    return {"role", "content"} <= {f.name for f in dtype.inner.fields}
 
 
 def messages_text(column: pl.Series) -> pl.Series | None:

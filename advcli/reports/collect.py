@@ -12,22 +12,19 @@ base64 of little-endian typed arrays, which the page reads with ``Float32Array``
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from advcli import installed, progress
+from advcli import progress
 from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
 from advcli.core.correction import Correction
 from advcli.errors import UsageError
+from advcli.io.retokenize import library_failures, load_tokenizer, native_stderr_muted
 from advcli.io.sources import prefetch
 from advcli.lazy_imports import np, pa
-from advcli.params import check_option_file
 from advcli.reports.options import ReportOptions
 from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
 from advcli.run import health
@@ -135,38 +132,19 @@ def gather(
 
 
 def token_texts(path: str, seen: RolloutPass, log: Log) -> dict[str, str]:
-    """The text of every token id the page shows, by id, from a local ``tokenizer.json``.
-
-    The tokenizers library panics where a regular expression of the file exceeds its regex
-    engine's retry limit (a ``PanicException``, no ``Exception``; its Rust code prints the
-    panic on stderr itself): refused in one line naming the file, the token and its row."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        msg = f"`tokenizer` needs the tokenizers package. Hint: {installed.pip_install('text')}"
-        raise UsageError(msg) from None
-    check_option_file("tokenizer", path, "tokenizer.json")
-    with _native_stderr_muted():
-        try:
-            tokenizer = Tokenizer.from_file(path)
-        except _failures() as exc:  # the library raises its own (Rust) exceptions
-            msg = f"`tokenizer={path!r}`: not a tokenizer.json the tokenizers library reads ({exc})"
-            raise UsageError(msg) from None
-        shown = [part.ids for part in seen.tokens.values()]
-        ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
-        ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
+    """The text of every token id the page shows, by id, from a local ``tokenizer.json`` (or
+    the model folder holding one); a token the library fails to decode is refused in one line
+    naming the file, the token and its row."""
+    tokenizer = load_tokenizer(path).tokenizer
+    shown = [part.ids for part in seen.tokens.values()]
+    ids = np.unique(np.concatenate(shown)) if shown else np.zeros(0, np.int64)
+    ids = ids[(ids >= 0) & (ids < tokenizer.get_vocab_size(with_added_tokens=True))]
+    with native_stderr_muted():
         try:
             texts = tokenizer.decode_batch([[int(i)] for i in ids], skip_special_tokens=False)
-        except _failures():
+        except library_failures():
             _refuse_undecodable(path, tokenizer, ids, seen, log)
     return {str(int(i)): text for i, text in zip(ids, texts, strict=True)}
-
-
-def _failures() -> tuple[type[BaseException], ...]:
-    """What the tokenizers library raises: exceptions, and the panics of its Rust code
-    (pyo3's PanicException derives from BaseException and is not importable by name)."""
-    panics = [t for t in BaseException.__subclasses__() if t.__name__ == "PanicException"]
-    return (Exception, *panics)
 
 
 def _refuse_undecodable(
@@ -176,7 +154,7 @@ def _refuse_undecodable(
     for token in ids.tolist():
         try:
             tokenizer.decode([token], skip_special_tokens=False)
-        except _failures() as exc:
+        except library_failures() as exc:
             row = min(r for r, part in seen.tokens.items() if (part.ids == token).any())
             at = log.sources.at(row, log.roles.column("input_ids"))
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -187,21 +165,6 @@ def _refuse_undecodable(
             )
             raise UsageError(msg) from None
     raise UsageError(f"`tokenizer={path!r}`: the tokenizers library fails to decode the tokens")
-
-
-@contextmanager
-def _native_stderr_muted() -> Iterator[None]:
-    """Standard error's file descriptor pointed at /dev/null: a panic in native code prints
-    itself there (Rust's panic hook), beside the one line advcli says instead."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def choose_groups(

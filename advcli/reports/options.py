@@ -51,8 +51,9 @@ class ReportOptions:
     tokenizer: str | None = field(
         default=None,
         metadata=option(
-            "A local tokenizer.json (Hugging Face tokenizers, the advcli text extra): the token "
-            "view shows each token's text. Never downloaded.",
+            "A local tokenizer.json or model folder (Hugging Face tokenizers, the advcli text "
+            "extra): the token view shows each token's text; a text log's token ids are made "
+            "from its text with it (--tokenizer of annotate). Never downloaded.",
             panel=PANEL,
         ),
     )

@@ -358,6 +358,8 @@ class Run:
         }
         if self.correction is not None:
             meta["correction"] = correcting.described(self.correction)
+        if self.log is not None and self.log.retokenized is not None:
+            meta.update(self.log.retokenized.as_metadata())
         if self.scorer is not None and self.method.reads_values:
             meta.update(self.scorer.metadata)
             if self.roles["values"] is not None:  # the log's own values, not read

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from advcli import methods, presets, progress
 from advcli.core.correction import Correction
 from advcli.errors import UsageError
 from advcli.io.file_sources import ParquetSource
+from advcli.io.retokenize import MAX_RETOKENIZE_MISMATCH, load_tokenizer
 from advcli.io.sources import LogSource, expand_inputs
 from advcli.methods import Method
 from advcli.params import Params
@@ -28,7 +30,7 @@ from advcli.presets import SHARED_WITH_METHODS, Preset, PresetOptions
 from advcli.run import correcting, settling
 from advcli.run.accounting import CountTokens
 from advcli.run.engine import Batch, Run, Scorer, plan_run
-from advcli.run.logs import BATCH_ROWS, Log, open_log
+from advcli.run.logs import BATCH_ROWS, Log, Tokenizing, open_log
 
 ENGINES = ("local", "ray")
 """Where ``--engine`` runs the passes: in this process, or on a Ray cluster."""
@@ -42,6 +44,7 @@ class Reading:
     col: tuple[str, ...] = ()
     preset: Preset | None = None
     options: PresetOptions = dataclasses.field(default_factory=PresetOptions)
+    tokenizing: Tokenizing | None = None  # --tokenizer: a text log's token ids
 
     def files(self, paths: Sequence[str]) -> list[str]:
         """The files ``paths`` name (folders and globs expanded), as the log reads them."""
@@ -53,11 +56,12 @@ class Reading:
         """The log opened; with ``--from``, with what the dump leaves out settled from its
         logged advantages (which runs the framework's estimators on it)."""
         if self.preset is None:
-            return open_log(list(paths), list(self.col))
+            return open_log(list(paths), list(self.col), tokenizing=self.tokenizing)
         preset = self.preset
 
         def open_with(options: PresetOptions) -> Log:
-            return open_log(list(paths), list(self.col), preset=preset, options=options)
+            return open_log(list(paths), list(self.col), preset=preset, options=options,
+                            tokenizing=self.tokenizing)  # fmt: skip
 
         return settling.settle(preset, self.options, open_with)
 
@@ -191,6 +195,9 @@ def job(
     batch_rows: int = BATCH_ROWS,
     correction: str | None = None,
     correction_bounds: str | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
+    max_retokenize_mismatch: float = MAX_RETOKENIZE_MISMATCH,
+    keep_ids: bool = False,
 ) -> Job:
     """The job of a command given these options, each checked: an unknown framework, method,
     convention or engine, and a parameter the method does not take (or given without a
@@ -198,7 +205,8 @@ def job(
     the framework's own (``--from``), else advcli's, and it gives a rollout correction
     (``correction``, ``correction_bounds``) its framework's arithmetic. The reader's options
     that are the method's too (:func:`shared_with_reader`) reach the method, unless
-    ``params`` names them."""
+    ``params`` names them. ``tokenizer``: a text log's token ids made from its text with it
+    (:mod:`advcli.io.retokenize`); a log with ids keeps them where ``keep_ids``."""
     chosen_preset = presets.get(preset) if preset is not None else None
     if convention is None and chosen_preset is not None:
         convention = chosen_preset.convention
@@ -216,7 +224,11 @@ def job(
         methods.check_convention(convention)
     if engine not in ENGINES:
         raise UsageError(f"`engine` {engine!r}: expected one of {', '.join(ENGINES)}")
-    reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions())
+    tokenizing = None
+    if tokenizer is not None:
+        tokenizing = Tokenizing(load_tokenizer(tokenizer), max_retokenize_mismatch, keep_ids)
+    reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions(),
+                      tokenizing)  # fmt: skip
     ray = OnRay(ray_address, batch_rows) if engine == "ray" else None
     corrects = correcting.correction_of(correction, correction_bounds, convention)
     return Job(tuple(paths), reading, chosen, p, ray, batch_rows, corrects)

@@ -21,16 +21,23 @@ from advcli.errors import (
     AdvcliError,
     DataError,
     SchemaError,
+    UsageError,
     file_list,
 )
 from advcli.io import jsonl, remote
 from advcli.io.file_sources import open_source
 from advcli.io.jsonl import STDIN
+from advcli.io.retokenize import (
+    MAX_RETOKENIZE_MISMATCH,
+    Retokenized,
+    TextTokenizer,
+    retokenized,
+)
 from advcli.io.rollouts import (
     Rows,
     require,
 )
-from advcli.io.schema import Roles, parse_col_mapping, resolve_roles
+from advcli.io.schema import ROLES, Roles, parse_col_mapping, resolve_roles
 from advcli.io.sources import (
     LogSource,
     NestedFields,
@@ -66,6 +73,7 @@ class Log:
     # rows and cut groups)
     reward_doubt: str | None = None  # why its reward may not be what the framework trained on
     # (an error where a reward is read, until --col reward= names the column)
+    retokenized: Retokenized | None = None  # its token ids were made from its text
 
     def trust_reward(self) -> None:
         """Refuse to read the reward while it is in doubt (:attr:`reward_doubt`)."""
@@ -100,26 +108,63 @@ class Log:
                 without_tokens=without_tokens, hint=hint)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Tokenizing:
+    """``--tokenizer``: token ids made from a text log's prompt and completion; a log with ids
+    already keeps them where ``keep_ids`` (the report decodes them), and is refused otherwise."""
+
+    tokenizer: TextTokenizer
+    max_mismatch: float = MAX_RETOKENIZE_MISMATCH
+    keep_ids: bool = False
+
+    def applied(
+        self, source: LogSource, mapping: dict[str, str]
+    ) -> tuple[LogSource, Retokenized | None]:
+        """``source`` with ``input_ids`` and ``action_mask`` made from its text."""
+        names = set(source.schema.names)
+        ids = mapping.get("input_ids") or next(
+            (c for c in ("input_ids", *ROLES["input_ids"][1]) if c in names), None
+        )
+        if ids is not None and ids in names:
+            if self.keep_ids:
+                return source, None
+            msg = (
+                f"{file_list(source.sources.files)}: the log has token ids ('{ids}'), and "
+                "`tokenizer` makes them from a text log. Hint: leave `tokenizer` out"
+            )
+            raise UsageError(msg)
+        return retokenized(source, self.tokenizer, max_mismatch=self.max_mismatch)
+
+
 def open_log(
     inputs: list[str],
     col: list[str] | None = None,
     *,
     preset: presets.Preset | None = None,
     options: presets.PresetOptions | None = None,
+    tokenizing: Tokenizing | None = None,
 ) -> Log:
     """A log to read in passes (as ``preset``'s framework wrote it, with its ``options``, if
-    given), and the column that plays each role (``--col ROLE=COLUMN``)."""
+    given), and the column that plays each role (``--col ROLE=COLUMN``); ``tokenizing``: a
+    text log's token ids made from its text."""
     mapping = parse_col_mapping(col)
+    done = None
     if preset is not None:
         given = options or presets.PresetOptions()
         converted = presets.PresetSource(preset, inputs, given)
         lifted: LogSource = _lift_nested(converted, mapping)
+        if tokenizing is not None:
+            lifted, done = tokenizing.applied(lifted, mapping)
         roles = resolve_roles(lifted.schema, mapping, file_list(lifted.sources.files))
         doubt = converted.reward_doubt if "reward" not in mapping else None
-        return Log(lifted, roles, warnings=list(converted.warnings), preset=preset,
-                   options=given, reward_doubt=doubt, set_aside=converted.set_aside)  # fmt: skip
+        said = [done.sentence()] if done else []
+        return Log(lifted, roles, warnings=[*converted.warnings, *said], preset=preset,
+                   options=given, reward_doubt=doubt, set_aside=converted.set_aside,
+                   retokenized=done)  # fmt: skip
     try:
         source = joined(_lift_nested(open_source(inputs, mapping), mapping), mapping)
+        if tokenizing is not None:
+            source, done = tokenizing.applied(source, mapping)
         roles = resolve_roles(source.schema, mapping, file_list(source.sources.files))
     except DataError as exc:  # a framework's dump read as advcli's own format
         p = presets.looks_like(first_fields(inputs))
@@ -138,7 +183,9 @@ def open_log(
     looks_like = presets.looks_like(set(source.schema.names))
     if looks_like is not None and written_by_advcli(source.sources.files):
         looks_like = None  # advcli's output, annotated from such a dump: read as advcli wrote it
-    log = Log(source, roles, looks_like, mapped=bool(mapping))
+    log = Log(source, roles, looks_like, mapped=bool(mapping), retokenized=done)
+    if done is not None:
+        log.warnings.append(done.sentence())
     if looks_like is not None:
         p = looks_like
         log.warnings.append(

@@ -70,6 +70,8 @@ def write_shards(
         "pack": opts.pack,
         "loss_weights": opts.loss_weights,
     }
+    if "tokenizer_sha256" in inp.metadata:  # the ids were made from text
+        shard_meta["tokenizer_sha256"] = inp.metadata["tokenizer_sha256"]
     reading = "annotating" if inp.run is not None else "reading rows"
     with output_folder(out, force=force, last=manifests.NAMES) as output:
         tmp = output.folder

@@ -191,8 +191,9 @@ def open_input(job: Job) -> Input:
         with progress.stage("reading per-row columns"):
             rows = extract_rows(source.columns(row_columns(roles)), roles, source.sources)
         info: dict[str, Any] = {k: meta.get(k) for k in ("method", "params")}
-        if "correction" in meta:  # the rollout correction the annotation wrote
-            info["correction"] = meta["correction"]
+        for key in ("correction", "tokenizer_sha256"):  # what the annotation recorded
+            if key in meta:
+                info[key] = meta[key]
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
         return Input(source, roles, rows, None, info, {}, log.warnings)
     if job.method is None:
@@ -202,7 +203,8 @@ def open_input(job: Job) -> Input:
         )
         raise UsageError(msg)
     run = job.plan(log)
-    info = {k: run.metadata()[k] for k in ("method", "params", "roles")}
+    info = {k: v for k, v in run.metadata().items()
+            if k in ("method", "params", "roles", "tokenizer_sha256")}  # fmt: skip
     return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings)
 
 
