@@ -182,10 +182,9 @@ def tokenizer(help: str = "") -> Any:
     return field(
         default=None,
         metadata=option(
-            help + "A text log (verl, TRL, AReaL, SkyRL, OpenRLHF dumps): its token ids made "
-            "from the prompt (chat messages through the chat template) and the completion with "
-            "this local tokenizer.json or model folder (the text extra); the ids may differ from "
-            "those sampled.",
+            help + "A local tokenizer.json or model folder: a text dump's token ids made from "
+            "its prompt and completion (docs/text.md).",
+            panel=FROM,
         ),
     )
 
@@ -194,8 +193,9 @@ def max_retokenize_mismatch() -> Any:
     return field(
         default=MAX_RETOKENIZE_MISMATCH,
         metadata=option(
-            "With --tokenizer: the share of rows whose completion's token count may differ from "
-            "the one the dump logs (verl's response_length) before the log is refused.",
+            "--tokenizer: the share of rows whose token count may differ from the dump's "
+            "response_length.",
             range=Range(0, 1),
+            panel=FROM,
         ),
     )

@@ -10,7 +10,7 @@ from advcli import methods
 from advcli.commands import fields
 from advcli.errors import DataError
 from advcli.io.file_sources import JsonlSource
-from advcli.io.rollouts import extract_rows, row_columns
+from advcli.io.rollouts import extract_rows, has_text, row_columns
 from advcli.io.schema import POLICY_STREAMS, Roles, describe_type
 from advcli.params import command_options, option, takes_options
 from advcli.presets import PresetOptions
@@ -107,7 +107,8 @@ def schema(inputs: LogPaths, **keywords: Any) -> Description:
         problems.append(str(exc))
         info["rows"] = source.n_rows
     if roles["input_ids"] is None:
-        info.update(tokens=None, actions="no token ids: the log holds text, not tokens")
+        made = "; `tokenizer` PATH makes them from it" if has_text(source.schema.names) else ""
+        info.update(tokens=None, actions=f"no token ids: the log holds text, not tokens{made}")
     else:
         try:
             counts = token_counts(source, roles, values=True, batch_rows=batch_rows)

@@ -350,7 +350,8 @@ def _tokenized_log(tmp_path) -> str:
 
 @pytest.mark.parametrize("kind", ["folder with one", "folder", "fifo", "device", "nothing"])
 def test_a_tokenizer_that_is_no_file_says_what_it_is(tmp_path, kind):
-    """A folder, a FIFO or a device was "no such file" (and a FIFO would be opened)."""
+    """A model folder holding a tokenizer.json is read; a folder without one, a FIFO or a
+    device is refused saying what it is (a FIFO would be opened)."""
     pytest.importorskip("tokenizers")
     from tests.reports.helpers import tiny_tokenizer
 
@@ -364,13 +365,17 @@ def test_a_tokenizer_that_is_no_file_says_what_it_is(tmp_path, kind):
         os.mkfifo(given)
     proc = run("report", _tokenized_log(tmp_path), "--method", "grpo", "--tokenizer", given,
                "--out", tmp_path / "r.html")  # fmt: skip
-    special = "not a regular file (a FIFO, a device or a socket)"
+    if kind == "folder with one":
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert (tmp_path / "r.html").exists()
+        return
+    hint = "Hint: give a tokenizer.json, or the model folder that holds one"
+    special = f"{given} is not a regular file (a FIFO, a device or a socket)"
     said = {
-        "folder with one": f"a folder. Hint: --tokenizer {folder / 'tokenizer.json'}",
-        "folder": "a folder without a tokenizer.json. Hint: give a tokenizer.json",
-        "fifo": f"{special}. Hint: give a tokenizer.json",
-        "device": f"{special}. Hint: give a tokenizer.json",
-        "nothing": "no such file. Hint: give a tokenizer.json",
+        "folder": f"a folder without a tokenizer.json. {hint}",
+        "fifo": f"{special}. {hint}",
+        "device": f"{special}. {hint}",
+        "nothing": f"no such file or folder. {hint}",
     }[kind] + "\n"
     assert proc.returncode == 2
     assert proc.stderr.decode() == f"advcli: error: --tokenizer {given}: {said}"
