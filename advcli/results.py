@@ -84,6 +84,7 @@ class ScoreResult(Result):
     output: str = ""
     engine: str | None = optional()
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # the log's (token ids made from text)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ def score(
         truncated_rows=scorer.truncated_rows,
         output=out,
         seconds=round(time.perf_counter() - started, 3),
+        warnings=log.warnings,
     )
 
 

@@ -48,6 +48,8 @@ CONFIG_FILE = "tokenizer_config.json"
 PROMPT_COLUMNS = ("prompt_messages", "prompt", "input", "query", "question")
 COMPLETION_COLUMNS = ("completion_messages", "completion", "output", "response")
 LENGTH_COLUMNS = ("response_length", "completion_length")  # the completion's tokens, as logged
+LOGGED_IDS = ("completion_ids", "response_ids")  # the completion's ids as sampled (TRL's
+# completion_ids, logged by a reward function's log_extra)
 MAX_RETOKENIZE_MISMATCH = 0.05
 ACTION_ROLES = ("assistant",)
 
@@ -242,13 +244,16 @@ class Retokenized:
     length_column: str | None
     compared: int
     differ: int
+    logged_ids: str | None = None  # the column of the completion's sampled ids, where logged
 
     def sentence(self) -> str:
         """What the summary says of the ids."""
+        made = f"'{self.prompt}' and '{self.completion}'"
+        if self.logged_ids is not None:
+            made = f"'{self.prompt}' (the completion's from '{self.logged_ids}', as logged)"
         text = (
-            f"token ids made from the text of '{self.prompt}' and '{self.completion}' with "
-            f"{self.tokenizer} (sha256 {self.sha256[:12]}…): they may differ from the ids the "
-            "engine sampled"
+            f"token ids made from the text of {made} with {self.tokenizer} (sha256 "
+            f"{self.sha256[:12]}…): they may differ from the ids the engine sampled"
         )
         if self.length_column is None:
             return text + "; the log records no completion length to compare, no EOS appended"
@@ -272,6 +277,12 @@ def text_column(schema: pa.Schema, names: tuple[str, ...]) -> str | None:
 
 def is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+def is_ids(t: pa.DataType) -> bool:
+    """A list of integers."""
+    is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
+    return bool(is_list and pa.types.is_integer(t.value_type))
 
 
 def is_messages(t: pa.DataType) -> bool:
@@ -304,10 +315,12 @@ def retokenized(
         )
         raise SchemaError(msg)
     prompt, completion = found
-    length_col = next((c for c in LENGTH_COLUMNS if c in source.schema.names), None)
-    names = [prompt, completion, *([length_col] if length_col else [])]
-    table = source.columns(list(source.schema.names))
-    rows = tokenized_rows(table.select(names), tk, source, prompt, completion)
+    schema = source.schema
+    length_col = next((c for c in LENGTH_COLUMNS if c in schema.names), None)
+    logged = next((c for c in LOGGED_IDS if c in schema.names and is_ids(schema.field(c).type)),
+                  None)  # fmt: skip
+    table = source.columns(list(schema.names))
+    rows = tokenized_rows(table, tk, source, prompt, completion, logged)
     ids, action, lengths = rows
     eos_appended, compared, differ = 0, 0, 0
     if length_col is not None:
@@ -335,7 +348,7 @@ def retokenized(
     table = table.append_column("input_ids", list_array(flat_ids.astype(np.int32), offsets))
     table = table.append_column("action_mask", list_array(flat_mask.astype(np.int8), offsets))
     done = Retokenized(tk.path, tk.sha256, prompt, completion, len(lengths), eos_appended,
-                       length_col, compared, differ)  # fmt: skip
+                       length_col, compared, differ, logged)  # fmt: skip
     return TableSource(table, source.sources), done
 
 
@@ -360,16 +373,23 @@ def with_eos(
 
 
 def tokenized_rows(
-    table: pa.Table, tk: TextTokenizer, source: LogSource, prompt: str, completion: str
+    table: pa.Table,
+    tk: TextTokenizer,
+    source: LogSource,
+    prompt: str,
+    completion: str,
+    logged: str | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """Per row: its ids, its action mask and its completion's length in tokens. The texts of
-    every row are tokenized in one call (the library's threads)."""
+    every row are tokenized in one call (the library's threads); ``logged``: a column of the
+    completion's ids as sampled (a row that has them takes them instead of its text's)."""
     prompts = table.column(prompt).to_pylist()
     completions = table.column(completion).to_pylist()
+    sampled = table.column(logged).to_pylist() if logged else [None] * len(prompts)
     pieces: list[str] = []
     owner: list[int] = []
     acting: list[bool] = []
-    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+    for row, (p, c, given) in enumerate(zip(prompts, completions, sampled, strict=True)):
         for name, value in ((prompt, p), (completion, c)):
             if value is None:
                 raise DataError(f"{source.sources.at(row, name)}: null, expected text")
@@ -377,6 +397,8 @@ def tokenized_rows(
         pieces.append(rendered)
         owner.append(row)
         acting.append(False)
+        if given is not None:
+            continue
         for text, is_action in completion_pieces(tk, p, c, rendered, source, row, completion):
             pieces.append(text)
             owner.append(row)
@@ -393,6 +415,11 @@ def tokenized_rows(
         masks[row].append(np.full(len(part), int(is_action), dtype=np.int8))
         if not first[i]:
             completion_tokens[row] += len(part)
+    for row, given in enumerate(sampled):
+        if given is not None:
+            ids[row].append(np.asarray(given, dtype=np.int64))
+            masks[row].append(np.ones(len(given), dtype=np.int8))
+            completion_tokens[row] = len(given)
     return ([np.concatenate(x) for x in ids], [np.concatenate(m) for m in masks],
             completion_tokens)  # fmt: skip
 
@@ -415,20 +442,21 @@ def completion_pieces(
 ) -> list[tuple[str, bool]]:
     """The completion's texts, each an action or not: a text is one action; of messages, an
     assistant message's content alone where it is the only one (TRL decodes the sampled tokens
-    into it), else each message as the template renders it after the ones before."""
+    into it), else each message as the template renders it after the ones before (the last
+    one without the template's closing EOS, which decoded text does not hold)."""
     if isinstance(value, str):
         return [(value, True)]
     messages = messages_of(value, source, row, column)
-    if len(messages) == 1 and messages[0]["role"] in ACTION_ROLES:
-        return [(str(messages[0]["content"] or ""), True)]
+    if len(messages) == 1 and messages[0]["role"] in ACTION_ROLES and is_plain(messages[0]):
+        return [(str(messages[0].get("content") or ""), True)]
     history = [] if isinstance(prompt, str) else messages_of(prompt, source, row, column)
     pieces: list[tuple[str, bool]] = []
     before = prompt_rendered
     for k, message in enumerate(messages):
         is_action = message["role"] in ACTION_ROLES
         last = k == len(messages) - 1
-        if is_action and last:
-            pieces.append((str(message["content"] or ""), True))
+        if is_action and last and is_plain(message):
+            pieces.append((str(message.get("content") or ""), True))
             break
         upto = history + messages[: k + 1]
         # after an observation the template opens the next assistant turn, which is not sampled
@@ -440,9 +468,23 @@ def completion_pieces(
                 "be told apart. Hint: give the tokenizer the run used"
             )
             raise DataError(msg)
-        pieces.append((text[len(before) :], is_action))
+        piece = text[len(before) :]
+        if is_action and last:  # decoded text has no EOS: the template's closing one goes
+            piece = without_eos(piece, tk.special.get("eos_token"))
+        pieces.append((piece, is_action))
         before = text
     return pieces
+
+
+def is_plain(message: dict[str, Any]) -> bool:
+    """A message that is its content alone (no tool calls, which only the template spells)."""
+    return not message.get("tool_calls")
+
+
+def without_eos(text: str, eos: str | None) -> str:
+    """``text`` without the EOS token the template closes a message with (and what follows)."""
+    stripped = text.rstrip()
+    return stripped[: -len(eos)] if eos and stripped.endswith(eos) else text
 
 
 def messages_of(value: Any, source: LogSource, row: int, column: str) -> list[dict[str, Any]]:

@@ -222,3 +222,35 @@ def test_chat_messages_without_a_template_are_refused(tmp_path):
                "--tokenizer", folder)  # fmt: skip
     assert proc.returncode == 2
     assert "has no chat template" in proc.stderr.decode()
+
+
+TRL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "trl"
+
+
+@pytest.mark.parametrize("case", ["chat_ids", "tools_ids", "completion_ids_logged"])
+def test_trl_dumps_give_the_ids_trl_generated(tmp_path, case):
+    """TRL 1.16's own runs (tools/dumps/trl_tokens.py), with the tokenizer each used: the
+    prompt's ids are the ones TRL generated from, the completion's the ones it sampled but
+    for the EOS its decoded text dropped (TRL logs no length to restore it); a logged
+    `completion_ids` column gives them all; tool results are observations, as TRL's tool mask
+    has them."""
+    folder = TRL / case
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", folder / "completions", "--from", "trl", "--tokenizer",
+               folder / "tokenizer", "--method", "reinforce-pp", "--out", out)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    generated = json.loads((folder / "generated_ids.json").read_text())
+    want = [row for name in sorted(generated) for row in generated[name]]
+    got = pq.read_table(out).to_pylist()
+    assert len(got) == len(want) == 72
+    eos = load_tokenizer(folder / "tokenizer").eos_id
+    logged = case == "completion_ids_logged"
+    for row, (g, w) in enumerate(zip(got, want, strict=True)):
+        n = len(w["prompt_ids"])
+        assert g["input_ids"][:n] == w["prompt_ids"], row
+        sampled = w["completion_ids"]
+        if w["eos"] and not logged:
+            assert sampled[-1] == eos
+            sampled = sampled[:-1]
+        assert g["input_ids"][n:] == sampled, row
+        assert g["action_mask"] == [0] * n + (w["tool_mask"] or [1] * len(sampled))[: len(sampled)]
