@@ -22,6 +22,7 @@ demo: $(BIN)/advcli
 	$(BIN)/advcli score sample_data/rollouts.parquet --critic sample_data/critic.onnx --device cpu --out build/demo/scored.parquet --force
 	$(BIN)/advcli audit sample_data/rollouts.parquet
 	$(BIN)/advcli audit sample_data/health.parquet
+	$(BIN)/advcli annotate sample_data/trl-chat/completions --from trl --tokenizer sample_data/trl-chat/tokenizer --method reinforce-pp --out build/demo/trl-tokens.parquet --force
 	$(BIN)/advcli shard sample_data/rollouts.parquet --method grpo --out build/demo/shards --force
 	$(BIN)/advcli verify build/demo/shards
 	$(BIN)/advcli report sample_data/rollouts.parquet --method grpo --out build/demo/report.html --force
