@@ -317,10 +317,10 @@ def retokenized(
     prompt, completion = found
     schema = source.schema
     length_col = next((c for c in LENGTH_COLUMNS if c in schema.names), None)
-    logged = next((c for c in LOGGED_IDS if c in schema.names and is_ids(schema.field(c).type)),
+    ids_col = next((c for c in LOGGED_IDS if c in schema.names and is_ids(schema.field(c).type)),
                   None)  # fmt: skip
     table = source.columns(list(schema.names))
-    rows = tokenized_rows(table, tk, source, prompt, completion, logged)
+    rows = tokenized_rows(table, tk, source, prompt, completion, ids_col)
     ids, action, lengths = rows
     eos_appended, compared, differ = 0, 0, 0
     if length_col is not None:
@@ -335,7 +335,7 @@ def retokenized(
                 f"{source.sources.at(row, length_col)}: {int(lengths[row])} completion tokens "
                 f"made from the text, {int(logged[row])} logged; {differ} of {compared} rows "
                 f"differ, above `max_retokenize_mismatch={max_mismatch:g}`. Hint: give the "
-                "tokenizer the run used"
+                "tokenizer the run used, or raise `max_retokenize_mismatch`"
             )
             raise DataError(msg)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -348,7 +348,7 @@ def retokenized(
     table = table.append_column("input_ids", list_array(flat_ids.astype(np.int32), offsets))
     table = table.append_column("action_mask", list_array(flat_mask.astype(np.int8), offsets))
     done = Retokenized(tk.path, tk.sha256, prompt, completion, len(lengths), eos_appended,
-                       length_col, compared, differ, logged)  # fmt: skip
+                       length_col, compared, differ, ids_col)  # fmt: skip
     return TableSource(table, source.sources), done
 
 
