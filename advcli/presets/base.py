@@ -137,8 +137,8 @@ class Preset(ABC):
                     raise UsageError(msg)
                 found += hits
             elif path.exists():
-                refuse_pickle(item)
                 if not item.lower().endswith(self.suffixes):
+                    refuse_pickle(item)
                     msg = (
                         f"{item}: not a {self.framework} dump file (expected "
                         f"{', '.join(self.suffixes)}). Hint: {self.framework} writes "

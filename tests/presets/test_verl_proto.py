@@ -1,0 +1,182 @@
+"""verl's ``skip.rollout`` dump (``gen_batch.dp``, :mod:`advcli.presets.verl_proto`): read by
+``--from verl`` as the token ids verl generated, written by verl 0.9.1's own RolloutSkip
+(tools/dumps/verl_tokens.py), and refused in one line where a pickle holds anything else,
+without running code from it."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import shutil
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import run
+
+TOKENS = Path(__file__).parents[1] / "fixtures" / "real" / "verl" / "tokens"
+RUN = TOKENS / "skip" / "tokens_advcli_fixtures" / "GBS4_N4_in40_out10"
+"""verl's own folder: ``{experiment}_{project}/GBS{batch}_N{n}_in{prompt}_out{response}``."""
+
+
+def annotated(tmp_path: Path, *inputs: Path | str, options: tuple[str, ...] = ()) -> list[dict]:
+    out = tmp_path / f"out{len(list(tmp_path.glob('out*.parquet')))}.parquet"
+    proc = run("annotate", *map(str, inputs), "--from", "verl", "--method", "grpo", *options,
+               "-o", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    return pq.read_table(out).to_pylist()
+
+
+def refused(path: Path, *options: str) -> str:
+    proc = run("annotate", str(path), "--from", "verl", "--method", "grpo", *options,
+               "-o", str(path.parent / "o.parquet"))  # fmt: skip
+    text = proc.stderr.decode()
+    assert proc.returncode in (1, 2) and text.count("\n") == 1, text
+    assert not (path.parent / "o.parquet").exists()
+    return text
+
+
+def dumped_rows() -> dict[tuple[int, tuple[int, ...]], list[tuple[float, float]]]:
+    """Each JSONL line verl dumped from the same batches, by its step and the ids verl generated
+    for it (generated_ids.json): its score and verl's own GRPO advantage (truth.json)."""
+    generated = json.loads((TOKENS / "generated_ids.json").read_text())
+    truth = json.loads((TOKENS / "truth.json").read_text())["rows"]
+    rows = defaultdict(list)
+    for row in truth:
+        entry = generated[row["file"]][row["line"] - 1]
+        line = (TOKENS / row["file"]).read_text().splitlines()[row["line"] - 1]
+        assert entry["uid"] == row["uid"] and json.loads(line)["score"] == row["score"]
+        ids = tuple(entry["prompt_ids"] + entry["response_ids"])
+        step = int(Path(row["file"]).stem)
+        rows[(step, ids)].append((row["score"], row["grpo_advantage"]))
+    return rows
+
+
+def test_gen_batch_holds_the_ids_rewards_and_groups_verl_generated(tmp_path):
+    """Every row's ids are a line's generated ids (prompt and response unpadded, the end of
+    turn where the engine made one), its action mask the response, its reward the line's
+    score, and its GRPO advantage verl's own compute_advantage's, to float32."""
+    expected = dumped_rows()
+    got = annotated(tmp_path, RUN)
+    assert len(got) == sum(map(len, expected.values())) == 32
+    for row in got:
+        match = expected[(row["step"], tuple(row["input_ids"]))]
+        score, advantage = match.pop()
+        assert row["reward"] == score
+        assert row["advantage"] == pytest.approx(advantage, abs=2e-7, rel=2e-7)
+        prompt = row["action_mask"].index(1)
+        assert row["action_mask"] == [0] * prompt + [1] * (len(row["input_ids"]) - prompt)
+    assert not any(expected.values())
+
+
+def test_its_advantages_are_a_float64_loop_over_its_blocks_of_n(tmp_path):
+    """GRPO as verl computes it, in float64, over each step's blocks of 4 rows (rollout.n from
+    the folder's N4): (r − mean) / (std + 1e-6), std with Bessel's correction."""
+    got = annotated(tmp_path, RUN / "2" / "gen_batch.dp")
+    assert [r["prompt_id"] for r in got] == [f"2:{i // 4}" for i in range(16)]
+    for start in range(0, 16, 4):
+        block = got[start : start + 4]
+        rewards = [r["reward"] for r in block]
+        mean = sum(rewards) / 4
+        std = (sum((x - mean) ** 2 for x in rewards) / 3) ** 0.5
+        for r in block:
+            assert r["advantage"] == pytest.approx((r["reward"] - mean) / (std + 1e-6), rel=1e-6)
+            assert len(set(map(tuple, (b["input_ids"][: b["action_mask"].index(1)]
+                                       for b in block)))) == 1  # fmt: skip
+
+
+def test_outside_verls_folder_the_group_size_is_asked_for_and_checked(tmp_path):
+    lone = tmp_path / "7" / "gen_batch.dp"
+    lone.parent.mkdir()
+    shutil.copyfile(RUN / "1" / "gen_batch.dp", lone)
+    text = refused(lone)
+    assert "no uid, and no GBS{batch}_N{n}_in{prompt}_out{response} folder" in text
+    assert "Hint: pass --group-size (rollout.n)" in text
+    same = annotated(tmp_path, lone, options=("--group-size", "4"))
+    assert [r["reward"] for r in same] == [r["reward"] for r in annotated(tmp_path, RUN / "1")]
+    assert "16 rows are not blocks of 3 rollouts" in refused(lone, "--group-size", "3")
+    assert "row 4, column 'prompts': not the prompt of the rows before it in its block of 8" in (
+        refused(lone, "--group-size", "8"))  # fmt: skip
+
+
+def test_without_from_it_names_the_reader():
+    proc = run("schema", str(RUN / "1" / "gen_batch.dp"))
+    text = proc.stderr.decode()
+    assert proc.returncode == 2 and text.count("\n") == 1, text
+    assert "a pickle of verl's DataProto (its skip.rollout dump)" in text
+    assert "Hint: read it with --from verl" in text
+
+
+# --------------------------------------------------------------------------- hostile pickles
+
+
+def proto(state: bytes) -> bytes:
+    """A DataProto pickle as verl's save_to_disk writes one (its class, made empty, its state
+    set), around the opcodes ``state`` that push the state."""
+    return b"\x80\x02cverl.protocol\nDataProto\n)\x81" + state + b"b."
+
+
+def ops(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=2)[2:-1]
+
+
+class Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch pwned",))
+
+
+def nested(data_pkl: bytes) -> bytes:
+    """A torch.save-style archive holding ``data_pkl``, as a DataProto's batch bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("archive/data.pkl", data_pkl)
+        z.writestr("archive/byteorder", "little")
+    return buffer.getvalue()
+
+
+def bomb() -> list[Any]:
+    value: list[Any] = [1]
+    for _ in range(60):
+        value = [value, value]  # 2^60 values once flattened, a few hundred bytes pickled
+    return value
+
+
+HOSTILE = {
+    "a global that would run a command": (
+        proto(ops((None, {"uid": np.array([Evil()], dtype=object)}, {}))),
+        "refused to load posix.system"),
+    "a plain pickle of a command": (pickle.dumps(Evil()), "refused to load posix.system"),
+    "a class other than DataProto": (
+        b"\x80\x02cverl.protocol\nDataProtoItem\n)\x81}b.",
+        "refused to load verl.protocol.DataProtoItem"),
+    "a global in the batch's archive": (
+        proto(ops((nested(b"\x80\x02ctensordict._reductions\n_make_td\n)R."), {}, {}))),
+        "refused to load tensordict._reductions._make_td"),
+    "an exponential nest": (
+        proto(ops((None, {}, {"timing": bomb()}))), "would take more than"),
+    "a memo index never set": (b"\x80\x02cverl.protocol\nDataProto\n)\x81h\x07b.",
+                               "cannot read the rollouts safely"),
+    "a huge memo index": (b"\x80\x02cverl.protocol\nDataProto\n)\x81j\xff\xff\xff\x7fb.",
+                          "cannot read the rollouts safely"),
+    "a batch that is no archive": (proto(ops((b"not a zip", {}, {}))),
+                                   "the DataProto's batch is not a torch.save archive"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_pickle_is_refused_in_one_line_running_nothing(tmp_path, case):
+    data, said = HOSTILE[case]
+    path = tmp_path / "GBS1_N1_in1_out1" / "1" / "gen_batch.dp"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    text = refused(path)
+    assert text.startswith(f"advcli: error: {path}: ") and said in text, text
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
