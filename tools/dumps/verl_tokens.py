@@ -29,7 +29,8 @@ What lands in `tests/fixtures/real/verl/tokens/` (each file small):
   reorders the batch the JSONL is written from), and it holds the rewards as `rm_scores` (the reward at the response's last
   token) with the reward loop's `acc` in its non-tensor batch;
 - `truth.json`: verl's uid, score and GRPO advantage (`compute_advantage`, as in verl.py) per
-  JSONL line, and the settings and versions.
+  JSONL line, with verl's per-token advantages over the response of `reinforce_plus_plus` and
+  `opo` (`compute_advantage` on the same batch, gamma 1), and the settings and versions.
 
 The skip dump's folders are verl's own: `{dump_dir}/{experiment}_{project}/GBS{bs}_N{n}_in{prompt}_
 out{response}/{step}/` (the group size, rollout.n, is in the folder's name and nowhere in the
@@ -55,11 +56,72 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 
 SEED = 5678
-CASE = "tokens"
 N = 4
 PROMPTS_PER_STEP = 4
 STEPS = 2
-RESPONSE_LENGTH = 10  # rollout.response_length: the longer scripted answers are cut
+CASES = {
+    # case: (agent loop, rollout.response_length: the longer scripted responses are cut)
+    "tokens": ("single_turn_agent", 10),
+    "tokens_multiturn": ("observation_agent", 24),
+}
+OBSERVATION = "is it the answer ?"
+"""What the observation turn of `ObservationAgentLoop` says (words of the tokenizer's)."""
+
+
+def define_observation_loop():
+    """A two-turn agent loop (ours; verl's ToolAgentLoop needs a tool parser the word-level
+    tokenizer cannot spell), built with verl's own Continuous Token methods as ToolAgentLoop
+    uses them: the model answers, a user turn (the observation) is appended with
+    `ct_merge_context_msg` (response_mask 0), and the model answers again
+    (`ct_merge_assistant_token`, mask 1)."""
+    from uuid import uuid4
+
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopOutput,
+        _agent_loop_registry,
+    )
+
+    class ObservationAgentLoop(AgentLoopBase):
+        async def run(self, sampling_params, **kwargs):
+            messages = list(kwargs["raw_prompt"])
+            runtime = await self.ct_build_initial_tokens(messages)
+            prompt_ids = list(runtime)
+            mask, logprobs = [], []
+            for turn in range(2):
+                out = await self.server_manager.generate(
+                    request_id=uuid4().hex, prompt_ids=runtime, sampling_params=sampling_params
+                )
+                merged, mask, logprobs = await self.ct_merge_assistant_token(
+                    runtime, out.token_ids, mask, logprobs, assistant_logprobs=out.log_probs
+                )
+                runtime = merged.token_ids
+                if turn == 0:
+                    text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+                    updated = messages + [
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": OBSERVATION},
+                    ]
+                    merged, mask, logprobs = await self.ct_merge_context_msg(
+                        messages + [{"role": "assistant", "content": text}], updated, runtime,
+                        mask, logprobs,
+                    )  # fmt: skip
+                    runtime, messages = merged.token_ids, updated
+            response = runtime[len(prompt_ids) :][: self.rollout_config.response_length]
+            return AgentLoopOutput(
+                prompt_ids=prompt_ids,
+                response_ids=response,
+                response_mask=mask[: len(response)],
+                response_logprobs=logprobs[: len(response)],
+                num_turns=4,
+                metrics={},
+                extra_fields={"turn_scores": [], "tool_rewards": []},
+            )
+
+    ObservationAgentLoop.__module__ = __name__
+    ObservationAgentLoop.__qualname__ = "ObservationAgentLoop"
+    globals()["ObservationAgentLoop"] = ObservationAgentLoop
+    _agent_loop_registry["observation_agent"] = {"_target_": f"{__name__}.ObservationAgentLoop"}
 
 
 def load_helpers():
@@ -81,12 +143,39 @@ def unpadded(batch, i, prompt_length):
     return prompt, response
 
 
-def run_tokens_case(H, work, seed):
+TOKEN_ESTIMATORS = ("reinforce_plus_plus", "opo")
+"""verl's estimators that read the tokens: their per-token advantages go into truth.json."""
+
+
+def token_advantages(batch, cfg, estimator):
+    """verl's own `compute_advantage` with `estimator`, on a copy of the batch: each row's
+    advantages over its response tokens (without the padding)."""
+    import copy
+
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    done = compute_advantage(
+        copy.deepcopy(batch),
+        adv_estimator=estimator,
+        gamma=cfg.algorithm.gamma,
+        lam=cfg.algorithm.lam,
+        num_repeat=cfg.actor_rollout_ref.rollout.n,
+        norm_adv_by_std_in_grpo=True,
+        config=cfg.algorithm,
+    )
+    real = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[1] :].bool()
+    return [a[r].tolist() for a, r in zip(done.batch["advantages"], real, strict=True)]
+
+
+def run_tokens_case(H, case, work, seed):
     from omegaconf import open_dict
     from verl.utils.skip.skip_manager import SkipManager
 
-    loop, cfg, tokenizer, llm = H.setup(CASE, work, seed, n=N, train_bs=PROMPTS_PER_STEP,
-                                        response_length=RESPONSE_LENGTH)  # fmt: skip
+    agent_loop, response_length = CASES[case]
+    loop, cfg, tokenizer, llm = H.setup(case, work, seed, n=N, train_bs=PROMPTS_PER_STEP,
+                                        response_length=response_length,
+                                        agent_loop=agent_loop)  # fmt: skip
+    llm.log_probs = True  # a scripted log-prob per token: the agent loop's rollout_log_probs
     skip_dir = os.path.join(work, "skip")
     with open_dict(cfg):
         cfg.skip.rollout.enable = True
@@ -108,6 +197,7 @@ def run_tokens_case(H, work, seed):
             H.legacy_batch(tr, it, llm, step)
         )
         adv = H.grpo_and_rloo(batch, cfg)
+        per_token = {est: token_advantages(batch, cfg, est) for est in TOKEN_ESTIMATORS}
         tr._log_rollout_data(batch, reward_extra, timing_raw, rollout_dir)
         tr._shutdown_dump_executor()
         tr._init_dump_executor()
@@ -120,11 +210,17 @@ def run_tokens_case(H, work, seed):
             assert json.loads(lines[i])["output"] == tokenizer.decode(
                 response, skip_special_tokens=True
             )
+            real = batch.batch["attention_mask"][i][prompt_length:].bool()
             entries.append({"uid": str(uid), "prompt_ids": prompt, "response_ids": response,
-                            "response_length": len(response)})  # fmt: skip
+                            "response_length": len(response),
+                            "response_mask": batch.batch["response_mask"][i][real].tolist(),
+                            "rollout_log_probs": batch.batch["rollout_log_probs"][i][
+                                real].tolist()})  # fmt: skip
             rows.append({"file": name, "line": i + 1, "uid": str(uid),
                          "score": float(batch.batch["token_level_scores"][i].sum()),
-                         "grpo_advantage": adv["grpo"][i]})  # fmt: skip
+                         "grpo_advantage": adv["grpo"][i],
+                         **{f"{est}_advantages": per_token[est][i]
+                            for est in TOKEN_ESTIMATORS}})  # fmt: skip
         generated[name] = entries
         files[name] = {"lines": len(lines), "json_types": H.json_types(os.path.join(out_dir, name))}
     loop.close()
@@ -141,7 +237,7 @@ def run_tokens_case(H, work, seed):
         "made_by": "tools/dumps/verl_tokens.py",
         "framework": "verl 0.9.1",
         "versions": H.versions(),
-        "case": CASE,
+        "case": case,
         "description": " ".join(__doc__.split("What lands")[0].split()),
         "settings": {
             **H.COMMON,
@@ -150,7 +246,8 @@ def run_tokens_case(H, work, seed):
             "train_batch_size": PROMPTS_PER_STEP,
             "steps": STEPS,
             "balance_batch": True,
-            "response_length": RESPONSE_LENGTH,
+            "response_length": response_length,
+            "agent_loop": agent_loop,
             "reward_fn": "compute_score_float",
             "skip.rollout": {
                 "enable": True,
@@ -166,8 +263,8 @@ def run_tokens_case(H, work, seed):
     return out_dir, truth
 
 
-def write_fixture(out_dir, truth, tokenizer_dir, dest_root):
-    dest = os.path.join(dest_root, CASE)
+def write_fixture(case, out_dir, truth, tokenizer_dir, dest_root):
+    dest = os.path.join(dest_root, case)
     if os.path.exists(dest):
         shutil.rmtree(dest)
     for f in [*truth["files"], "generated_ids.json"]:
@@ -181,22 +278,26 @@ def write_fixture(out_dir, truth, tokenizer_dir, dest_root):
 
 def main():
     ap = argparse.ArgumentParser(description="Write a real verl 0.9.1 dump with its token ids.")
-    ap.add_argument("outdir", help="scratch folder; the case runs in OUTDIR/tokens")
+    ap.add_argument("outdir", help="scratch folder; each case runs in OUTDIR/<case>")
     ap.add_argument(
         "--fixtures",
         default=os.path.join(
             os.path.dirname(os.path.dirname(_HERE)), "tests", "fixtures", "real", "verl"
         ),
     )
+    ap.add_argument("--cases", default=",".join(CASES))
     args = ap.parse_args()
     H = load_helpers()
-    work = os.path.join(args.outdir, CASE)
-    if os.path.exists(work):
-        shutil.rmtree(work)
-    os.makedirs(work)
-    out_dir, truth = run_tokens_case(H, work, SEED)
-    write_fixture(out_dir, truth, os.path.join(work, "model", "tokenizer"), args.fixtures)
-    print(f"[verl_tokens.py] {CASE}: " + ", ".join(truth["files"]))
+    define_observation_loop()
+    for case in args.cases.split(","):
+        work = os.path.join(args.outdir, case)
+        if os.path.exists(work):
+            shutil.rmtree(work)
+        os.makedirs(work)
+        out_dir, truth = run_tokens_case(H, case, work, SEED + list(CASES).index(case))
+        tokenizer_dir = os.path.join(work, "model", "tokenizer")
+        write_fixture(case, out_dir, truth, tokenizer_dir, args.fixtures)
+        print(f"[verl_tokens.py] {case}: " + ", ".join(truth["files"]))
 
 
 if __name__ == "__main__":
