@@ -20,14 +20,20 @@ import pytest
 
 from tests.conftest import run
 
-TOKENS = Path(__file__).parents[1] / "fixtures" / "real" / "verl" / "tokens"
+REAL = Path(__file__).parents[1] / "fixtures" / "real" / "verl"
+TOKENS = REAL / "tokens"
 RUN = TOKENS / "skip" / "tokens_advcli_fixtures" / "GBS4_N4_in40_out10"
 """verl's own folder: ``{experiment}_{project}/GBS{batch}_N{n}_in{prompt}_out{response}``."""
+CASES = {
+    "tokens": "single-turn, responses cut at 10 tokens",
+    "tokens_multiturn": "two turns, an observation between them (response_mask 0 on it)",
+}
 
 
-def annotated(tmp_path: Path, *inputs: Path | str, options: tuple[str, ...] = ()) -> list[dict]:
+def annotated(tmp_path: Path, *inputs: Path | str, options: tuple[str, ...] = (),
+              method: str = "grpo") -> list[dict]:  # fmt: skip
     out = tmp_path / f"out{len(list(tmp_path.glob('out*.parquet')))}.parquet"
-    proc = run("annotate", *map(str, inputs), "--from", "verl", "--method", "grpo", *options,
+    proc = run("annotate", *map(str, inputs), "--from", "verl", "--method", method, *options,
                "-o", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr.decode()
     return pq.read_table(out).to_pylist()
@@ -42,37 +48,59 @@ def refused(path: Path, *options: str) -> str:
     return text
 
 
-def dumped_rows() -> dict[tuple[int, tuple[int, ...]], list[tuple[float, float]]]:
-    """Each JSONL line verl dumped from the same batches, by its step and the ids verl generated
-    for it (generated_ids.json): its score and verl's own GRPO advantage (truth.json)."""
-    generated = json.loads((TOKENS / "generated_ids.json").read_text())
-    truth = json.loads((TOKENS / "truth.json").read_text())["rows"]
+def dumped_rows(case: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """Each JSONL line verl dumped from the same batches, by its step and the ids and
+    log-probabilities verl generated for it (generated_ids.json): its truth.json row (score,
+    verl's own advantages), with its action mask (the prompt's zeros, then response_mask)."""
+    generated = json.loads((REAL / case / "generated_ids.json").read_text())
+    truth = json.loads((REAL / case / "truth.json").read_text())["rows"]
     rows = defaultdict(list)
     for row in truth:
         entry = generated[row["file"]][row["line"] - 1]
-        line = (TOKENS / row["file"]).read_text().splitlines()[row["line"] - 1]
+        line = (REAL / case / row["file"]).read_text().splitlines()[row["line"] - 1]
         assert entry["uid"] == row["uid"] and json.loads(line)["score"] == row["score"]
-        ids = tuple(entry["prompt_ids"] + entry["response_ids"])
-        step = int(Path(row["file"]).stem)
-        rows[(step, ids)].append((row["score"], row["grpo_advantage"]))
+        prompt = [0] * len(entry["prompt_ids"])
+        key = (int(Path(row["file"]).stem), tuple(entry["prompt_ids"] + entry["response_ids"]),
+               tuple(prompt + entry["rollout_log_probs"]))  # fmt: skip
+        rows[key].append({**row, "action_mask": prompt + entry["response_mask"]})
     return rows
 
 
-def test_gen_batch_holds_the_ids_rewards_and_groups_verl_generated(tmp_path):
-    """Every row's ids are a line's generated ids (prompt and response unpadded, the end of
-    turn where the engine made one), its action mask the response, its reward the line's
-    score, and its GRPO advantage verl's own compute_advantage's, to float32."""
-    expected = dumped_rows()
-    got = annotated(tmp_path, RUN)
+def matched(case: str, method: str, tmp_path: Path) -> list[tuple[dict, dict]]:
+    """advcli's rows of the case's gen_batch.dp folder, each with verl's row of the same
+    generated ids and log-probs, every row of each matched once."""
+    expected = dumped_rows(case)
+    got = annotated(tmp_path, next((REAL / case / "skip").glob("*/GBS4_N4_*")), method=method)
     assert len(got) == sum(map(len, expected.values())) == 32
-    for row in got:
-        match = expected[(row["step"], tuple(row["input_ids"]))]
-        score, advantage = match.pop()
-        assert row["reward"] == score
-        assert row["advantage"] == pytest.approx(advantage, abs=2e-7, rel=2e-7)
-        prompt = row["action_mask"].index(1)
-        assert row["action_mask"] == [0] * prompt + [1] * (len(row["input_ids"]) - prompt)
+    pairs = [(row, expected[(row["step"], tuple(row["input_ids"]), tuple(row["logprobs"]))]
+              .pop()) for row in got]  # fmt: skip
     assert not any(expected.values())
+    return pairs
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gen_batch_holds_the_ids_rewards_and_groups_verl_generated(tmp_path, case):
+    """Every row's ids are a line's generated ids (prompt and response unpadded, the end of
+    turn where the engine made one), its action mask verl's response_mask, its log-probs the
+    engine's, its reward the line's score, and its GRPO advantage verl's own
+    compute_advantage's, to float32."""
+    pairs = matched(case, "grpo", tmp_path)
+    for row, verl in pairs:
+        assert row["reward"] == verl["score"] and row["action_mask"] == verl["action_mask"]
+        assert row["advantage"] == pytest.approx(verl["grpo_advantage"], abs=2e-7, rel=2e-7)
+    if case == "tokens_multiturn":  # the observation between the turns is no action
+        assert all(0 in r["action_mask"][r["action_mask"].index(1) :] for r, _ in pairs)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(("method", "verls"), [("reinforce-pp", "reinforce_plus_plus"),
+                                                ("opo", "opo")])  # fmt: skip
+def test_token_estimators_give_verls_own_advantages(tmp_path, case, method, verls):
+    """verl's compute_advantage on the batch the rollout dump was written from, per response
+    token (0 on the observation tokens), is advcli's under verl's convention, to float32."""
+    for row, verl in matched(case, method, tmp_path):
+        response = row["advantages"][row["action_mask"].index(1) :]
+        assert response == pytest.approx(verl[f"{verls}_advantages"], abs=1e-6, rel=1e-6)
 
 
 def test_its_advantages_are_a_float64_loop_over_its_blocks_of_n(tmp_path):
