@@ -56,12 +56,9 @@ TENSORDICT_KEYS = ("cls", "cls_metadata", "leaves", "non_tensors", "size")
 """A consolidated TensorDict's metadata; every other key is a sub-TensorDict's."""
 
 
-class _DataProtoClass:
-    """``verl.protocol.DataProto`` in a pickle: only made empty (``NEWOBJ`` with no arguments),
-    its state set next."""
-
-
-_DATA_PROTO = _DataProtoClass()
+_DATA_PROTO = object()
+"""``verl.protocol.DataProto`` in a pickle: only made empty (``NEWOBJ`` with no arguments), its
+state set next (the class itself is never imported)."""
 
 
 @dataclass
