@@ -89,13 +89,13 @@ class ElementType:
         stored = "uint16" if name == "bfloat16" else name
         self.stored = np.dtype("uint8" if name == "untyped" else stored)
 
-    def decoded(self, raw: bytes, order: Literal["<", ">"]) -> np.ndarray:
+    def decoded(self, raw: bytes | np.ndarray, order: Literal["<", ">"]) -> np.ndarray:
         """The values of ``raw``, in the machine's byte order (bfloat16: the high half of a
         float32, widened by a shift)."""
         values = np.frombuffer(raw, dtype=self.stored.newbyteorder(order))
         if self.name == "bfloat16":
             return (values.astype(np.uint32) << 16).view(np.float32)
-        return values.astype(self.stored)
+        return values.astype(self.stored, copy=False)  # a view where already native
 
 
 def expansion_bound(size: int) -> int:

@@ -137,6 +137,20 @@ class TensorDictUnpickler(RestrictedUnpickler):
             return self._consolidated
         return super().find_class(module, name)
 
+    def _rebuild_tensor_v2(
+        self, storage: Any, offset: Any, size: Any, stride: Any, *rest: Any
+    ) -> np.ndarray:
+        """The consolidated storage's bytes as they were read, not copied (a TensorDict's one
+        storage is as large as the file); any other tensor as torch_file rebuilds it."""
+        stored = id(storage) in self._storage_ids  # an array, then
+        if (
+            stored
+            and storage.dtype == np.uint8
+            and (offset, size, stride) == (0, (len(storage),), (1,))
+        ):
+            return storage
+        return super()._rebuild_tensor_v2(storage, offset, size, stride, *rest)
+
     def _consolidated(self, metadata: Any, storage: Any) -> dict[str, np.ndarray]:
         if not (isinstance(storage, np.ndarray) and storage.dtype == np.uint8
                 and storage.ndim == 1):  # fmt: skip
@@ -178,7 +192,7 @@ class TensorDictUnpickler(RestrictedUnpickler):
         if not (start <= stop <= len(storage) and nbytes <= stop - start):
             raise pickle.UnpicklingError("a TensorDict leaf reaches past its storage")
         self._make(nbytes * (2 if element == "bfloat16" else 1))
-        return kind.decoded(storage[start : start + nbytes].tobytes(), self._order).reshape(shape)
+        return kind.decoded(storage[start : start + nbytes], self._order).reshape(shape)
 
 
 def _object_array_state(state: Any) -> bool:
@@ -201,10 +215,7 @@ def load(path: str) -> DataProto:
     """The ``DataProto`` a ``gen_batch.dp`` file holds, read without running code from it,
     within torch_file's expansion bound of the file's size."""
     bound = torch_file.expansion_bound(os.path.getsize(path))
-    with open(path, "rb") as fh:
-        data = fh.read()
-    with torch_file.refusals(path, bound, KIND):
-        made = ProtoUnpickler(data, None, "", bound).load()
+    made = _unpickled(path, bound)  # the file's bytes freed before the batch is read
     if not isinstance(made, _Unbuilt) or made.state is None:
         msg = f"{path}: not a pickled verl DataProto (verl's DataProto.save_to_disk writes one)"
         raise DataError(msg + ". Hint: check the file")
@@ -216,6 +227,13 @@ def load(path: str) -> DataProto:
     non_tensor = {k: v.tolist() if v.dtype.kind == "O" else v for k, v in non_tensor.items()}
     torch_file.flattened_size(path, {"non_tensor_batch": non_tensor, "meta_info": meta}, bound)
     return DataProto(_batch(path, packed, bound), non_tensor, meta)
+
+
+def _unpickled(path: str, bound: int) -> Any:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    with torch_file.refusals(path, bound, KIND):
+        return ProtoUnpickler(data, None, "", bound).load()
 
 
 def _batch(path: str, packed: Any, bound: int) -> dict[str, np.ndarray]:
