@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from advcli.presets import verl_proto
 from tests.conftest import run
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real" / "verl"
@@ -208,3 +209,114 @@ def test_a_hostile_pickle_is_refused_in_one_line_running_nothing(tmp_path, case)
     text = refused(path)
     assert text.startswith(f"advcli: error: {path}: ") and said in text, text
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+# ------------------------------------------------------------- batches written as tensordict does
+
+
+def archive(leaves: dict[str, np.ndarray], metadata: dict[str, Any] | None = None) -> bytes:
+    """A consolidated TensorDict of ``leaves`` (their torch element type named after their numpy
+    one, ``bfloat16`` where a leaf is named so), as tensordict's torch.save writes it: one byte
+    storage, and ``_rebuild_tensordict_files_consolidated`` of the metadata naming each leaf's
+    type, shape and byte range; ``metadata`` adds to or replaces that metadata."""
+    raw, described = b"", {}
+    for name, values in leaves.items():
+        kind = "bfloat16" if name.endswith("bf16") else str(values.dtype)
+        data = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes() if (
+            kind == "bfloat16") else values.tobytes()  # fmt: skip
+        described[name] = (f"torch.{kind}", list(values.shape), len(raw), len(raw) + len(data),
+                           False)  # fmt: skip
+        raw += data
+    metadata = {"cls": "TensorDict", "non_tensors": {}, "leaves": described,
+                "cls_metadata": {"batch_size": [4], "device": None, "is_locked": False},
+                **(metadata or {})}  # fmt: skip
+    storage = (b"(" + ops("storage") + b"ctorch\nByteStorage\n" + ops("0") + ops("cpu")
+               + ops(len(raw)) + b"tQ")  # fmt: skip
+    tensor = (b"ctorch._utils\n_rebuild_tensor_v2\n(" + storage + ops(0) + ops((len(raw),))
+              + ops((1,)) + b"\x89ccollections\nOrderedDict\n)RtR")  # fmt: skip
+    pkl = (b"\x80\x02ctensordict._reductions\n_rebuild_tensordict_files_consolidated\n("
+           + ops(metadata) + tensor + b"tR.")  # fmt: skip
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/data/0", raw)
+    return buffer.getvalue()
+
+
+def batch(**changed: np.ndarray) -> dict[str, np.ndarray]:
+    """Four rows of a prompt of up to 3 tokens (left-padded) and a response of up to 2
+    (right-padded), the second response token of row 1 an observation (response_mask 0)."""
+    tensors = {
+        "prompts": np.array([[0, 5, 6], [0, 5, 6], [7, 8, 9], [7, 8, 9]]),
+        "responses": np.array([[11, 12], [13, 14], [15, 0], [16, 0]]),
+        "attention_mask": np.array(
+            [[0, 1, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0]]
+        ),  # fmt: skip
+        "response_mask": np.array([[1, 1], [1, 0], [1, 0], [1, 0]]),
+        "rm_scores": np.array([[0, 1], [0, 0], [0.5, 0], [0.25, 0]], dtype=np.float32),
+    }
+    return {**tensors, **changed}
+
+
+def written(tmp_path: Path, tensors: dict[str, np.ndarray], uid: list[str] | None = None,
+            metadata: dict[str, Any] | None = None) -> Path:  # fmt: skip
+    non_tensor = {} if uid is None else {"uid": np.array(uid, dtype=object)}
+    path = tmp_path / "run_x" / "GBS2_N2_in3_out2" / "5" / "gen_batch.dp"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(proto(ops((archive(tensors, metadata), non_tensor, {"step": 5}))))
+    return path
+
+
+def test_a_batch_is_read_as_verls_trainer_reads_it(tmp_path):
+    """ids without the padding, the action mask verl's response_mask, the reward the sum of
+    rm_scores; blocks of N2 from the folder, or the uid where the file has one."""
+    rows = annotated(tmp_path, written(tmp_path, batch()))
+    assert [r["input_ids"] for r in rows] == [[5, 6, 11, 12], [5, 6, 13, 14], [7, 8, 9, 15],
+                                              [7, 8, 9, 16]]  # fmt: skip
+    assert [r["action_mask"] for r in rows] == [[0, 0, 1, 1], [0, 0, 1, 0], [0, 0, 0, 1],
+                                                [0, 0, 0, 1]]  # fmt: skip
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 0.5, 0.25]
+    assert [r["prompt_id"] for r in rows] == ["5:0", "5:0", "5:1", "5:1"]
+    crossed = batch(prompts=np.array([[0, 5, 6], [7, 8, 9], [0, 5, 6], [7, 8, 9]]))
+    rows = annotated(tmp_path, written(tmp_path / "uid", crossed, uid=["a", "b", "a", "b"]))
+    assert [r["prompt_id"] for r in rows] == ["5:a", "5:b", "5:a", "5:b"]
+
+
+def test_bfloat16_tensors_and_sub_tensordicts_are_read(tmp_path):
+    sub = {"cls": "TensorDict", "non_tensors": {}, "cls_metadata": {},
+           "leaves": {"x": ("torch.int64", [4, 3], 0, 96, False)}}  # fmt: skip
+    scores = np.array([[0, 1.5], [0, 0], [-2, 0], [0.25, 0]], dtype=np.float32)
+    tensors = {**batch(), "rm_scores_bf16": scores}
+    proto_read = verl_proto.load(str(written(tmp_path, tensors, metadata={"extra": sub})))
+    assert proto_read.batch["rm_scores_bf16"].tolist() == scores.tolist()
+    assert proto_read.batch["extra.x"].tolist() == batch()["prompts"].tolist()
+    assert proto_read.meta_info == {"step": 5}
+
+
+REFUSED = {
+    "a nested (jagged) tensor": (
+        {"metadata": {"leaves": {"<NJT_VALUES>responses": ("torch.int64", [2], 0, 16, False)}}},
+        "a nested (jagged) tensor '<NJT_VALUES>responses'"),
+    "a leaf past the storage": (
+        {"metadata": {"leaves": {"prompts": ("torch.int64", [4, 3], 0, 10_000, False)}}},
+        "a TensorDict leaf reaches past its storage"),
+    "a float8 tensor": (
+        {"metadata": {"leaves": {"prompts": ("torch.float8_e4m3fn", [4], 0, 4, False)}}},
+        "a tensor of torch.float8_e4m3fn"),
+    "no reward": ({"drop": "rm_scores"}, "no rm_scores or token_level_scores"),
+    "a response mask of another width": (
+        {"response_mask": np.ones((4, 3), dtype=np.int64)},
+        "column 'response_mask': shape [4, 3], where [4, 2] is expected"),
+    "fractional prompts": ({"prompts": np.full((4, 3), 0.5)},
+                           "column 'prompts': a tensor of float64, where verl writes integers"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_batch_verl_does_not_write_is_refused_in_one_line(tmp_path, case):
+    change, said = REFUSED[case]
+    tensors = batch(**{k: v for k, v in change.items() if isinstance(v, np.ndarray)})
+    tensors.pop(change.get("drop", ""), None)
+    path = written(tmp_path, tensors, metadata=change.get("metadata"))
+    assert said in refused(path)
