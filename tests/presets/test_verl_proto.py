@@ -294,7 +294,7 @@ def test_bfloat16_tensors_and_sub_tensordicts_are_read(tmp_path):
     assert proto_read.meta_info == {"step": 5}
 
 
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "a nested (jagged) tensor": (
         {"metadata": {"leaves": {"<NJT_VALUES>responses": ("torch.int64", [2], 0, 16, False)}}},
         "a nested (jagged) tensor '<NJT_VALUES>responses'"),
