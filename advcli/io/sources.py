@@ -40,14 +40,21 @@ def is_parquet(path: str) -> bool:
 
 
 def refuse_pickle(path: str) -> None:
-    """verl's ``gen_batch.dp`` and SkyRL's ``.pkl`` dumps pickle arbitrary classes."""
-    if path.lower().endswith((".dp", ".pkl", ".pickle")):
+    """verl's ``gen_batch.dp`` (read only by ``--from verl``) and SkyRL's ``.pkl`` dumps
+    pickle the frameworks' own classes."""
+    if path.lower().endswith(".dp"):
         msg = (
-            f"{path}: a pickle of the framework's own classes (verl's gen_batch.dp, SkyRL's "
-            "dumped_data): loading it would run code from the file, and it cannot be read "
-            "without the framework installed, so advcli does not. Hint: use the framework's "
-            "JSONL dump instead (verl: trainer.rollout_data_dir; SkyRL: "
-            "trainer.dump_eval_results)"
+            f"{path}: a pickle of verl's DataProto (its skip.rollout dump), which only verl's "
+            "reader opens (without running code from the file). Hint: read it with "
+            "`from_='verl'`"
+        )
+        raise UsageError(msg)
+    if path.lower().endswith((".pkl", ".pickle")):
+        msg = (
+            f"{path}: a pickle of the framework's own classes (SkyRL's dumped_data): loading "
+            "it would run code from the file, and it cannot be read without the framework "
+            "installed, so advcli does not. Hint: use the framework's JSONL dump instead "
+            "(SkyRL: trainer.dump_eval_results)"
         )
         raise UsageError(msg)
 

@@ -2,7 +2,8 @@
 
 One preset per framework dump format, each in its own module:
 
-- :mod:`~advcli.presets.verl` (verl's rollout and validation JSONL, V1 and legacy);
+- :mod:`~advcli.presets.verl` (verl's rollout and validation JSONL, V1 and legacy, and its
+  ``skip.rollout`` dump with tokens, read by :mod:`~advcli.presets.verl_proto`);
 - :mod:`~advcli.presets.trl` (TRL's completions Parquet);
 - :mod:`~advcli.presets.nemo_rl` (NeMo-RL's train and validation JSONL, with tokens);
 - :mod:`~advcli.presets.slime` (slime's and miles' ``.pt`` rollout dumps, with tokens; their

@@ -49,7 +49,8 @@ class PresetOptions:
         "trl: rollouts per prompt, num_generations (default: found from TRL's logged "
         "advantages; no safe guess otherwise); nemo-rl: groups are blocks of this many lines, "
         "num_generations_per_prompt (rollout identity, NeMo-RL PR #3882; default: equal prompt "
-        "tokens, unless the logged advantages say otherwise).", panel=FROM,
+        "tokens, unless the logged advantages say otherwise); verl gen_batch.dp outside "
+        "verl's GBS{batch}_N{n}_... folder: rollout.n.", panel=FROM,
         range=Range(1)))  # fmt: skip
     reward_key: str | None = field(default=None, metadata=option(
         "slime, miles: the reward to take from a dict reward.", panel=FROM))  # fmt: skip
@@ -137,8 +138,8 @@ class Preset(ABC):
                     raise UsageError(msg)
                 found += hits
             elif path.exists():
-                refuse_pickle(item)
                 if not item.lower().endswith(self.suffixes):
+                    refuse_pickle(item)
                     msg = (
                         f"{item}: not a {self.framework} dump file (expected "
                         f"{', '.join(self.suffixes)}). Hint: {self.framework} writes "

@@ -27,6 +27,7 @@ run code, copy data or take time out of proportion is replaced here:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -35,7 +36,7 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
 from advcli.errors import DataError, UsageError
@@ -79,7 +80,7 @@ class _Refused(Exception):
     """The file holds something advcli does not read (named in the message)."""
 
 
-class _Element:
+class ElementType:
     """A torch element type named in a pickle (``torch.FloatStorage``, ``torch.uint16``), or
     ``UntypedStorage`` (bytes)."""
 
@@ -88,13 +89,13 @@ class _Element:
         stored = "uint16" if name == "bfloat16" else name
         self.stored = np.dtype("uint8" if name == "untyped" else stored)
 
-    def decoded(self, raw: bytes, order: Literal["<", ">"]) -> np.ndarray:
+    def decoded(self, raw: bytes | np.ndarray, order: Literal["<", ">"]) -> np.ndarray:
         """The values of ``raw``, in the machine's byte order (bfloat16: the high half of a
         float32, widened by a shift)."""
         values = np.frombuffer(raw, dtype=self.stored.newbyteorder(order))
         if self.name == "bfloat16":
             return (values.astype(np.uint32) << 16).view(np.float32)
-        return values.astype(self.stored)
+        return values.astype(self.stored, copy=False)  # a view where already native
 
 
 def expansion_bound(size: int) -> int:
@@ -111,7 +112,7 @@ def expansion_bound(size: int) -> int:
     return max(EXPANSION * size, floor)
 
 
-class _Unpickler(pickle._Unpickler):
+class RestrictedUnpickler(pickle._Unpickler):
     """The pure-Python unpickler, restricted (see the module's docstring)."""
 
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
@@ -123,7 +124,9 @@ class _Unpickler(pickle._Unpickler):
     pop_mark: Callable[[], list[Any]]
     readline: Callable[[], bytes]
 
-    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str, bound: int):
+    def __init__(self, data: bytes, archive: zipfile.ZipFile | None, prefix: str, bound: int):
+        """``data``, the pickle of ``archive`` (None: a plain pickle, which holds no storage)
+        under ``prefix``, read within ``bound`` bytes."""
         self._data, self._buffer = data, io.BytesIO(data)
         super().__init__(self._buffer)
         self._archive, self._prefix, self._bound = archive, prefix, bound
@@ -133,7 +136,8 @@ class _Unpickler(pickle._Unpickler):
         self._storage_ids: set[int] = set()  # every storage above (each held there)
         self._unbuilt: dict[int, Any] = {}  # arrays and dtypes made, awaiting their state
         order = f"{prefix}byteorder"
-        big = order in archive.namelist() and _member(archive, order, 8)[0].strip() == b"big"
+        big = (archive is not None and order in archive.namelist()
+               and _member(archive, order, 8)[0].strip() == b"big")  # fmt: skip
         self._order: Literal["<", ">"] = ">" if big else "<"
 
     def _make(self, nbytes: int) -> None:
@@ -153,12 +157,12 @@ class _Unpickler(pickle._Unpickler):
             ("numpy._core.multiarray", "scalar"): _scalar,
             ("torch._utils", "_rebuild_tensor_v2"): self._rebuild_tensor_v2,
             ("torch._utils", "_rebuild_tensor_v3"): self._rebuild_tensor_v3,
-            ("torch.storage", "UntypedStorage"): _Element("untyped"),
+            ("torch.storage", "UntypedStorage"): ElementType("untyped"),
         }.get((module, name))
         if found is not None:
             return found
         if module == "torch" and (name in STORAGES or name in ELEMENTS):
-            return _Element(STORAGES.get(name, name))
+            return ElementType(STORAGES.get(name, name))
         if module.split(".")[0] == "torch":
             raise _Refused(f"{module}.{name}"[:80])
         raise pickle.UnpicklingError(f"refused to load {module}.{name}"[:100])
@@ -195,7 +199,9 @@ class _Unpickler(pickle._Unpickler):
         """``torch._utils._rebuild_tensor_v2``'s tensor, as a numpy array of its own."""
         if id(storage) not in self._storage_ids:
             raise pickle.UnpicklingError("a tensor without a storage")
-        if not (_ints(size) and _ints(stride) and len(size) == len(stride) and _ints((offset,))):
+        if not (
+            naturals(size) and naturals(stride) and len(size) == len(stride) and naturals((offset,))
+        ):
             raise pickle.UnpicklingError("a tensor's size, stride or offset is not integers")
         self._make(math.prod(size) * storage.itemsize)
         extent = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1
@@ -212,7 +218,7 @@ class _Unpickler(pickle._Unpickler):
     ) -> np.ndarray:  # fmt: skip
         """``torch._utils._rebuild_tensor_v3``'s tensor: its storage's bytes read as
         ``element``s."""
-        if not isinstance(element, _Element) or id(storage) not in self._storage_ids:
+        if not isinstance(element, ElementType) or id(storage) not in self._storage_ids:
             raise pickle.UnpicklingError("a tensor without a storage or an element type")
         typed = self._typed.get((id(storage), element.name))
         if typed is None:
@@ -227,10 +233,12 @@ class _Unpickler(pickle._Unpickler):
         """A storage, ``("storage", its element type, key, device, size)``: the bytes of
         ``data/<key>`` (exactly as many as its elements take), read once however many tensors
         share it."""
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise pickle.UnpicklingError("a persistent object other than a storage")
+        if self._archive is None or not (
+            isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+        ):
+            raise pickle.UnpicklingError("a persistent object other than an archive's storage")
         _, element, key, _, numel = pid
-        if not (isinstance(element, _Element) and isinstance(key, str) and _ints((numel,))):
+        if not (isinstance(element, ElementType) and isinstance(key, str) and naturals((numel,))):
             raise pickle.UnpicklingError("a storage without its element type, key or size")
         if key in self._storages:
             if self._storages[key][:2] != (element.name, numel):
@@ -317,20 +325,20 @@ def _into_dict(target: Any, items: list[Any]) -> dict[Any, Any]:
 
 
 _REPLACED = {
-    pickle.BUILD: _Unpickler._build,
-    pickle.SETITEMS: _Unpickler._setitems,
-    pickle.SETITEM: _Unpickler._setitem,
-    pickle.DICT: _Unpickler._dict,
-    pickle.PUT: _Unpickler._put,
-    pickle.MARK: _Unpickler._mark,
+    pickle.BUILD: RestrictedUnpickler._build,
+    pickle.SETITEMS: RestrictedUnpickler._setitems,
+    pickle.SETITEM: RestrictedUnpickler._setitem,
+    pickle.DICT: RestrictedUnpickler._dict,
+    pickle.PUT: RestrictedUnpickler._put,
+    pickle.MARK: RestrictedUnpickler._mark,
     **dict.fromkeys(
         [pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET, pickle.INST, pickle.OBJ,
-         pickle.NEWOBJ, pickle.NEWOBJ_EX], _Unpickler._refuse,
+         pickle.NEWOBJ, pickle.NEWOBJ_EX], RestrictedUnpickler._refuse,
     ),
 }  # fmt: skip
-_Unpickler.dispatch.update({op[0]: fn for op, fn in _REPLACED.items()})
-for _byte in set(range(256)) - set(_Unpickler.dispatch):
-    _Unpickler.dispatch[_byte] = _Unpickler._unknown
+RestrictedUnpickler.dispatch.update({op[0]: fn for op, fn in _REPLACED.items()})
+for _byte in set(range(256)) - set(RestrictedUnpickler.dispatch):
+    RestrictedUnpickler.dispatch[_byte] = RestrictedUnpickler._unknown
 
 
 _NUMBERS = re.compile(rb"(?:K.|M..|J....|G.{8}|N|\x88|\x89)+", re.DOTALL)
@@ -361,8 +369,8 @@ def _scalar(dtype: Any, data: Any) -> Any:
     return np.frombuffer(data, dtype)[0]
 
 
-def _ints(values: Any) -> bool:
-    """Whether ``values`` is a tuple of non-negative integers."""
+def naturals(values: Any) -> bool:
+    """Whether ``values`` is a tuple of natural numbers (integers, 0 or more)."""
     return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
 
 
@@ -373,7 +381,7 @@ def _array_state(state: Any) -> bool:
         isinstance(state, tuple)
         and len(state) == 5
         and state[0] == 1
-        and _ints(state[1])
+        and naturals(state[1])
         and isinstance(state[2], np.dtype)
         and state[2].kind in NUMERIC
         and not (state[2].fields or state[2].subdtype)
@@ -440,7 +448,7 @@ def flattened_size(path: str, value: Any, bound: int) -> int:
             total = 8 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in obj.items())
         else:  # a global left as a value: a dtype, a torch type, a function
             kind = "numpy dtype" if isinstance(obj, np.dtype) else "torch type" if isinstance(
-                obj, _Element) else "function"  # fmt: skip
+                obj, ElementType) else "function"  # fmt: skip
             msg = f"{path}: the file holds a {kind} as a value, where rollouts hold plain values"
             raise DataError(msg + ". Hint: advcli reads .pt files of plain values and tensors")
         inside.discard(key)
@@ -497,28 +505,48 @@ def load(path: str) -> Any:
         msg = f"{path}: not a torch.save zip archive (a legacy torch file?)"
         raise DataError(msg + ". Hint: check the file is complete") from None
     with archive:
-        _refuse_compressions(path, archive)
-        names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-        if not names:
-            msg = f"{path}: not a torch.save file (no data.pkl in the archive)"
-            raise DataError(msg + ". Hint: check the file")
-        try:
-            data, _ = _member(archive, names[0], bound + 1)
-            if len(data) > bound:
-                raise _TooLarge
-            value = _Unpickler(data, archive, names[0][: -len("data.pkl")], bound).load()
-        except _Refused as exc:
-            msg = (
-                f"{path}: the file holds {exc}, which advcli does not read (it reads plain "
-                "values, numpy arrays and dense tensors of numbers, without torch). Hint: "
-                "save the rollouts as plain values or dense tensors"
-            )
-            raise DataError(msg) from None
-        except _TooLarge:
-            raise _too_large(path, bound) from None
-        except UNREADABLE as exc:
-            msg = f"{path}: cannot read the rollouts safely ({str(exc)[:200]})"
-            hint = ". Hint: advcli reads .pt files of plain values and dense tensors only"
-            raise DataError(msg + hint) from None
+        value = read_archive(path, archive, bound)
     flattened_size(path, value, bound)
     return value
+
+
+def read_archive(
+    path: str,
+    archive: zipfile.ZipFile,
+    bound: int,
+    unpickler: type[RestrictedUnpickler] = RestrictedUnpickler,
+    kind: str = ".pt files",
+) -> Any:
+    """The object the ``torch.save`` archive ``archive`` (of the file ``path``, or inside it)
+    holds, read by ``unpickler`` within ``bound`` bytes (``kind``: as :func:`refusals`)."""
+    _refuse_compressions(path, archive)
+    names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+    if not names:
+        msg = f"{path}: not a torch.save file (no data.pkl in the archive)"
+        raise DataError(msg + ". Hint: check the file")
+    with refusals(path, bound, kind):
+        data, _ = _member(archive, names[0], bound + 1)
+        if len(data) > bound:
+            raise _TooLarge
+        return unpickler(data, archive, names[0][: -len("data.pkl")], bound).load()
+
+
+@contextlib.contextmanager
+def refusals(path: str, bound: int, kind: str = ".pt files") -> Iterator[None]:
+    """What reading the pickle of ``path`` refuses or fails on, as one line naming the file
+    (``kind``: the files the hint says advcli reads)."""
+    try:
+        yield
+    except _Refused as exc:
+        msg = (
+            f"{path}: the file holds {exc}, which advcli does not read (it reads plain "
+            "values, numpy arrays and dense tensors of numbers, without torch). Hint: "
+            "save the rollouts as plain values or dense tensors"
+        )
+        raise DataError(msg) from None
+    except _TooLarge:
+        raise _too_large(path, bound) from None
+    except UNREADABLE as exc:
+        msg = f"{path}: cannot read the rollouts safely ({str(exc)[:200]})"
+        hint = f". Hint: advcli reads {kind} of plain values and dense tensors only"
+        raise DataError(msg + hint) from None

@@ -12,6 +12,9 @@ One line per rollout: ``input`` and ``output`` (decoded text), ``gts``, ``score`
   refused unless ``--merge-repeated-prompts`` says to merge.
 
 The legacy writer turns some numbers into text ("0.5") and writes NaN bare: both are read.
+
+``skip.rollout.enable=true`` → ``{dump_dir}/.../{step}/gen_batch.dp``, the generation output
+with its token ids, is read by :mod:`advcli.presets.verl_proto`.
 """
 
 from __future__ import annotations
@@ -53,11 +56,16 @@ class Verl(Preset):
     framework = "verl"
     switch = "trainer.rollout_data_dir=DIR (trainer.validation_data_dir=DIR for validation)"
     writes = "DIR/{step}.jsonl"
-    patterns = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst")
+    patterns = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst", "gen_batch.dp", "[0-9]*/gen_batch.dp")
+    suffixes = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".dp")
     marks = (frozenset({"input", "output", "score", "step"}),)
     convention = "verl"
 
     def convert(self, path: str, options: PresetOptions) -> Converted:
+        if path.lower().endswith(".dp"):
+            from advcli.presets import verl_proto  # here: pickle and zipfile, for .dp files only
+
+            return verl_proto.convert(path, options)
         records, lines = json_records(path)
         df = numbers_from_text(frame(records))
         need(path, set(df.columns), ["score"], self.framework)

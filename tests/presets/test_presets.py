@@ -181,13 +181,21 @@ class EvilReduce:
 
 
 def test_pickles_of_framework_classes_are_refused(tmp_path):
-    for name in ("gen_batch.dp", "training_input.pkl"):
-        path = tmp_path / name
+    """SkyRL's pickles everywhere; verl's gen_batch.dp but by --from verl, whose reader
+    refuses a damaged one in one line (tests/presets/test_verl_proto.py: hostile ones)."""
+    skyrl, verl = tmp_path / "training_input.pkl", tmp_path / "gen_batch.dp"
+    for path in (skyrl, verl):
         path.write_bytes(b"\x80\x04junk")
-        for args in (["schema", str(path)], ["schema", str(path), "--from", "verl"]):
-            proc = run(*args)
-            text = proc.stderr.decode()
-            assert proc.returncode == 2 and "loading it would run code" in text, text
+    for args in (["schema", str(skyrl)], ["schema", str(skyrl), "--from", "verl"]):
+        proc = run(*args)
+        text = proc.stderr.decode()
+        assert proc.returncode == 2 and "loading it would run code" in text, text
+    proc = run("schema", str(verl))
+    assert proc.returncode == 2 and "Hint: read it with --from verl" in proc.stderr.decode()
+    proc = run("schema", str(verl), "--from", "verl")
+    text = proc.stderr.decode()
+    assert proc.returncode == 1 and text.count("\n") == 1
+    assert "cannot read the rollouts safely" in text, text
 
 
 def test_a_framework_dump_without_from_says_which_preset_reads_it(tmp_path):
