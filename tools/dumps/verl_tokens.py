@@ -21,13 +21,14 @@ What lands in `tests/fixtures/real/verl/tokens/` (each file small):
   `DataProto` the dump was written from: the prompt unpadded by its attention mask, the
   response unpadded (its `<|im_end|>` kept where the engine generated one; rows cut at
   rollout.response_length=10 have none), `response_length` the response's tokens;
-- `skip/tokens_advcli_fixtures/GBS4_N4_in40_out10/{step}/gen_batch.dp` and `meta.json`:
-  written by verl's own `RolloutSkip.prepare_data` (`DataProto.save_to_disk`, a plain pickle whose batch is a nested `torch.save` archive of a
-  consolidated TensorDict), which `SkipManager.annotate(role="rollout")` calls on the output of
+- `skip/tokens_advcli_fixtures/GBS4_N4_in40_out10/{step}/gen_batch.dp` and `meta.json`: written by
+  verl's own `RolloutSkip.prepare_data` (`DataProto.save_to_disk`, a plain pickle whose batch is a
+  nested `torch.save` archive of a consolidated TensorDict), which
+  `SkipManager.annotate(role="rollout")` calls on the output of
   `AgentLoopManager.generate_sequences` when `skip.rollout.enable=true`; its rows are in
-  generation order (each prompt's n rollouts one after another, before `_balance_batch`
-  reorders the batch the JSONL is written from), and it holds the rewards as `rm_scores` (the reward at the response's last
-  token) with the reward loop's `acc` in its non-tensor batch;
+  generation order (each prompt's n rollouts one after another, before `_balance_batch` reorders
+  the batch the JSONL is written from), and it holds the rewards as `rm_scores` (the reward at the
+  response's last token) with the reward loop's `acc` in its non-tensor batch;
 - `truth.json`: verl's uid, score and GRPO advantage (`compute_advantage`, as in verl.py) per
   JSONL line, with verl's per-token advantages over the response of `reinforce_plus_plus` and
   `opo` (`compute_advantage` on the same batch, gamma 1), and the settings and versions.
