@@ -254,3 +254,41 @@ def test_trl_dumps_give_the_ids_trl_generated(tmp_path, case):
             sampled = sampled[:-1]
         assert g["input_ids"][n:] == sampled, row
         assert g["action_mask"] == [0] * n + (w["tool_mask"] or [1] * len(sampled))[: len(sampled)]
+
+
+VERL = TRL.parent / "verl" / "tokens"
+
+
+def test_a_verl_dump_gives_the_response_ids_verl_generated(tmp_path):
+    """verl 0.9.1's own rollout dump (tools/dumps/verl_tokens.py) with the tokenizer the run
+    used: every response's ids are the ones verl generated, but for the end-of-turn token its
+    decoded text dropped; the prompt, decoded without its special tokens, cannot give the
+    template's markers back (``gen_batch.dp`` holds the exact ids)."""
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", VERL / "rollout", "--from", "verl", "--tokenizer", VERL / "tokenizer",
+               "--method", "reinforce-pp", "--out", out)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    generated = json.loads((VERL / "generated_ids.json").read_text())
+    want = [row for name in sorted(generated) for row in generated[name]]
+    got = pq.read_table(out).to_pylist()
+    end = load_tokenizer(VERL / "tokenizer").tokenizer.token_to_id("<|im_end|>")
+    cut = 0
+    for g, w in zip(got, want, strict=True):
+        first = g["action_mask"].index(1)
+        response = w["response_ids"]
+        if response[-1] == end:
+            response, cut = response[:-1], cut + 1
+        assert g["input_ids"][first:] == response
+        assert g["input_ids"][:first] != w["prompt_ids"]  # its <|im_start|> markers are lost
+    assert len(got) == 32 and 0 < cut < 32
+
+
+def test_a_verl_text_dump_shards_in_verls_layout(tmp_path):
+    out = tmp_path / "shards"
+    proc = run("shard", VERL / "rollout", "--from", "verl", "--tokenizer", VERL / "tokenizer",
+               "--method", "grpo", "--layout", "verl", "--out", out)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert run("verify", out).returncode == 0
+    meta = json.loads(pq.read_metadata(out / "part-00000.parquet").metadata[b"advcli"])
+    want = hashlib.sha256((VERL / "tokenizer" / "tokenizer.json").read_bytes()).hexdigest()
+    assert meta["tokenizer_sha256"] == want
