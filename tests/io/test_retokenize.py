@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -292,3 +294,30 @@ def test_a_verl_text_dump_shards_in_verls_layout(tmp_path):
     meta = json.loads(pq.read_metadata(out / "part-00000.parquet").metadata[b"advcli"])
     want = hashlib.sha256((VERL / "tokenizer" / "tokenizer.json").read_bytes()).hexdigest()
     assert meta["tokenizer_sha256"] == want
+
+
+def test_a_trl_text_dump_is_scored_by_a_critic_then_gae_runs(tmp_path):
+    """score --from trl --tokenizer: the critic's values over the ids made from the text, the
+    same as scoring a log that holds those ids; GAE then runs on the scored dump."""
+    folder = TRL / "chat_ids"
+    critic = Path(__file__).resolve().parents[2] / "sample_data" / "critic.onnx"
+    scored, annotated_ = tmp_path / "scored.parquet", tmp_path / "ids.parquet"
+    proc = run("score", folder / "completions", "--from", "trl", "--tokenizer",
+               folder / "tokenizer", "--critic", critic, "--out", scored)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"token ids made from the text" in proc.stderr
+    proc = run("annotate", folder / "completions", "--from", "trl", "--tokenizer",
+               folder / "tokenizer", "--method", "grpo", "--out", annotated_)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    again = tmp_path / "again.parquet"
+    ids = pq.read_table(annotated_, columns=["prompt_id", "reward", "input_ids", "action_mask"])
+    pq.write_table(ids, tmp_path / "ids-only.parquet")
+    proc = run("score", tmp_path / "ids-only.parquet", "--critic", critic, "--out", again)
+    assert proc.returncode == 0, proc.stderr.decode()
+    got = pc.list_flatten(pq.read_table(scored).column("values")).to_numpy()
+    np.testing.assert_array_equal(got, pc.list_flatten(pq.read_table(again).column("values")))
+    meta = json.loads(pq.read_metadata(scored).metadata[b"advcli"])
+    assert meta["tokenizer_sha256"] == load_tokenizer(folder / "tokenizer").sha256
+    gae = tmp_path / "gae.parquet"
+    proc = run("annotate", scored, "--method", "gae", "--convention", "verl", "--out", gae)
+    assert proc.returncode == 0, proc.stderr.decode()
