@@ -159,9 +159,14 @@ def test_a_text_log_without_a_tokenizer_names_the_option(tmp_path):
     rows = [{"prompt_id": "q", "reward": float(i), "prompt": "what", "completion": "six"}
             for i in range(2)]  # fmt: skip
     log = write_jsonl(tmp_path / "log.jsonl", rows)
-    proc = run("annotate", log, "--method", "reinforce-pp", "--out", tmp_path / "o.parquet")
+    out = tmp_path / "o.parquet"
+    proc = run("annotate", log, "--method", "reinforce-pp", "--out", out)
     assert proc.returncode == 1
     assert "Hint: make them from the text with --tokenizer PATH" in proc.stderr.decode()
+    folder = model_folder(tmp_path / "model")  # the hint followed
+    proc = run("annotate", log, "--method", "reinforce-pp", "--out", out, "--tokenizer", folder)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert pq.read_table(out).column("input_ids").to_pylist() == [ids("what six")] * 2
 
 
 @pytest.mark.parametrize("kind", ["nothing", "empty folder", "not a tokenizer"])
