@@ -244,10 +244,12 @@ class KeptSources(Sources):
 
 
 class KeptRows(LogSource):
-    """A log less some of its rows (``kept``: bool per row of ``base``), in its order; a
-    batch holds the kept rows of a batch of ``base``."""
+    """A log less some of its rows (``kept``: bool per row of ``base``, read once already:
+    its files' rows are counted), in its order; a batch holds the kept rows of a batch of
+    ``base``."""
 
     def __init__(self, base: LogSource, kept: np.ndarray):
+        assert base.n_rows == len(kept), "the base log's rows are counted by a first read"
         self.base = base
         self.kept = kept
         self.schema = base.schema
