@@ -263,9 +263,17 @@ def _distinct_parts(texts: list[str]) -> list[str]:
     return out
 
 
+def log_name(files: list[str]) -> str:
+    """A log's files in a few words: the file, or the folder that holds them all."""
+    if len(files) == 1:
+        return files[0]
+    common = os.path.commonpath(files) if files else ""
+    return f"{common or '.'} ({len(files)} files)"
+
+
 def prompts_table(name: str, found: dict[str, Any], top: int) -> None:
     """``advcli prompts``: how prompts were matched and passed, then the first ``top``
-    prompts (0: all), one row each."""
+    prompts (0: all), one row each (``name``: the log's, :func:`log_name`)."""
     facts = {
         "log": name,
         "prompts": found["prompts"],

@@ -56,10 +56,9 @@ EXAMPLES = {
     ],
     "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
     "prompts": [
-        "advcli prompts sample_data/verl/rollout --from verl",
-        "advcli prompts sample_data/trl/completions --from trl --band 0.2,0.8 --out band.jsonl",
-        "advcli annotate sample_data/trl/completions --from trl --method grpo "
-        "--keep-prompts band.jsonl --out band.parquet",
+        "advcli prompts sample_data/verl/rollout --from verl --success 1 --sort trend",
+        "advcli prompts sample_data/trl/completions --from trl --success 2 --never-solved "
+        "--out never.jsonl",
     ],
     "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
     "verify": ["advcli verify shards"],
@@ -335,7 +334,8 @@ def prompts(
     if as_json:
         _print_json(found.as_dict())
         return
-    render.prompts_table(file_list(found.files), result_on_command_line(found.as_dict(), app), top)
+    shown = result_on_command_line(found.as_dict(), app)
+    render.prompts_table(render.log_name(found.files), shown, top)
     _warn(found.warnings)
 
 
