@@ -329,7 +329,8 @@ def prompts(
     """Every prompt's history across a run: pass rate by step, solved, forgotten; a curriculum."""
     from advcli import api, render  # here, not at the top: --help needs none of it
 
-    with render.Activity(quiet=False, mode=progress_mode):
+    # pandas is never used (pyarrow's dataset module would import it: 0.2 s)
+    with pandas_unseen(), render.Activity(quiet=False, mode=progress_mode):
         found = api.prompts(inputs, **(options or {}))
     if as_json:
         _print_json(found.as_dict())

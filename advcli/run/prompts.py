@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from advcli.core.ragged import first_where, lengths, prefix_hashes, ranges
+from advcli.core.ragged import (
+    first_where_in,
+    lengths,
+    offsets_from_lengths,
+    prefix_hashes,
+    ranges,
+)
 from advcli.errors import DataError, UsageError
 from advcli.io.arrow import flat_list, list_array
 from advcli.io.file_sources import open_source
@@ -132,11 +138,12 @@ def prompt_tokens(log: Log, wanted: np.ndarray, batch_rows: int = BATCH_ROWS) ->
             continue
         tok = extract_tokens(table, roles, source.sources, row0, values=False)
         ids = flat_list(table.column(ids_column))[0].to_numpy(zero_copy_only=False)
-        ends = first_where(tok.offsets, tok.mask)
         at = wanted[lo:hi] - row0
-        hashes[lo:hi] = prefix_hashes(ids, tok.offsets, ends)[at]
-        kept_lengths[lo:hi] = ends[at]
-        kept_values.append(ids[ranges(tok.offsets[at], ends[at])].astype(np.int64))
+        ends = first_where_in(tok.offsets, tok.mask, at)
+        values = ids[ranges(tok.offsets[at], ends)].astype(np.int64)
+        hashes[lo:hi] = prefix_hashes(values, offsets_from_lengths(ends), ends)
+        kept_lengths[lo:hi] = ends
+        kept_values.append(values)
     offsets = np.zeros(len(wanted) + 1, dtype=np.int64)
     np.cumsum(kept_lengths, out=offsets[1:])
     values = np.concatenate(kept_values) if kept_values else np.zeros(0, dtype=np.int64)
