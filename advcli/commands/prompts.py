@@ -230,9 +230,12 @@ def _texts(log: Log, at_rows: np.ndarray, batch_rows: int) -> pa.Array:
 
 def _step(x: float) -> int | float | None:
     """A step as JSON shows it: a whole number as an int; None for no step (NaN)."""
-    if np.isnan(x):
+    if isinstance(x, int):
+        return x
+    x = float(x)
+    if x != x:  # NaN
         return None
-    return int(x) if float(x).is_integer() else float(x)
+    return int(x) if x.is_integer() else x
 
 
 def _nan_as_null(x: np.ndarray) -> pa.Array:
