@@ -123,10 +123,8 @@ def prompts(inputs: LogPaths, **keywords: Any) -> PromptsResult:
                    preset_options=options.preset_options,
                    batch_rows=options.batch_rows)  # fmt: skip
     out = None if options.out is None else os.fspath(options.out)
-    fmt = None
     if out is not None:
-        fmt = output_format(out, None)
-        if fmt not in ("parquet", "jsonl") or out == "-":
+        if not out.lower().endswith((".parquet", ".pq", ".jsonl", ".ndjson")):
             raise UsageError(f"`out={out!r}`: give a .parquet or .jsonl file")
         check_output(out, job.files, force=options.force)
     log = job.open()
@@ -140,8 +138,8 @@ def prompts(inputs: LogPaths, **keywords: Any) -> PromptsResult:
         value = np.nan_to_num(getattr(stats, options.sort)[at].astype(np.float64), nan=-np.inf)
         at = at[np.argsort(-value, kind="stable")]
     table = table.take(pa.array(at))
-    if out is not None and fmt is not None:
-        _write(table, out, fmt, force=options.force)
+    if out is not None:
+        _write(table, out, output_format(out, None), force=options.force)
     return PromptsResult(
         files=log.sources.files,
         matched_by=BASES[found["basis"]],
@@ -178,16 +176,18 @@ def _prompt_table(
         np.zeros(len(rewards)) if step_of_row is None
         else step_of_row[rows.last_segment_row()][scored]
     )  # fmt: skip
-    # prompts numbered in order of first appearance (their first group's first row)
+    # prompts numbered in order of first appearance: the first row of any of their groups
     first = first_rows(rows.group_codes, len(rows.group_keys))
-    _, first_group, prompt_of_group = np.unique(identity, return_index=True, return_inverse=True)
-    rank = np.argsort(np.argsort(first[first_group], kind="stable"), kind="stable")
+    keys, prompt_of_group = np.unique(identity, return_inverse=True)
+    earliest = np.full(len(keys), np.iinfo(np.int64).max)
+    np.minimum.at(earliest, prompt_of_group.reshape(-1), first)
+    order = np.argsort(earliest, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
     prompt_of_group = rank[prompt_of_group.reshape(-1)]
-    n_prompts = len(first_group)
-    stats = prompt_stats(prompt_of_group[groups], step, rewards, success, n_prompts, options.tol)
-    group_of_prompt = np.zeros(n_prompts, dtype=np.int64)  # its first group
-    group_of_prompt[prompt_of_group[::-1]] = np.arange(len(prompt_of_group))[::-1]
-    texts = _texts(log, first[group_of_prompt], options.batch_rows)
+    group_of_prompt = rows.group_codes[earliest[order]]  # the group of its first row
+    stats = prompt_stats(prompt_of_group[groups], step, rewards, success, len(keys), options.tol)
+    texts = _texts(log, earliest[order], options.batch_rows)
     table = _table(texts, rows.group_keys.take(pa.array(group_of_prompt)), stats)
     if tokens is not None:
         table = table.add_column(2, "prompt_tokens", tokens.take(group_of_prompt).column())

@@ -268,6 +268,13 @@ def test_the_exported_file_joins_back_to_the_dataset(tmp_path):
     assert proc.returncode != 0 and "--force" in one_line(proc)
 
 
+@pytest.mark.parametrize("out", ["-", "prompts.csv"])
+def test_out_is_a_parquet_or_jsonl_file(out):
+    proc = run("prompts", TRL, "--from", "trl", "--success", "2", "--out", out)
+    assert proc.returncode == 2
+    assert one_line(proc) == f"advcli: error: --out {out}: give a .parquet or .jsonl file"
+
+
 def test_a_file_without_prompt_columns_is_refused_in_one_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"x": 1}\n')
