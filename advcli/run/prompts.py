@@ -20,7 +20,7 @@ from advcli.core.ragged import (
     prefix_hashes,
     ranges,
 )
-from advcli.errors import DataError, UsageError
+from advcli.errors import AdvcliError, DataError, UsageError
 from advcli.io.arrow import flat_list, list_array
 from advcli.io.file_sources import open_source
 from advcli.io.rollouts import Rows, extract_rows, row_columns
@@ -212,7 +212,10 @@ class PromptList:
 def read_prompt_list(path: str, option: str) -> PromptList:
     """The prompts of a file ``prompts --out`` wrote (``option``: the option that named it,
     for the messages); a file with none of its prompt columns is refused in one line."""
-    source = open_source([path])
+    try:
+        source = open_source([path])
+    except AdvcliError as exc:  # no such file, not a log
+        raise type(exc)(f"`{option}`: {exc}") from None
     names = source.schema.names
     table = source.columns([c for c in ("prompt", "prompt_tokens", "prompt_id") if c in names])
     keys: dict[str, np.ndarray] = {}
@@ -327,6 +330,11 @@ def without_prompts(log: Log, chosen: PromptList, batch_rows: int = BATCH_ROWS) 
         )
         raise DataError(msg)
     removed_prompts = len(np.unique(identity[~kept_groups]))
+    if not np.isin(chosen.keys[basis], identity).any():
+        log.warnings.append(
+            f"`{chosen.option}={chosen.path!r}`: none of its {chosen.n_prompts} prompts is in "
+            f"{log.files} (matched by {BASES[basis]})"
+        )
     if isinstance(source, SplitTokens):  # kept outermost: annotate writes its layout
         log.source = SplitTokens(KeptRows(source.base, kept), source.per_token, source.spans)
     else:

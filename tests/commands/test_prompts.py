@@ -286,6 +286,26 @@ def test_a_file_without_prompt_columns_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_a_missing_file_names_its_option(tmp_path):
+    proc = run("annotate", TRL, "--from", "trl", "--method", "grpo", "--drop-prompts",
+               tmp_path / "none.jsonl", "--out", tmp_path / "o.parquet")  # fmt: skip
+    assert proc.returncode != 0
+    assert one_line(proc).startswith(f"advcli: error: --drop-prompts: {tmp_path / 'none.jsonl'}: ")
+
+
+def test_a_file_of_other_prompts_is_said(tmp_path):
+    """Nothing to remove is no error, but said: the file lists another log's prompts."""
+    listed = tmp_path / "other.jsonl"
+    listed.write_text('{"prompt": "a prompt of another run", "prompt_id": "x"}\n')
+    out = tmp_path / "o.parquet"
+    proc = run("annotate", TRL, "--from", "trl", "--method", "grpo", "--drop-prompts", listed,
+               "--out", out, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    found = json.loads(proc.stdout)
+    assert found["rows_written"] == len(trl_rows(TRL))
+    assert f"--drop-prompts {listed}: none of its 1 prompts is in" in found["warnings"][-1]
+
+
 def test_keep_and_drop_together_are_refused(tmp_path):
     proc = run("annotate", TRL, "--from", "trl", "--method", "grpo", "--keep-prompts", "a",
                "--drop-prompts", "b", "--out", tmp_path / "o.parquet")  # fmt: skip
