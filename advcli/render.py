@@ -249,8 +249,9 @@ PROMPT_SHOWN = 26  # characters of each prompt in the prompts table
 
 def _distinct_parts(texts: list[str]) -> list[str]:
     """Each text less what all of them begin and end with (a template's system prompt and
-    its closing words), cut to :data:`PROMPT_SHOWN` characters, "…" where cut."""
-    if len(texts) < 2:
+    its closing words) where some are too long to show whole, cut to :data:`PROMPT_SHOWN`
+    characters, "…" where cut."""
+    if len(texts) < 2 or all(len(t) <= PROMPT_SHOWN for t in texts):
         return [t if len(t) <= PROMPT_SHOWN else t[: PROMPT_SHOWN - 1] + "…" for t in texts]
     head = len(os.path.commonprefix(texts))
     tail = len(os.path.commonprefix([t[head:][::-1] for t in texts]))
