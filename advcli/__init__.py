@@ -13,6 +13,7 @@ The public API, one function per command (see :mod:`advcli.api`)::
     advcli.score("logs/", "scored.parquet", "critic.onnx")
     advcli.shard("logs/", "shards/", method="grpo")
     advcli.verify("shards/")
+    advcli.prompts("logs/", from_="verl", band="0.2,0.8", out="band.jsonl")  # each prompt's history
     with advcli.reporting(reporter):            # progress to an advcli.Reporter of yours
         advcli.annotate("logs/", "grpo.parquet", method="grpo")
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         MethodLine,
         MethodList,
         MethodParameter,
+        PromptsResult,
         Reporter,
         ReportOptions,
         ReportResult,
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
         describe,
         describe_method,
         list_methods,
+        prompts,
         report,
         reporting,
         schema,
@@ -74,6 +77,7 @@ __all__ = [
     "MethodLine",
     "MethodList",
     "MethodParameter",
+    "PromptsResult",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -89,6 +93,7 @@ __all__ = [
     "describe",
     "describe_method",
     "list_methods",
+    "prompts",
     "report",
     "reporting",
     "schema",

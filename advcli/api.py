@@ -25,6 +25,7 @@ from advcli.commands.annotate import annotate, annotate_table
 from advcli.commands.audit import audit
 from advcli.commands.check import check
 from advcli.commands.methods import describe_method, list_methods
+from advcli.commands.prompts import prompts
 from advcli.commands.report import report
 from advcli.commands.schema import schema
 from advcli.commands.score import score
@@ -41,6 +42,7 @@ from advcli.results import (
     MethodLine,
     MethodList,
     MethodParameter,
+    PromptsResult,
     ReportResult,
     ScoreResult,
     ShardResult,
@@ -61,6 +63,7 @@ __all__ = [
     "MethodLine",
     "MethodList",
     "MethodParameter",
+    "PromptsResult",
     "ReportOptions",
     "ReportResult",
     "Reporter",
@@ -75,6 +78,7 @@ __all__ = [
     "describe",
     "describe_method",
     "list_methods",
+    "prompts",
     "report",
     "reporting",
     "schema",

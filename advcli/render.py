@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import textwrap
 import time
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -240,6 +242,67 @@ def audit_report(name: str, report: AuditReport) -> None:
         close = "]" if i == last else ")"
         hist.add_row(f"[{lo:.3g}, {hi:.3g}{close}", _fmt(count), bar)
     stdout.print(hist)
+
+
+PROMPT_SHOWN = 26  # characters of each prompt in the prompts table
+
+
+def _distinct_parts(texts: list[str]) -> list[str]:
+    """Each text less what all of them begin and end with (a template's system prompt and
+    its closing words) where some are too long to show whole, cut to :data:`PROMPT_SHOWN`
+    characters, "…" where cut."""
+    if len(texts) < 2 or all(len(t) <= PROMPT_SHOWN for t in texts):
+        return [t if len(t) <= PROMPT_SHOWN else t[: PROMPT_SHOWN - 1] + "…" for t in texts]
+    head = len(os.path.commonprefix(texts))
+    tail = len(os.path.commonprefix([t[head:][::-1] for t in texts]))
+    out = []
+    for t in texts:
+        middle = t[head : len(t) - tail]
+        shown = ("…" if head else "") + middle
+        cut = len(shown) > PROMPT_SHOWN or tail
+        out.append(shown[: PROMPT_SHOWN - 1] + "…" if cut else shown)
+    return out
+
+
+def log_name(files: list[str]) -> str:
+    """A log's files in a few words: the file, or the folder that holds them all."""
+    if len(files) == 1:
+        return files[0]
+    common = os.path.commonpath(files) if files else ""
+    return f"{common or '.'} ({len(files)} files)"
+
+
+def prompts_table(name: str, found: dict[str, Any], top: int) -> None:
+    """``advcli prompts``: how prompts were matched and passed, then the first ``top``
+    prompts (0: all), one row each (``name``: the log's, :func:`log_name`)."""
+    facts = {
+        "log": name,
+        "prompts": found["prompts"],
+        "selected": found["selected"],
+        "matched by": found["matched_by"],
+        "passes when reward >=": found["success"],
+        "steps": len(found["steps"]),
+    }
+    if found.get("out"):
+        facts["written to"] = found["out"]
+    summary("prompts", facts, stdout)
+    records = found["records"] if top == 0 else found["records"][:top]
+    t = Table(title=f"{len(records)} of {found['selected']} prompts", title_justify="left",
+              box=box.SIMPLE_HEAD)  # fmt: skip
+    t.add_column("prompt", no_wrap=True, max_width=PROMPT_SHOWN)
+    for column in ("steps", "rollouts", "pass", "reward", "var", "trend", "solved", "forgot"):
+        t.add_column(column, justify="right", no_wrap=True, min_width=len(column))
+    texts = [" ".join((r["prompt"] or str(r["prompt_id"])).split()) for r in records]
+    for r, shown in zip(records, _distinct_parts(texts), strict=True):
+        solved = (
+            "never" if r["first_solved_step"] is None
+            else f"{r['first_solved_step']}–{r['last_solved_step']}"
+        )  # fmt: skip
+        trend = "" if r["trend"] is None else f"{r['trend']:+.2g}" if r["trend"] else "0"
+        t.add_row(shown, _fmt(r["steps_seen"]), _fmt(r["rollouts"]), f"{r['pass_rate']:.0%}",
+                  f"{r['mean_reward']:.3g}", f"{r['reward_variance']:.3g}", trend, solved,
+                  "yes" if r["forgotten"] else "")  # fmt: skip
+    stdout.print(t)
 
 
 def _cell(value: object) -> str:

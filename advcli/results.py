@@ -61,6 +61,7 @@ class AnnotateResult(Result):
     found: str | None = optional()  # settings found from a framework's logged advantages
     logged_advantages: str | None = optional()  # how ours compare with those
     correction: dict[str, Any] | None = optional()  # the rollout correction, what it masked
+    prompts_removed: str | None = optional()  # by keep_prompts / drop_prompts
     nonfinite_nulls: int | None = optional()  # NaN or infinity written as null (JSONL)
     output: str = ""
     engine: str | None = optional()  # "ray": output is a folder of parts
@@ -121,6 +122,23 @@ class ShardResult(Result):
     truncated: dict[str, Any]
     warnings: list[str]
     seconds: float
+    prompts_removed: str | None = optional()  # by keep_prompts / drop_prompts
+
+
+@dataclass(frozen=True)
+class PromptsResult(Result):
+    """``prompts``: how prompts were matched and passed, and one record per prompt selected
+    (``records``: as ``--json`` prints them; ``out``: the file they were written to)."""
+
+    files: list[str]
+    matched_by: str
+    success: float  # a rollout passes when its reward >= this
+    steps: list[int | float | None]
+    prompts: int  # in the log
+    selected: int  # by the filters given
+    records: list[dict[str, Any]]
+    out: str | None = optional()
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

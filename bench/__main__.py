@@ -5,7 +5,9 @@ the I/O floor (advcli's reader and writer, pyarrow's, polars'; the fastest count
 for grpo and gae, ``audit`` and ``shard``, each in its own process under ``/usr/bin/time -v``
 for its peak memory; ``audit`` of a sibling log with both log-prob streams against reading the
 columns it audits; the GAE core alone and a plain per-rollout Python loop on the same arrays;
-``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same; and
+``annotate`` on a JSONL log against polars' ``read_ndjson`` and Parquet write of the same;
+``prompts`` on a sibling log whose steps ask the same prompts again against reading the prompt,
+step and reward columns; and
 ``annotate --from`` on verl and NeMo-RL dumps against the same rollouts in advcli's own JSONL
 (:mod:`bench.presets`); ``report`` on a 1 M-rollout log, its page opened in headless Chromium
 (:mod:`bench.report`); GiGPO's ``--similarity`` on one group's distinct states against
@@ -78,6 +80,8 @@ ESTIMATORS = {  # the estimators added with the frameworks' ones, on the log wit
     "grpo --opd-coef 1": ["--method", "grpo", "--opd-coef", "1"],
 }  # fmt: skip
 
+
+PROMPTS_PER_STEP = 256  # groups of a step of the run log that ``prompts`` reads
 
 AGENT_STEPS = ("grpo", "gigpo")  # on a log of 8-step trajectories: gigpo's cost over grpo's
 
@@ -191,6 +195,15 @@ def main() -> None:
         py, "-m", "bench.floor", "streams", str(streams), str(work / "floor-streams.parquet")
     ]  # fmt: skip
     steps["streams: audit (mismatch)"] = [*advcli, "audit", str(streams), "--json"]
+    # The log again as a run: its steps ask the same prompts (a text column, fresh ids).
+    run_log = work / f"log-prompts-{args.tokens:.0f}.parquet"
+    if not run_log.exists():
+        print(f"generating {run_log} …", file=sys.stderr)
+        generate(str(run_log), args.tokens, prompts_per_step=PROMPTS_PER_STEP)
+    steps["prompts: read floor"] = [
+        py, "-m", "bench.floor", "prompts", str(run_log), str(work / "floor-prompts.parquet")
+    ]  # fmt: skip
+    steps["prompts: prompts --json"] = [*advcli, "prompts", str(run_log), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
     if not jsonl.exists():
         print(f"generating {jsonl} …", file=sys.stderr)
@@ -275,6 +288,13 @@ def main() -> None:
         f"reading its audited columns {streams_floor:.2f} s, audit --json {streams_audit:.2f} s "
         f"({peak_mb['streams: audit (mismatch)']:.0f} MB): floor/step "
         f"{streams_floor / streams_audit:.2f}"
+    )
+    prompts_floor, prompts_s = floors["prompts: read floor"], floors["prompts: prompts --json"]
+    lines.append(
+        f"prompts ({run_log.name}, the log as a run of steps of {PROMPTS_PER_STEP} prompts "
+        f"asked again): reading prompt id, prompt, step and reward {prompts_floor:.2f} s, "
+        f"prompts --json {prompts_s:.2f} s ({peak_mb['prompts: prompts --json']:.0f} MB): "
+        f"floor/step {prompts_floor / prompts_s:.2f}"
     )
     grpo_s, gigpo_s = (floors[f"s: annotate {name}"] for name in AGENT_STEPS)
     lines.append(

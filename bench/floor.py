@@ -16,6 +16,8 @@ to compress as values, while a column of zeros would compress to nothing and fla
   polars' writer (the floor of ``annotate`` on JSONL);
 - ``streams``: only reads, as ``audit`` does: the columns the audit of two log-prob streams
   reads, with pyarrow's ``iter_batches``, the token lists flattened to numpy; OUT is not written.
+- ``prompts``: only reads, as ``prompts`` does: the prompt id, prompt text, step and reward
+  columns, with pyarrow's ``iter_batches``, the numbers as numpy; OUT is not written.
 
 All write zstd (level 1 for polars' writer, pyarrow's default otherwise) and row groups of
 ``ROW_GROUP_ROWS``.
@@ -121,9 +123,21 @@ def floor_streams(src: str, out: str, columns: int = 1) -> None:
                 pc.list_flatten(column).to_numpy()
 
 
+PROMPT_COLUMNS = ("prompt_id", "prompt", "step", "reward")
+
+
+def floor_prompts(src: str, out: str, columns: int = 1) -> None:
+    """What ``prompts`` must at least do: read each rollout's prompt, step and reward."""
+    pf = pq.ParquetFile(src, pre_buffer=False, buffer_size=8 << 20)
+    for batch in prefetch(pf.iter_batches(batch_size=512, columns=list(PROMPT_COLUMNS))):
+        batch.column("step").to_numpy()
+        batch.column("reward").to_numpy()
+
+
 if __name__ == "__main__":
     tune_allocator()  # as the advcli command does
     floors = {"advcli": floor_advcli, "pyarrow": floor_pyarrow, "polars": floor_polars,
-              "shard": floor_shard, "ndjson": floor_ndjson, "streams": floor_streams}  # fmt: skip
+              "shard": floor_shard, "ndjson": floor_ndjson, "streams": floor_streams,
+              "prompts": floor_prompts}  # fmt: skip
     Path(sys.argv[3]).unlink(missing_ok=True)  # the last run's (advcli's writer never replaces)
     floors[sys.argv[1]](sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)

@@ -21,6 +21,10 @@ from advcli.core.ragged import offsets_from_lengths, row_of
 from advcli.io.writers import ROW_GROUP_ROWS, parquet_options
 
 MAX_LEN = 32_768
+PROMPT_TEXT = (
+    "system: you are a careful math tutor; think step by step, then give the answer after "
+    "####. user: problem {} of the curriculum, what is the sum of its digits? assistant:"
+)
 
 
 def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -35,6 +39,7 @@ def chunk(
     extras: bool = False,
     agent_steps: int = 0,
     streams: bool = False,
+    prompts_per_step: int = 0,
 ) -> pa.Table:
     """``n_rows`` rollouts, starting at global row ``first_row`` (whole groups); ``extras``: the
     columns only some methods read (log-probabilities of the policy, a reference and a teacher,
@@ -42,7 +47,10 @@ def chunk(
     ``agent_steps``: rows are the steps of trajectories of that many steps (segments), with a
     ``state`` (one of four per step number, so states repeat across a group's trajectories)
     and a ``step_reward``; ``streams``: both log-prob streams, the sampler's ``logprobs`` and
-    the trainer's ``trainer_logprobs`` (N(0, 0.05) apart, 1% of tokens ±log 3 apart)."""
+    the trainer's ``trainer_logprobs`` (N(0, 0.05) apart, 1% of tokens ±log 3 apart);
+    ``prompts_per_step``: a run's steps of that many groups each, every step asking the same
+    prompts again (a ``step`` and a ``prompt`` text column; the prompt ids, one per group, are
+    fresh at each step, as verl's uid is)."""
     n_tok = lengths(rng, n_rows)
     offsets = offsets_from_lengths(n_tok)
     total = int(offsets[-1])
@@ -93,6 +101,10 @@ def chunk(
         delta[far] = np.float32(np.log(3.0)) * signs
         columns["logprobs"] = lists(sampler)
         columns["trainer_logprobs"] = lists(sampler + delta)
+    if prompts_per_step:
+        step, asked = group // prompts_per_step, group % prompts_per_step
+        columns["step"] = pa.array(step)
+        columns["prompt"] = pa.array([PROMPT_TEXT.format(p) for p in asked])
     if agent_steps:
         row = first_row + np.arange(n_rows)
         columns["rollout_id"] = pa.array(row // agent_steps)
@@ -137,18 +149,19 @@ def generate(
     extras: bool = False,
     agent_steps: int = 0,
     streams: bool = False,
+    prompts_per_step: int = 0,
 ) -> tuple[int, int]:
-    """Write about ``tokens`` tokens to ``out`` (``extras``, ``agent_steps``, ``streams``: see
-    :func:`chunk`; ``group_size`` counts rows); returns (rows, tokens) written."""
+    """Write about ``tokens`` tokens to ``out`` (``extras``, ``agent_steps``, ``streams``,
+    ``prompts_per_step``: see :func:`chunk`; ``group_size`` counts rows); returns (rows,
+    tokens) written."""
     rng = np.random.default_rng(seed)
     rows_per_chunk = group_size * (ROW_GROUP_ROWS // group_size)
     written_rows = written_tokens = 0
     writer = None
     try:
         while written_tokens < tokens:
-            table = chunk(
-                rng, written_rows, rows_per_chunk, group_size, extras, agent_steps, streams
-            )
+            table = chunk(rng, written_rows, rows_per_chunk, group_size, extras, agent_steps,
+                          streams, prompts_per_step)  # fmt: skip
             if out.endswith(".jsonl"):
                 import polars as pl
 

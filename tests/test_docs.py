@@ -35,6 +35,7 @@ LAYERS = [
     ("advcli.methods", "advcli.critic", "advcli.presets"),
     ("advcli.run.correcting",),
     ("advcli.run.logs",),
+    ("advcli.run.prompts",),
     ("advcli.run.reproduce",),
     ("advcli.run.engine", "advcli.run.accounting", "advcli.run.settling"),
     ("advcli.run.health", "advcli.run.summary"),

@@ -675,3 +675,19 @@ def test_a_parts_folder_and_a_shard_folder_load_in_every_reader(
     assert (
         checked.returncode == 0 and json.loads(checked.stdout)["rows"] == expected(parts).num_rows
     )
+
+
+def test_prompts_dropped_on_the_cluster_are_the_prompts_dropped_here(cluster, three_files,
+                                                                     tmp_path):  # fmt: skip
+    """``--drop-prompts``: the log less those rows is what the cluster reads."""
+    listed = tmp_path / "drop.jsonl"
+    listed.write_text('{"prompt_id": "p-easy"}\n')
+    args = ["--method", "grpo", "--drop-prompts", str(listed)]
+    local = advcli("annotate", str(three_files), *args, "--out", str(tmp_path / "local.parquet"))
+    assert local.returncode == 0, local.stderr
+    proc = advcli("annotate", str(three_files), *args, "--engine", "ray", "--ray-address",
+                  cluster, "--out", str(tmp_path / "parts"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    here = pq.read_table(tmp_path / "local.parquet").replace_schema_metadata(None)
+    assert 0 < here.num_rows < 14 and "p-easy" not in here.column("prompt_id").to_pylist()
+    assert read_parts(tmp_path / "parts").equals(here)

@@ -54,6 +54,8 @@ COMMANDS = {  # the command line, and what it must show and write
     "shard": (["shard", "LOG", *MAPPED, "--method", "grpo", "--out", "[/y][b]:smile:"],
               ["shard: [/y][b]:smile:"], "[/y][b]:smile:/_advcli_manifest.parquet"),
     "check": (["check", "LOG", "--from", "trl"], ["--reward-columns [/acc],[bold]fmt"], None),
+    "prompts": (["prompts", "LOG", *MAPPED, "--success", "1", "--out", "[/y][b].jsonl"],
+                [f"{MARKUP}.parquet", "[/y][b].jsonl"], "[/y][b].jsonl"),
 }  # fmt: skip
 
 
@@ -77,3 +79,16 @@ def test_a_pass_named_with_markup_is_shown_as_it_is_on_the_bar():
     with Activity(quiet=False, mode="bar", console=console), progress.stage(MARKUP):
         progress.read(3, 0.5)
     assert MARKUP in text.getvalue()
+
+
+def test_templated_prompts_are_shown_by_what_tells_them_apart():
+    from advcli.render import PROMPT_SHOWN, _distinct_parts, log_name
+
+    template = "system: you are a helpful math tutor. user: what is {}? answer after ####."
+    shown = _distinct_parts([template.format("7 times 2"), template.format("12 plus 7")])
+    assert shown == ["…7 times 2…", "…12 plus 7…"]
+    assert _distinct_parts(["p-math", "p-easy"]) == ["p-math", "p-easy"]  # short: whole
+    long = "x" * (PROMPT_SHOWN + 5)
+    assert _distinct_parts([long]) == ["x" * (PROMPT_SHOWN - 1) + "…"]
+    assert log_name(["a/b/1.jsonl", "a/b/2.jsonl"]) == "a/b (2 files)"
+    assert log_name(["a/b/1.jsonl"]) == "a/b/1.jsonl"

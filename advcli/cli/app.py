@@ -55,6 +55,11 @@ EXAMPLES = {
         "advcli audit sample_data/health.parquet --convention verl --correction token-mask",
     ],
     "report": ["advcli report sample_data/rollouts.parquet --method grpo --out report.html"],
+    "prompts": [
+        "advcli prompts sample_data/verl/rollout --from verl --success 1 --sort trend",
+        "advcli prompts sample_data/trl/completions --from trl --success 2 --never-solved "
+        "--out never.jsonl",
+    ],
     "shard": ["advcli shard sample_data/rollouts.parquet --method grpo --out shards"],
     "verify": ["advcli verify shards"],
     "methods": ["advcli methods", "advcli methods gigpo", "advcli methods gae --json"],
@@ -307,6 +312,32 @@ def report(
     test too.
     """
     _write("report", inputs, options, params, quiet=quiet, as_json=as_json, mode=progress_mode)
+
+
+@app.command(epilog=_examples("prompts"))
+@with_options("advcli.commands.prompts:PromptsCommand")
+def prompts(
+    inputs: InputsArgument,
+    as_json: Json = False,
+    progress_mode: ProgressMode = "auto",
+    top: Annotated[
+        int,
+        typer.Option(min=0, help="Prompts the table shows (0: all); --json and --out hold all."),
+    ] = 20,
+    options: dict[str, Any] | None = None,
+) -> None:
+    """Every prompt's history across a run: pass rate by step, solved, forgotten; a curriculum."""
+    from advcli import api, render  # here, not at the top: --help needs none of it
+
+    # pandas is never used (pyarrow's dataset module would import it: 0.2 s)
+    with pandas_unseen(), render.Activity(quiet=False, mode=progress_mode):
+        found = api.prompts(inputs, **(options or {}))
+    if as_json:
+        _print_json(found.as_dict())
+        return
+    shown = result_on_command_line(found.as_dict(), app)
+    render.prompts_table(render.log_name(found.files), shown, top)
+    _warn(found.warnings)
 
 
 @app.command(epilog=_examples("shard"))

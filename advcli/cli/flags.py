@@ -60,10 +60,11 @@ def on_command_line(message: str, app: typer.Typer) -> str:
     return _QUOTED.sub(spelled, message)
 
 
-SAYING_OPTIONS = ("found", "reproduced_by", "sampled")
+SAYING_OPTIONS = ("found", "reproduced_by", "sampled", "prompts_removed")
 """The fields of a result that name options, as the library's messages do (besides its
 warnings and what ``can_run`` says): the settings found from a framework's logged advantages,
-those reproducing them, and how to read a whole log where a sample was read."""
+those reproducing them, how to read a whole log where a sample was read, and the rows of
+prompts ``--keep-prompts`` or ``--drop-prompts`` removed."""
 
 
 def result_on_command_line(result: dict[str, Any], app: typer.Typer) -> dict[str, Any]:

@@ -43,6 +43,8 @@ class AnnotateCommand:
     preset_options: PresetOptions | None = fields.preset_options()
     tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
     max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
+    keep_prompts: str | os.PathLike[str] | None = fields.keep_prompts()
+    drop_prompts: str | os.PathLike[str] | None = fields.drop_prompts()
     format: str | None = fields.output_format()
     force: bool = fields.force()
     nonfinite: str = fields.nonfinite()
@@ -87,7 +89,9 @@ def annotate(inputs: LogPaths, out: str | os.PathLike[str], **keywords: Any) -> 
                    ray_address=options.ray_address, batch_rows=batch_rows,
                    correction=options.correction,
                    correction_bounds=options.correction_bounds, tokenizer=options.tokenizer,
-                   max_retokenize_mismatch=options.max_retokenize_mismatch)  # fmt: skip
+                   max_retokenize_mismatch=options.max_retokenize_mismatch,
+                   keep_prompts=options.keep_prompts,
+                   drop_prompts=options.drop_prompts)  # fmt: skip
     assert job.method is not None
     if critic is not None and not job.method.reads_values:
         reading = ", ".join(name for name, m in methods.REGISTRY.items() if m.reads_values)

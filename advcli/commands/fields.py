@@ -177,6 +177,33 @@ def correction_bounds() -> Any:
     )
 
 
+PROMPTS = "Prompts"  # the help panel of --keep-prompts and --drop-prompts
+
+
+def keep_prompts() -> Any:
+    """``--keep-prompts FILE``: only the rows of the prompts a ``prompts --out`` file lists."""
+    return field(
+        default=None,
+        metadata=option(
+            "Read only the rows of the prompts this file (advcli prompts --out) lists, matched "
+            "by text, else tokens, else id, before any advantage is computed.",
+            panel=PROMPTS,
+        ),
+    )
+
+
+def drop_prompts() -> Any:
+    """``--drop-prompts FILE``: the log less the rows of the prompts a file lists."""
+    return field(
+        default=None,
+        metadata=option(
+            "Leave out the rows of the prompts this file (advcli prompts --out) lists, as "
+            "--keep-prompts matches them.",
+            panel=PROMPTS,
+        ),
+    )
+
+
 def tokenizer(help: str = "") -> Any:
     """``--tokenizer PATH``: a text log's token ids, made from its prompt and completion."""
     return field(

@@ -44,6 +44,8 @@ class ShardCommand:
     preset_options: PresetOptions | None = fields.preset_options()
     tokenizer: str | os.PathLike[str] | None = fields.tokenizer()
     max_retokenize_mismatch: float = fields.max_retokenize_mismatch()
+    keep_prompts: str | os.PathLike[str] | None = fields.keep_prompts()
+    drop_prompts: str | os.PathLike[str] | None = fields.drop_prompts()
     force: bool = fields.force("Replace an existing output folder.")
     correction: str | None = fields.correction()
     correction_bounds: str | None = fields.correction_bounds()
@@ -99,7 +101,9 @@ def shard(
                    engine=engine, ray_address=ray_address, batch_rows=batch_rows,
                    correction=called.correction,
                    correction_bounds=called.correction_bounds, tokenizer=called.tokenizer,
-                   max_retokenize_mismatch=called.max_retokenize_mismatch)  # fmt: skip
+                   max_retokenize_mismatch=called.max_retokenize_mismatch,
+                   keep_prompts=called.keep_prompts,
+                   drop_prompts=called.drop_prompts)  # fmt: skip
     check_output_folder(out, job.files, force=force, listed=listed)
     inp = open_input(job)
     if job.ray is not None:
@@ -151,6 +155,7 @@ def shard(
         truncated=manifest["truncated"],
         warnings=[*deprecated, *inp.warnings],
         seconds=round(time.perf_counter() - started, 3),
+        prompts_removed=inp.prompts_removed,
     )
 
 

@@ -33,6 +33,24 @@ def first_where(offsets: np.ndarray, flags: np.ndarray) -> np.ndarray:
     return first
 
 
+def first_where_in(offsets: np.ndarray, flags: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """:func:`first_where` of the rows ``rows`` alone, without a pass over the others' flags:
+    per row, the position of its first true flag, its length where none is.
+
+    >>> first_where_in(np.array([0, 3, 5, 8]), np.array([0, 1, 1, 0, 0, 0, 0, 1]) > 0,
+    ...                np.array([2, 0, 1])).tolist()
+    [2, 1, 2]
+    """
+    starts, stops = offsets[rows] - offsets[0], offsets[rows + 1] - offsets[0]
+    hits = np.flatnonzero(flags)
+    if not len(hits):
+        out: np.ndarray = stops - starts
+        return out
+    first = hits[np.minimum(np.searchsorted(hits, starts), len(hits) - 1)]
+    out = np.where((first >= starts) & (first < stops), first, stops) - starts
+    return out
+
+
 def offsets_from_lengths(lens: np.ndarray) -> np.ndarray:
     """Offsets (int64, starting at 0) for rows of the given lengths."""
     out = np.zeros(len(lens) + 1, dtype=np.int64)

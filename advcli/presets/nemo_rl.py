@@ -118,10 +118,12 @@ class NemoRl(Preset):
         df, lines = json_frame(path, train_fields)
         df = unwrap(df)
         need(path, set(df.columns), ["rewards"], self.framework)
-        step = f"{step_of(path, STEP)}:"
+        number = step_of(path, STEP)
+        step = f"{number}:"
         idx = df["idx"] if "idx" in df.columns else pl.Series(np.arange(df.height))
         canonical: dict[str, pl.Series] = {
             "rollout_id": step + idx.cast(pl.String),
+            "step": pl.Series([number] * df.height, dtype=pl.Int64),  # the file's
             "reward": df["rewards"].cast(pl.Float64),
             "batch": pl.Series([step] * df.height, dtype=pl.String),  # a step is whitened alone
         }

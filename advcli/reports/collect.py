@@ -12,7 +12,7 @@ base64 of little-endian typed arrays, which the page reads with ``Float32Array``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -23,7 +23,6 @@ from advcli.core.audit import group_kinds as kinds_of_groups
 from advcli.core.correction import Correction
 from advcli.errors import UsageError
 from advcli.io.retokenize import library_failures, load_tokenizer, native_stderr_muted
-from advcli.io.sources import prefetch
 from advcli.lazy_imports import np, pa
 from advcli.reports.options import ReportOptions
 from advcli.reports.rollout_pass import RolloutPass, floats_of, histogram_of, shortened
@@ -32,6 +31,8 @@ from advcli.run.accounting import Audit, audit_log
 from advcli.run.correcting import described
 from advcli.run.engine import Run
 from advcli.run.logs import BATCH_ROWS, Log
+from advcli.run.prompts import first_rows as first_rows_of
+from advcli.run.prompts import prompt_text_column, row_steps, rows_of_column
 
 
 @dataclass(frozen=True)
@@ -299,55 +300,13 @@ def _mismatch_by_step(
     return out
 
 
-def row_steps(log: Log) -> np.ndarray | None:
-    """Each row's step (float64, NaN where null or infinite: on no step), from a ``step``
-    column of numbers (the presets write the step each dump file belongs to); None without
-    one."""
-    if "step" not in log.source.schema.names:
-        return None
-    try:
-        column = log.source.columns(["step"]).column("step").cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None  # steps that are not numbers
-    out: np.ndarray = column.to_numpy().astype(np.float64)  # nulls: NaN
-    out[np.isinf(out)] = np.nan
-    return out
-
-
-PROMPT_TEXT = ("prompt", "question", "query", "problem", "instruction", "input", "prompt_text",
-               "messages")  # fmt: skip
-"""Text columns that hold a rollout's prompt, the first found shown in the groups table."""
 PROMPT_CHARS = 80  # of each listed group's prompt, in the page (what the search box searches)
-
-
-def prompt_text_column(log: Log) -> str | None:
-    """The first :data:`PROMPT_TEXT` column the log has that is text and plays no role (a
-    prompt id that is the text is shown already)."""
-    schema, roles = log.source.schema, {c for c in log.roles.columns.values() if c}
-    return next((c for c in PROMPT_TEXT if c in schema.names and c not in roles and (
-        pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
-            schema.field(c).type))), None)  # fmt: skip
 
 
 def first_rows(found: Audit) -> np.ndarray:
     """Each group's first row (-1 for a group without rows)."""
-    codes = found.rows.group_codes
-    assert codes is not None
-    first_row = np.full(len(found.stats.size), -1, dtype=np.int64)
-    first_row[codes[::-1]] = np.arange(len(codes))[::-1]
-    return first_row
-
-
-def rows_of_column(
-    log: Log, column: str, wanted: np.ndarray, batch_rows: int
-) -> Iterator[tuple[np.ndarray, pa.Array]]:
-    """``column``'s values at the rows ``wanted`` (sorted), a batch at a time: (the
-    positions in ``wanted``, the values)."""
-    for row0, table in prefetch(log.source.batches([column], batch_rows)):
-        lo, hi = np.searchsorted(wanted, [row0, row0 + table.num_rows])
-        if hi > lo:
-            at = pa.array(wanted[lo:hi] - row0)
-            yield np.arange(lo, hi), table.column(column).combine_chunks().take(at)
+    assert found.rows.group_codes is not None
+    return first_rows_of(found.rows.group_codes, len(found.stats.size))
 
 
 def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> list[str] | None:

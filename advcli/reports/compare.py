@@ -26,25 +26,13 @@ from advcli.core.audit import (
     ZERO_VARIANCE_OTHER,
 )
 from advcli.errors import UsageError, file_list
-from advcli.lazy_imports import np, pa, pl
-from advcli.reports.collect import (
-    PROMPT_CHARS,
-    Gathered,
-    first_rows,
-    group_texts,
-    prompt_text_column,
-    row_steps,
-    rows_of_column,
-)
+from advcli.lazy_imports import np, pa
+from advcli.reports.collect import PROMPT_CHARS, Gathered, group_texts
 from advcli.reports.rollout_pass import histogram_of, shortened
+from advcli.run.prompts import BASES, group_identity, prompt_text_column, row_steps
 
 COMPARED_PROMPTS = 2_000  # the prompts both sides hold that the page lists: the largest changes
 NO_SIGNAL = (ALL_CORRECT, ALL_WRONG, ZERO_VARIANCE_OTHER, SINGLETON)
-BASES = {
-    "text": "their prompt text",
-    "tokens": "their prompt tokens (those before the first action)",
-    "id": "their prompt ids",
-}
 
 
 @dataclass(frozen=True)
@@ -259,29 +247,7 @@ def _prompts(side: Side, basis: str, batch_rows: int) -> _Prompts:
 
 def _identity(g: Gathered, basis: str, batch_rows: int) -> np.ndarray:
     """Per group: the 64-bit identity of its prompt (its first row's), by ``basis``."""
-    first = first_rows(g.found)
-    if basis == "tokens":
-        assert g.prompt_hashes is not None
-        out: np.ndarray = g.prompt_hashes[first]
-        return out
-    if basis == "id":
-        keys = g.found.rows.group_keys
-        assert keys is not None
-        return _hashed(keys.cast(pa.string()))
-    column = prompt_text_column(g.log)
-    assert column is not None
-    order = np.argsort(first, kind="stable")
-    out = np.zeros(len(first), dtype=np.uint64)
-    for at, values in rows_of_column(g.log, column, first[order], batch_rows):
-        out[order[at]] = _hashed(values)
-    return out
-
-
-def _hashed(values: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each string (the same within a run of advcli)."""
-    series = pl.Series(values.cast(pa.large_string())).fill_null("")
-    out: np.ndarray = series.hash(seed=0).to_numpy()
-    return out
+    return group_identity(g.log, g.found.rows, basis, batch_rows, g.prompt_hashes)
 
 
 def _common(prompts: list[_Prompts], a: Side, batch_rows: int) -> dict[str, Any]:

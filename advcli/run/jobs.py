@@ -31,6 +31,7 @@ from advcli.run import correcting, settling
 from advcli.run.accounting import CountTokens
 from advcli.run.engine import Batch, Run, Scorer, plan_run
 from advcli.run.logs import BATCH_ROWS, Log, Tokenizing, open_log
+from advcli.run.prompts import PromptList, read_prompt_list, without_prompts
 
 ENGINES = ("local", "ray")
 """Where ``--engine`` runs the passes: in this process, or on a Ray cluster."""
@@ -45,6 +46,7 @@ class Reading:
     preset: Preset | None = None
     options: PresetOptions = dataclasses.field(default_factory=PresetOptions)
     tokenizing: Tokenizing | None = None  # --tokenizer: a text log's token ids
+    prompts: PromptList | None = None  # --keep-prompts / --drop-prompts: rows removed
 
     def files(self, paths: Sequence[str]) -> list[str]:
         """The files ``paths`` name (folders and globs expanded), as the log reads them."""
@@ -54,16 +56,21 @@ class Reading:
 
     def open(self, paths: Sequence[str]) -> Log:
         """The log opened; with ``--from``, with what the dump leaves out settled from its
-        logged advantages (which runs the framework's estimators on it)."""
+        logged advantages (which runs the framework's estimators on it); less the rows of the
+        prompts ``--keep-prompts`` does not keep or ``--drop-prompts`` drops."""
         if self.preset is None:
-            return open_log(list(paths), list(self.col), tokenizing=self.tokenizing)
-        preset = self.preset
+            log = open_log(list(paths), list(self.col), tokenizing=self.tokenizing)
+        else:
+            preset = self.preset
 
-        def open_with(options: PresetOptions) -> Log:
-            return open_log(list(paths), list(self.col), preset=preset, options=options,
-                            tokenizing=self.tokenizing)  # fmt: skip
+            def open_with(options: PresetOptions) -> Log:
+                return open_log(list(paths), list(self.col), preset=preset, options=options,
+                                tokenizing=self.tokenizing)  # fmt: skip
 
-        return settling.settle(preset, self.options, open_with)
+            log = settling.settle(preset, self.options, open_with)
+        if self.prompts is not None:
+            log.prompts_removed = without_prompts(log, self.prompts).sentence()
+        return log
 
 
 class OnRay:
@@ -198,6 +205,8 @@ def job(
     tokenizer: str | os.PathLike[str] | None = None,
     max_retokenize_mismatch: float = MAX_RETOKENIZE_MISMATCH,
     keep_ids: bool = False,
+    keep_prompts: str | os.PathLike[str] | None = None,
+    drop_prompts: str | os.PathLike[str] | None = None,
 ) -> Job:
     """The job of a command given these options, each checked: an unknown framework, method,
     convention or engine, and a parameter the method does not take (or given without a
@@ -206,7 +215,9 @@ def job(
     (``correction``, ``correction_bounds``) its framework's arithmetic. The reader's options
     that are the method's too (:func:`shared_with_reader`) reach the method, unless
     ``params`` names them. ``tokenizer``: a text log's token ids made from its text with it
-    (:mod:`advcli.io.retokenize`); a log with ids keeps them where ``keep_ids``."""
+    (:mod:`advcli.io.retokenize`); a log with ids keeps them where ``keep_ids``.
+    ``keep_prompts`` / ``drop_prompts``: a file ``prompts`` wrote, whose prompts' rows alone
+    are read, or are not (:mod:`advcli.run.prompts`)."""
     chosen_preset = presets.get(preset) if preset is not None else None
     if convention is None and chosen_preset is not None:
         convention = chosen_preset.convention
@@ -227,8 +238,15 @@ def job(
     tokenizing = None
     if tokenizer is not None:
         tokenizing = Tokenizing(load_tokenizer(tokenizer), max_retokenize_mismatch, keep_ids)
+    if keep_prompts is not None and drop_prompts is not None:
+        raise UsageError("give `keep_prompts` or `drop_prompts`, not both")
+    listed = None
+    if keep_prompts is not None:
+        listed = read_prompt_list(os.fspath(keep_prompts), "keep_prompts")
+    elif drop_prompts is not None:
+        listed = read_prompt_list(os.fspath(drop_prompts), "drop_prompts")
     reading = Reading(tuple(col or ()), chosen_preset, preset_options or PresetOptions(),
-                      tokenizing)  # fmt: skip
+                      tokenizing, listed)  # fmt: skip
     ray = OnRay(ray_address, batch_rows) if engine == "ray" else None
     corrects = correcting.correction_of(correction, correction_bounds, convention)
     return Job(tuple(paths), reading, chosen, p, ray, batch_rows, corrects)

@@ -74,6 +74,8 @@ class Log:
     reward_doubt: str | None = None  # why its reward may not be what the framework trained on
     # (an error where a reward is read, until --col reward= names the column)
     retokenized: Retokenized | None = None  # its token ids were made from its text
+    prompts_removed: str | None = None  # the rows `keep_prompts` or
+    # `drop_prompts` removed before anything was computed (:mod:`advcli.run.prompts`)
 
     def trust_reward(self) -> None:
         """Refuse to read the reward while it is in doubt (:attr:`reward_doubt`)."""

@@ -76,6 +76,7 @@ class Summary:
             found=run.settled or None,
             logged_advantages=run.agreement.sentence() if run.agreement is not None else None,
             correction=self.correction(run),
+            prompts_removed=run.log.prompts_removed if run.log is not None else None,
             warnings=run.warnings,
             **more,
         )

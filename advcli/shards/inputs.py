@@ -42,6 +42,7 @@ class Input:
     dropped_by_method: dict[str, int]
     warnings: list[str]
     annotate: Callable[[Run], Iterator[Batch]] | None = None  # the final pass run elsewhere
+    prompts_removed: str | None = None  # by keep_prompts / drop_prompts
 
     @property
     def annotated_input(self) -> bool:
@@ -195,7 +196,9 @@ def open_input(job: Job) -> Input:
             if key in meta:
                 info[key] = meta[key]
         info["roles"] = {k: v for k, v in roles.columns.items() if v}
-        return Input(source, roles, rows, None, info, {}, log.warnings)
+        return Input(
+            source, roles, rows, None, info, {}, log.warnings, prompts_removed=log.prompts_removed
+        )
     if job.method is None:
         msg = (
             f"{file_list(files)}: a raw log (no advcli annotation), so shard needs a method. "
@@ -205,7 +208,8 @@ def open_input(job: Job) -> Input:
     run = job.plan(log)
     info = {k: v for k, v in run.metadata().items()
             if k in ("method", "params", "roles", "tokenizer_sha256")}  # fmt: skip
-    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings)
+    return Input(source, roles, run.rows, run, info, dict(run.plan.dropped), run.warnings,
+                 prompts_removed=log.prompts_removed)  # fmt: skip
 
 
 def check_keep(inp: Input, keep: list[str]) -> list[str]:

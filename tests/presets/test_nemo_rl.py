@@ -153,3 +153,14 @@ def test_both_log_prob_streams_are_read_at_the_dumps_positions(tmp_path: Path) -
     assert first["prev_logprobs"][38:41] == pytest.approx(
         [-5.070518493652344, -12.353089332580566, -0.7209392786026001], abs=1e-6
     )
+
+
+def test_each_row_has_its_files_step(tmp_path: Path) -> None:
+    """The step of ``train_data_step{N}.jsonl``: the `step` role, as the other presets give
+    it (``prompts`` and ``report`` read it)."""
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", str(NEMO / "default"), "--from", "nemo-rl", "--method", "grpo",
+               "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = pq.read_table(out, columns=["step", "rollout_id"]).to_pylist()
+    assert {(r["rollout_id"].split(":")[0], r["step"]) for r in rows} == {("1", 1), ("2", 2)}
