@@ -185,8 +185,8 @@ def keep_prompts() -> Any:
     return field(
         default=None,
         metadata=option(
-            "Read only the rows of the prompts this file (advcli prompts --out) lists, matched "
-            "by text, else tokens, else id, before any advantage is computed.",
+            "Only the rows of the prompts this file (advcli prompts --out) lists, matched by "
+            "text, else tokens, else id.",
             panel=PROMPTS,
         ),
     )
@@ -197,8 +197,7 @@ def drop_prompts() -> Any:
     return field(
         default=None,
         metadata=option(
-            "Leave out the rows of the prompts this file (advcli prompts --out) lists, as "
-            "--keep-prompts matches them.",
+            "Leave out the rows of the prompts this file lists.",
             panel=PROMPTS,
         ),
     )
@@ -209,8 +208,8 @@ def tokenizer(help: str = "") -> Any:
     return field(
         default=None,
         metadata=option(
-            help + "A local tokenizer.json or model folder: a text dump's token ids made from "
-            "its prompt and completion (docs/text.md).",
+            help + "A tokenizer.json or model folder: a text dump's token ids made from its "
+            "text (docs/text.md).",
             panel=FROM,
         ),
     )
