@@ -21,13 +21,14 @@ from advcli.core.ragged import (
     ranges,
 )
 from advcli.errors import AdvcliError, DataError, UsageError
+from advcli.io import jsonl
 from advcli.io.arrow import flat_list, list_array
 from advcli.io.file_sources import open_source
 from advcli.io.rollouts import Rows, extract_rows, row_columns
-from advcli.io.sources import LogSource, Sources, prefetch
+from advcli.io.sources import LogSource, Sources, is_parquet, prefetch
 from advcli.io.split_tokens import SplitTokens
 from advcli.io.tokens import extract_tokens, token_columns
-from advcli.lazy_imports import np, pa, pl
+from advcli.lazy_imports import np, pa, pl, pq
 from advcli.run.logs import BATCH_ROWS, Log
 
 BASES = {
@@ -211,7 +212,10 @@ class PromptList:
 
 def read_prompt_list(path: str, option: str) -> PromptList:
     """The prompts of a file ``prompts --out`` wrote (``option``: the option that named it,
-    for the messages); a file with none of its prompt columns is refused in one line."""
+    for the messages); a file with none of its prompt columns is refused in one line, one
+    without rows (an empty selection) lists no prompts."""
+    if lists_nothing(path):
+        return PromptList(path, option, {basis: np.zeros(0, np.uint64) for basis in BASES})
     try:
         source = open_source([path])
     except AdvcliError as exc:  # no such file, not a log
@@ -238,6 +242,18 @@ def read_prompt_list(path: str, option: str) -> PromptList:
         )
         raise UsageError(msg)
     return PromptList(path, option, keys)
+
+
+def lists_nothing(path: str) -> bool:
+    """Whether ``path`` is a Parquet file without rows or a JSONL file without a line (what
+    ``prompts --out`` writes when no prompt is selected)."""
+    try:
+        if is_parquet(path):
+            return bool(pq.read_metadata(path).num_rows == 0)
+        with jsonl.open_stream(path) as lines:
+            return not any(line.strip() for line in lines)
+    except (OSError, ValueError, pa.ArrowException, AdvcliError):
+        return False  # its own error is the one to say, when it is opened
 
 
 class KeptSources(Sources):
@@ -330,7 +346,9 @@ def without_prompts(log: Log, chosen: PromptList, batch_rows: int = BATCH_ROWS) 
         )
         raise DataError(msg)
     removed_prompts = len(np.unique(identity[~kept_groups]))
-    if not np.isin(chosen.keys[basis], identity).any():
+    if not chosen.n_prompts:
+        log.warnings.append(f"`{chosen.option}={chosen.path!r}`: it lists no prompt")
+    elif not np.isin(chosen.keys[basis], identity).any():
         log.warnings.append(
             f"`{chosen.option}={chosen.path!r}`: none of its {chosen.n_prompts} prompts is in "
             f"{log.files} (matched by {BASES[basis]})"

@@ -351,3 +351,23 @@ def test_a_verl_prompt_seen_at_several_steps(tmp_path):
             assert record["trend"] is None
         else:
             assert record["trend"] == pytest.approx(expected["trend"], rel=1e-12)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_an_empty_selection_drops_nothing_and_keeps_nothing(tmp_path, suffix):
+    """No prompt passes the filters: the file lists none; --drop-prompts of it removes no row
+    (and says so), --keep-prompts of it leaves none (refused in one line)."""
+    chosen = tmp_path / f"none{suffix}"
+    proc = run("prompts", TRL, "--from", "trl", "--success", "1000", "--min-steps", "99",
+               "--out", chosen)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = tmp_path / "out.parquet"
+    proc = run("annotate", TRL, "--from", "trl", "--method", "grpo", "--drop-prompts", chosen,
+               "--out", out)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert f"--drop-prompts {chosen}: it lists no prompt" in proc.stderr.decode()
+    assert pq.read_table(out).num_rows == pq.read_table(TRL).num_rows
+    proc = run("annotate", TRL, "--from", "trl", "--method", "grpo", "--keep-prompts", chosen,
+               "--out", out, "--force")  # fmt: skip
+    assert proc.returncode == 1
+    assert "is left" in one_line(proc)
