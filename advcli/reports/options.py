@@ -3,6 +3,7 @@ for the command line and the Python API."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from advcli.core.group import ZERO_VARIANCE_TOL
@@ -84,3 +85,5 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if isinstance(self.compare, (str, os.PathLike)):  # one log, as before it repeated
+            object.__setattr__(self, "compare", [os.fspath(self.compare)])

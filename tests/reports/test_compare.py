@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+import advcli
+from advcli.reports import ReportOptions
 from tests.conftest import run, write_jsonl
 from tests.reports.helpers import page_data
 
@@ -220,3 +222,14 @@ def test_steps_need_a_step_column(tmp_path) -> None:
         "log.jsonl: --steps needs a 'step' column of numbers (the --from presets write each "
         "dump file's step). Hint: compare two logs with --compare\n"
     )
+
+
+def test_the_python_api_takes_one_log_or_several(tmp_path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", rows("a", BEFORE, "x"))
+    b = write_jsonl(tmp_path / "b.jsonl", rows("b", AFTER, "y"))
+    c = write_jsonl(tmp_path / "c.jsonl", rows("c", LATER, "z"))
+    for compare, labels in ((b, ["a.jsonl", "b.jsonl"]),
+                            ([b, c], ["a.jsonl", "b.jsonl", "c.jsonl"])):  # fmt: skip
+        out = tmp_path / "api.html"
+        advcli.report(a, out, options=ReportOptions(compare=compare), force=True)  # type: ignore[arg-type]
+        assert page_data(out)["compare"]["labels"] == labels
