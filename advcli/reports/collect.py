@@ -98,6 +98,9 @@ def gather(
     in_detail = np.zeros(len(kinds), dtype=bool)
     in_detail[detail] = True
 
+    # the run view matches prompts across steps: by their tokens, hashed in this pass, where
+    # the log has no prompt text
+    hash_prompts = hash_prompts or (plan is not None and prompt_text_column(log) is None)
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
         seen = RolloutPass(log, found, run, in_detail[codes], options, batch_rows,
