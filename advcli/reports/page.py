@@ -19,6 +19,9 @@ from advcli.errors import DependencyError, file_list
 
 CHART_HEIGHT = 230
 BLUE, ORANGE, GREY = "#3b6fb6", "#d9822b", "#8a8f98"
+PALETTE = (BLUE, ORANGE, "#4f9a5b", "#b0413e", "#7d5ba6", "#8c6d46", "#c75d9c", GREY,
+           "#a3a82f", "#2fa3b0")  # fmt: skip
+"""The sides' and lines' colours, in order (the page draws at most this many sides)."""
 
 
 def bokeh() -> Any:
@@ -187,7 +190,7 @@ def _overlaid(title: str, hist: dict[str, Any], names: list[str]) -> Any:
     edges = hist["edges"]
     fig = _figure(title)
     fig.yaxis.formatter = share()
-    for name, counts, colour in zip(names, hist["counts"], _colours(len(names)), strict=True):
+    for name, counts, colour in zip(names, hist["counts"], PALETTE[: len(names)], strict=True):
         total = max(1, sum(counts))
         source = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "count": counts,
                                    "share": [c / total for c in counts]})  # fmt: skip
@@ -234,7 +237,7 @@ def _line(title: str, steps: list[float], lines: dict[str, list[float | None]]) 
         "const i = source.selected.indices[0];"
         " if (i !== undefined) advcliPickStep(source.data.step[i]);"
     )
-    for (name, values), colour in zip(lines.items(), _colours(len(lines)), strict=True):
+    for (name, values), colour in zip(lines.items(), PALETTE[: len(lines)], strict=True):
         source = ColumnDataSource(
             {"step": steps, "value": [float("nan") if v is None else v for v in values]}
         )
@@ -249,15 +252,6 @@ def _line(title: str, steps: list[float], lines: dict[str, list[float | None]]) 
     fig.xaxis.axis_label = "step"
     fig.xaxis.ticker = BasicTicker(min_interval=1)  # steps are whole: no tick at 0.5
     return fig
-
-
-PALETTE = (BLUE, ORANGE, "#4f9a5b", "#b0413e", "#7d5ba6", "#8c6d46", "#c75d9c", GREY,
-           "#a3a82f", "#2fa3b0")  # fmt: skip
-"""The sides' and lines' colours, in order (the page draws at most this many sides)."""
-
-
-def _colours(n: int) -> tuple[str, ...]:
-    return PALETTE[:n] if n > 1 else (BLUE,)
 
 
 def _html(text: str) -> str:

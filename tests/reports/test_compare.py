@@ -200,6 +200,8 @@ def test_steps_listed_or_a_span(tmp_path, steps, chosen) -> None:
          "--label x,y: give three names, one per side, as --label a,b,c"),
         (["--compare", "LOG", "--compare", "LOG", "--label", "x,y"],
          "--label x,y: give three names, one per side, as --label a,b,c"),
+        (["--compare", "LOG"] * 10, "--compare: at most 9 other logs (one page tells 10 sides "
+                                    "apart)"),
         (["--steps", "10,200", "--compare", "LOG"],
          "give --compare (other logs) or --steps (steps of one), not both"),
         (["--label", "x,y"], "--label names the sides of --compare or --steps: give one of them"),
