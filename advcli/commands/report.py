@@ -124,17 +124,19 @@ def _comparison(
     force: bool,
     out: str,
 ) -> dict[str, Any]:
-    """The Compare section of ``report``: the log beside ``--compare``'s (read as the job
-    reads its log, its own page's detail left out), or two of its ``--steps``."""
+    """The Compare section of ``report``: the log beside each ``--compare``'s (read as the
+    job reads its log, its own page's detail left out), or some of its ``--steps``."""
     if options.steps is not None:
-        a, b = compare.step_sides(gathered, options.steps, options.label)
-        return compare.comparison(a, b, options.bins, batch_rows)
+        sides = compare.step_sides(gathered, options.steps, options.label)
+        return compare.comparison(sides, options.bins, batch_rows)
     assert options.compare is not None
-    other = dataclasses.replace(job, paths=tuple(input_paths(options.compare)), correction=None)
-    check_output(out, other.files, force=force)
-    log = other.open()
-    run = other.plan(log) if other.method is not None else None
     lean = dataclasses.replace(options, detail_groups=0, sample_groups=1, token_budget=0)
-    theirs = gather(log, lean, run=run, batch_rows=batch_rows, hash_prompts=True)
-    a, b = compare.log_sides(gathered, theirs, options.label)
-    return compare.comparison(a, b, options.bins, batch_rows)
+    others = []
+    for paths in options.compare:
+        other = dataclasses.replace(job, paths=tuple(input_paths(paths)), correction=None)
+        check_output(out, other.files, force=force)
+        log = other.open()
+        run = other.plan(log) if other.method is not None else None
+        others.append(gather(log, lean, run=run, batch_rows=batch_rows, hash_prompts=True))
+    sides = compare.log_sides([gathered, *others], options.label)
+    return compare.comparison(sides, options.bins, batch_rows)

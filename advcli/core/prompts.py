@@ -169,3 +169,52 @@ def selected(
     keep &= stats.steps_seen >= min_steps
     out: np.ndarray = keep
     return out
+
+
+REWARD_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+"""The quantiles of each step's rewards the run view draws."""
+
+
+def step_quantiles(
+    step: np.ndarray, reward: np.ndarray, n_steps: int, q: tuple[float, ...]
+) -> np.ndarray:
+    """Per step s (a code 0..``n_steps``−1) and quantile q: with the step's n rewards
+    ascending x_0 ≤ … ≤ x_{n−1} and h = q (n − 1), x_⌊h⌋ + (h − ⌊h⌋)(x_{⌊h⌋+1} − x_⌊h⌋)
+    (numpy's default, linear); NaN for a step without rewards. Shape (steps, quantiles)."""
+    reward = np.asarray(reward, dtype=np.float64)
+    x = reward[np.lexsort((reward, step))]  # by step, each step's rewards ascending
+    counts = np.bincount(step, minlength=n_steps)
+    starts = np.cumsum(counts) - counts
+    h = np.asarray(q, dtype=np.float64)[None, :] * np.maximum(counts - 1, 0)[:, None]
+    below = np.floor(h).astype(np.int64)
+    above = np.minimum(below + 1, np.maximum(counts - 1, 0)[:, None])
+    if not len(x):
+        return np.full(h.shape, np.nan)
+    lo = x[np.minimum(starts[:, None] + below, len(x) - 1)]
+    hi = x[np.minimum(starts[:, None] + above, len(x) - 1)]
+    out: np.ndarray = np.where(counts[:, None] > 0, lo + (h - below) * (hi - lo), np.nan)
+    return out
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Per prompt seen at two steps or more: its largest change between two consecutive steps
+    it was seen at (the earliest of equal ones), as positions of its two cells."""
+
+    prompt: np.ndarray  # int64
+    before: np.ndarray  # int64: the cell of the earlier step
+    after: np.ndarray  # int64: the cell of the later step
+    change: np.ndarray  # float64: value[after] − value[before]
+
+
+def largest_moves(cells: Cells, value: np.ndarray) -> Moves:
+    """Each prompt's largest move of ``value`` (a figure per cell: its pass rate or mean
+    reward) between consecutive cells of it, the prompts moving most first (ties: the lower
+    prompt first)."""
+    pair = np.flatnonzero(cells.prompt[1:] == cells.prompt[:-1])  # cells pair, pair + 1
+    change = value[pair + 1] - value[pair]
+    order = np.lexsort((pair, -np.abs(change), cells.prompt[pair]))
+    prompts, first = np.unique(cells.prompt[pair][order], return_index=True)
+    best = order[first]
+    ranked = best[np.lexsort((prompts, -np.abs(change[best])))]
+    return Moves(cells.prompt[pair[ranked]], pair[ranked], pair[ranked] + 1, change[ranked])

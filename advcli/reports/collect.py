@@ -21,6 +21,13 @@ from advcli.core import group as G
 from advcli.core.audit import KINDS, NEAR_TIE, SIGNAL, SINGLETON
 from advcli.core.audit import group_kinds as kinds_of_groups
 from advcli.core.correction import Correction
+from advcli.core.prompts import (
+    REWARD_QUANTILES,
+    default_success,
+    largest_moves,
+    prompt_stats,
+    step_quantiles,
+)
 from advcli.errors import UsageError
 from advcli.io.retokenize import library_failures, load_tokenizer, native_stderr_muted
 from advcli.lazy_imports import np, pa
@@ -31,8 +38,15 @@ from advcli.run.accounting import Audit, audit_log
 from advcli.run.correcting import described
 from advcli.run.engine import Run
 from advcli.run.logs import BATCH_ROWS, Log
+from advcli.run.prompts import (
+    BASES,
+    group_identity,
+    log_bases,
+    prompt_text_column,
+    row_steps,
+    rows_of_column,
+)
 from advcli.run.prompts import first_rows as first_rows_of
-from advcli.run.prompts import prompt_text_column, row_steps, rows_of_column
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,9 @@ def gather(
     in_detail = np.zeros(len(kinds), dtype=bool)
     in_detail[detail] = True
 
+    # the run view matches prompts across steps: by their tokens, hashed in this pass, where
+    # the log has no prompt text
+    hash_prompts = hash_prompts or (plan is not None and prompt_text_column(log) is None)
     title = "reading advantages and the sampled rollouts"
     with run.final_pass(title) if run is not None else progress.stage(title):
         seen = RolloutPass(log, found, run, in_detail[codes], options, batch_rows,
@@ -248,10 +265,12 @@ HEALTH_SERIES = {  # by step: the audit's section, the figure
 def health_by_step(
     log: Log, found: Audit, seen: RolloutPass, plan: Callable[[], Run], batch_rows: int
 ) -> dict[str, Any] | None:
-    """Per step (the ``step`` role; None without one): the audit's figures of ``audit --by
-    step`` (:func:`advcli.run.health.sections`: the zero-variance share, the truncated share,
-    the mean length, the mean lag, the token entropy), and with both log-prob streams the
-    mean |δ| and k3 over the step's action tokens and, with a correction, the share masked."""
+    """The run view, per step (the ``step`` role; None without one): the audit's figures of
+    ``audit --by step`` (:func:`advcli.run.health.sections`: the zero-variance share, the
+    truncated share, the mean length, the mean lag, the token entropy), the rewards'
+    (:func:`rewards_by_step`: the pass rate, else the mean reward, and quantiles), with both
+    log-prob streams the mean |δ| and k3 over the step's action tokens and, with a
+    correction, the share masked; and the prompts moving most between steps."""
     with progress.stage("the health by step"):
         advantage = health.rollout_advantages(plan, found.rows)
         found_sections = health.sections(found, log, advantage=advantage, by_step=True,
@@ -269,33 +288,123 @@ def health_by_step(
         values = [v["mean"] if isinstance(v, dict) else v for v in values]  # a summary's mean
         if any(v is not None for v in values):
             series[name] = values
+    on_steps = StepPlaces.of(found, log, [float(k) for k in steps])
+    rewards = rewards_by_step(log, found, on_steps, batch_rows, seen.prompt_hash)
+    series.update(rewards.pop("series"))
     if seen.mismatch is not None:
-        series.update(_mismatch_by_step(log, found, seen.mismatch, steps, seen.correction))
-    return {"step": [float(k) for k in steps], "series": series}
+        series.update(_mismatch_by_step(found, on_steps, seen.mismatch, seen.correction))
+    return {"step": on_steps.values.tolist(), "series": series, **rewards}
+
+
+@dataclass(frozen=True)
+class StepPlaces:
+    """The rollouts placed on the run view's steps as the audit places them
+    (:func:`advcli.run.health.rollout_steps`): a rollout on no step counts on none."""
+
+    values: np.ndarray  # the steps, ascending
+    at: np.ndarray  # per rollout: the index of its step (meaningful where ``on``)
+    on: np.ndarray  # per rollout: on one of ``values``
+
+    @classmethod
+    def of(cls, found: Audit, log: Log, steps: list[float]) -> StepPlaces:
+        values = np.array(steps, dtype=np.float64)
+        step = health.rollout_steps(found.rows, log)
+        at = np.minimum(np.searchsorted(values, step), len(values) - 1)
+        return cls(values, at, np.isfinite(step) & (values[at] == step))
+
+
+MOVERS = 200  # the prompts moving most between steps that the page lists
+
+
+def rewards_by_step(
+    log: Log, found: Audit, on: StepPlaces, batch_rows: int, prompt_hashes: np.ndarray | None
+) -> dict[str, Any]:
+    """Per step, over its rollouts with a reward: the pass rate (as ``prompts``: a rollout
+    passes when its reward ≥ the higher of two reward values,
+    :func:`advcli.core.prompts.default_success`), else, where the rewards take another number
+    of values, the mean reward; the rewards' :data:`~advcli.core.prompts.REWARD_QUANTILES`
+    (``reward_q10`` …). ``movers``: the prompts moving most (:data:`MOVERS`), each by the
+    largest change of that figure between two consecutive steps it was seen at
+    (:func:`advcli.core.prompts.largest_moves`), matched as ``prompts`` matches them."""
+    rows = found.rows
+    unscored = rows.unscored_rollouts()
+    scored = np.ones(rows.n_rollouts, dtype=bool) if unscored is None else ~unscored
+    reward = rows.rollout_rewards()
+    success = default_success(reward[scored])
+    kept = scored & on.on
+    at, kept_reward = on.at[kept], reward[kept]
+    n = np.bincount(at, minlength=len(on.values))
+    per_step = kept_reward >= success if success is not None else kept_reward
+    with np.errstate(invalid="ignore", divide="ignore"):
+        figure = np.bincount(at, weights=per_step, minlength=len(on.values)) / n
+    quantiles = step_quantiles(at, kept_reward, len(on.values), REWARD_QUANTILES)
+    series = {"pass_rate" if success is not None else "mean_reward": _nullable(figure)}
+    for j, q in enumerate(REWARD_QUANTILES):
+        series[f"reward_q{round(100 * q)}"] = _nullable(quantiles[:, j])
+    return {
+        "series": series,
+        "success": success,
+        "movers": _movers(log, found, on, kept, success, batch_rows, prompt_hashes),
+    }
+
+
+def _nullable(x: np.ndarray) -> list[float | None]:
+    return [None if np.isnan(v) else float(v) for v in x]
+
+
+def _movers(
+    log: Log,
+    found: Audit,
+    on: StepPlaces,
+    kept: np.ndarray,
+    success: float | None,
+    batch_rows: int,
+    prompt_hashes: np.ndarray | None,
+) -> dict[str, Any]:
+    """The prompts moving most between steps (see :func:`rewards_by_step`)."""
+    rows = found.rows
+    basis = next(b for b in BASES if b in log_bases(log))
+    identity = group_identity(log, rows, basis, batch_rows, prompt_hashes)
+    keys, prompt_of_group = np.unique(identity, return_inverse=True)
+    prompt_of_group = prompt_of_group.reshape(-1)
+    group_of_prompt = np.full(len(keys), len(prompt_of_group), dtype=np.int64)
+    np.minimum.at(group_of_prompt, prompt_of_group, np.arange(len(prompt_of_group)))
+    codes = rows.rollout_groups()[kept]
+    stats = prompt_stats(prompt_of_group[codes], on.values[on.at[kept]],
+                         rows.rollout_rewards()[kept],
+                         success if success is not None else np.inf, len(keys))  # fmt: skip
+    cells = stats.cells
+    value = cells.pass_rate if success is not None else cells.mean_reward
+    moves = largest_moves(cells, value)
+    listed = slice(0, MOVERS)
+    groups = group_of_prompt[moves.prompt[listed]]
+    return {
+        "figure": "pass rate" if success is not None else "mean reward",
+        "matched_by": BASES[basis],
+        "total": len(moves.prompt),
+        "prompt": prompt_labels(log, found, groups, batch_rows),
+        "from_step": cells.step[moves.before[listed]].tolist(),
+        "to_step": cells.step[moves.after[listed]].tolist(),
+        "before": value[moves.before[listed]].tolist(),
+        "after": value[moves.after[listed]].tolist(),
+        "change": moves.change[listed].tolist(),
+    }
 
 
 def _mismatch_by_step(
-    log: Log,
-    found: Audit,
-    per_row: np.ndarray,
-    steps: list[str],
-    correction: Correction | None,
+    found: Audit, on: StepPlaces, per_row: np.ndarray, correction: Correction | None
 ) -> dict[str, list[float | None]]:
-    """Per step: Σ|δ|, Σk3 and the masked tokens over Σ action tokens, the rollouts placed on
-    steps as the audit places them (:func:`advcli.run.health.gathered`)."""
+    """Per step: Σ|δ|, Σk3 and the masked tokens over Σ action tokens."""
     rows = found.rows
     actions = found.action_tokens
     assert actions is not None  # both streams: token ids
-    step = health.gathered(found, log).step
-    values = np.array([float(k) for k in steps])
-    at = np.minimum(np.searchsorted(values, step), len(values) - 1)
-    on = np.isfinite(step) & (values[at] == step)  # a rollout on no step counts on none
-    n = np.bincount(at[on], weights=actions[on], minlength=len(values))
+    at, n_steps = on.at[on.on], len(on.values)
+    n = np.bincount(at, weights=actions[on.on], minlength=n_steps)
     names = ["abs_delta_mean", "k3_mean"] + (["masked_token_share"] if correction else [])
     out: dict[str, list[float | None]] = {}
     for j, name in enumerate(names):
         summed = np.bincount(rows.rollout_codes, weights=per_row[:, j], minlength=rows.n_rollouts)
-        by_step = np.bincount(at[on], weights=summed[on], minlength=len(values))
+        by_step = np.bincount(at, weights=summed[on.on], minlength=n_steps)
         out[name] = [float(x) / m if m else None for x, m in zip(by_step, n, strict=True)]
     return out
 
@@ -322,6 +431,16 @@ def group_texts(log: Log, found: Audit, listed: np.ndarray, batch_rows: int) -> 
         for i, value in zip(order[at].tolist(), values.to_pylist(), strict=True):
             texts[i] = shortened(value or "", PROMPT_CHARS)
     return texts
+
+
+def prompt_labels(log: Log, found: Audit, groups: np.ndarray, batch_rows: int) -> list[str]:
+    """How the page names each of ``groups``' prompts: its first words
+    (:func:`group_texts`), else its prompt id."""
+    texts = group_texts(log, found, groups, batch_rows)
+    if texts is not None:
+        return texts
+    assert found.rows.group_keys is not None
+    return [shortened(k) for k in found.rows.group_keys.take(pa.array(groups)).to_pylist()]
 
 
 def components(

@@ -1,13 +1,14 @@
-"""Two sides side by side: two logs (``report A --compare B``) or two trainer steps of one
-(``--steps 10,200``).
+"""Sides side by side: logs (``report A --compare B --compare C``) or trainer steps of one
+(``--steps 10,200``, ``10,50,200`` or the span ``10:200``).
 
 A side is a set of rollouts of a collected log (:class:`~advcli.reports.collect.Gathered`).
 The page shows each side's overview (rollouts, groups, their kinds, the zero-variance share),
 their reward and advantage distributions overlaid on the same bins (as shares of each side's
-rollouts; an advantage is a rollout's mean over its action tokens), and the prompts both sides
-hold, matched by their text (a prompt text column), else their tokens (those before the first
+rollouts; an advantage is a rollout's mean over its action tokens), and the prompts every side
+holds, matched by their text (a prompt text column), else their tokens (those before the first
 action), else their prompt ids: per side the prompt's rollouts, mean reward, groups and
-zero-variance groups, and the change in mean reward, the largest changes first.
+zero-variance groups, and the change in mean reward from the first side to the last, the
+largest changes first.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from advcli.core.audit import (
     ZERO_VARIANCE_OTHER,
 )
 from advcli.errors import UsageError, file_list
-from advcli.lazy_imports import np, pa
-from advcli.reports.collect import PROMPT_CHARS, Gathered, group_texts
-from advcli.reports.rollout_pass import histogram_of, shortened
+from advcli.lazy_imports import np
+from advcli.reports.collect import Gathered, prompt_labels
+from advcli.reports.page import PALETTE
+from advcli.reports.rollout_pass import histogram_of
 from advcli.run.prompts import BASES, group_identity, prompt_text_column, row_steps
 
 COMPARED_PROMPTS = 2_000  # the prompts both sides hold that the page lists: the largest changes
@@ -44,25 +46,36 @@ class Side:
     rollouts: np.ndarray  # bool per rollout of the log
 
 
-def labels(given: str | None, default: tuple[str, str]) -> tuple[str, str]:
-    """The two sides' names: ``--label a,b``, else ``default``."""
+MAX_SIDES = len(PALETTE)  # the page tells that many sides apart by colour
+COUNTS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight",
+          9: "nine", 10: "ten"}  # fmt: skip
+
+
+def labels(given: str | None, default: list[str]) -> list[str]:
+    """The sides' names: ``--label a,b,…``, one per side, else ``default``."""
     if given is None:
         return default
     names = [name.strip() for name in given.split(",")]
-    if len(names) != 2 or not all(names):
-        raise UsageError(f"`label={given!r}`: give two names, one per side, as `label='a,b'`")
-    return names[0], names[1]
+    n = len(default)
+    if len(names) != n or not all(names):
+        example = ",".join("abcdefghij"[:n])
+        raise UsageError(
+            f"`label={given!r}`: give {COUNTS.get(n, n)} names, one per side, as "
+            f"`label={example!r}`"
+        )
+    return names
 
 
-def log_sides(ours: Gathered, theirs: Gathered, given_labels: str | None) -> tuple[Side, Side]:
-    """Every rollout of two logs (``--compare``), named by ``--label`` or the logs' files:
-    the file's name, or a folder's (the files' common folder) where several."""
-    default = (_name(ours.found.files), _name(theirs.found.files))
-    if default[0] == default[1]:
-        default = ("a: " + default[0], "b: " + default[1])
-    a, b = labels(given_labels, default)
-    return (Side(a, ours, np.ones(ours.found.rows.n_rollouts, dtype=bool)),
-            Side(b, theirs, np.ones(theirs.found.rows.n_rollouts, dtype=bool)))  # fmt: skip
+def log_sides(gathered: list[Gathered], given_labels: str | None) -> list[Side]:
+    """Every rollout of each log (this one, then ``--compare``'s), named by ``--label`` or
+    the logs' files: the file's name, or a folder's (the files' common folder) where several;
+    names that repeat are told apart as "a: …", "b: …"."""
+    default = [_name(g.found.files) for g in gathered]
+    if len(set(default)) < len(default):
+        default = [f"{chr(ord('a') + i)}: {name}" for i, name in enumerate(default)]
+    names = labels(given_labels, default)
+    return [Side(name, g, np.ones(g.found.rows.n_rollouts, dtype=bool))
+            for name, g in zip(names, gathered, strict=True)]  # fmt: skip
 
 
 def _name(files: list[str]) -> str:
@@ -72,34 +85,62 @@ def _name(files: list[str]) -> str:
     return (os.path.basename(common) or common or "log") + f"/ ({len(files)} files)"
 
 
-def check_options(compare: str | None, steps: str | None, given_labels: str | None) -> None:
+STEPS_EXAMPLE = (
+    "as `steps='10,200'`, `steps='10,50,200'` or `steps='10:200'` (every step from 10 to 200)"
+)
+
+
+def check_options(compare: list[str] | None, steps: str | None, given_labels: str | None) -> None:
     """The comparison's options, checked before anything is read."""
+    sides = None
+    if compare is not None:
+        sides = 1 + len(compare)
+        if sides > MAX_SIDES:
+            raise UsageError(f"`compare`: at most {MAX_SIDES - 1} other logs (one page tells "
+                             f"{MAX_SIDES} sides apart)")  # fmt: skip
     if steps is not None:
         if compare is not None:
-            raise UsageError("give `compare` (two logs) or `steps` (two steps of one), not both")
-        two_steps(steps)
+            raise UsageError("give `compare` (other logs) or `steps` (steps of one), not both")
+        wanted = step_list(steps)
+        sides = None if isinstance(wanted, Span) else len(wanted)
     if given_labels is not None:
         if compare is None and steps is None:
             raise UsageError("`label` names the sides of `compare` or `steps`: give one of them")
-        labels(given_labels, ("", ""))
+        if sides is not None:
+            labels(given_labels, [""] * sides)
 
 
-def two_steps(steps: str) -> tuple[float, float]:
-    """``--steps 10,200`` as two numbers."""
+@dataclass(frozen=True)
+class Span:
+    """``--steps A:B``: every step of the log from ``first`` to ``last``, both included."""
+
+    first: float
+    last: float
+
+
+def step_list(steps: str) -> list[float] | Span:
+    """``--steps 10,200`` or ``10,50,200`` as the steps, or ``10:200`` as a :class:`Span`."""
+    span = ":" in steps
     try:
-        wanted = [float(x) for x in steps.split(",")]
+        wanted = [float(x) for x in steps.split(":" if span else ",")]
     except ValueError:
         wanted = []
-    if len(wanted) != 2 or wanted[0] == wanted[1] or not all(np.isfinite(wanted)):
-        raise UsageError(
-            f"`steps={steps!r}`: give two different trainer steps, as `steps='10,200'`"
-        )
-    return wanted[0], wanted[1]
+    if not all(np.isfinite(wanted)) or (span and (len(wanted) != 2 or wanted[0] >= wanted[1])):
+        wanted = []
+    if span and wanted:
+        return Span(wanted[0], wanted[1])
+    if len(wanted) < 2 or len(set(wanted)) < len(wanted):
+        raise UsageError(f"`steps={steps!r}`: give two or more different trainer steps, "
+                         f"{STEPS_EXAMPLE}")  # fmt: skip
+    if len(wanted) > MAX_SIDES:
+        raise UsageError(f"`steps={steps!r}`: at most {MAX_SIDES} steps (one page tells "
+                         f"{MAX_SIDES} sides apart)")  # fmt: skip
+    return wanted
 
 
-def step_sides(gathered: Gathered, steps: str, given_labels: str | None) -> tuple[Side, Side]:
-    """The rollouts of two trainer steps of one log (``--steps 10,200``)."""
-    wanted = two_steps(steps)
+def step_sides(gathered: Gathered, steps: str, given_labels: str | None) -> list[Side]:
+    """The rollouts of some trainer steps of one log (``--steps``), each a side."""
+    wanted = step_list(steps)
     step_of_row = row_steps(gathered.log)
     files = file_list(gathered.found.files)
     if step_of_row is None:
@@ -109,23 +150,28 @@ def step_sides(gathered: Gathered, steps: str, given_labels: str | None) -> tupl
         )
     step = step_of_row[gathered.found.rows.last_segment_row()]
     known = np.unique(step[~np.isnan(step)])
+    shown = ", ".join(_number(s) for s in known[:10]) + (" …" if len(known) > 10 else "")
+    if isinstance(wanted, Span):
+        span = wanted
+        wanted = known[(known >= span.first) & (known <= span.last)].tolist()
+        if not 2 <= len(wanted) <= MAX_SIDES:
+            raise UsageError(
+                f"`steps={steps!r}`: the log has {len(wanted)} step{'s' * (len(wanted) != 1)} "
+                f"from {_number(span.first)} to {_number(span.last)}; give a span that holds "
+                f"2 to {MAX_SIDES}. Its steps: {shown or 'none'}"
+            )
     for x in wanted:
         if not (step == x).any():
-            shown = ", ".join(_number(s) for s in known[:10]) + (" …" if len(known) > 10 else "")
             raise UsageError(
                 f"`steps={steps!r}`: the log has no rollout at step {_number(x)}. "
                 f"Its steps: {shown or 'none'}"
             )
-    names = labels(given_labels, (f"step {_number(wanted[0])}", f"step {_number(wanted[1])}"))
-    return (
-        Side(names[0], gathered, step == wanted[0]),
-        Side(names[1], gathered, step == wanted[1]),
-    )
+    names = labels(given_labels, [f"step {_number(x)}" for x in wanted])
+    return [Side(name, gathered, step == x) for name, x in zip(names, wanted, strict=True)]
 
 
-def comparison(a: Side, b: Side, bins: int, batch_rows: int) -> dict[str, Any]:
+def comparison(sides: list[Side], bins: int, batch_rows: int) -> dict[str, Any]:
     """What the page's Compare section shows (see the module's docstring)."""
-    sides = (a, b)
     rewards = [s.gathered.found.rows.rollout_rewards()[s.rollouts] for s in sides]
     advantages = [
         None if (x := s.gathered.rollout_advantages) is None else x[s.rollouts] for s in sides
@@ -143,7 +189,7 @@ def comparison(a: Side, b: Side, bins: int, batch_rows: int) -> dict[str, Any]:
             if any(x is None for x in advantages)
             else _overlaid([x for x in advantages if x is not None], bins),
         },
-        "prompts": _common(prompts, a, batch_rows),
+        "prompts": _common(prompts, sides[0], batch_rows),
     }
 
 
@@ -250,33 +296,33 @@ def _identity(g: Gathered, basis: str, batch_rows: int) -> np.ndarray:
     return group_identity(g.log, g.found.rows, basis, batch_rows, g.prompt_hashes)
 
 
-def _common(prompts: list[_Prompts], a: Side, batch_rows: int) -> dict[str, Any]:
-    """The prompts both sides hold, the largest changes in mean reward first."""
-    pa_, pb = prompts
-    keys, ia, ib = np.intersect1d(pa_.keys, pb.keys, assume_unique=True, return_indices=True)
-    change = pb.mean_reward[ib] - pa_.mean_reward[ia]
+def _common(prompts: list[_Prompts], first: Side, batch_rows: int) -> dict[str, Any]:
+    """The prompts every side holds, the largest changes in mean reward from the first side
+    to the last first."""
+    keys = prompts[0].keys
+    for p in prompts[1:]:
+        keys = np.intersect1d(keys, p.keys, assume_unique=True)
+    at = [np.searchsorted(p.keys, keys) for p in prompts]  # keys sorted: each side's position
+    change = prompts[-1].mean_reward[at[-1]] - prompts[0].mean_reward[at[0]]
     order = np.lexsort((keys, -np.abs(change)))[:COMPARED_PROMPTS]
-    ia, ib, change = ia[order], ib[order], change[order]
-    groups = pa_.group[ia]
-    found = a.gathered.found
-    texts = group_texts(a.gathered.log, found, groups, batch_rows)
-    assert found.rows.group_keys is not None
-    ids = [shortened(k) for k in found.rows.group_keys.take(pa.array(groups)).to_pylist()]
+    at = [x[order] for x in at]
+    groups = prompts[0].group[at[0]]
 
-    def side(p: _Prompts, at: np.ndarray) -> dict[str, Any]:
-        spread = p.spread[at]
+    def side(p: _Prompts, where: np.ndarray) -> dict[str, Any]:
+        spread = p.spread[where]
         return {
-            "rollouts": p.rollouts[at].tolist(),
-            "mean_reward": p.mean_reward[at].tolist(),
-            "groups": p.groups[at].tolist(),
-            "zero_variance": p.zero_variance[at].tolist(),
+            "rollouts": p.rollouts[where].tolist(),
+            "mean_reward": p.mean_reward[where].tolist(),
+            "groups": p.groups[where].tolist(),
+            "zero_variance": p.zero_variance[where].tolist(),
             "spread": [None if np.isnan(x) else float(x) for x in spread],
         }
 
+    log, found = first.gathered.log, first.gathered.found
     return {
         "total": len(keys),
         "listed": len(order),
-        "prompt": [shortened(t, PROMPT_CHARS) for t in texts] if texts is not None else ids,
-        "change": change.tolist(),
-        "sides": [side(pa_, ia), side(pb, ib)],
+        "prompt": prompt_labels(log, found, groups, batch_rows),
+        "change": change[order].tolist(),
+        "sides": [side(p, where) for p, where in zip(prompts, at, strict=True)],
     }

@@ -3,6 +3,7 @@ for the command line and the Python API."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from advcli.core.group import ZERO_VARIANCE_TOL
@@ -57,25 +58,26 @@ class ReportOptions:
             panel=PANEL,
         ),
     )
-    compare: str | None = field(
+    compare: list[str] | None = field(
         default=None,
         metadata=option(
-            "A second log (a file or folder, read with the same --from, --col and --method) "
-            "shown beside this one: overviews, distributions, the prompts both hold.",
+            "Another log (a file or folder, read with the same --from, --col and --method) "
+            "shown beside this one: overviews, distributions, the prompts all hold. Repeatable.",
             panel=COMPARE,
         ),
     )
     steps: str | None = field(
         default=None,
         metadata=option(
-            "Two trainer steps of the log shown side by side, as '10,200' (its 'step' column).",
+            "Trainer steps of the log side by side (its 'step' column): '10,200', "
+            "'10,50,200', or '10:200' (every step from 10 to 200).",
             panel=COMPARE,
         ),
     )
     label: str | None = field(
         default=None,
         metadata=option(
-            "The two sides' names, as 'a,b' (default: the logs' names, or the steps).",
+            "The sides' names, one each, as 'a,b,c' (default: the logs' names, or the steps).",
             panel=COMPARE,
         ),
     )
@@ -83,3 +85,5 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if isinstance(self.compare, (str, os.PathLike)):  # one log, as before it repeated
+            object.__setattr__(self, "compare", [os.fspath(self.compare)])

@@ -310,7 +310,7 @@ function showTokens(r) {
   view.scrollIntoView({ block: "nearest" });
 }
 
-// Compare: two logs (--compare) or two steps (--steps) side by side.
+// Compare: logs (--compare) or steps (--steps) side by side; each change from the first side to the last.
 const signed = (fmt) => (x) => (x === null || x === undefined ? "" : (x > 0 ? "+" : "") + fmt(x));
 const fmtPoints = (x) => (100 * x).toFixed(1) + " pt";
 const COMPARED = [
@@ -323,22 +323,30 @@ const COMPARED = [
   ["mean_advantage_spread", "mean advantage spread of a group", fmtNum, signed(fmtNum)],
 ];
 
+// "a and b", "a, b and c"
+const listed = (names) => (names.length < 3 ? names.join(" and ") : names.slice(0, -1).join(", ") + " and " + names[names.length - 1]);
+
 function drawCompare() {
   const C = DATA.compare;
   if (!C) return;
   document.getElementById("compare").hidden = false;
-  const [a, b] = C.labels;
-  document.getElementById("compare-title").textContent = `Compare: ${a} and ${b}`;
+  const names = C.labels;
+  const two = names.length === 2;
+  const all = two ? "both sides hold" : `all ${names.length} sides hold`;
+  document.getElementById("compare-title").textContent = `Compare: ${listed(names)}`;
+  document.getElementById("compare-prompts-title").textContent = two ? "Prompts both hold" : "Prompts all hold";
   document.getElementById("compare-note").textContent =
-    `The overview of each side, its distributions overlaid on the same bins (as shares of its rollouts), and the prompts both sides hold, matched by ${C.matched_by}.`;
+    `The overview of each side, its distributions overlaid on the same bins (as shares of its rollouts), and the prompts ${all}, matched by ${C.matched_by}` +
+    (two ? "." : `; each change is from the first side (${names[0]}) to the last (${names[names.length - 1]}).`);
   const head = document.querySelector("#compare-overview thead tr");
-  for (const name of ["", a, b, "change"]) head.append(el("th", {}, name));
+  for (const name of ["", ...names, "change"]) head.append(el("th", {}, name));
   const body = document.querySelector("#compare-overview tbody");
   const rows = COMPARED.map(([key, label, fmt, delta]) => [key, label, C.overview.map((o) => o[key]), fmt, delta]);
   C.kinds.forEach((name, k) => rows.push(["kind-" + k, "groups: " + name, C.overview.map((o) => o.kinds[k]), fmtInt, signed(fmtInt)]));
   for (const [key, label, values, fmt, delta] of rows) {
     if (values.every((v) => v === null || v === undefined)) continue;
-    const change = values.some((v) => v === null || v === undefined) ? null : values[1] - values[0];
+    const ends = [values[0], values[values.length - 1]];
+    const change = ends.some((v) => v === null || v === undefined) ? null : ends[1] - ends[0];
     const tr = el("tr", { "data-key": key });
     tr.append(el("td", {}, label), ...values.map((v) => el("td", { "data-value": JSON.stringify(v) }, fmt(v))),
       el("td", {}, delta(change)));
@@ -348,10 +356,11 @@ function drawCompare() {
   const side = (s, i) => [fmtInt(s.rollouts[i]), fmtNum(s.mean_reward[i]),
     `${fmtInt(s.zero_variance[i])} of ${fmtInt(s.groups[i])}`, fmtNum(s.spread[i])];
   const thead = document.querySelector("#compare-table thead tr");
-  thead.append(el("th", { rowspan: "2" }, "prompt"), el("th", { colspan: "4", class: "side" }, a),
-    el("th", { colspan: "4", class: "side" }, b), el("th", { rowspan: "2" }, "change in mean reward"));
+  thead.append(el("th", { rowspan: "2" }, "prompt"));
+  for (const name of names) thead.append(el("th", { colspan: "4", class: "side" }, name));
+  thead.append(el("th", { rowspan: "2" }, "change in mean reward"));
   const under = el("tr");
-  for (let k = 0; k < 2; k++) {
+  for (const _ of names) {
     for (const name of ["rollouts", "mean reward", "zero-variance groups", "advantage spread"]) under.append(el("th", {}, name));
   }
   thead.after(under);
@@ -365,7 +374,7 @@ function drawCompare() {
       if (text && !P.prompt[i].toLowerCase().includes(text)) continue;
       const tr = el("tr", { "data-change": String(P.change[i]) });
       tr.append(el("td", { class: "prompt", title: P.prompt[i] }, P.prompt[i]),
-        ...side(P.sides[0], i).map((v) => el("td", {}, v)), ...side(P.sides[1], i).map((v) => el("td", {}, v)),
+        ...P.sides.flatMap((s) => side(s, i).map((v) => el("td", {}, v))),
         el("td", {}, signed(fmtNum)(P.change[i])));
       tbody.append(tr);
       shown++;
@@ -374,16 +383,42 @@ function drawCompare() {
       `${shown.toLocaleString("en-US")} of ${P.listed.toLocaleString("en-US")} listed prompts`;
   };
   filter.addEventListener("input", draw);
+  const inAll = two ? "in both" : `in all ${names.length}`;
   document.getElementById("compare-prompts-note").textContent = P.total === 0
-    ? `No prompt is in both (matched by ${C.matched_by}).`
-    : `${P.total.toLocaleString("en-US")} prompts are in both` + (P.listed < P.total
+    ? `No prompt is ${inAll} (matched by ${C.matched_by}).`
+    : `${P.total.toLocaleString("en-US")} prompts are ${inAll}` + (P.listed < P.total
       ? `; the page lists the ${P.listed.toLocaleString("en-US")} whose mean reward changed most.`
       : ", the largest changes in mean reward first.");
   draw();
 }
 
+// The run view's prompts moving most: each one's largest change between two consecutive steps it was seen at.
+function drawMovers() {
+  const M = DATA.health_by_step && DATA.health_by_step.movers;
+  if (!M || M.total === 0) return;
+  document.getElementById("movers").hidden = false;
+  document.getElementById("movers-before").textContent = M.figure + " before";
+  document.getElementById("movers-after").textContent = M.figure + " after";
+  document.getElementById("movers-note").textContent =
+    `Each prompt seen at two steps or more (${M.total.toLocaleString("en-US")}, matched by ${M.matched_by}) by its largest change in ${M.figure} between two consecutive steps it was seen at` +
+    (M.prompt.length < M.total ? `; the ${M.prompt.length.toLocaleString("en-US")} moving most.` : ", the largest first.") +
+    " Click a row to list the groups of its later step.";
+  const body = document.querySelector("#movers-table tbody");
+  const fmt = M.figure === "pass rate" ? fmtShare : fmtNum;
+  const change = M.figure === "pass rate" ? signed(fmtPoints) : signed(fmtNum);
+  for (let i = 0; i < M.prompt.length; i++) {
+    const tr = el("tr", { "data-change": String(M.change[i]) });
+    tr.append(el("td", { class: "prompt", title: M.prompt[i] }, M.prompt[i]), el("td", {}, fmtNum(M.from_step[i])),
+      el("td", {}, fmtNum(M.to_step[i])), el("td", {}, fmt(M.before[i])), el("td", {}, fmt(M.after[i])),
+      el("td", {}, change(M.change[i])));
+    tr.addEventListener("click", () => window.advcliPickStep(M.to_step[i]));
+    body.append(tr);
+  }
+}
+
 drawOverview();
 drawCompare();
+drawMovers();
 setUpGroups();
 setUpOverlay();
 drawCharts().then(() => {

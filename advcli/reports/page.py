@@ -19,6 +19,9 @@ from advcli.errors import DependencyError, file_list
 
 CHART_HEIGHT = 230
 BLUE, ORANGE, GREY = "#3b6fb6", "#d9822b", "#8a8f98"
+PALETTE = (BLUE, ORANGE, "#4f9a5b", "#b0413e", "#7d5ba6", "#8c6d46", "#c75d9c", GREY,
+           "#a3a82f", "#2fa3b0")  # fmt: skip
+"""The sides' and lines' colours, in order (the page draws at most this many sides)."""
 
 
 def bokeh() -> Any:
@@ -101,17 +104,33 @@ def figures(payload: dict[str, Any]) -> dict[str, Any]:
         }
         for element, (title, key) in lines.items():
             if key in trend:
-                out[element] = _line(title, trend["step"], trend[key])
+                out[element] = _line(title, trend["step"], {key: trend[key]})
     health = payload.get("health_by_step")
-    if health is not None:  # the audit's figures by step, in place of the trends' own
-        for key, (element, title) in HEALTH_CHARTS.items():
+    if health is not None:  # the run view: the audit's figures by step, in place of the trends'
+        charts = dict(HEALTH_CHARTS)
+        if health["success"] is not None:
+            share = f"share of rollouts whose reward ≥ {health['success']:g}"
+            charts["pass_rate"] = ("chart-trend-reward", f"pass rate ({share})")
+        for key, (element, title) in charts.items():
             if key in health["series"]:
-                out[element] = _line(title, health["step"], health["series"][key])
+                out[element] = _line(title, health["step"], {key: health["series"][key]})
+        quantiles = {
+            f"{key[len('reward_q') :]}%": values
+            for key, values in health["series"].items()
+            if key.startswith("reward_q")
+        }
+        if quantiles:
+            out["chart-trend-reward-quantiles"] = _line(
+                "reward quantiles (10%, 25%, median, 75%, 90% of the step's rollouts)",
+                health["step"],
+                quantiles,
+            )
     return out
 
 
-HEALTH_CHARTS = {  # a figure of the health by step: the chart's element, its title
+HEALTH_CHARTS = {  # a figure of the run view: the chart's element, its title
     "zero_variance_rollout_share": ("chart-trend-zero-variance", "zero-variance share of rollouts"),
+    "mean_reward": ("chart-trend-reward", "mean reward"),
     "mean_length": ("chart-trend-length", "mean length (action tokens)"),
     "truncated_share": ("chart-trend-truncated", "truncated share of rollouts"),
     "mean_lag": ("chart-trend-lag", "mean lag (step − version)"),
@@ -165,13 +184,13 @@ def _histogram(title: str, hist: dict[str, list[float]], colour: str) -> Any:
 
 
 def _overlaid(title: str, hist: dict[str, Any], names: list[str]) -> Any:
-    """Two sides' histograms on the same bins, as shares of each side's count, overlaid."""
+    """The sides' histograms on the same bins, as shares of each side's count, overlaid."""
     from bokeh.models import ColumnDataSource, HoverTool
 
     edges = hist["edges"]
     fig = _figure(title)
     fig.yaxis.formatter = share()
-    for name, counts, colour in zip(names, hist["counts"], (BLUE, ORANGE), strict=True):
+    for name, counts, colour in zip(names, hist["counts"], PALETTE[: len(names)], strict=True):
         total = max(1, sum(counts))
         source = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "count": counts,
                                    "share": [c / total for c in counts]})  # fmt: skip
@@ -208,24 +227,28 @@ def _bars(title: str, counts: dict[str, int]) -> Any:
     return fig
 
 
-def _line(title: str, steps: list[float], values: list[float | None]) -> Any:
-    """A figure per step; a click on a point lists that step's groups (the page's
-    ``advcliPickStep``)."""
+def _line(title: str, steps: list[float], lines: dict[str, list[float | None]]) -> Any:
+    """A figure per step, one line per entry of ``lines`` (a legend where several); a click
+    on a point lists that step's groups (the page's ``advcliPickStep``)."""
     from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, TapTool
 
-    source = ColumnDataSource(
-        {"step": steps, "value": [float("nan") if v is None else v for v in values]}
-    )
     fig = _figure(title)
-    fig.line(x="step", y="value", source=source, line_color=BLUE, line_width=2)
-    fig.scatter(x="step", y="value", source=source, color=BLUE, size=7)
-    fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("value", "@value{0.[0000]}")]))
-    fig.add_tools(TapTool())
     pick = (
         "const i = source.selected.indices[0];"
         " if (i !== undefined) advcliPickStep(source.data.step[i]);"
     )
-    source.selected.js_on_change("indices", CustomJS(args={"source": source}, code=pick))
+    for (name, values), colour in zip(lines.items(), PALETTE[: len(lines)], strict=True):
+        source = ColumnDataSource(
+            {"step": steps, "value": [float("nan") if v is None else v for v in values]}
+        )
+        legend = {"legend_label": name} if len(lines) > 1 else {}
+        fig.line(x="step", y="value", source=source, line_color=colour, line_width=2, **legend)
+        fig.scatter(x="step", y="value", source=source, color=colour, size=7)
+        source.selected.js_on_change("indices", CustomJS(args={"source": source}, code=pick))
+    fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("value", "@value{0.[0000]}")]))
+    fig.add_tools(TapTool())
+    if len(lines) > 1:
+        fig.legend.location = "top_left"
     fig.xaxis.axis_label = "step"
     fig.xaxis.ticker = BasicTicker(min_interval=1)  # steps are whole: no tick at 0.5
     return fig

@@ -1,12 +1,20 @@
 """Each prompt's history from flat per-rollout arrays: a worked example by hand, and random
-runs against a float64 loop over the rollouts."""
+runs against a float64 loop over the rollouts; the run view's reward quantiles per step and
+the prompts moving most between steps."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from advcli.core.prompts import default_success, prompt_stats, selected
+from advcli.core.prompts import (
+    REWARD_QUANTILES,
+    default_success,
+    largest_moves,
+    prompt_stats,
+    selected,
+    step_quantiles,
+)
 
 
 def test_a_worked_example():
@@ -87,3 +95,70 @@ def test_random_runs_equal_a_float64_loop(seed):
             for t in steps
         )
         assert s.zero_variance_steps[p] == zero
+
+
+def test_step_quantiles_by_hand():
+    """Step 0: rewards 3, 1, 2, 0 (ascending 0 1 2 3); step 1: 5; step 2: none."""
+    step = np.array([0, 0, 1, 0, 0])
+    reward = np.array([3.0, 1.0, 5.0, 2.0, 0.0])
+    got = step_quantiles(step, reward, 3, (0.1, 0.5, 0.9))
+    # step 0: h = 0.3, 1.5, 2.7 → 0 + 0.3·1, 1 + 0.5·1, 2 + 0.7·1
+    assert got[0] == pytest.approx([0.3, 1.5, 2.7], abs=1e-15)
+    assert got[1].tolist() == [5.0, 5.0, 5.0]
+    assert np.isnan(got[2]).all()
+    assert np.isnan(step_quantiles(np.zeros(0, np.int64), np.zeros(0), 2, (0.5,))).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_step_quantiles_equal_numpys_per_step(seed):
+    rng = np.random.default_rng(seed)
+    step = rng.integers(0, 7, 300)
+    reward = rng.normal(size=300).round(1)  # ties among the rewards
+    got = step_quantiles(step, reward, 8, REWARD_QUANTILES)
+    for s in range(7):
+        assert got[s] == pytest.approx(np.quantile(reward[step == s], REWARD_QUANTILES), rel=1e-12)
+    assert np.isnan(got[7]).all()
+
+
+def test_largest_moves_by_hand():
+    """Prompt 0: rates 0.5, 0, 1 at steps 1, 2, 3 (moves −0.5, +1); prompt 1: 0 at step 2
+    only (no move); prompt 2: 1, 0.5 at steps 1, 3 (−0.5); prompt 3: 0, 0.5, 0 (+0.5 then
+    −0.5: the earlier)."""
+    prompt = np.repeat([0, 0, 0, 1, 2, 2, 3, 3, 3], 2)
+    step = np.repeat([1, 2, 3, 2, 1, 3, 1, 2, 3], 2).astype(np.float64)
+    reward = np.array([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0], dtype=np.float64)
+    cells = prompt_stats(prompt, step, reward, 1.0, 4).cells
+    moves = largest_moves(cells, cells.pass_rate)
+    assert moves.prompt.tolist() == [0, 2, 3]  # |+1| first; |−0.5| and |+0.5|: the lower prompt
+    assert moves.change.tolist() == [1.0, -0.5, 0.5]
+    assert cells.step[moves.before].tolist() == [2, 1, 1]
+    assert cells.step[moves.after].tolist() == [3, 3, 2]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_largest_moves_equal_a_loop(seed):
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 25, 300)
+    step = rng.integers(0, 5, 300).astype(np.float64)
+    reward = rng.choice([0.0, 1.0], 300)
+    stats = prompt_stats(prompt, step, reward, 1.0, 25)
+    moves = largest_moves(stats.cells, stats.cells.mean_reward)
+    want = {}
+    for p in range(25):
+        by = {}
+        for s in sorted(set(step[prompt == p].tolist())):
+            rewards = reward[(prompt == p) & (step == s)].tolist()
+            by[s] = sum(rewards) / len(rewards)
+        pairs = list(zip(list(by)[:-1], list(by)[1:], strict=True))
+        if pairs:
+            a, b = max(pairs, key=lambda ab: abs(by[ab[1]] - by[ab[0]]))  # the first of equals
+            want[p] = (a, b, by[b] - by[a])
+    cells = stats.cells
+    got = {
+        int(p): (cells.step[i], cells.step[j], c)
+        for p, i, j, c in zip(moves.prompt, moves.before, moves.after, moves.change, strict=True)
+    }
+    assert got.keys() == want.keys()
+    for p, (a, b, change) in want.items():
+        assert got[p][:2] == (a, b) and got[p][2] == pytest.approx(change, rel=1e-12)
+    assert np.all(np.diff(np.abs(moves.change)) <= 0)

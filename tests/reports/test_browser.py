@@ -395,3 +395,65 @@ def test_the_health_by_step_charts_open_a_steps_groups(tmp_path, chromium):
     assert steps == ["1", "1"]  # the groups of step 1
     assert page.locator("#group-step").input_value() == "1"
     assert errors == []
+
+
+def test_three_steps_side_by_side(tmp_path, chromium):
+    """Three sides: a column each and the change from the first to the last; three sets of
+    bars in each overlaid chart; a prompt row holds each side's four figures."""
+    from tests.reports.test_compare import three_steps
+
+    log, _ = three_steps(tmp_path)
+    out = tmp_path / "three.html"
+    proc = run("report", log, "--steps", "10:300", "--method", "grpo", "--out", str(out),
+               "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    title = page.locator("#compare-title").inner_text()
+    assert title == "Compare: step 10, step 200 and step 300"
+    heads = page.locator("#compare-overview th").all_inner_texts()
+    assert heads == ["", "step 10", "step 200", "step 300", "change"]
+    mean = page.locator("#compare-overview tr[data-key=mean_reward] td").all_inner_texts()
+    assert mean == ["mean reward", "0.5714", "0.6429", "0.5714", "0"]
+    quads = page.evaluate(
+        "Object.values(Bokeh.index).map(v => v.model).filter(m => m.id && "
+        "m.title && /^(rewards|advantages) \\(share/.test(m.title.text))"
+        ".map(m => m.renderers.filter(r => r.glyph.type === 'Quad').length)"
+    )
+    assert quads == [3, 3]
+    first = page.locator("#compare-table tbody tr").first.locator("td").all_inner_texts()
+    assert len(first) == 1 + 3 * 4 + 1 and first[-1] == "+0.75"  # q0: 0.25 → 1
+    assert page.locator("#compare-prompts-title").inner_text() == "Prompts all hold"
+    assert "3 prompts are in all 3" in page.locator("#compare-prompts-note").inner_text()
+    assert errors == []
+
+
+def test_the_run_view_lists_the_prompts_moving_most(tmp_path, chromium):
+    """TRL's three steps: the mean reward and the reward quantiles by step; the prompts moving
+    most, largest first; a click on one lists the groups of its later step."""
+    from tests.commands.test_prompts import TRL
+
+    out = tmp_path / "run.html"
+    proc = run("report", str(TRL), "--from", "trl", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr.decode()
+    page, errors = chromium
+    page.goto(out.as_uri())
+    page.wait_for_function("document.body.dataset.ready === 'yes'", timeout=20_000)
+    charts = page.locator("#trend-charts .chart").evaluate_all("cs => cs.map(c => c.id)")
+    assert "chart-trend-reward" in charts and "chart-trend-reward-quantiles" in charts
+    lines = page.evaluate(
+        "Object.values(Bokeh.index).map(v => v.model).filter(m => m.id && "
+        "m.title && m.title.text.startsWith('reward quantiles'))"
+        ".map(m => m.renderers.filter(r => r.glyph.type === 'Line').length)"
+    )
+    assert lines == [5]
+    assert page.locator("#movers").is_visible()
+    rows = page.locator("#movers-table tbody tr")
+    assert rows.count() == 6
+    assert rows.first.locator("td").all_inner_texts() == [
+        "add 5 and 1 so the sum is what ?", "1", "2", "0.25", "1.25", "+1"]  # fmt: skip
+    rows.first.click()
+    steps = page.locator("#group-table tbody tr td:nth-child(4)").all_inner_texts()
+    assert steps and set(steps) == {"2"}
+    assert errors == []

@@ -15,7 +15,8 @@ import pytest
 
 from advcli import installed
 from advcli.reports.collect import ReportOptions, choose_groups
-from tests.conftest import groups_of_four, rollout, run, write_jsonl, write_parquet
+from tests.commands.test_prompts import REAL, TRL, nemo_rows, trl_rows
+from tests.conftest import ROOT, groups_of_four, rollout, run, write_jsonl, write_parquet
 from tests.presets import frameworks as fw
 from tests.presets.test_presets import CASES, RS
 from tests.reports.helpers import page_data, tokens
@@ -484,3 +485,79 @@ def test_no_step_no_health_by_step(tmp_path):
     proc = run("report", str(LOG), "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr.decode()
     assert page_data(out)["health_by_step"] is None
+
+
+def health_rows(path) -> list[tuple[tuple[int, ...], float, float]]:
+    """(prompt: the tokens before the first action, step, reward) per row of sample_data's
+    health log."""
+    return [
+        (tuple(r["input_ids"][: r["action_mask"].index(1)]), float(r["step"]), r["reward"])
+        for r in pq.read_table(path).to_pylist()
+    ]
+
+
+NEMO_DEFAULT = REAL / "nemo-rl" / "default" / "exp_001"  # two steps, rewards 0 and 1
+RUN_VIEW = [  # a multi-step log, the options that read it, its rows as the framework wrote them
+    pytest.param(TRL, ["--from", "trl"], trl_rows, id="trl"),  # 5 reward values: the mean
+    pytest.param(NEMO_DEFAULT, ["--from", "nemo-rl"], nemo_rows, id="nemo-rl"),  # 2: the pass rate
+    pytest.param(ROOT / "sample_data" / "health.parquet", [], health_rows, id="health"),
+]
+
+
+@pytest.mark.parametrize(("log", "args", "read"), RUN_VIEW)
+def test_the_run_view_equals_a_float64_loop_over_the_dumps_rows(tmp_path, log, args, read):
+    """Per step: the pass rate (reward ≥ the higher of two values), else the mean reward, and
+    the rewards' quantiles (linear between order statistics); each prompt seen at two steps
+    by its largest move of that figure between consecutive steps, the largest first."""
+    rows = read(log)
+    values = sorted({r for *_, r in rows})
+    success = values[1] if len(values) == 2 else None
+    _, data = report(str(log), tmp_path / "r.html", *args)
+    view = data["health_by_step"]
+    steps = sorted({s for _, s, _ in rows})
+    assert view["step"] == steps and view["success"] == success
+    series = view["series"]
+    assert ("pass_rate" in series) == (success is not None) != ("mean_reward" in series)
+    for k, s in enumerate(steps):
+        rewards = sorted(r for _, t, r in rows if t == s)
+        n = len(rewards)
+        if success is None:
+            assert series["mean_reward"][k] == pytest.approx(sum(rewards) / n, rel=1e-12)
+        else:
+            assert series["pass_rate"][k] == sum(r >= success for r in rewards) / n
+        for q in (0.1, 0.25, 0.5, 0.75, 0.9):
+            h = q * (n - 1)
+            lo, hi = math.floor(h), min(math.floor(h) + 1, n - 1)
+            want = rewards[lo] + (h - lo) * (rewards[hi] - rewards[lo])
+            got = series[f"reward_q{round(100 * q)}"][k]
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-15), (s, q)
+    by: dict = {}
+    for prompt, s, r in rows:
+        by.setdefault(prompt, {}).setdefault(s, []).append(r)
+    moves = {}
+    for prompt, cells in by.items():
+        figure = {s: (sum(r >= success for r in v) if success is not None else sum(v)) / len(v)
+                  for s, v in sorted(cells.items())}  # fmt: skip
+        pairs = list(zip(list(figure)[:-1], list(figure)[1:], strict=True))
+        if pairs:
+            a, b = max(pairs, key=lambda ab: abs(figure[ab[1]] - figure[ab[0]]))  # the first
+            moves[prompt] = (a, b, figure[a], figure[b])
+    movers = view["movers"]
+    assert movers["total"] == len(moves) == len(movers["prompt"])
+    got = sorted(zip(movers["from_step"], movers["to_step"], movers["before"], movers["after"],
+                     strict=True))  # fmt: skip
+    for mine, want in zip(got, sorted(moves.values()), strict=True):
+        assert mine[:2] == want[:2] and mine[2:] == pytest.approx(want[2:], rel=1e-12)
+    for before, after, change in zip(movers["before"], movers["after"], movers["change"],
+                                     strict=True):  # fmt: skip
+        assert change == pytest.approx(after - before, rel=1e-12)
+    changes = [abs(c) for c in movers["change"]]
+    assert changes == sorted(changes, reverse=True)
+    if log == TRL:  # by prompt text, as `prompts` finds each prompt's mean reward by step
+        assert movers["matched_by"] == "their prompt text"
+        records = json.loads(run("prompts", str(log), "--from", "trl", "--success", "2",
+                                 "--json").stdout)["records"]  # fmt: skip
+        by_step = {r["prompt"]: r["mean_reward_by_step"] for r in records}
+        for i, prompt in enumerate(movers["prompt"]):
+            assert moves[prompt][:2] == (movers["from_step"][i], movers["to_step"][i])
+            assert by_step[prompt][str(int(movers["to_step"][i]))] == movers["after"][i]
