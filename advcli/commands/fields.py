@@ -203,12 +203,12 @@ def drop_prompts() -> Any:
     )
 
 
-def tokenizer(help: str = "") -> Any:
+def tokenizer() -> Any:
     """``--tokenizer PATH``: a text log's token ids, made from its prompt and completion."""
     return field(
         default=None,
         metadata=option(
-            help + "A tokenizer.json or model folder: a text dump's token ids made from its "
+            "A tokenizer.json or model folder: a text dump's token ids made from its "
             "text (docs/text.md).",
             panel=FROM,
         ),
