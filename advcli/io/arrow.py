@@ -56,6 +56,43 @@ def float_list(flat: np.ndarray, offsets: np.ndarray) -> pa.Array:
     return list_array(np.asarray(flat, dtype=np.float32), offsets)
 
 
+def cast_by_name(array: pa.Array, to: pa.DataType) -> pa.Array:
+    """``array`` cast to ``to``, a struct's fields matched by name at any depth (pyarrow before
+    17 casts structs only field for field in order, and framework files order a chat
+    message's keys as each file first met them; a field ``array`` lacks is null)."""
+    if array.type == to:
+        return array
+    if pa.types.is_struct(to) and pa.types.is_struct(array.type):
+        given = dict(zip((f.name for f in array.type), array.flatten(), strict=True))
+        children = [
+            cast_by_name(given[f.name], f.type) if f.name in given
+            else pa.nulls(len(array), f.type)
+            for f in to
+        ]  # fmt: skip
+        return pa.StructArray.from_arrays(children, fields=list(to), mask=array.is_null())
+    if (pa.types.is_list(to) or pa.types.is_large_list(to)) and is_list(array.type):
+        offsets = array.offsets.to_numpy()
+        start, end = int(offsets[0]), int(offsets[-1])
+        values = cast_by_name(array.values.slice(start, end - start), to.value_type)
+        large = pa.types.is_large_list(to)
+        rebased = pa.array(offsets - start, pa.int64() if large else pa.int32())
+        kind = pa.LargeListArray if large else pa.ListArray
+        return kind.from_arrays(rebased, values, mask=array.is_null())
+    return array.cast(to)
+
+
+def cast_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` cast to ``schema`` column by column, structs matched by name
+    (:func:`cast_by_name`)."""
+    columns = [
+        pa.chunked_array(
+            [cast_by_name(chunk, f.type) for chunk in table.column(f.name).chunks], f.type
+        )
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def is_list(t: pa.DataType) -> bool:
     return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
 

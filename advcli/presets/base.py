@@ -25,7 +25,7 @@ import orjson
 from advcli import progress
 from advcli.errors import AdvcliError, DataError, UsageError, file_list, where
 from advcli.io import jsonl
-from advcli.io.arrow import fast_ipc
+from advcli.io.arrow import cast_table, fast_ipc
 from advcli.io.sources import LogSource, Sources, refuse_pickle, refuse_unreadable
 from advcli.lazy_imports import np, pa, pl
 from advcli.params import Range, check_fields, option
@@ -548,7 +548,7 @@ class PresetSource(LogSource):
                     table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
             wanted = self.schema.names if names is None else names
             target = pa.schema([self.schema.field(n) for n in wanted])
-            yield table.select(wanted).cast(target)
+            yield cast_table(table.select(wanted), target)
 
     def columns(self, names: list[str]) -> pa.Table:
         return pa.concat_tables(self._tables(names))

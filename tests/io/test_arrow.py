@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli.errors import DataError
-from advcli.io.arrow import readable_schema
+from advcli.io.arrow import cast_by_name, readable_schema
 from tests.conftest import one_line, run
 
 N = 4  # rows of the log
@@ -261,3 +261,22 @@ def test_a_nan_within_a_struct_or_map_bound_for_jsonl_is_refused(tmp_path: Path,
     assert "out.jsonl: row 2 of the output, column 'extra': nan" in one_line(proc)
     proc = run("annotate", log, "--method", "grpo", "--out", out, "--nonfinite", "null", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["nonfinite_nulls"] == 1
+
+
+def test_cast_by_name_matches_struct_fields_by_name_at_any_depth():
+    """Chat messages whose keys two files ordered differently: the fields are matched by name
+    (inside lists too), a field one file lacks is null, nulls and slices kept."""
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    other = pa.struct([("content", pa.string()), ("name", pa.string()), ("role", pa.string())])
+    rows = [[{"role": "user", "content": "hi"}], None, [{"role": "tool", "content": None}], []]
+    given = pa.array(rows, pa.list_(message)).slice(0, 4)
+    got = cast_by_name(given, pa.large_list(other))
+    assert got.type == pa.large_list(other)
+    assert got.to_pylist() == [
+        [{"content": "hi", "name": None, "role": "user"}],
+        None,
+        [{"content": None, "name": None, "role": "tool"}],
+        [],
+    ]
+    tail = cast_by_name(given.slice(2), pa.list_(other))
+    assert tail.to_pylist() == [[{"content": None, "name": None, "role": "tool"}], []]
