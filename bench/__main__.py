@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -113,6 +114,13 @@ def annotations(
     }  # fmt: skip
 
 
+def generated(path: Path, tokens: float, **kinds: Any) -> None:
+    """Write the bench log ``path`` (:func:`bench.generate.generate`) unless it is there."""
+    if not path.exists():
+        print(f"generating {path} …", file=sys.stderr)
+        generate(str(path), tokens, **kinds)
+
+
 def main() -> None:
     # Every step may write and read bytecode, as an installed advcli does (pip compiles it):
     # with PYTHONDONTWRITEBYTECODE set, each run would compile advcli's modules again.
@@ -142,9 +150,7 @@ def main() -> None:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"log-{args.tokens:.0f}.parquet"
-    if not log.exists():
-        print(f"generating {log} …", file=sys.stderr)
-        generate(str(log), args.tokens)
+    generated(log, args.tokens)
     n_tokens = tokens_in(log)
     py = sys.executable
     advcli = [py, "-m", "advcli"]
@@ -162,16 +168,12 @@ def main() -> None:
     ]  # fmt: skip
     steps.update(annotations(advcli, log, ANNOTATE, work, ""))
     extras = work / f"log-extras-{args.extras_tokens:.0f}.parquet"
-    if not extras.exists():
-        print(f"generating {extras} …", file=sys.stderr)
-        generate(str(extras), args.extras_tokens, extras=True)
+    generated(extras, args.extras_tokens, extras=True)
     extras_floor = [py, "-m", "bench.floor", "advcli", str(extras), str(work / "floor-x.parquet")]
     steps.update(annotations(advcli, extras, ESTIMATORS, work, "x"))
     steps["x: I/O floor (advcli)"] = extras_floor
     agent = work / f"log-steps-{args.steps_tokens:.0f}.parquet"
-    if not agent.exists():
-        print(f"generating {agent} …", file=sys.stderr)
-        generate(str(agent), args.steps_tokens, group_size=64, agent_steps=8)
+    generated(agent, args.steps_tokens, group_size=64, agent_steps=8)
     for name in AGENT_STEPS:
         out = str(work / f"s-{name}.parquet")
         steps[f"s: annotate {name}"] = [
@@ -188,26 +190,20 @@ def main() -> None:
     steps["audit"] = [*advcli, "audit", str(log), "--json"]
     # The log again with both log-prob streams, a sibling: the other steps' log stays as it was.
     streams = work / f"log-streams-{args.tokens:.0f}.parquet"
-    if not streams.exists():
-        print(f"generating {streams} …", file=sys.stderr)
-        generate(str(streams), args.tokens, streams=True)
+    generated(streams, args.tokens, streams=True)
     steps["streams: read floor"] = [
         py, "-m", "bench.floor", "streams", str(streams), str(work / "floor-streams.parquet")
     ]  # fmt: skip
     steps["streams: audit (mismatch)"] = [*advcli, "audit", str(streams), "--json"]
     # The log again as a run: its steps ask the same prompts (a text column, fresh ids).
     run_log = work / f"log-prompts-{args.tokens:.0f}.parquet"
-    if not run_log.exists():
-        print(f"generating {run_log} …", file=sys.stderr)
-        generate(str(run_log), args.tokens, prompts_per_step=PROMPTS_PER_STEP)
+    generated(run_log, args.tokens, prompts_per_step=PROMPTS_PER_STEP)
     steps["prompts: read floor"] = [
         py, "-m", "bench.floor", "prompts", str(run_log), str(work / "floor-prompts.parquet")
     ]  # fmt: skip
     steps["prompts: prompts --json"] = [*advcli, "prompts", str(run_log), "--json"]
     jsonl = work / f"log-{args.jsonl_tokens:.0f}.jsonl"
-    if not jsonl.exists():
-        print(f"generating {jsonl} …", file=sys.stderr)
-        generate(str(jsonl), args.jsonl_tokens)
+    generated(jsonl, args.jsonl_tokens)
     steps["JSONL floor"] = [py, "-m", "bench.floor", "ndjson", str(jsonl), str(work / "j.parquet")]
     steps["JSONL annotate grpo"] = [
         *advcli, "annotate", str(jsonl), "--method", "grpo", "--out", str(work / "j-grpo.parquet"),
